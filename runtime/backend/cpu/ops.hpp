@@ -1,0 +1,110 @@
+// CPU kernels, fp32, one op per file (runtime/backend/cpu/<op>.cpp). Row-major tensors.
+// N = B*T rows of C channels. Every backward ACCUMULATES (+=) into its gradient outputs, as
+// llm.c does: residual branches and micro-batch gradient accumulation then need no extra adds.
+// A null gradient pointer means "not needed" and is skipped. Loops are OpenMP-parallel; GEMMs
+// go through OpenBLAS. Results are deterministic for a fixed thread count (no atomics).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace saturn::cpu {
+
+// ---- embedding.cpp ---------------------------------------------------------------------------
+// out[b,t,:] = wte[tokens[b,t],:] (+ wpe[t,:] when wpe != nullptr, GPT-2 learned positions)
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                       int B, int T, int C);
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                        int B, int T, int C);
+
+// ---- layernorm.cpp ---------------------------------------------------------------------------
+// mean[N], rstd[N] are saved for backward.
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int N, int C, float eps);
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                        const float* inp, const float* weight, const float* mean,
+                        const float* rstd, int N, int C);
+
+// ---- rmsnorm.cpp -----------------------------------------------------------------------------
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
+                     float eps);
+void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                      const float* weight, const float* rstd, int N, int C);
+
+// ---- linear.cpp ------------------------------------------------------------------------------
+// out[N,OC] = inp[N,C] · W + bias. Two weight layouts, so parameters keep Hugging Face shapes:
+enum class WeightLayout {
+  kOutIn,  // torch.nn.Linear (LLaMA): W is [OC, C], out = inp · Wᵀ
+  kInOut,  // GPT-2 Conv1D: W is [C, OC], out = inp · W
+};
+void linear_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
+                    int C, int OC, WeightLayout layout);
+void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                     const float* inp, const float* weight, int N, int C, int OC,
+                     WeightLayout layout);
+
+// ---- rotary.cpp ------------------------------------------------------------------------------
+// Rotary position embedding, Hugging Face LLaMA convention (rotate_half: element i pairs with
+// i + hd/2), applied per head to rows of `stride` floats: x[b,t, h*hd + i] for h < H.
+// theta_base is 10000 for LLaMA. out and inp may alias.
+void rotary_forward(float* out, const float* inp, int B, int T, int H, int hd, int stride,
+                    float theta_base);
+void rotary_backward(float* dinp, const float* dout, int B, int T, int H, int hd, int stride,
+                     float theta_base);
+
+// ---- attention.cpp ---------------------------------------------------------------------------
+// Causal multi-head attention. q, k, v: rows of `stride` floats ([B,T,stride]); head h of the
+// query is q[b,t, h*hd .. h*hd+hd), likewise k and v (so a packed [B,T,3C] qkv buffer passes
+// q=qkv, k=qkv+C, v=qkv+2C, stride=3C). att[B,H,T,T] saves the softmax probabilities
+// (row-max subtracted) for backward. out is [B,T,H*hd].
+void attention_forward(float* out, float* att, const float* q, const float* k, const float* v,
+                       int stride, int B, int T, int H, int hd);
+// datt_scratch: [B,H,T,T] workspace, overwritten.
+void attention_backward(float* dq, float* dk, float* dv, float* datt_scratch, const float* dout,
+                        const float* q, const float* k, const float* v, const float* att,
+                        int stride, int B, int T, int H, int hd);
+
+// ---- gelu.cpp --------------------------------------------------------------------------------
+// GELU, tanh approximation (GPT-2's "gelu_new").
+void gelu_forward(float* out, const float* inp, std::size_t n);
+void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n);
+
+// ---- swiglu.cpp ------------------------------------------------------------------------------
+// out = silu(gate) * up, elementwise over n.
+void swiglu_forward(float* out, const float* gate, const float* up, std::size_t n);
+void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate,
+                     const float* up, std::size_t n);
+
+// ---- residual.cpp ----------------------------------------------------------------------------
+void residual_forward(float* out, const float* a, const float* b, std::size_t n);
+// da += dout; db += dout
+void residual_backward(float* da, float* db, const float* dout, std::size_t n);
+
+// ---- crossentropy.cpp ------------------------------------------------------------------------
+// Fused softmax + cross-entropy over the vocabulary. probs[N,V] is saved for backward (it may
+// alias logits). losses[N] gets -log p(target). Targets < 0 are ignored (loss 0, no gradient).
+void softmax_crossentropy_forward(float* losses, float* probs, const float* logits,
+                                  const int32_t* targets, int N, int V);
+// dlogits += dloss * (probs - onehot(target)); dloss is the weight of each token's loss in
+// the objective (1 / tokens in the global batch for a mean).
+void softmax_crossentropy_backward(float* dlogits, const float* probs, const int32_t* targets,
+                                   float dloss, int N, int V);
+
+// ---- adamw.cpp -------------------------------------------------------------------------------
+struct AdamWParams {
+  float lr;
+  float beta1;
+  float beta2;
+  float eps;
+  float weight_decay;  // decoupled; 0 for tensors that are not decayed
+  int step;            // 1-based, for bias correction
+};
+// In place on param/m/v over n elements; grad_scale multiplies grads first (clipping).
+void adamw_update(float* param, const float* grad, float* m, float* v, std::size_t n,
+                  const AdamWParams& p, float grad_scale);
+
+// ---- reduce.cpp ------------------------------------------------------------------------------
+// Sum of squares in double (the global gradient norm is sqrt of the sum over tensors/ranks).
+double sum_of_squares(const float* x, std::size_t n);
+
+}  // namespace saturn::cpu
