@@ -1,0 +1,54 @@
+#include "runtime/model/config.hpp"
+
+#include <fmt/format.h>
+
+#include "runtime/core/error.hpp"
+
+namespace saturn {
+
+const char* arch_name(Arch a) { return a == Arch::kGpt2 ? "gpt2" : "llama"; }
+
+Arch parse_arch(const std::string& name) {
+  if (name == "gpt2") return Arch::kGpt2;
+  if (name == "llama") return Arch::kLlama;
+  throw InputError(fmt::format("unknown arch '{}' (valid: gpt2, llama)", name));
+}
+
+int ModelConfig::ffn_dim() const {
+  if (d_ff > 0) return d_ff;
+  if (arch == Arch::kGpt2) return 4 * d_model;
+  // LLaMA's rule: 2/3 of 4*d_model, rounded up to a multiple of 8.
+  const int f = (8 * d_model / 3 + 7) / 8 * 8;
+  return f;
+}
+
+void ModelConfig::validate() const {
+  auto bad = [](const std::string& m) { throw InputError(m); };
+  if (n_layer < 1) bad(fmt::format("n_layer must be >= 1 (got {})", n_layer));
+  if (n_head < 1) bad(fmt::format("n_head must be >= 1 (got {})", n_head));
+  if (d_model < 1) bad(fmt::format("d_model must be >= 1 (got {})", d_model));
+  if (d_model % n_head != 0)
+    bad(fmt::format("n_head ({}) must divide d_model ({}); valid n_head values divide {}", n_head,
+                    d_model, d_model));
+  if (arch == Arch::kLlama && head_dim() % 2 != 0)
+    bad(fmt::format("llama needs an even head dimension for rotary positions (d_model/n_head = "
+                    "{})",
+                    head_dim()));
+  if (d_ff < 0) bad(fmt::format("d_ff must be > 0 (got {})", d_ff));
+  if (vocab_size < 2) bad(fmt::format("vocab_size must be >= 2 (got {})", vocab_size));
+  if (max_seq_len < 1) bad(fmt::format("seq_len must be >= 1 (got {})", max_seq_len));
+  if (!(norm_eps > 0)) bad("norm_eps must be > 0");
+}
+
+std::int64_t ModelConfig::num_parameters() const {
+  const std::int64_t C = d_model, V = vocab_size, F = ffn_dim(), L = n_layer;
+  if (arch == Arch::kGpt2) {
+    const std::int64_t per_layer = 2 * C + (C * 3 * C + 3 * C) + (C * C + C) + 2 * C +
+                                   (C * F + F) + (F * C + C);
+    return V * C + static_cast<std::int64_t>(max_seq_len) * C + L * per_layer + 2 * C;
+  }
+  const std::int64_t per_layer = C + 4 * C * C + C + 3 * C * F;
+  return V * C + L * per_layer + C + V * C;
+}
+
+}  // namespace saturn

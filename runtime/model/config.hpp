@@ -1,0 +1,66 @@
+// Model and training hyper-parameters of one job, as the workload file gives them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace saturn {
+
+enum class Arch {
+  kGpt2,   // LayerNorm, GELU (tanh), learned positions, tied embeddings, biases
+  kLlama,  // RMSNorm, SwiGLU, rotary positions, untied head, no biases
+};
+
+struct ModelConfig {
+  Arch arch = Arch::kGpt2;
+  int n_layer = 4;
+  int n_head = 4;
+  int d_model = 256;
+  int d_ff = 0;          // 0: 4*d_model (gpt2); llama needs it given or uses 8/3*d_model rounded
+  int vocab_size = 256;  // byte tokenizer
+  int max_seq_len = 128; // positions (gpt2 wpe rows); rotary needs no table
+  float norm_eps = 1e-5f;
+  float rope_theta = 10000.0f;
+
+  int head_dim() const { return d_model / n_head; }
+  int ffn_dim() const;  // d_ff resolved
+  // Throws InputError naming the field when the shape is impossible (what is valid, too).
+  void validate() const;
+  std::int64_t num_parameters() const;
+};
+
+struct OptimizerConfig {
+  std::string type = "adamw";
+  double lr = 3e-4;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+  double grad_clip = 1.0;  // global-norm clip; 0 disables
+};
+
+struct ScheduleConfig {
+  std::int64_t warmup = 0;      // linear warmup steps
+  std::string decay = "cosine";  // cosine | linear | constant
+  double min_lr_ratio = 0.1;     // final lr = lr * min_lr_ratio
+};
+
+// Everything that defines how one job trains (model shape excluded).
+struct TrainConfig {
+  std::int64_t batch_size = 16;       // global batch in sequences per optimizer step
+  std::int64_t micro_batch_size = 0;  // 0: chosen by the runtime (memory permitting)
+  int seq_len = 128;
+  std::int64_t steps = 100;
+  std::int64_t eval_every = 0;        // 0: only at the end
+  std::int64_t eval_batches = 4;      // micro-batches of validation data per evaluation
+  std::int64_t checkpoint_every = 0;  // 0: only final.h5
+  std::uint64_t seed = 1234;
+  OptimizerConfig optimizer;
+  ScheduleConfig schedule;
+};
+
+const char* arch_name(Arch a);
+// Throws InputError for an unknown name (lists the valid ones).
+Arch parse_arch(const std::string& name);
+
+}  // namespace saturn
