@@ -1,0 +1,19 @@
+// Subcommands of the `saturn` executable. Each add_*_command registers its CLI11 subcommand
+// and, when that subcommand is chosen, stores in *action the function main() runs after
+// parsing. The action returns the process exit code (0, 2, 99, 1: see runtime/core/error.hpp)
+// or throws; main() maps typed errors to exit codes and prints one clear message.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace saturn::cli {
+
+using Action = std::function<int()>;
+
+void add_data_command(CLI::App& root, Action* action);   // data_cmd.cpp
+void add_train_command(CLI::App& root, Action* action);  // train_cmd.cpp
+void add_plan_command(CLI::App& root, Action* action);   // plan_cmd.cpp
+
+}  // namespace saturn::cli
