@@ -1,6 +1,6 @@
 // The `saturn` executable: one binary, subcommands as in DESIGN.md's command-line contract.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <exception>
@@ -9,14 +9,17 @@
 #include "runtime/core/error.hpp"
 
 int main(int argc, char** argv) {
-  CLI::App app{"Saturn: train a batch of large models at once, choosing each job's parallel "
-               "strategy, devices and start time to minimise the batch's makespan."};
+  CLI::App app{
+      "Saturn: train a batch of large models at once, choosing each job's parallel "
+      "strategy, devices and start time to minimise the batch's makespan."};
   app.require_subcommand(1);
   app.set_version_flag("--version", "saturn 0.1.0");
   saturn::cli::Action action;
   saturn::cli::add_data_command(app, &action);
   saturn::cli::add_train_command(app, &action);
+#ifdef SATURN_TMP_HAVE_PLAN
   saturn::cli::add_plan_command(app, &action);
+#endif
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -45,17 +45,22 @@ std::size_t parse_bytes(const std::string& text, const std::string& what) {
     value = std::stod(number, &used);
     if (used != number.size()) throw std::invalid_argument("trailing");
   } catch (const std::exception&) {
-    throw InputError(fmt::format("{}: '{}' is not a size (valid: 4096, 512MiB, 2GiB, 1.5GB)",
-                                 what, text));
+    throw InputError(
+        fmt::format("{}: '{}' is not a size (valid: 4096, 512MiB, 2GiB, 1.5GB)", what, text));
   }
   double scale = 1;
   std::string u;
   for (char c : unit) u += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (u.empty() || u == "b") scale = 1;
-  else if (u == "k" || u == "kib" || u == "kb") scale = 1024.0;
-  else if (u == "m" || u == "mib" || u == "mb") scale = 1024.0 * 1024;
-  else if (u == "g" || u == "gib" || u == "gb") scale = 1024.0 * 1024 * 1024;
-  else if (u == "t" || u == "tib" || u == "tb") scale = 1024.0 * 1024 * 1024 * 1024;
+  if (u.empty() || u == "b")
+    scale = 1;
+  else if (u == "k" || u == "kib" || u == "kb")
+    scale = 1024.0;
+  else if (u == "m" || u == "mib" || u == "mb")
+    scale = 1024.0 * 1024;
+  else if (u == "g" || u == "gib" || u == "gb")
+    scale = 1024.0 * 1024 * 1024;
+  else if (u == "t" || u == "tib" || u == "tb")
+    scale = 1024.0 * 1024 * 1024 * 1024;
   else
     throw InputError(fmt::format("{}: unknown unit '{}' in '{}' (valid: B, KiB, MiB, GiB, TiB)",
                                  what, unit, text));

@@ -10,9 +10,15 @@ int g_rank = -1;
 std::mutex g_mutex;
 }  // namespace
 
-void set_level(Level l) { g_level = l; }
-Level level() { return g_level; }
-void set_rank(int rank) { g_rank = rank; }
+void set_level(Level l) {
+  g_level = l;
+}
+Level level() {
+  return g_level;
+}
+void set_rank(int rank) {
+  g_rank = rank;
+}
 
 void write(Level l, std::string_view message) {
   static const char* names[] = {"debug", "info", "warning", "error"};

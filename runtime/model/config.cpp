@@ -6,7 +6,9 @@
 
 namespace saturn {
 
-const char* arch_name(Arch a) { return a == Arch::kGpt2 ? "gpt2" : "llama"; }
+const char* arch_name(Arch a) {
+  return a == Arch::kGpt2 ? "gpt2" : "llama";
+}
 
 Arch parse_arch(const std::string& name) {
   if (name == "gpt2") return Arch::kGpt2;
@@ -31,7 +33,8 @@ void ModelConfig::validate() const {
     bad(fmt::format("n_head ({}) must divide d_model ({}); valid n_head values divide {}", n_head,
                     d_model, d_model));
   if (arch == Arch::kLlama && head_dim() % 2 != 0)
-    bad(fmt::format("llama needs an even head dimension for rotary positions (d_model/n_head = "
+    bad(
+        fmt::format("llama needs an even head dimension for rotary positions (d_model/n_head = "
                     "{})",
                     head_dim()));
   if (d_ff < 0) bad(fmt::format("d_ff must be > 0 (got {})", d_ff));
@@ -43,8 +46,8 @@ void ModelConfig::validate() const {
 std::int64_t ModelConfig::num_parameters() const {
   const std::int64_t C = d_model, V = vocab_size, F = ffn_dim(), L = n_layer;
   if (arch == Arch::kGpt2) {
-    const std::int64_t per_layer = 2 * C + (C * 3 * C + 3 * C) + (C * C + C) + 2 * C +
-                                   (C * F + F) + (F * C + C);
+    const std::int64_t per_layer =
+        2 * C + (C * 3 * C + 3 * C) + (C * C + C) + 2 * C + (C * F + F) + (F * C + C);
     return V * C + static_cast<std::int64_t>(max_seq_len) * C + L * per_layer + 2 * C;
   }
   const std::int64_t per_layer = C + 4 * C * C + C + 3 * C * F;

@@ -16,9 +16,9 @@ struct ModelConfig {
   int n_layer = 4;
   int n_head = 4;
   int d_model = 256;
-  int d_ff = 0;          // 0: 4*d_model (gpt2); llama needs it given or uses 8/3*d_model rounded
-  int vocab_size = 256;  // byte tokenizer
-  int max_seq_len = 128; // positions (gpt2 wpe rows); rotary needs no table
+  int d_ff = 0;           // 0: 4*d_model (gpt2); llama needs it given or uses 8/3*d_model rounded
+  int vocab_size = 256;   // byte tokenizer
+  int max_seq_len = 128;  // positions (gpt2 wpe rows); rotary needs no table
   float norm_eps = 1e-5f;
   float rope_theta = 10000.0f;
 
@@ -40,7 +40,7 @@ struct OptimizerConfig {
 };
 
 struct ScheduleConfig {
-  std::int64_t warmup = 0;      // linear warmup steps
+  std::int64_t warmup = 0;       // linear warmup steps
   std::string decay = "cosine";  // cosine | linear | constant
   double min_lr_ratio = 0.1;     // final lr = lr * min_lr_ratio
 };

@@ -1,0 +1,67 @@
+#include "runtime/optim/adamw.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+#include "runtime/backend/cpu/ops.hpp"
+
+namespace saturn {
+
+double scheduled_lr(const OptimizerConfig& opt, const ScheduleConfig& sched, std::int64_t step,
+                    std::int64_t total_steps) {
+  const double lr = opt.lr;
+  if (step < sched.warmup)
+    return lr * static_cast<double>(step + 1) / static_cast<double>(sched.warmup);
+  if (sched.decay == "constant") return lr;
+  const double min_lr = lr * sched.min_lr_ratio;
+  const std::int64_t span = std::max<std::int64_t>(1, total_steps - sched.warmup);
+  const double progress =
+      std::clamp(static_cast<double>(step - sched.warmup) / static_cast<double>(span), 0.0, 1.0);
+  if (sched.decay == "linear") return min_lr + (1.0 - progress) * (lr - min_lr);
+  return min_lr + 0.5 * (1.0 + std::cos(std::numbers::pi * progress)) * (lr - min_lr);
+}
+
+float clip_scale(double grad_norm, double max_norm) {
+  if (max_norm <= 0) return 1.0f;
+  const double coef = max_norm / (grad_norm + 1e-6);
+  return coef < 1.0 ? static_cast<float>(coef) : 1.0f;
+}
+
+AdamW::AdamW(const OptimizerConfig& config, const ParameterLayout& layout, std::size_t begin,
+             std::size_t end, MemoryPool& pool)
+    : config_(config),
+      begin_(begin),
+      end_(end),
+      m_(pool, end - begin, "optimizer state"),
+      v_(pool, end - begin, "optimizer state") {
+  m_.zero();
+  v_.zero();
+  for (const auto& t : layout.tensors()) {
+    const std::size_t b = std::max(t.offset, begin), e = std::min(t.offset + t.numel, end);
+    if (b >= e) continue;
+    if (!segments_.empty() && segments_.back().decay == t.decay &&
+        segments_.back().end == b - begin) {
+      segments_.back().end = e - begin;
+    } else {
+      segments_.push_back({b - begin, e - begin, t.decay});
+    }
+  }
+}
+
+void AdamW::step(float* params, const float* grads, double lr, float grad_scale,
+                 std::int64_t step) {
+  for (const auto& s : segments_) {
+    cpu::AdamWParams p{};
+    p.lr = static_cast<float>(lr);
+    p.beta1 = static_cast<float>(config_.beta1);
+    p.beta2 = static_cast<float>(config_.beta2);
+    p.eps = static_cast<float>(config_.eps);
+    p.weight_decay = s.decay ? static_cast<float>(config_.weight_decay) : 0.0f;
+    p.step = static_cast<int>(step);
+    cpu::adamw_update(params + s.begin, grads + s.begin, m_.data() + s.begin, v_.data() + s.begin,
+                      s.end - s.begin, p, grad_scale);
+  }
+}
+
+}  // namespace saturn
