@@ -1,0 +1,188 @@
+// Whole-model tests: finite-difference gradients for both architectures, gradient
+// accumulation, bit-exact determinism, and out-of-memory as a clean error.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "runtime/core/error.hpp"
+#include "runtime/core/rng.hpp"
+#include "runtime/model/gpt.hpp"
+#include "runtime/optim/adamw.hpp"
+
+namespace saturn {
+namespace {
+
+ModelConfig tiny(Arch arch) {
+  ModelConfig c;
+  c.arch = arch;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.d_model = 16;
+  c.d_ff = arch == Arch::kLlama ? 24 : 0;
+  c.vocab_size = 32;
+  c.max_seq_len = 8;
+  return c;
+}
+
+std::vector<std::int32_t> random_tokens(std::size_t n, int vocab, std::uint64_t seed) {
+  Rng r(seed);
+  std::vector<std::int32_t> t(n);
+  for (auto& x : t) x = static_cast<std::int32_t>(r.below(static_cast<std::uint64_t>(vocab)));
+  return t;
+}
+
+class ModelGradient : public ::testing::TestWithParam<Arch> {};
+
+// Central differences of the loss against the analytic gradient, on a sample of every tensor.
+TEST_P(ModelGradient, MatchesFiniteDifferences) {
+  const ModelConfig c = tiny(GetParam());
+  MemoryPool pool("cpu:0");
+  GptModel model(c, pool);
+  model.init_weights(3);
+  // Scale weights up so activations are far from linear and every term matters.
+  for (std::size_t i = 0; i < model.num_params(); ++i) model.params()[i] *= 3.0f;
+  const int B = 2, T = 8;
+  auto tokens = random_tokens(B * T, c.vocab_size, 1);
+  auto targets = random_tokens(B * T, c.vocab_size, 2);
+  model.zero_grads();
+  model.forward(tokens.data(), targets.data(), B, T);
+  model.backward(1.0f / (B * T));
+  std::vector<float> grad(model.grads(), model.grads() + model.num_params());
+
+  Rng pick(5);
+  const float eps = 1e-3f;
+  int checked = 0;
+  for (const auto& t : model.layout().tensors()) {
+    for (int k = 0; k < 6; ++k) {
+      const std::size_t i = t.offset + pick.below(t.numel);
+      float* w = model.params() + i;
+      const float saved = *w;
+      *w = saved + eps;
+      const double lp = model.forward(tokens.data(), targets.data(), B, T);
+      *w = saved - eps;
+      const double lm = model.forward(tokens.data(), targets.data(), B, T);
+      *w = saved;
+      const double fd = (lp - lm) / (2.0 * eps);
+      const double an = grad[i];
+      EXPECT_NEAR(an, fd, 2e-3 + 3e-2 * std::abs(fd)) << t.name << " element " << i - t.offset;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 50);
+}
+
+INSTANTIATE_TEST_SUITE_P(BothArchs, ModelGradient, ::testing::Values(Arch::kGpt2, Arch::kLlama),
+                         [](const auto& p) { return std::string(arch_name(p.param)); });
+
+TEST(Model, GradientAccumulationEqualsOneBigBatch) {
+  for (Arch arch : {Arch::kGpt2, Arch::kLlama}) {
+    const ModelConfig c = tiny(arch);
+    MemoryPool pool("cpu:0");
+    GptModel big(c, pool), small(c, pool);
+    big.init_weights(9);
+    small.init_weights(9);
+    const int T = 8;
+    auto tokens = random_tokens(4 * T, c.vocab_size, 11);
+    auto targets = random_tokens(4 * T, c.vocab_size, 12);
+    big.zero_grads();
+    const float l4 = big.forward(tokens.data(), targets.data(), 4, T);
+    big.backward(1.0f / (4 * T));
+    small.zero_grads();
+    const float la = small.forward(tokens.data(), targets.data(), 2, T);
+    small.backward(1.0f / (4 * T));
+    const float lb = small.forward(tokens.data() + 2 * T, targets.data() + 2 * T, 2, T);
+    small.backward(1.0f / (4 * T));
+    EXPECT_NEAR(l4, 0.5f * (la + lb), 1e-6f);
+    double max_ref = 0, max_diff = 0;
+    for (std::size_t i = 0; i < big.num_params(); ++i) {
+      max_ref = std::max(max_ref, static_cast<double>(std::abs(big.grads()[i])));
+      max_diff = std::max(max_diff, static_cast<double>(std::abs(big.grads()[i] - small.grads()[i])));
+    }
+    EXPECT_LE(max_diff, 1e-5 * max_ref) << arch_name(arch);
+  }
+}
+
+std::vector<float> train_losses(Arch arch, int steps) {
+  const ModelConfig c = tiny(arch);
+  MemoryPool pool("cpu:0");
+  GptModel model(c, pool);
+  model.init_weights(1234);
+  OptimizerConfig oc;
+  AdamW opt(oc, model.layout(), 0, model.num_params(), pool);
+  std::vector<float> losses;
+  const int B = 4, T = 8;
+  for (int s = 0; s < steps; ++s) {
+    auto tokens = random_tokens(B * T, c.vocab_size, 100 + static_cast<std::uint64_t>(s));
+    auto targets = random_tokens(B * T, c.vocab_size, 200 + static_cast<std::uint64_t>(s));
+    model.zero_grads();
+    losses.push_back(model.forward(tokens.data(), targets.data(), B, T));
+    model.backward(1.0f / (B * T));
+    opt.step(model.params(), model.grads(), 1e-3, 1.0f, s + 1);
+  }
+  for (std::size_t i = 0; i < model.num_params(); i += 97) losses.push_back(model.params()[i]);
+  return losses;
+}
+
+TEST(Model, SameSeedGivesBitIdenticalTraining) {
+  for (Arch arch : {Arch::kGpt2, Arch::kLlama}) {
+    const auto a = train_losses(arch, 5);
+    const auto b = train_losses(arch, 5);
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << arch_name(arch);
+  }
+}
+
+TEST(Model, LayoutMatchesParameterCountAndHuggingFaceNames) {
+  ModelConfig g = tiny(Arch::kGpt2), l = tiny(Arch::kLlama);
+  EXPECT_EQ(static_cast<std::int64_t>(ParameterLayout(g).total()), g.num_parameters());
+  EXPECT_EQ(static_cast<std::int64_t>(ParameterLayout(l).total()), l.num_parameters());
+  EXPECT_EQ(ParameterLayout(g).find("transformer.h.1.attn.c_attn.weight").shape,
+            (std::vector<std::int64_t>{16, 48}));
+  EXPECT_EQ(ParameterLayout(l).find("model.layers.0.mlp.gate_proj.weight").shape,
+            (std::vector<std::int64_t>{24, 16}));
+  // Each block's tensors are one contiguous range.
+  ParameterLayout lay(g);
+  EXPECT_EQ(lay.group_end(0), lay.group_begin(1));
+  EXPECT_EQ(lay.group_begin(-1), 0u);
+  EXPECT_EQ(lay.group_end(g.n_layer), lay.total());
+}
+
+TEST(Model, OutOfMemoryIsACleanErrorAtTheFirstAllocationThatExceeds) {
+  const ModelConfig c = tiny(Arch::kGpt2);
+  const std::size_t weights = ParameterLayout(c).total() * sizeof(float);
+  // Room for parameters and gradients, not for activations.
+  MemoryPool pool("cpu:0", 2 * weights + 1024);
+  GptModel model(c, pool);
+  try {
+    model.reserve(4, 8);
+    FAIL() << "expected OutOfMemoryError";
+  } catch (const OutOfMemoryError& e) {
+    EXPECT_EQ(e.what_for(), "activations");
+    EXPECT_LE(e.in_use() + e.requested(), e.capacity() + e.requested());
+    EXPECT_GT(e.in_use() + e.requested(), e.capacity());
+    EXPECT_GE(e.peak(), 2 * weights);
+    EXPECT_NE(std::string(e.what()).find("peak"), std::string::npos);
+  }
+  // The failed reservation left no activations behind.
+  EXPECT_EQ(pool.in_use(), 2 * weights);
+  // Not even the parameters fit: the error names them.
+  MemoryPool tiny_pool("cpu:0", weights / 2);
+  try {
+    GptModel m(c, tiny_pool);
+    FAIL() << "expected OutOfMemoryError";
+  } catch (const OutOfMemoryError& e) {
+    EXPECT_EQ(e.what_for(), "parameters");
+  }
+}
+
+TEST(Model, InvalidShapesAreInputErrors) {
+  ModelConfig c = tiny(Arch::kGpt2);
+  c.n_head = 3;  // does not divide 16
+  MemoryPool pool("cpu:0");
+  EXPECT_THROW(GptModel(c, pool), InputError);
+}
+
+}  // namespace
+}  // namespace saturn
