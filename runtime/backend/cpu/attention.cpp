@@ -1,0 +1,139 @@
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "runtime/backend/cpu/ops.hpp"
+#include "runtime/backend/cpu/parallel.hpp"
+#include "runtime/backend/cpu/vecmath.hpp"
+
+namespace saturn::cpu {
+namespace {
+
+// Rows of the score matrix are processed in blocks of this many: block r only multiplies
+// against keys 0..end of the block, which skips most of the masked upper triangle (10/16 of
+// the dense work at T = 256) while keeping each GEMM large enough for OpenBLAS to be efficient.
+constexpr int kBlock = 64;
+
+// Rows r0..r1-1 of a [T, T] score matrix become causal softmax probabilities: row t over
+// columns 0..t, zeros after.
+SATURN_CPU_MULTIVERSION void softmax_causal_rows(float* A, int T, int r0, int r1) {
+  for (int t = r0; t < r1; ++t) {
+    float* row = A + static_cast<std::size_t>(t) * T;
+    float maxv = row[0];
+#pragma omp simd reduction(max : maxv)
+    for (int j = 1; j <= t; ++j) maxv = std::max(maxv, row[j]);
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int j = 0; j <= t; ++j) {
+      row[j] = detail::exp_f32(row[j] - maxv);
+      sum += row[j];
+    }
+    const float inv = 1.0f / sum;
+#pragma omp simd
+    for (int j = 0; j <= t; ++j) row[j] *= inv;
+    std::fill(row + t + 1, row + T, 0.0f);
+  }
+}
+
+// Softmax backward on rows r0..r1-1, with the score scale folded in: D holds dP on entry and
+// dS = scale * P ⊙ (dP - rowsum(P ⊙ dP)) on exit, zero-filled past the diagonal up to r1.
+SATURN_CPU_MULTIVERSION void softmax_backward_rows(float* D, const float* P, int T, int r0, int r1,
+                                                   float scale) {
+  for (int t = r0; t < r1; ++t) {
+    const float* p = P + static_cast<std::size_t>(t) * T;
+    float* d = D + static_cast<std::size_t>(t) * T;
+    float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+    for (int j = 0; j <= t; ++j) dot += p[j] * d[j];
+#pragma omp simd
+    for (int j = 0; j <= t; ++j) d[j] = scale * p[j] * (d[j] - dot);
+    // The dK product reads the whole diagonal block, masked part included.
+    std::fill(d + t + 1, d + r1, 0.0f);
+  }
+}
+
+}  // namespace
+
+void attention_forward(float* out, float* att, const float* q, const float* k, const float* v,
+                       int stride, int B, int T, int H, int hd) {
+  const int C = H * hd;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const std::size_t TT = static_cast<std::size_t>(T) * T;
+  // One (batch, head) pair per task; the GEMMs inside run single-threaded (OpenBLAS's OpenMP
+  // build does not nest), which suits these small per-head products.
+#pragma omp parallel for schedule(static)
+  for (int bh = 0; bh < B * H; ++bh) {
+    const int b = bh / H, h = bh % H;
+    const std::size_t in_off =
+        static_cast<std::size_t>(b) * T * stride + static_cast<std::size_t>(h) * hd;
+    const float* Q = q + in_off;
+    const float* K = k + in_off;
+    const float* V = v + in_off;
+    float* O = out + static_cast<std::size_t>(b) * T * C + static_cast<std::size_t>(h) * hd;
+    float* A = att + static_cast<std::size_t>(bh) * TT;
+    for (int r0 = 0; r0 < T; r0 += kBlock) {
+      const int r1 = std::min(T, r0 + kBlock);
+      const int rows = r1 - r0;
+      float* Ab = A + static_cast<std::size_t>(r0) * T;
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, r1, hd, scale,
+                  Q + static_cast<std::size_t>(r0) * stride, stride, K, stride, 0.0f, Ab, T);
+      softmax_causal_rows(A, T, r0, r1);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, r1, 1.0f, Ab, T, V, stride,
+                  0.0f, O + static_cast<std::size_t>(r0) * C, C);
+    }
+  }
+}
+
+void attention_backward(float* dq, float* dk, float* dv, float* datt_scratch, const float* dout,
+                        const float* q, const float* k, const float* v, const float* att,
+                        int stride, int B, int T, int H, int hd) {
+  const int C = H * hd;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const std::size_t TT = static_cast<std::size_t>(T) * T;
+  const bool need_ds = dq != nullptr || dk != nullptr;
+#pragma omp parallel for schedule(static)
+  for (int bh = 0; bh < B * H; ++bh) {
+    const int b = bh / H, h = bh % H;
+    const std::size_t in_off =
+        static_cast<std::size_t>(b) * T * stride + static_cast<std::size_t>(h) * hd;
+    const float* Q = q + in_off;
+    const float* K = k + in_off;
+    const float* V = v + in_off;
+    const float* dO = dout + static_cast<std::size_t>(b) * T * C + static_cast<std::size_t>(h) * hd;
+    const float* P = att + static_cast<std::size_t>(bh) * TT;
+    float* D = datt_scratch + static_cast<std::size_t>(bh) * TT;
+    if (need_ds) {
+      for (int r0 = 0; r0 < T; r0 += kBlock) {
+        const int r1 = std::min(T, r0 + kBlock);
+        const int rows = r1 - r0;
+        float* Db = D + static_cast<std::size_t>(r0) * T;
+        // dP = dO · Vᵀ
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, r1, hd, 1.0f,
+                    dO + static_cast<std::size_t>(r0) * C, C, V, stride, 0.0f, Db, T);
+        softmax_backward_rows(D, P, T, r0, r1, scale);
+        if (dq != nullptr) {
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, r1, 1.0f, Db, T, K,
+                      stride, 1.0f, dq + in_off + static_cast<std::size_t>(r0) * stride, stride);
+        }
+      }
+    }
+    // Key/value gradients gather over queries t >= key j: column block c needs rows c0..T-1.
+    for (int c0 = 0; c0 < T; c0 += kBlock) {
+      const int cols = std::min(T, c0 + kBlock) - c0;
+      const std::size_t off = static_cast<std::size_t>(c0) * T + c0;
+      if (dv != nullptr) {
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hd, T - c0, 1.0f, P + off, T,
+                    dO + static_cast<std::size_t>(c0) * C, C, 1.0f,
+                    dv + in_off + static_cast<std::size_t>(c0) * stride, stride);
+      }
+      if (dk != nullptr) {
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hd, T - c0, 1.0f, D + off, T,
+                    Q + static_cast<std::size_t>(c0) * stride, stride, 1.0f,
+                    dk + in_off + static_cast<std::size_t>(c0) * stride, stride);
+      }
+    }
+  }
+}
+
+}  // namespace saturn::cpu

@@ -1,0 +1,74 @@
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "runtime/backend/cpu/ops.hpp"
+#include "runtime/backend/cpu/parallel.hpp"
+#include "runtime/backend/cpu/vecmath.hpp"
+#include "runtime/core/error.hpp"
+
+namespace saturn::cpu {
+namespace {
+
+// p = softmax(x) over one row of V logits; returns the sum of e^(x - max) and sets *maxv.
+// In place is fine (p == x): element j is read before it is written.
+SATURN_CPU_MULTIVERSION double softmax_row(float* p, const float* x, int V, float* maxv) {
+  float mx = x[0];
+#pragma omp simd reduction(max : mx)
+  for (int j = 0; j < V; ++j) mx = std::max(mx, x[j]);
+  double sum = 0.0;  // V reaches 10^5: a double sum keeps log(sum) accurate
+#pragma omp simd reduction(+ : sum)
+  for (int j = 0; j < V; ++j) {
+    const float e = detail::exp_f32(x[j] - mx);
+    p[j] = e;
+    sum += e;
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+#pragma omp simd
+  for (int j = 0; j < V; ++j) p[j] *= inv;
+  *maxv = mx;
+  return sum;
+}
+
+}  // namespace
+
+void softmax_crossentropy_forward(float* losses, float* probs, const float* logits,
+                                  const int32_t* targets, int N, int V) {
+  // Checked up front: an out-of-range id would read past the row, and throwing from inside
+  // the parallel region is not allowed.
+  for (int n = 0; n < N; ++n) {
+    if (targets[n] >= V) {
+      throw InputError("target token " + std::to_string(targets[n]) + " at row " +
+                       std::to_string(n) + " is outside the vocabulary [0, " + std::to_string(V) +
+                       ")");
+    }
+  }
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    const float* x = logits + static_cast<std::size_t>(n) * V;
+    const int32_t target = targets[n];
+    // Read before softmax_row overwrites it when probs aliases logits.
+    const float x_target = target >= 0 ? x[target] : 0.0f;
+    float maxv = 0.0f;
+    const double sum = softmax_row(probs + static_cast<std::size_t>(n) * V, x, V, &maxv);
+    // -log_softmax(x)[target] = log(sum) - (x[target] - max), which stays finite when the
+    // target's probability underflows.
+    losses[n] = target >= 0 ? static_cast<float>(std::log(sum)) - (x_target - maxv) : 0.0f;
+  }
+}
+
+void softmax_crossentropy_backward(float* dlogits, const float* probs, const int32_t* targets,
+                                   float dloss, int N, int V) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    const int32_t target = targets[n];
+    if (target < 0) continue;
+    const float* p = probs + static_cast<std::size_t>(n) * V;
+    float* d = dlogits + static_cast<std::size_t>(n) * V;
+#pragma omp simd
+    for (int j = 0; j < V; ++j) d[j] += dloss * p[j];
+    d[target] -= dloss;
+  }
+}
+
+}  // namespace saturn::cpu

@@ -1,0 +1,56 @@
+// Internal helpers shared by the CPU kernels (not part of the ops.hpp contract).
+#pragma once
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstddef>
+
+// Compute-bound kernels (exp, tanh, sqrt, division) are compiled for AVX-512, AVX2 and baseline
+// x86-64 and picked at load time, since builds target baseline x86-64 but the hardware is
+// usually far wider. The backend is compiled with -ffp-contract=off, so the versions of an
+// elementwise kernel (GELU, SwiGLU, AdamW) agree bit for bit and replicas on different CPUs stay
+// in lockstep; row sums (softmax) may round differently per version, fixed for a given CPU.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define SATURN_CPU_MULTIVERSION \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define SATURN_CPU_MULTIVERSION
+#endif
+
+namespace saturn::cpu::detail {
+
+// Below this many elements an elementwise loop runs on the calling thread: waking the OpenMP
+// team costs more than the loop.
+inline constexpr std::ptrdiff_t kParallelMin = 1 << 15;
+
+// Half-open range [begin, end) of `n` items owned by thread `tid` of `nthreads` under an even
+// static split, with boundaries rounded to `align` items (a cache line of floats by default) so
+// threads writing neighbouring ranges do not share cache lines.
+struct Range {
+  std::ptrdiff_t begin, end;
+};
+inline Range thread_range(std::ptrdiff_t n, int tid, int nthreads, std::ptrdiff_t align = 16) {
+  std::ptrdiff_t chunk = (n + nthreads - 1) / nthreads;
+  chunk = (chunk + align - 1) / align * align;
+  const std::ptrdiff_t begin = std::min(n, chunk * tid);
+  return {begin, std::min(n, begin + chunk)};
+}
+
+// Calls body(begin, end) on a static split of [0, n) across the OpenMP team (or once, on this
+// thread, for small n). The body is typically a SATURN_CPU_MULTIVERSION function: target clones
+// cannot be applied to OpenMP's outlined region itself.
+template <class Body>
+void parallel_ranges(std::ptrdiff_t n, Body&& body) {
+  if (n < kParallelMin) {
+    if (n > 0) body(std::ptrdiff_t{0}, n);
+    return;
+  }
+#pragma omp parallel
+  {
+    const Range r = thread_range(n, omp_get_thread_num(), omp_get_num_threads());
+    if (r.begin < r.end) body(r.begin, r.end);
+  }
+}
+
+}  // namespace saturn::cpu::detail
