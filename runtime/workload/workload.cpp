@@ -1,0 +1,826 @@
+#include "runtime/workload/workload.hpp"
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <sstream>
+#include <system_error>
+
+#include "runtime/core/error.hpp"
+
+namespace saturn {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using Keys = std::vector<std::string>;
+
+// Per-job scalar settings: valid in `defaults:`, in a job and (as lists) in a sweep. `lr`,
+// `weight_decay` and `warmup` are shortcuts for optimizer.lr, optimizer.weight_decay and
+// schedule.warmup, the values sweeps vary most.
+const Keys kScalarTrainKeys = {"lr",           "batch_size",      "seed",
+                               "steps",        "seq_len",         "micro_batch_size",
+                               "weight_decay", "warmup",          "eval_every",
+                               "eval_batches", "checkpoint_every"};
+const Keys kTopKeys = {"name", "data",       "defaults", "models",
+                       "jobs", "strategies", "cluster",  "solver"};
+const Keys kDataKeys = {"train", "val"};
+const Keys kOptimizerKeys = {"type", "lr", "betas", "eps", "weight_decay", "grad_clip"};
+const Keys kScheduleKeys = {"warmup", "decay", "min_lr_ratio"};
+const Keys kModelKeys = {"arch", "n_layer",    "n_head",   "d_model",
+                         "d_ff", "vocab_size", "norm_eps", "rope_theta"};
+const Keys kSolverKeys = {"backend", "time_limit", "introspection"};
+const Keys kIntrospectionKeys = {"interval", "threshold"};
+const Keys kDecays = {"cosine", "linear", "constant"};
+const Keys kBackends = {"glpk", "cbc"};
+
+Keys concat(std::initializer_list<const Keys*> parts) {
+  Keys out;
+  for (const Keys* p : parts) out.insert(out.end(), p->begin(), p->end());
+  return out;
+}
+
+const Keys kMapTrainKeys = {"optimizer", "schedule"};
+const Keys kDefaultsKeys = concat({&kScalarTrainKeys, &kMapTrainKeys});
+const Keys kNameModel = {"name", "model"};
+const Keys kModelKey = {"model"};
+const Keys kJobKeys = concat({&kNameModel, &kScalarTrainKeys, &kMapTrainKeys});
+const Keys kSweepKeys = concat({&kModelKey, &kScalarTrainKeys, &kMapTrainKeys});
+
+// Short forms of swept keys in job ids (lr and batch_size are always in the id).
+const std::map<std::string, std::string> kIdAbbrev = {{"seed", "s"},
+                                                      {"steps", "steps"},
+                                                      {"seq_len", "seq"},
+                                                      {"micro_batch_size", "mbs"},
+                                                      {"weight_decay", "wd"},
+                                                      {"warmup", "wu"},
+                                                      {"eval_every", "ee"},
+                                                      {"eval_batches", "eb"},
+                                                      {"checkpoint_every", "ce"}};
+
+std::string join(const Keys& keys) {
+  std::string s;
+  for (const auto& k : keys) s += (s.empty() ? "" : ", ") + k;
+  return s;
+}
+
+// Optimal-string-alignment distance: edits plus adjacent transpositions, so that a swapped
+// pair of letters (fdsp -> fsdp) counts as one typo.
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::vector<std::size_t>> d(a.size() + 1, std::vector<std::size_t>(b.size() + 1));
+  for (std::size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (std::size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i)
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t cost = a[i - 1] != b[j - 1] ? 1 : 0;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  return d[a.size()][b.size()];
+}
+
+// "did you mean 'x'? " when some valid name is close to the given one.
+std::string suggestion(const std::string& given, const Keys& valid) {
+  const std::string* best = nullptr;
+  std::size_t best_d = std::numeric_limits<std::size_t>::max();
+  for (const auto& v : valid) {
+    const std::size_t d = edit_distance(given, v);
+    if (d < best_d) {
+      best_d = d;
+      best = &v;
+    }
+  }
+  if (best && best_d <= std::max<std::size_t>(2, given.size() / 3))
+    return fmt::format("did you mean '{}'? ", *best);
+  return "";
+}
+
+bool contains(const Keys& keys, const std::string& k) {
+  return std::find(keys.begin(), keys.end(), k) != keys.end();
+}
+
+// Names that become directory names (job ids) must be plain.
+bool is_plain_name(const std::string& s) {
+  if (s.empty() || !std::isalnum(static_cast<unsigned char>(s[0]))) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' ||
+           c == '+';
+  });
+}
+
+bool has_key(const YAML::Node& map, const std::string& key) {
+  for (auto it = map.begin(); it != map.end(); ++it)
+    if (it->first.IsScalar() && it->first.Scalar() == key) return true;
+  return false;
+}
+
+// The value of a swept key as it appears in a job id (integers exact, decimals compact).
+std::string id_value(const std::string& key, const TrainConfig& t) {
+  if (key == "seed") return std::to_string(t.seed);
+  if (key == "steps") return std::to_string(t.steps);
+  if (key == "seq_len") return std::to_string(t.seq_len);
+  if (key == "micro_batch_size") return std::to_string(t.micro_batch_size);
+  if (key == "warmup") return std::to_string(t.schedule.warmup);
+  if (key == "eval_every") return std::to_string(t.eval_every);
+  if (key == "eval_batches") return std::to_string(t.eval_batches);
+  if (key == "checkpoint_every") return std::to_string(t.checkpoint_every);
+  return compact_number(t.optimizer.weight_decay);
+}
+
+std::string describe(const YAML::Node& n) {
+  switch (n.Type()) {
+    case YAML::NodeType::Null:
+    case YAML::NodeType::Undefined:
+      return "nothing";
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Map:
+      return "a map";
+    case YAML::NodeType::Scalar:
+      break;
+  }
+  return n.Tag() == "!" ? fmt::format("the quoted string \"{}\"", n.Scalar())
+                        : fmt::format("'{}'", n.Scalar());
+}
+
+// A map entry with both marks: a null value has no useful mark of its own, so its key's is used.
+struct Entry {
+  std::string key;
+  YAML::Node key_node;
+  YAML::Node value;
+  std::string path;  // dotted field path, e.g. "models.small.n_head"
+  YAML::Mark mark() const { return value.IsNull() ? key_node.Mark() : value.Mark(); }
+};
+
+struct MapView {
+  YAML::Node node;
+  YAML::Mark mark;
+  std::string path;
+  std::vector<Entry> entries;
+  const Entry* find(const std::string& key) const {
+    for (const auto& e : entries)
+      if (e.key == key) return &e;
+    return nullptr;
+  }
+};
+
+// Where a setting of a job came from, for errors that involve two settings.
+struct Where {
+  YAML::Mark mark;
+  std::string path;
+};
+using Provenance = std::map<std::string, Where>;         // canonical field -> last place it was set
+using LayerFields = std::map<std::string, std::string>;  // canonical field -> path, one entry
+
+std::string child(const std::string& path, const std::string& key) {
+  return path.empty() ? key : path + "." + key;
+}
+std::string element(const std::string& path, std::size_t i) {
+  return fmt::format("{}[{}]", path, i);
+}
+
+class Parser {
+ public:
+  Parser(std::string file, fs::path base_dir, LoadOptions options)
+      : file_(std::move(file)), base_dir_(std::move(base_dir)), options_(options) {}
+
+  Workload parse(const std::string& text);
+
+ private:
+  [[noreturn]] void fail(const YAML::Mark& m, const std::string& field,
+                         const std::string& what) const {
+    throw InputError(fmt::format("{}: {}: {}", loc(m), field, what));
+  }
+  std::string loc(const YAML::Mark& m) const {
+    if (m.line < 0) return file_;
+    return fmt::format("{}:{}:{}", file_, m.line + 1, m.column + 1);
+  }
+  std::string line_col(const YAML::Mark& m) const {
+    return fmt::format("{}:{}", m.line + 1, m.column + 1);
+  }
+
+  MapView map(const YAML::Node& n, const YAML::Mark& mark, const std::string& path,
+              const Keys& valid) const;
+  const Entry& require(const MapView& m, const std::string& key, const std::string& what) const;
+
+  double number(const Entry& e) const { return number(e.value, e.mark(), e.path); }
+  double number(const YAML::Node& v, const YAML::Mark& mark, const std::string& path) const;
+  std::int64_t integer(const YAML::Node& v, const YAML::Mark& mark, const std::string& path) const;
+  std::int64_t integer(const Entry& e) const { return integer(e.value, e.mark(), e.path); }
+  std::string string(const YAML::Node& v, const YAML::Mark& mark, const std::string& path) const;
+  std::string string(const Entry& e) const { return string(e.value, e.mark(), e.path); }
+  std::string choice(const Entry& e, const Keys& valid) const;
+
+  void set_field(const std::string& canon, const YAML::Node& v, const YAML::Mark& mark,
+                 const std::string& path, TrainConfig& tc, Provenance& prov,
+                 LayerFields& layer) const;
+  void apply_train_entry(const Entry& e, TrainConfig& tc, Provenance& prov,
+                         LayerFields& layer) const;
+
+  fs::path data_path(const Entry& e) const;
+  void parse_models(const Entry& e);
+  void parse_jobs(const Entry& e, const TrainConfig& base, const Provenance& base_prov,
+                  Workload& w);
+  void finish_job(JobSpec job, const Provenance& prov, const YAML::Mark& mark,
+                  const std::string& path, Workload& w);
+  const ModelConfig& model_named(const YAML::Node& v, const YAML::Mark& mark,
+                                 const std::string& path, std::string& name) const;
+
+  std::string file_;
+  fs::path base_dir_;
+  LoadOptions options_;
+  std::map<std::string, std::pair<ModelConfig, YAML::Mark>> models_;
+  Keys model_names_;                              // in file order, for messages
+  std::map<std::string, std::string> id_origin_;  // job id -> "jobs[i] at L:C"
+};
+
+MapView Parser::map(const YAML::Node& n, const YAML::Mark& mark, const std::string& path,
+                    const Keys& valid) const {
+  MapView m{n, mark, path, {}};
+  if (n.IsNull()) return m;  // an empty section, e.g. `defaults:` with nothing under it
+  if (!n.IsMap())
+    fail(mark, path.empty() ? "workload" : path,
+         fmt::format("expected a map, got {} (valid keys: {})", describe(n), join(valid)));
+  for (auto it = n.begin(); it != n.end(); ++it) {
+    const YAML::Node key = it->first;
+    if (!key.IsScalar())
+      fail(key.Mark(), path.empty() ? "workload" : path,
+           fmt::format("keys must be plain names, got {} (valid keys: {})", describe(key),
+                       join(valid)));
+    Entry e{key.Scalar(), key, it->second, child(path, key.Scalar())};
+    if (!contains(valid, e.key))
+      fail(key.Mark(), e.path,
+           fmt::format("unknown key '{}' ({}valid keys here: {})", e.key, suggestion(e.key, valid),
+                       join(valid)));
+    if (const Entry* first = m.find(e.key))
+      fail(key.Mark(), e.path,
+           fmt::format("key '{}' is given twice (first at {})", e.key,
+                       line_col(first->key_node.Mark())));
+    m.entries.push_back(std::move(e));
+  }
+  return m;
+}
+
+const Entry& Parser::require(const MapView& m, const std::string& key,
+                             const std::string& what) const {
+  if (const Entry* e = m.find(key)) return *e;
+  fail(m.mark, child(m.path, key), fmt::format("missing (required: {})", what));
+}
+
+double Parser::number(const YAML::Node& v, const YAML::Mark& mark, const std::string& path) const {
+  if (v.IsScalar() && v.Tag() != "!") {
+    std::string s = v.Scalar();
+    if (!s.empty() && s[0] == '+') s.erase(0, 1);
+    double x = 0;
+    const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), x);
+    if (ec == std::errc() && p == s.data() + s.size() && !s.empty()) {
+      if (!std::isfinite(x)) fail(mark, path, fmt::format("expected a finite number, got {}", s));
+      return x;
+    }
+  }
+  fail(mark, path, fmt::format("expected a number, got {}", describe(v)));
+}
+
+std::int64_t Parser::integer(const YAML::Node& v, const YAML::Mark& mark,
+                             const std::string& path) const {
+  if (v.IsScalar() && v.Tag() != "!") {
+    std::string s = v.Scalar();
+    if (!s.empty() && s[0] == '+') s.erase(0, 1);
+    std::int64_t x = 0;
+    const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), x);
+    if (ec == std::errc() && p == s.data() + s.size() && !s.empty()) return x;
+    if (ec == std::errc::result_out_of_range)
+      fail(mark, path, fmt::format("{} is out of range (valid: a 64-bit integer)", s));
+  }
+  fail(mark, path, fmt::format("expected an integer, got {}", describe(v)));
+}
+
+std::string Parser::string(const YAML::Node& v, const YAML::Mark& mark,
+                           const std::string& path) const {
+  if (!v.IsScalar()) fail(mark, path, fmt::format("expected a string, got {}", describe(v)));
+  return v.Scalar();
+}
+
+std::string Parser::choice(const Entry& e, const Keys& valid) const {
+  const std::string s = string(e);
+  if (!contains(valid, s))
+    fail(e.mark(), e.path,
+         fmt::format("unknown value '{}' ({}valid: {})", s, suggestion(s, valid), join(valid)));
+  return s;
+}
+
+// Sets one training field from a YAML value, checking its type and range at the value's own
+// location. `canon` is the field's canonical name (optimizer.lr, schedule.warmup, steps, ...).
+void Parser::set_field(const std::string& canon, const YAML::Node& v, const YAML::Mark& mark,
+                       const std::string& path, TrainConfig& tc, Provenance& prov,
+                       LayerFields& layer) const {
+  if (auto it = layer.find(canon); it != layer.end())
+    fail(mark, path,
+         fmt::format("{} is given twice in this entry (also as {})", canon, it->second));
+  auto int_at_least = [&](std::int64_t lo, const char* valid) {
+    const std::int64_t x = integer(v, mark, path);
+    if (x < lo) fail(mark, path, fmt::format("{} is out of range (valid: {})", x, valid));
+    return x;
+  };
+  auto int_field = [&](std::int64_t lo, std::int64_t hi, const char* valid) {
+    const std::int64_t x = integer(v, mark, path);
+    if (x < lo || x > hi) fail(mark, path, fmt::format("{} is out of range (valid: {})", x, valid));
+    return x;
+  };
+  auto num_field = [&](auto ok, const char* valid) {
+    const double x = number(v, mark, path);
+    if (!ok(x)) fail(mark, path, fmt::format("{} is out of range (valid: {})", x, valid));
+    return x;
+  };
+  auto one_of = [&](const Keys& valid) {
+    const std::string s = string(v, mark, path);
+    if (!contains(valid, s))
+      fail(mark, path,
+           fmt::format("unknown value '{}' ({}valid: {})", s, suggestion(s, valid), join(valid)));
+    return s;
+  };
+  constexpr std::int64_t kIntMax = std::numeric_limits<int>::max();
+  if (canon == "batch_size") {
+    tc.batch_size = int_at_least(1, "an integer >= 1");
+  } else if (canon == "micro_batch_size") {
+    tc.micro_batch_size = int_at_least(0, "an integer >= 1, or 0 to let the runtime choose");
+  } else if (canon == "seq_len") {
+    tc.seq_len = static_cast<int>(int_field(1, kIntMax, "an integer >= 1"));
+  } else if (canon == "steps") {
+    tc.steps = int_at_least(1, "an integer >= 1");
+  } else if (canon == "eval_every") {
+    tc.eval_every = int_at_least(0, "an integer >= 1, or 0 for only at the end");
+  } else if (canon == "eval_batches") {
+    tc.eval_batches = int_at_least(1, "an integer >= 1");
+  } else if (canon == "checkpoint_every") {
+    tc.checkpoint_every = int_at_least(0, "an integer >= 1, or 0 for only final.h5");
+  } else if (canon == "seed") {
+    tc.seed = static_cast<std::uint64_t>(int_at_least(0, "an integer >= 0"));
+  } else if (canon == "optimizer.type") {
+    tc.optimizer.type = one_of({"adamw"});
+  } else if (canon == "optimizer.lr") {
+    tc.optimizer.lr = num_field([](double x) { return x > 0; }, "a number > 0");
+  } else if (canon == "optimizer.eps") {
+    tc.optimizer.eps = num_field([](double x) { return x > 0; }, "a number > 0");
+  } else if (canon == "optimizer.weight_decay") {
+    tc.optimizer.weight_decay = num_field([](double x) { return x >= 0; }, "a number >= 0");
+  } else if (canon == "optimizer.grad_clip") {
+    tc.optimizer.grad_clip =
+        num_field([](double x) { return x >= 0; }, "a number >= 0; 0 disables clipping");
+  } else if (canon == "optimizer.betas") {
+    const char* valid = "a list [beta1, beta2] of numbers in [0, 1)";
+    if (!v.IsSequence() || v.size() != 2)
+      fail(mark, path, fmt::format("expected {}, got {}", valid, describe(v)));
+    double b[2];
+    for (std::size_t i = 0; i < 2; ++i) {
+      const YAML::Node bi = v[i];
+      b[i] = number(bi, bi.Mark(), element(path, i));
+      if (!(b[i] >= 0 && b[i] < 1))
+        fail(bi.Mark(), element(path, i),
+             fmt::format("{} is out of range (valid: {})", b[i], valid));
+    }
+    tc.optimizer.beta1 = b[0];
+    tc.optimizer.beta2 = b[1];
+  } else if (canon == "schedule.warmup") {
+    tc.schedule.warmup = int_at_least(0, "an integer >= 0, at most steps");
+  } else if (canon == "schedule.decay") {
+    tc.schedule.decay = one_of(kDecays);
+  } else if (canon == "schedule.min_lr_ratio") {
+    tc.schedule.min_lr_ratio = num_field([](double x) { return x >= 0 && x <= 1; }, "0 to 1");
+  } else {
+    fail(mark, path, "internal: unhandled setting");
+  }
+  prov[canon] = Where{mark, path};
+  layer[canon] = path;
+}
+
+std::string canonical(const std::string& key) {
+  if (key == "lr" || key == "weight_decay") return "optimizer." + key;
+  if (key == "warmup") return "schedule.warmup";
+  return key;
+}
+
+// Applies one entry of `defaults:`, a job or a sweep's fixed values to `tc`.
+void Parser::apply_train_entry(const Entry& e, TrainConfig& tc, Provenance& prov,
+                               LayerFields& layer) const {
+  if (e.key == "optimizer" || e.key == "schedule") {
+    const bool opt = e.key == "optimizer";
+    const MapView m = map(e.value, e.mark(), e.path, opt ? kOptimizerKeys : kScheduleKeys);
+    for (const auto& s : m.entries)
+      set_field(e.key + "." + s.key, s.value, s.mark(), s.path, tc, prov, layer);
+  } else {
+    set_field(canonical(e.key), e.value, e.mark(), e.path, tc, prov, layer);
+  }
+}
+
+fs::path Parser::data_path(const Entry& e) const {
+  const std::string s = string(e);
+  if (s.empty()) fail(e.mark(), e.path, "expected a file path, got an empty string");
+  fs::path p(s);
+  if (p.is_relative()) p = base_dir_ / p;
+  p = fs::absolute(p).lexically_normal();
+  if (options_.check_data_files) {
+    std::error_code ec;
+    if (!fs::exists(p, ec))
+      fail(e.mark(), e.path,
+           fmt::format("data file {} does not exist (relative paths are resolved against the "
+                       "workload file's directory; `saturn data prepare` makes token files)",
+                       p.string()));
+    if (!fs::is_regular_file(p, ec))
+      fail(e.mark(), e.path, fmt::format("{} is not a regular file", p.string()));
+  }
+  return p;
+}
+
+void Parser::parse_models(const Entry& e) {
+  if (!e.value.IsMap() || e.value.size() == 0)
+    fail(e.mark(), e.path,
+         fmt::format("expected a map of model names to shapes, got {} (e.g. models: {{small: "
+                     "{{arch: gpt2, n_layer: 4, n_head: 4, d_model: 256}}}})",
+                     e.value.IsMap() ? "an empty map" : describe(e.value)));
+  for (auto it = e.value.begin(); it != e.value.end(); ++it) {
+    const YAML::Node key = it->first;
+    const std::string name = key.IsScalar() ? key.Scalar() : "";
+    const std::string path = child(e.path, name);
+    if (!is_plain_name(name))
+      fail(key.Mark(), e.path,
+           fmt::format("model name {} is not a plain name (valid: letters, digits, '-', '_', "
+                       "'.', '+', starting with a letter or digit)",
+                       describe(key)));
+    if (models_.count(name))
+      fail(key.Mark(), path,
+           fmt::format("model '{}' is defined twice (first at {})", name,
+                       line_col(models_.at(name).second)));
+    const YAML::Node v = it->second;
+    const YAML::Mark mark = v.IsNull() ? key.Mark() : v.Mark();
+    const MapView m = map(v, mark, path, kModelKeys);
+    const std::string required = "arch, n_layer, n_head, d_model";
+    ModelConfig mc;
+    mc.arch = [&] {
+      const Entry& a = require(m, "arch", required);
+      const std::string s = string(a);
+      if (s != "gpt2" && s != "llama")
+        fail(a.mark(), a.path,
+             fmt::format("unknown arch '{}' ({}valid: gpt2, llama)", s,
+                         suggestion(s, {"gpt2", "llama"})));
+      return parse_arch(s);
+    }();
+    auto positive_int = [&](const Entry& x) {
+      const std::int64_t n = integer(x);
+      if (n < 1 || n > std::numeric_limits<int>::max())
+        fail(x.mark(), x.path, fmt::format("{} is out of range (valid: an integer >= 1)", n));
+      return static_cast<int>(n);
+    };
+    mc.n_layer = positive_int(require(m, "n_layer", required));
+    mc.n_head = positive_int(require(m, "n_head", required));
+    mc.d_model = positive_int(require(m, "d_model", required));
+    if (const Entry* x = m.find("d_ff")) mc.d_ff = positive_int(*x);
+    if (const Entry* x = m.find("vocab_size")) {
+      mc.vocab_size = positive_int(*x);
+      if (mc.vocab_size < 2)
+        fail(x->mark(), x->path,
+             fmt::format("{} is out of range (valid: an integer >= 2; 256 for byte data)",
+                         mc.vocab_size));
+    }
+    for (const char* f : {"norm_eps", "rope_theta"}) {
+      if (const Entry* x = m.find(f)) {
+        const double d = number(*x);
+        if (!(d > 0) || d > std::numeric_limits<float>::max())
+          fail(x->mark(), x->path, fmt::format("{} is out of range (valid: a number > 0)", d));
+        (std::string(f) == "norm_eps" ? mc.norm_eps : mc.rope_theta) = static_cast<float>(d);
+      }
+    }
+    try {
+      mc.validate();
+    } catch (const InputError& err) {
+      fail(mark, path, err.what());
+    }
+    models_.emplace(name, std::make_pair(mc, key.Mark()));
+    model_names_.push_back(name);
+  }
+}
+
+const ModelConfig& Parser::model_named(const YAML::Node& v, const YAML::Mark& mark,
+                                       const std::string& path, std::string& name) const {
+  name = string(v, mark, path);
+  auto it = models_.find(name);
+  if (it == models_.end())
+    fail(mark, path,
+         fmt::format("unknown model '{}' ({}defined in models: {})", name,
+                     suggestion(name, model_names_), join(model_names_)));
+  return it->second.first;
+}
+
+// Cross-field checks of a fully resolved job, then registration under its unique id.
+void Parser::finish_job(JobSpec job, const Provenance& prov, const YAML::Mark& mark,
+                        const std::string& path, Workload& w) {
+  const TrainConfig& t = job.train;
+  if (!prov.count("batch_size"))
+    fail(mark, path + ".batch_size", "missing (give batch_size in the job, its sweep or defaults)");
+  if (t.micro_batch_size > t.batch_size) {
+    const Where& at = prov.at("micro_batch_size");
+    fail(at.mark, at.path,
+         fmt::format("micro_batch_size {} exceeds batch_size {} of job '{}' (valid: 1..{}, or 0)",
+                     t.micro_batch_size, t.batch_size, job.id, t.batch_size));
+  }
+  if (t.schedule.warmup > t.steps) {
+    const Where& at = prov.at("schedule.warmup");
+    fail(at.mark, at.path,
+         fmt::format("warmup {} exceeds steps {} of job '{}' (valid: 0..{})", t.schedule.warmup,
+                     t.steps, job.id, t.steps));
+  }
+  job.model.max_seq_len = t.seq_len;
+  try {
+    job.model.validate();
+  } catch (const InputError& err) {
+    fail(mark, path, fmt::format("job '{}': {}", job.id, err.what()));
+  }
+  if (!is_plain_name(job.id))
+    fail(mark, path,
+         fmt::format("job id '{}' is not a plain name (valid: letters, digits, '-', '_', '.', "
+                     "'+', starting with a letter or digit; it names the job's directory)",
+                     job.id));
+  const std::string origin = fmt::format("{} at {}", path, line_col(mark));
+  if (auto it = id_origin_.find(job.id); it != id_origin_.end())
+    fail(mark, path,
+         fmt::format("job id '{}' is produced twice, by {} and by {} (valid: unique ids; give "
+                     "one of them a `name:`, or remove the repeated sweep value)",
+                     job.id, it->second, origin));
+  id_origin_.emplace(job.id, origin);
+  w.jobs.push_back(std::move(job));
+}
+
+void Parser::parse_jobs(const Entry& e, const TrainConfig& base, const Provenance& base_prov,
+                        Workload& w) {
+  if (!e.value.IsSequence())
+    fail(e.mark(), e.path,
+         fmt::format("expected a list of jobs and sweeps, got {}", describe(e.value)));
+  if (e.value.size() == 0)
+    fail(e.mark(), e.path, "the list is empty (valid: at least one job or sweep)");
+  for (std::size_t i = 0; i < e.value.size(); ++i) {
+    const YAML::Node item = e.value[i];
+    const std::string path = element(e.path, i);
+    const YAML::Mark mark = item.IsNull() ? e.mark() : item.Mark();
+    if (!item.IsMap())
+      fail(mark, path,
+           fmt::format("expected a job {{model: ..., batch_size: ...}} or a sweep {{sweep: "
+                       "{{model: [...], lr: [...], ...}}}}, got {}",
+                       describe(item)));
+    if (has_key(item, "sweep")) {
+      for (auto it = item.begin(); it != item.end(); ++it)
+        if (!it->first.IsScalar() || it->first.Scalar() != "sweep")
+          fail(it->first.Mark(), path,
+               fmt::format("a sweep entry holds only the key 'sweep', got {} beside it (valid: "
+                           "put fixed settings such as steps inside the sweep's map; its jobs "
+                           "are named after their swept values)",
+                           describe(it->first)));
+      const MapView outer = map(item, mark, path, {"sweep"});
+      const Entry& s = outer.entries.front();
+      const MapView sweep = map(s.value, s.mark(), s.path, kSweepKeys);
+      // Swept keys (lists) in id order: model, lr, batch_size, then the rest of kSweepKeys.
+      std::vector<const Entry*> fixed, swept;
+      for (const auto& x : sweep.entries) (x.value.IsSequence() ? swept : fixed).push_back(&x);
+      auto rank = [](const std::string& k) {
+        if (k == "model") return std::size_t{0};
+        return 1 + static_cast<std::size_t>(
+                       std::find(kScalarTrainKeys.begin(), kScalarTrainKeys.end(), k) -
+                       kScalarTrainKeys.begin());
+      };
+      std::stable_sort(swept.begin(), swept.end(),
+                       [&](const Entry* a, const Entry* b) { return rank(a->key) < rank(b->key); });
+      for (const Entry* x : swept)
+        if (x->value.size() == 0)
+          fail(x->mark(), x->path, "the list is empty (valid: one or more values to sweep over)");
+      if (!sweep.find("model"))
+        fail(s.mark(), child(s.path, "model"),
+             fmt::format("missing (required: a model name or a list of them; defined: {})",
+                         join(model_names_)));
+      // Odometer over the swept lists, last key fastest.
+      std::vector<std::size_t> idx(swept.size(), 0);
+      while (true) {
+        JobSpec job;
+        TrainConfig tc = base;
+        Provenance prov = base_prov;
+        LayerFields layer;
+        std::string model_name;
+        for (const Entry* x : fixed) {
+          if (x->key == "model")
+            job.model = model_named(x->value, x->mark(), x->path, model_name);
+          else
+            apply_train_entry(*x, tc, prov, layer);
+        }
+        std::string extra;
+        for (std::size_t k = 0; k < swept.size(); ++k) {
+          const Entry& x = *swept[k];
+          const YAML::Node v = x.value[idx[k]];
+          const std::string vpath = element(x.path, idx[k]);
+          const YAML::Mark vmark = v.IsNull() ? x.mark() : v.Mark();
+          if (x.key == "model") {
+            job.model = model_named(v, vmark, vpath, model_name);
+          } else if (x.key == "optimizer" || x.key == "schedule") {
+            fail(vmark, x.path,
+                 fmt::format("{} cannot be swept as a whole (valid: a map of fixed values; sweep "
+                             "lr, weight_decay or warmup instead)",
+                             x.key));
+          } else {
+            set_field(canonical(x.key), v, vmark, vpath, tc, prov, layer);
+            if (x.key != "lr" && x.key != "batch_size")
+              extra += "-" + kIdAbbrev.at(x.key) + id_value(x.key, tc);
+          }
+        }
+        job.model_name = model_name;
+        job.train = tc;
+        job.id = default_job_id(model_name, tc.optimizer.lr, tc.batch_size) + extra;
+        finish_job(std::move(job), prov, s.mark(), s.path, w);
+        std::size_t k = swept.size();
+        while (k > 0 && ++idx[k - 1] == swept[k - 1]->value.size()) idx[--k] = 0;
+        if (k == 0) break;
+      }
+    } else {
+      const MapView m = map(item, mark, path, kJobKeys);
+      JobSpec job;
+      TrainConfig tc = base;
+      Provenance prov = base_prov;
+      LayerFields layer;
+      const Entry& model = require(m, "model", "the name of a model defined in models");
+      job.model = model_named(model.value, model.mark(), model.path, job.model_name);
+      for (const auto& x : m.entries)
+        if (x.key != "model" && x.key != "name") apply_train_entry(x, tc, prov, layer);
+      job.train = tc;
+      if (const Entry* n = m.find("name")) {
+        job.id = string(*n);
+        if (!is_plain_name(job.id))
+          fail(n->mark(), n->path,
+               fmt::format("'{}' is not a plain name (valid: letters, digits, '-', '_', '.', '+', "
+                           "starting with a letter or digit; it names the job's directory)",
+                           job.id));
+      } else {
+        job.id = default_job_id(job.model_name, tc.optimizer.lr, tc.batch_size);
+      }
+      finish_job(std::move(job), prov, mark, path, w);
+    }
+  }
+}
+
+Workload Parser::parse(const std::string& text) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::ParserException& e) {
+    throw InputError(fmt::format("{}: malformed YAML: {}", loc(e.mark), e.msg));
+  }
+  const YAML::Mark top_mark = root.Mark().line < 0 ? YAML::Mark() : root.Mark();
+  if (root.IsNull())
+    fail(top_mark, "workload", "the file is empty (required keys: data, models, jobs)");
+  const MapView top = map(root, top_mark, "", kTopKeys);
+
+  Workload w;
+  w.name = fs::path(file_).stem().string();
+  if (const Entry* e = top.find("name")) w.name = string(*e);
+
+  const std::string data_required = "data: {train: FILE, val: FILE}";
+  const Entry& data = require(top, "data", data_required);
+  const MapView dm = map(data.value, data.mark(), data.path, kDataKeys);
+  w.train_data = data_path(require(dm, "train", "train and val token files"));
+  w.val_data = data_path(require(dm, "val", "train and val token files"));
+
+  TrainConfig base;
+  Provenance base_prov;
+  if (const Entry* e = top.find("defaults")) {
+    const MapView m = map(e->value, e->mark(), e->path, kDefaultsKeys);
+    LayerFields layer;
+    for (const auto& x : m.entries) apply_train_entry(x, base, base_prov, layer);
+  }
+
+  parse_models(
+      require(top, "models", "models: {NAME: {arch: gpt2|llama, n_layer, n_head, d_model}}"));
+  parse_jobs(require(top, "jobs", "a list of jobs and sweeps"), base, base_prov, w);
+
+  w.strategies = known_strategies();
+  if (const Entry* e = top.find("strategies")) {
+    if (!e->value.IsSequence() || e->value.size() == 0)
+      fail(e->mark(), e->path,
+           fmt::format("expected a non-empty list of strategies, got {} (valid: {})",
+                       e->value.IsSequence() ? "an empty list" : describe(e->value),
+                       join(known_strategies())));
+    w.strategies.clear();
+    for (std::size_t i = 0; i < e->value.size(); ++i) {
+      const YAML::Node v = e->value[i];
+      const std::string path = element(e->path, i);
+      const YAML::Mark mark = v.IsNull() ? e->mark() : v.Mark();
+      const std::string s = string(v, mark, path);
+      if (!contains(known_strategies(), s))
+        fail(mark, path,
+             fmt::format("unknown strategy '{}' ({}valid: {})", s,
+                         suggestion(s, known_strategies()), join(known_strategies())));
+      if (contains(w.strategies, s)) fail(mark, path, fmt::format("'{}' is listed twice", s));
+      w.strategies.push_back(s);
+    }
+  }
+
+  if (const Entry* e = top.find("cluster")) {
+    w.cluster = string(*e);
+    if (w.cluster.empty())
+      fail(e->mark(), e->path, "expected auto or a cluster spec such as 2x8:80GiB or 8+4");
+  }
+
+  if (const Entry* e = top.find("solver")) {
+    const MapView m = map(e->value, e->mark(), e->path, kSolverKeys);
+    if (const Entry* x = m.find("backend")) w.solver.backend = choice(*x, kBackends);
+    if (const Entry* x = m.find("time_limit")) {
+      w.solver.time_limit_s = number(*x);
+      if (!(w.solver.time_limit_s > 0))
+        fail(x->mark(), x->path,
+             fmt::format("{} is out of range (valid: seconds > 0)", w.solver.time_limit_s));
+    }
+    if (const Entry* x = m.find("introspection")) {
+      const MapView im = map(x->value, x->mark(), x->path, kIntrospectionKeys);
+      if (const Entry* y = im.find("interval")) {
+        w.solver.introspection.interval_s = number(*y);
+        if (!(w.solver.introspection.interval_s > 0))
+          fail(y->mark(), y->path,
+               fmt::format("{} is out of range (valid: seconds > 0)",
+                           w.solver.introspection.interval_s));
+      }
+      if (const Entry* y = im.find("threshold")) {
+        w.solver.introspection.threshold = number(*y);
+        if (!(w.solver.introspection.threshold >= 0 && w.solver.introspection.threshold < 1))
+          fail(y->mark(), y->path,
+               fmt::format("{} is out of range (valid: a fraction in [0, 1), e.g. 0.05)",
+                           w.solver.introspection.threshold));
+      }
+    }
+  }
+  return w;
+}
+
+}  // namespace
+
+const std::vector<std::string>& known_strategies() {
+  static const std::vector<std::string> k = {"ddp",     "fsdp",         "pipeline",  "tensor",
+                                             "offload", "ddp+pipeline", "ddp+tensor"};
+  return k;
+}
+
+std::string compact_number(double value) {
+  if (value == 0) return "0";
+  const double a = std::fabs(value);
+  if (a >= 0.01 && a < 1e6) return fmt::format("{}", value);
+  // The shortest scientific form that reads back exactly, without padding: 3e-4, 2.5e-5.
+  std::string s;
+  for (int precision = 0; precision <= 17; ++precision) {
+    s = fmt::format("{:.{}e}", value, precision);
+    if (std::strtod(s.c_str(), nullptr) == value) break;
+  }
+  const std::size_t e = s.find('e');
+  const int exponent = std::stoi(s.substr(e + 1));
+  return fmt::format("{}e{}", s.substr(0, e), exponent);
+}
+
+std::string default_job_id(const std::string& model_name, double lr, std::int64_t batch_size) {
+  return fmt::format("{}-lr{}-bs{}", model_name, compact_number(lr), batch_size);
+}
+
+Workload parse_workload(const std::string& yaml, const fs::path& source,
+                        const LoadOptions& options) {
+  fs::path base = source.parent_path();
+  if (base.empty()) base = ".";
+  Parser parser(source.string(), base, options);
+  Workload w = parser.parse(yaml);
+  w.source = source;
+  return w;
+}
+
+Workload load_workload(const fs::path& path, const LoadOptions& options) {
+  std::error_code ec;
+  if (!fs::exists(path, ec))
+    throw InputError(fmt::format("{}: workload file does not exist", path.string()));
+  if (!fs::is_regular_file(path, ec))
+    throw InputError(fmt::format("{}: workload file is not a regular file", path.string()));
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (!in && !in.eof()) throw IoError(fmt::format("{}: cannot read workload file", path.string()));
+  return parse_workload(text.str(), path, options);
+}
+
+const JobSpec& find_job(const Workload& workload, const std::string& id) {
+  Keys ids;
+  for (const auto& j : workload.jobs) {
+    if (j.id == id) return j;
+    ids.push_back(j.id);
+  }
+  throw InputError(fmt::format("{}: --job: unknown job '{}' ({}valid: {})",
+                               workload.source.string(), id, suggestion(id, ids), join(ids)));
+}
+
+}  // namespace saturn
