@@ -1,0 +1,210 @@
+#include "solver/milp.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numeric>
+
+#include "solver/bounds.hpp"
+
+namespace saturn::solver {
+
+const char* to_string(Backend b) {
+  return b == Backend::cbc ? "cbc" : "glpk";
+}
+
+Backend parse_backend(const std::string& name) {
+  if (name == "glpk") return Backend::glpk;
+  if (name == "cbc") {
+    if (!backend_available(Backend::cbc))
+      throw SolverError(
+          "solver 'cbc' is not available in this build (it was compiled without "
+          "coinor-libcbc-dev); use --solver glpk");
+    return Backend::cbc;
+  }
+  throw SolverError(fmt::format("unknown solver '{}' (valid: glpk, cbc)", name));
+}
+
+bool backend_available(Backend b) {
+#ifdef SATURN_HAVE_CBC
+  (void)b;
+  return true;
+#else
+  return b == Backend::glpk;
+#endif
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Greatest common divisor of all option times in milliseconds, or 0 when some time is not a
+// whole number of milliseconds.
+double gcd_of_times(const Prepared& p) {
+  long long g = 0;
+  for (const auto& opts : p.options)
+    for (const Option& o : opts) {
+      const double ms = o.time_s * 1000.0;
+      const double r = std::round(ms);
+      if (std::fabs(ms - r) > 1e-6 * std::max(1.0, ms) || r < 1 || r > 9e15) return 0.0;
+      g = std::gcd(g, static_cast<long long>(r));
+    }
+  return static_cast<double>(g) / 1000.0;
+}
+
+bool all_multiples(const Prepared& p, double slot) {
+  for (const auto& opts : p.options)
+    for (const Option& o : opts) {
+      const double q = o.time_s / slot;
+      if (std::fabs(q - std::round(q)) > 1e-9 * std::max(1.0, q)) return false;
+    }
+  return true;
+}
+
+// The warm schedule replayed with slot durations: same options and start order, with its
+// nodes kept or chosen afresh, whichever is shorter.
+Schedule discretise(const Prepared& p, const Schedule& warm, double slot) {
+  std::vector<int> option(warm.jobs.size());
+  std::vector<std::vector<int>> nodes(warm.jobs.size());
+  for (size_t j = 0; j < warm.jobs.size(); ++j) {
+    option[j] = warm.jobs[j].option;
+    nodes[j] = warm.jobs[j].nodes;
+  }
+  const std::vector<int> order = start_order(warm);
+  Schedule a = list_schedule(p, option, order, slot, &nodes);
+  Schedule b = list_schedule(p, option, order, slot);
+  return b.makespan < a.makespan ? b : a;
+}
+
+// A lower bound for the discretised model: the combinatorial bounds on durations rounded up.
+int discrete_lower_bound(const Prepared& p, double slot) {
+  Problem rounded = *p.problem;
+  for (Job& job : rounded.jobs)
+    for (Config& c : job.configs)
+      c.time_s = std::max(1.0, std::ceil(c.time_s / slot - 1e-9)) * slot;
+  const Prepared q = prepare(rounded);
+  return static_cast<int>(std::ceil(compute_bounds(q).best / slot - 1e-9));
+}
+
+}  // namespace
+
+MilpResult solve_milp(const Prepared& p, const Schedule& warm, double lower_bound_s,
+                      const MilpOptions& opts) {
+  const auto t0 = Clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+  MilpResult r;
+  if (!backend_available(opts.backend)) {
+    r.status = fmt::format("error: backend {} not built", to_string(opts.backend));
+    return r;
+  }
+  if (!warm.complete() || !std::isfinite(warm.makespan) || warm.makespan <= 0) {
+    r.status = "skipped: no warm start";
+    return r;
+  }
+  double slot = opts.slot_s;
+  bool exact = false;
+  Schedule dw;
+  if (slot > 0) {
+    exact = all_multiples(p, slot);
+    dw = discretise(p, warm, slot);
+  } else {
+    const double g = gcd_of_times(p);
+    if (g > 0) {
+      dw = discretise(p, warm, g);
+      if (dw.makespan <= opts.max_slots) {
+        slot = g;
+        exact = true;
+      }
+    }
+    if (!exact) {
+      slot = warm.makespan / std::max(4, opts.target_slots);
+      dw = discretise(p, warm, slot);
+    }
+  }
+  // Coarsen until the model is small enough.
+  for (int round = 0; round < 20; ++round) {
+    const long cols = TimeIndexedModel::estimate_columns(p, slot, static_cast<int>(dw.makespan));
+    if (cols <= opts.max_columns) break;
+    if (dw.makespan <= 8) break;
+    slot *=
+        std::max(1.1, std::sqrt(static_cast<double>(cols) / static_cast<double>(opts.max_columns)));
+    exact = all_multiples(p, slot);
+    dw = discretise(p, warm, slot);
+  }
+  const int H = static_cast<int>(dw.makespan);
+  r.slot_s = slot;
+  r.exact = exact;
+  r.horizon = H;
+  const long cols = TimeIndexedModel::estimate_columns(p, slot, H);
+  if (cols > opts.max_columns) {
+    r.status = fmt::format("skipped: model too large ({} columns at {} slots)", cols, H);
+    return r;
+  }
+  const int L = std::min(H, std::max(static_cast<int>(std::ceil(lower_bound_s / slot - 1e-9)),
+                                     discrete_lower_bound(p, slot)));
+  r.bound_slots = L;
+  r.objective_slots = H;
+  if (L >= H) {
+    // The warm start meets the bound: nothing to search.
+    r.status = "optimal";
+    r.has_solution = true;
+    r.schedule = compact(p, warm);
+    if (r.schedule.makespan > warm.makespan) r.schedule = warm;
+    r.seconds = elapsed();
+    return r;
+  }
+  const TimeIndexedModel model(p, slot, H, L);
+  r.columns = model.model().num_cols();
+  r.rows = model.model().num_rows();
+  SlotSchedule start;
+  start.jobs = dw.jobs;
+  start.makespan = H;
+  const std::vector<double> x0 = model.encode(start);
+  const double violation = model.model().max_violation(x0);
+  if (violation > 1e-6) {
+    r.status = fmt::format("error: internal: warm start violates the model by {}", violation);
+    return r;
+  }
+  MipParams params;
+  params.time_limit_s = std::max(0.2, opts.time_limit_s - elapsed());
+  params.verbose = opts.verbose;
+  params.warm = &x0;
+  const MipResult res = opts.backend == Backend::cbc ? solve_with_cbc(model.model(), params)
+                                                     : solve_with_glpk(model.model(), params);
+  r.bound_slots = std::max(static_cast<double>(L), res.bound);
+  switch (res.status) {
+    case MipResult::Status::optimal:
+      r.status = "optimal";
+      break;
+    case MipResult::Status::feasible:
+      r.status = "feasible";
+      break;
+    case MipResult::Status::no_solution:
+      r.status = "no-solution: " + res.detail;
+      break;
+    case MipResult::Status::error:
+      r.status = "error: " + res.detail;
+      break;
+  }
+  if (res.status == MipResult::Status::optimal || res.status == MipResult::Status::feasible) {
+    const SlotSchedule s = model.decode(res.x);
+    r.objective_slots = s.makespan;
+    Schedule in_seconds;
+    in_seconds.jobs = s.jobs;
+    for (Placement& pl : in_seconds.jobs) {
+      pl.start *= slot;
+      pl.end *= slot;
+    }
+    in_seconds.makespan = s.makespan * slot;
+    r.schedule = compact(p, in_seconds);
+    r.has_solution = r.schedule.complete() && std::isfinite(r.schedule.makespan);
+    if (r.has_solution && r.schedule.makespan > in_seconds.makespan * (1 + 1e-9))
+      r.status = "error: internal: compaction lengthened the MILP schedule";
+  }
+  r.seconds = elapsed();
+  return r;
+}
+
+}  // namespace saturn::solver

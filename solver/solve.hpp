@@ -1,0 +1,43 @@
+// The front door of the SPASE solver: bounds, heuristics, then the MILP as an improver under a
+// hard time limit; the best plan found, with its lower bound and gap.
+#pragma once
+
+#include <vector>
+
+#include "solver/bounds.hpp"
+#include "solver/heuristic.hpp"
+#include "solver/milp.hpp"
+
+namespace saturn::solver {
+
+struct SolveOptions {
+  Backend backend = Backend::glpk;
+  double time_limit_s = 10.0;  // for the whole solve
+  bool use_milp = true;
+  // Share of the time limit the heuristics' local search may use before the MILP starts; time
+  // the MILP leaves unused goes back to local search.
+  double heuristic_share = 0.25;
+  MilpOptions milp;  // slot and size settings (its time limit is set by solve)
+  unsigned seed = 1;
+};
+
+// What happened inside a solve, for benchmarks and the CLI's verbose output.
+struct SolveReport {
+  Bounds bounds;
+  double heuristic_makespan_s = 0.0;
+  std::string heuristic_method;
+  long heuristic_evaluations = 0;
+  double heuristic_time_s = 0.0;
+  MilpResult milp;
+  bool milp_ran = false;
+};
+
+// Throws SolverError on a bad instance (see check_problem). The plan passes check_plan.
+Plan solve(const Problem& problem, const SolveOptions& options = {}, SolveReport* report = nullptr);
+
+// The entry point for planning from a workload: a cluster and jobs with their candidate
+// configurations (from a cost model or profiles). The plan's jobs are in the given order.
+Plan plan_jobs(const Cluster& cluster, const std::vector<Job>& jobs,
+               const SolveOptions& options = {}, SolveReport* report = nullptr);
+
+}  // namespace saturn::solver
