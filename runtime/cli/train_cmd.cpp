@@ -5,6 +5,9 @@
 #include <memory>
 
 #include "runtime/cli/commands.hpp"
+#ifdef SATURN_HAVE_CUDA
+#include "runtime/backend/cuda/device_info.hpp"
+#endif
 #include "runtime/core/error.hpp"
 #include "runtime/core/log.hpp"
 #include "runtime/train/trainer.hpp"
@@ -26,11 +29,18 @@ struct TrainArgs {
 };
 
 int run_train(const TrainArgs& a) {
-  if (a.device != "cpu")
-    throw InputError(
-        fmt::format("--device {}: this build trains on the CPU backend only (the "
-                    "CUDA backend is not available yet)",
-                    a.device));
+  if (a.device == "cuda") {
+#ifdef SATURN_HAVE_CUDA
+    const auto q = cuda::query_devices();
+    if (q.devices.empty()) throw InputError(fmt::format("--device cuda: {}", q.error));
+    throw InputError(fmt::format("--device cuda: {} CUDA device(s) found ({}), but this build's "
+                                 "CUDA backend has no training kernels yet; use --device cpu",
+                                 q.devices.size(), q.devices.front().name));
+#else
+    throw InputError("--device cuda: this build has no CUDA backend (nvcc was not found when it "
+                     "was configured; see INSTALL.md)");
+#endif
+  }
   if (a.strategy != "single" || a.degree != 1)
     throw InputError(
         fmt::format("--strategy {} --degree {}: only single-device training "
