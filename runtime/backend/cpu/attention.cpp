@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "runtime/backend/cpu/ops.hpp"
 #include "runtime/backend/cpu/parallel.hpp"
@@ -16,40 +17,37 @@ namespace {
 constexpr int kBlock = 64;
 
 // Rows r0..r1-1 of a [T, T] score matrix become causal softmax probabilities: row t over
-// columns 0..t, zeros after.
+// columns 0..t, zeros after. The masked columns up to the next multiple of kLanes are set to
+// -inf, so the vector loops run over whole chunks and exp turns them into exact zeros.
 SATURN_CPU_MULTIVERSION void softmax_causal_rows(float* A, int T, int r0, int r1) {
+  constexpr int kLanes = detail::kLanes;
   for (int t = r0; t < r1; ++t) {
     float* row = A + static_cast<std::size_t>(t) * T;
-    float maxv = row[0];
-#pragma omp simd reduction(max : maxv)
-    for (int j = 1; j <= t; ++j) maxv = std::max(maxv, row[j]);
-    float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-    for (int j = 0; j <= t; ++j) {
-      row[j] = detail::exp_f32(row[j] - maxv);
-      sum += row[j];
-    }
-    const float inv = 1.0f / sum;
+    const int end = std::min(T, (t + kLanes) / kLanes * kLanes);
+    std::fill(row + t + 1, row + end, -std::numeric_limits<float>::infinity());
+    const float maxv = detail::max_f32(row, end);
+    const float inv = 1.0f / detail::exp_shift_sum<float>(row, row, end, maxv);
 #pragma omp simd
-    for (int j = 0; j <= t; ++j) row[j] *= inv;
-    std::fill(row + t + 1, row + T, 0.0f);
+    for (int j = 0; j < end; ++j) row[j] *= inv;
+    std::fill(row + end, row + T, 0.0f);
   }
 }
 
 // Softmax backward on rows r0..r1-1, with the score scale folded in: D holds dP on entry and
-// dS = scale * P ⊙ (dP - rowsum(P ⊙ dP)) on exit, zero-filled past the diagonal up to r1.
+// dS = scale * P ⊙ (dP - rowsum(P ⊙ dP)) on exit, zero past the diagonal up to r1. Columns
+// past the diagonal have P = 0, so the loops may run on to the next multiple of kLanes.
 SATURN_CPU_MULTIVERSION void softmax_backward_rows(float* D, const float* P, int T, int r0, int r1,
                                                    float scale) {
+  constexpr int kLanes = detail::kLanes;
   for (int t = r0; t < r1; ++t) {
     const float* p = P + static_cast<std::size_t>(t) * T;
     float* d = D + static_cast<std::size_t>(t) * T;
-    float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-    for (int j = 0; j <= t; ++j) dot += p[j] * d[j];
+    const int end = std::min(r1, (t + kLanes) / kLanes * kLanes);
+    const float dot = detail::dot_f32(p, d, end);
 #pragma omp simd
-    for (int j = 0; j <= t; ++j) d[j] = scale * p[j] * (d[j] - dot);
+    for (int j = 0; j < end; ++j) d[j] = scale * p[j] * (d[j] - dot);
     // The dK product reads the whole diagonal block, masked part included.
-    std::fill(d + t + 1, d + r1, 0.0f);
+    std::fill(d + end, d + r1, 0.0f);
   }
 }
 

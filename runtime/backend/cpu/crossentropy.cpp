@@ -13,16 +13,9 @@ namespace {
 // p = softmax(x) over one row of V logits; returns the sum of e^(x - max) and sets *maxv.
 // In place is fine (p == x): element j is read before it is written.
 SATURN_CPU_MULTIVERSION double softmax_row(float* p, const float* x, int V, float* maxv) {
-  float mx = x[0];
-#pragma omp simd reduction(max : mx)
-  for (int j = 0; j < V; ++j) mx = std::max(mx, x[j]);
-  double sum = 0.0;  // V reaches 10^5: a double sum keeps log(sum) accurate
-#pragma omp simd reduction(+ : sum)
-  for (int j = 0; j < V; ++j) {
-    const float e = detail::exp_f32(x[j] - mx);
-    p[j] = e;
-    sum += e;
-  }
+  const float mx = detail::max_f32(x, V);
+  // V reaches 10^5: a double sum keeps log(sum) accurate.
+  const double sum = detail::exp_shift_sum<double>(p, x, V, mx);
   const float inv = static_cast<float>(1.0 / sum);
 #pragma omp simd
   for (int j = 0; j < V; ++j) p[j] *= inv;

@@ -8,9 +8,9 @@
 
 // Compute-bound kernels (exp, tanh, sqrt, division) are compiled for AVX-512, AVX2 and baseline
 // x86-64 and picked at load time, since builds target baseline x86-64 but the hardware is
-// usually far wider. The backend is compiled with -ffp-contract=off, so the versions of an
-// elementwise kernel (GELU, SwiGLU, AdamW) agree bit for bit and replicas on different CPUs stay
-// in lockstep; row sums (softmax) may round differently per version, fixed for a given CPU.
+// usually far wider. The versions agree bit for bit: the backend is built with
+// -ffp-contract=off (no fused multiply-adds in one version only), and their row reductions use
+// a fixed lane count (vecmath.hpp), so replicas on different CPUs stay in lockstep.
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
 #define SATURN_CPU_MULTIVERSION \
   __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
