@@ -85,7 +85,8 @@ int main(int argc, char** argv) {
                         {"batch", batch},           {"params", model.num_params()},
                         {"threads", omp_get_max_threads()}, {"step_s", dt},
                         {"tokens_per_s", static_cast<double>(n) / dt},
-                        {"peak_bytes", pool.peak()}};
+                        {"peak_bytes", pool.peak()},
+                        {"blas_core", openblas_get_corename()}};
   fmt::print("{}\n", out.dump());
 
   // GEMM shapes of this model's linears (forward): N x C -> OC.

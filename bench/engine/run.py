@@ -86,7 +86,12 @@ def main():
     ap.add_argument("--build", default="build")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--coretype", help="set OPENBLAS_CORETYPE for both Saturn and PyTorch (e.g. "
+                    "SkylakeX where OpenBLAS 0.3.21 does not recognise the CPU and falls back to "
+                    "its Prescott kernels)")
     args = ap.parse_args()
+    if args.coretype:
+        os.environ["OPENBLAS_CORETYPE"] = args.coretype
     exe = os.path.join(args.build, "bench", "engine", "bench_engine")
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     try:
@@ -97,7 +102,7 @@ def main():
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.processor())
     print(f"# Engine benchmark, {datetime.date.today()}, {cpu}, {args.threads} threads, "
           f"PyTorch {torch_version or 'absent'}, median of {args.steps} steps after warm-up\n")
-    rows, gemms = [], []
+    rows, gemms, cores = [], [], set()
     for arch, layers, d, h, seq, batch in SHAPES:
         out = subprocess.run([exe, "--arch", arch, "--layers", str(layers), "--d-model", str(d),
                               "--heads", str(h), "--seq", str(seq), "--batch", str(batch),
@@ -105,10 +110,13 @@ def main():
                              capture_output=True, text=True).stdout
         lines = [json.loads(l) for l in out.splitlines() if l.startswith("{")]
         ours = next(l for l in lines if l["kind"] == "train")
+        cores.add(ours["blas_core"])
         theirs = torch_tokens_per_s(arch, layers, d, h, seq, batch, args.steps, args.threads) if torch_version else None
         rows.append((arch, layers, d, seq, batch, ours["params"], ours["tokens_per_s"], theirs))
         gemms += [(f"{arch} L{layers} d{d}", g["shape"], g["ours_gflops"], g["sgemm_gflops"])
                   for g in lines if g["kind"] == "gemm"]
+    print(f"OpenBLAS kernels: {', '.join(sorted(cores))} (OPENBLAS_CORETYPE="
+          f"{os.environ.get('OPENBLAS_CORETYPE', 'unset')})\n")
     print("| model | params | seq | batch | Saturn tok/s | PyTorch tok/s | ratio |")
     print("|---|---|---|---|---|---|---|")
     for arch, layers, d, seq, batch, params, ours, theirs in rows:
