@@ -1,0 +1,148 @@
+// One checkpoint file (DESIGN.md "Checkpoint"): parameters and AdamW moments as float32 datasets
+// of canonical shape under /model/<name>, /optimizer/m/<name>, /optimizer/v/<name>, each with a
+// `checksum` attribute (checksum.hpp), and the job's training state as root attributes.
+//
+// Writing and reading are collective over any communicator (a job's sub-communicator, or
+// MPI_COMM_SELF for one process). Each rank passes the slices it holds (TensorSlice boxes); they
+// are written and read as hyperslabs of the canonical datasets with collective MPI-IO, so no
+// rank ever holds more than its own slices. Replicated data (DDP replicas, biases every
+// tensor-parallel rank holds) is passed as identical boxes by every holder: the lowest rank
+// holding a box writes it. Every failure is agreed by all ranks first and then thrown on every
+// rank as the same CheckpointError, so a failing rank never leaves the others hanging.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/core/error.hpp"
+#include "runtime/model/config.hpp"
+#include "runtime/parallel/canonical.hpp"
+
+namespace saturn::ckpt {
+
+inline constexpr const char* kFormat = "saturn-checkpoint";
+inline constexpr int kVersion = 1;
+
+// A checkpoint that cannot be written, read or verified. file() and dataset() ("" when the
+// failure is not about one dataset, e.g. a truncated file) are also in what().
+class CheckpointError : public IoError {
+ public:
+  CheckpointError(std::filesystem::path file, std::string dataset, const std::string& message);
+  const std::filesystem::path& file() const { return file_; }
+  const std::string& dataset() const { return dataset_; }
+
+ private:
+  std::filesystem::path file_;
+  std::string dataset_;
+};
+
+// Root attributes. Rank 0's values are written (all ranks must describe the same state).
+struct CheckpointMeta {
+  std::string job_id;
+  std::int64_t step = 0;         // optimizer steps completed
+  std::int64_t tokens_seen = 0;  // training tokens consumed
+  // Learning-rate schedule position when it differs from step; -1: same as step (no attribute).
+  std::int64_t schedule_step = -1;
+  ModelConfig model;  // attribute model_config (JSON)
+  TrainConfig train;  // attribute train_config (JSON)
+  std::string strategy = "single";
+  int devices = 1;
+  std::string data_position = "0:0";  // data::format_position
+  std::string rng_state;              // opaque to checkpoints (the trainer's RNG streams)
+  std::string created_utc;            // ISO 8601; set by write_checkpoint
+
+  std::int64_t schedule_position() const { return schedule_step >= 0 ? schedule_step : step; }
+};
+
+// What one rank holds (to write) or wants (to read). m and v may be empty on every rank (weights
+// only); otherwise they must cover the same tensors as params.
+struct StateView {
+  StateSlices params;
+  StateSlices m;
+  StateSlices v;
+};
+
+struct WriteOptions {
+  // fsync the file (rank 0, after the collective close and an MPI_File_sync of all ranks'
+  // data) and its directory after the rename. Off only for benchmarks of the HDF5 path itself.
+  bool durable = true;
+  // Collective transfers with independent low-level I/O underneath (each rank writes its own
+  // contiguous runs directly instead of two-phase aggregation), which is faster when the
+  // slices are large. Off: plain two-phase collective buffering.
+  bool independent_io_under_collective = false;
+};
+
+// Writes `path` atomically: path.tmp is created and filled collectively, closed, every rank
+// votes (MPI_Allreduce MIN), then rank 0 fsyncs, renames it to `path` and fsyncs the directory.
+// Throws on every rank (CheckpointError naming file and dataset; Error for slices that do not
+// tile the model) and leaves `path` untouched when anything failed.
+// Validates before touching the file: names and shapes must be those of meta.model's layout,
+// and the ranks' boxes (after merging identical ones) must cover each tensor exactly once.
+void write_checkpoint(MPI_Comm comm, const std::filesystem::path& path, const CheckpointMeta& meta,
+                      const StateView& state, const WriteOptions& options = {});
+
+enum class Verify {
+  kNone,  // no checksums
+  kRead,  // datasets the ranks' requests cover exactly (after merging identical boxes) are
+          // verified from the data read; others are not
+  kAll,   // as kRead, plus every other dataset of the file is read in equal flat parts by the
+          // ranks and verified (nothing is verified twice)
+};
+
+struct ReadOptions {
+  Verify verify = Verify::kAll;
+  // When set, the checkpoint's model must have exactly this layout (names and shapes), else
+  // InputError (the file is valid, it is just not this job's model).
+  std::optional<ModelConfig> expect_model;
+};
+
+// Reads the root attributes only (collective). Throws CheckpointError.
+CheckpointMeta read_meta(MPI_Comm comm, const std::filesystem::path& path);
+
+// Reads the slices each rank asks for (their shape fields must match the file) and verifies the
+// file: format, version, every dataset's name and shape against the checkpoint's model
+// config, and checksums per `options.verify`. Returns the metadata. Collective.
+CheckpointMeta read_checkpoint(MPI_Comm comm, const std::filesystem::path& path,
+                               const StateView& into, const ReadOptions& options = {});
+
+// One dataset as `saturn ckpt inspect` shows it.
+struct DatasetInfo {
+  std::string path;  // "/model/<name>", "/optimizer/m/<name>", ...
+  std::vector<std::int64_t> shape;
+  std::uint64_t stored_checksum = 0;
+  std::uint64_t computed_checksum = 0;  // when verified
+  bool verified = false;
+  bool ok = false;  // verified and equal
+};
+
+struct CheckpointInfo {
+  CheckpointMeta meta;
+  std::vector<DatasetInfo> datasets;
+  bool all_ok() const;
+};
+
+// Metadata and every dataset, each checksum recomputed from the whole dataset read in equal
+// flat parts by the ranks, when `verify` (collective). A checksum mismatch is reported in the
+// result, not thrown; a file that cannot be read throws CheckpointError.
+CheckpointInfo scan_checkpoint(MPI_Comm comm, const std::filesystem::path& path, bool verify);
+
+// Streams the weights (/model) on one process (MPI_COMM_SELF), whole tensor by whole tensor in
+// layout order, each verified against its checksum before `f` sees it (CheckpointError naming
+// the dataset otherwise). For tools that convert checkpoints; returns the metadata.
+using TensorVisitor =
+    std::function<void(const std::string& name, const std::vector<std::int64_t>& shape,
+                       const float* data, std::size_t elements)>;
+CheckpointMeta visit_model_tensors(const std::filesystem::path& path, const TensorVisitor& f);
+
+// Test hook, for fault-injection tests only: with SATURN_CKPT_TEST_KILL="RANK:N" in the
+// environment, rank RANK of a writing communicator kills itself (SIGKILL) after writing N
+// datasets of a checkpoint, i.e. in the middle of the write.
+inline constexpr const char* kTestKillEnv = "SATURN_CKPT_TEST_KILL";
+
+}  // namespace saturn::ckpt

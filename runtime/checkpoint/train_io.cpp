@@ -1,0 +1,114 @@
+#include "runtime/checkpoint/train_io.hpp"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "runtime/checkpoint/mpi_env.hpp"
+#include "runtime/checkpoint/slices.hpp"
+#include "runtime/core/log.hpp"
+#include "runtime/workload/config_json.hpp"
+
+namespace saturn::ckpt {
+
+namespace fs = std::filesystem;
+
+StateView single_device_view(const ParameterLayout& layout, float* params, float* m, float* v) {
+  StateView view;
+  view.params = whole_tensor_slices(layout, params);
+  if (m) view.m = whole_tensor_slices(layout, m);
+  if (v) view.v = whole_tensor_slices(layout, v);
+  return view;
+}
+
+CheckpointMeta make_meta(const JobCheckpointing& job, const TrainPoint& point) {
+  CheckpointMeta m;
+  m.job_id = job.job_id;
+  m.step = point.step;
+  m.tokens_seen = point.step * job.train.batch_size * job.train.seq_len;
+  m.model = job.model;
+  m.train = job.train;
+  m.strategy = job.strategy;
+  m.devices = job.devices;
+  m.data_position = data::format_position(point.position);
+  m.rng_state =
+      point.rng_state.empty() ? nlohmann::json{{"seed", job.train.seed}}.dump() : point.rng_state;
+  return m;
+}
+
+bool checkpoint_due(const TrainConfig& train, std::int64_t step) {
+  return train.checkpoint_every > 0 && step > 0 && step % train.checkpoint_every == 0;
+}
+
+fs::path save_training_checkpoint(MPI_Comm comm, const JobCheckpointing& job,
+                                  const TrainPoint& point, const StateView& state) {
+  ensure_mpi();
+  SaveOptions opt;
+  opt.keep_last = job.keep_last;
+  const fs::path file = save_step_checkpoint(comm, job.job_dir, make_meta(job, point), state, opt);
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  if (rank == 0) log::info("job {}: checkpoint {}", job.job_id, file.string());
+  return file;
+}
+
+fs::path save_final(MPI_Comm comm, const JobCheckpointing& job, const TrainPoint& point,
+                    const StateView& state) {
+  ensure_mpi();
+  return save_final_checkpoint(comm, job.job_dir, make_meta(job, point), state);
+}
+
+std::optional<TrainPoint> resume_training(MPI_Comm comm, const JobCheckpointing& job,
+                                          const StateView& into) {
+  ensure_mpi();
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  ReadOptions opt;
+  opt.expect_model = job.model;
+  const auto loaded = load_newest_valid(comm, job.job_dir, into, opt);
+  if (!loaded) {
+    if (rank == 0)
+      log::info("job {}: no checkpoint to resume from in {}; starting from step 0", job.job_id,
+                checkpoints_dir(job.job_dir).string());
+    return std::nullopt;
+  }
+  const CheckpointMeta& m = loaded->meta;
+  if (rank == 0) {
+    if (m.job_id != job.job_id)
+      log::warn("checkpoint {} was written by job '{}', resuming job '{}' from it",
+                loaded->file.string(), m.job_id, job.job_id);
+    const auto saved = to_json(m.train), now = to_json(job.train);
+    for (const auto& [key, value] : now.items())
+      if (saved.contains(key) && saved[key] != value)
+        log::warn("job {}: train_config.{} is {} now, {} in {}", job.job_id, key, value.dump(),
+                  saved[key].dump(), loaded->file.filename().string());
+    log::info("job {}: resuming from {} (step {}, data position {})", job.job_id,
+              loaded->file.string(), m.step, m.data_position);
+  }
+  TrainPoint p;
+  p.step = m.step;
+  p.position = data::parse_position(m.data_position);
+  p.rng_state = m.rng_state;
+  return p;
+}
+
+void truncate_metrics(const fs::path& file, std::int64_t step) {
+  std::ifstream in(file);
+  if (!in) return;
+  std::ostringstream kept;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.contains("step") || !j["step"].is_number_integer()) continue;
+    if (j["step"].get<std::int64_t>() <= step) kept << line << '\n';
+  }
+  in.close();
+  std::ofstream out(file, std::ios::trunc);
+  out << kept.str();
+  if (!out) throw IoError(fmt::format("cannot rewrite {}", file.string()));
+}
+
+}  // namespace saturn::ckpt

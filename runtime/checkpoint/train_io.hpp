@@ -1,0 +1,63 @@
+// What a trainer calls to checkpoint and resume a job: the metadata it saves beside the tensors
+// (step, tokens, data position, RNG state), when a checkpoint is due, and where training
+// continues after --resume. Strategy-agnostic: the trainer passes its StateView (what this rank
+// holds); single_device_view builds it for one device holding everything.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "runtime/checkpoint/checkpoint.hpp"
+#include "runtime/checkpoint/store.hpp"
+#include "runtime/data/loader.hpp"
+#include "runtime/model/parameters.hpp"
+
+namespace saturn::ckpt {
+
+// The job being trained, as checkpoints describe it.
+struct JobCheckpointing {
+  std::string job_id;
+  ModelConfig model;
+  TrainConfig train;
+  std::string strategy = "single";
+  int devices = 1;
+  std::filesystem::path job_dir;  // jobs/<job-id>
+  int keep_last = 3;
+};
+
+// Where training stands after `step` optimizer steps.
+struct TrainPoint {
+  std::int64_t step = 0;
+  data::LoaderPosition position;  // the training loader's, after the step
+  std::string rng_state;          // "" : {"seed": train.seed} (no other stream is drawn from)
+};
+
+// Whole tensors of one device's flat buffers (parameters, AdamW m and v over the whole layout).
+StateView single_device_view(const ParameterLayout& layout, float* params, float* m, float* v);
+
+CheckpointMeta make_meta(const JobCheckpointing& job, const TrainPoint& point);
+
+// checkpoint_every > 0 and step a multiple of it.
+bool checkpoint_due(const TrainConfig& train, std::int64_t step);
+
+// jobs/<id>/checkpoints/step-<step>.h5, `latest`, retention. Collective over comm.
+std::filesystem::path save_training_checkpoint(MPI_Comm comm, const JobCheckpointing& job,
+                                               const TrainPoint& point, const StateView& state);
+// jobs/<id>/final.h5. Collective over comm.
+std::filesystem::path save_final(MPI_Comm comm, const JobCheckpointing& job,
+                                 const TrainPoint& point, const StateView& state);
+
+// Loads the newest valid checkpoint of the job into `into` (falling back past corrupt ones,
+// with warnings) and returns where to continue; nullopt when there is none (training starts
+// from scratch). InputError when the checkpoint holds another model. Collective over comm.
+std::optional<TrainPoint> resume_training(MPI_Comm comm, const JobCheckpointing& job,
+                                          const StateView& into);
+
+// Keeps the records of metrics.jsonl up to `step` (a resumed run appends after them).
+void truncate_metrics(const std::filesystem::path& file, std::int64_t step);
+
+}  // namespace saturn::ckpt
