@@ -231,8 +231,19 @@ struct Desc {
   std::vector<std::int64_t> shape;
   Box box;
   bool has_data = false;
-  int local = 0;  // index into the rank's list of this kind
+  int local = 0;       // index into the rank's list of this kind
+  bool writer = true;  // false: a replica another rank writes
 };
+
+// TensorSlice::writer (when the strategies' contract has it): false marks a replica this rank
+// must not write. Detected at compile time so that either form of the struct works.
+template <typename S>
+bool writes(const S& s) {
+  if constexpr (requires { s.writer; })
+    return static_cast<bool>(s.writer);
+  else
+    return true;
+}
 
 std::vector<std::vector<Desc>> gather_descs(MPI_Comm comm, const StateView& state) {
   json local = json::array();
@@ -240,7 +251,7 @@ std::vector<std::vector<Desc>> gather_descs(MPI_Comm comm, const StateView& stat
   for (int k = 0; k < kKinds; ++k)
     for (std::size_t i = 0; i < lists[k]->size(); ++i) {
       const TensorSlice& s = (*lists[k])[i];
-      local.push_back(json{k, s.name, s.shape, s.start, s.count, s.data != nullptr, i});
+      local.push_back(json{k, s.name, s.shape, s.start, s.count, s.data != nullptr, i, writes(s)});
     }
   const std::string mine = local.dump();
   const int P = size_of(comm);
@@ -268,6 +279,7 @@ std::vector<std::vector<Desc>> gather_descs(MPI_Comm comm, const StateView& stat
       d.box.count = e[4].get<std::vector<std::int64_t>>();
       d.has_data = e[5].get<bool>();
       d.local = e[6].get<int>();
+      d.writer = e[7].get<bool>();
       out[r].push_back(std::move(d));
     }
   }
@@ -335,7 +347,8 @@ std::vector<DatasetPlan> make_plan(
                                   fmt::join(p.shape, ", ")));
       if (d.box.elements() > 0 && !d.has_data)
         throw bad(ds, fmt::format("rank {} gives a non-empty slice without data", r));
-      if (d.box.elements() > 0) p.mine[r].push_back(static_cast<int>(i));  // into descs[r]
+      if (d.box.elements() > 0 && (d.writer || !writing))
+        p.mine[r].push_back(static_cast<int>(i));  // into descs[r]
     }
   }
   for (DatasetPlan& p : plan) {

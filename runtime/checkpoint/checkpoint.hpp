@@ -6,8 +6,8 @@
 // MPI_COMM_SELF for one process). Each rank passes the slices it holds (TensorSlice boxes); they
 // are written and read as hyperslabs of the canonical datasets with collective MPI-IO, so no
 // rank ever holds more than its own slices. Replicated data (DDP replicas, biases every
-// tensor-parallel rank holds) is passed as identical boxes by every holder: the lowest rank
-// holding a box writes it. Every failure is agreed by all ranks first and then thrown on every
+// tensor-parallel rank holds) is passed by every holder: slices marked writer = false are not
+// written, and of identical boxes still marked as writers, the lowest rank's is written. Every failure is agreed by all ranks first and then thrown on every
 // rank as the same CheckpointError, so a failing rank never leaves the others hanging.
 #pragma once
 

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <memory>
 
+#include "runtime/checkpoint/mpi_env.hpp"
 #include "runtime/cli/commands.hpp"
 #ifdef SATURN_HAVE_CUDA
 #include "runtime/backend/cuda/device_info.hpp"
@@ -26,6 +27,8 @@ struct TrainArgs {
   std::string memory = "0";
   std::int64_t max_steps = -1;
   bool quiet = false;
+  bool resume = false;
+  int keep_checkpoints = 3;
 };
 
 int run_train(const TrainArgs& a) {
@@ -63,6 +66,8 @@ int run_train(const TrainArgs& a) {
   opt.device_capacity = parse_bytes(a.memory, "--memory");
   opt.max_steps = a.max_steps;
   opt.quiet = a.quiet;
+  opt.resume = a.resume;
+  opt.keep_checkpoints = a.keep_checkpoints;
   const std::filesystem::path run_dir =
       a.run_dir.empty() ? std::filesystem::path("runs") / w.name : std::filesystem::path(a.run_dir);
   // Everything that can be wrong with the input is found before the run directory is touched.
@@ -71,6 +76,7 @@ int run_train(const TrainArgs& a) {
   std::filesystem::copy_file(a.workload, run_dir / "workload.yaml",
                              std::filesystem::copy_options::overwrite_existing);
   opt.job_dir = run_dir / "jobs" / job.id;
+  const ckpt::MpiGuard mpi;  // checkpoints use parallel HDF5, on MPI_COMM_SELF here
   train_single_device(job, opt);
   log::info("metrics: {}", (opt.job_dir / "metrics.jsonl").string());
   return kExitOk;
@@ -93,6 +99,12 @@ void add_train_command(CLI::App& root, Action* action) {
                   "out-of-memory error");
   cmd->add_option("--max-steps", args->max_steps, "Stop after this many steps (smoke tests)");
   cmd->add_flag("--quiet", args->quiet, "No progress lines");
+  cmd->add_flag("--resume", args->resume,
+                "Continue from the job's newest valid checkpoint in the run directory (weights, "
+                "optimizer, step, data position); start from scratch when there is none");
+  cmd->add_option("--keep-checkpoints", args->keep_checkpoints,
+                  "Step checkpoints kept per job (older ones are deleted)")
+      ->check(CLI::PositiveNumber);
   cmd->callback([args, action] { *action = [args] { return run_train(*args); }; });
 }
 

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/backend/cpu/ops.hpp"
+#include "runtime/checkpoint/train_io.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/log.hpp"
 #include "runtime/core/memory.hpp"
@@ -107,11 +108,25 @@ TrainResult train_single_device(const TrainJob& job, const TrainOptions& options
       options.max_steps >= 0 ? std::min(options.max_steps, tc.steps) : tc.steps;
   const float dloss = 1.0f / static_cast<float>(tc.batch_size * T);
 
+  // Checkpoints: the whole state of this one device, on MPI_COMM_SELF.
+  ckpt::JobCheckpointing ck{
+      job.id, job.model, tc, "single", 1, options.job_dir, options.keep_checkpoints};
+  const ckpt::StateView state = ckpt::single_device_view(s.model.layout(), s.model.params(),
+                                                         s.optimizer.m(), s.optimizer.v());
+  std::int64_t first_step = 0;
+  if (options.resume && !options.job_dir.empty()) {
+    if (const auto p = ckpt::resume_training(MPI_COMM_SELF, ck, state)) {
+      first_step = p->step;
+      s.train_loader.seek(p->position);
+      ckpt::truncate_metrics(options.job_dir / "metrics.jsonl", first_step);
+    }
+  }
+
   std::ofstream metrics;
   if (!options.job_dir.empty()) {
     std::filesystem::create_directories(options.job_dir);
     const auto path = options.job_dir / "metrics.jsonl";
-    metrics.open(path, std::ios::out | std::ios::trunc);
+    metrics.open(path, std::ios::out | (first_step > 0 ? std::ios::app : std::ios::trunc));
     if (!metrics) throw IoError(fmt::format("cannot write {}", path.string()));
   }
   if (!options.quiet) {
@@ -127,7 +142,7 @@ TrainResult train_single_device(const TrainJob& job, const TrainOptions& options
   const auto t_start = Clock::now();
   auto t_last_print = t_start;
   double train_time = 0;  // excludes evaluation, for tokens/s
-  for (std::int64_t step = 0; step < total_steps; ++step) {
+  for (std::int64_t step = first_step; step < total_steps; ++step) {
     const auto t0 = Clock::now();
     s.model.zero_grads();
     double loss = 0;
@@ -172,11 +187,15 @@ TrainResult train_single_device(const TrainJob& job, const TrainOptions& options
       metrics << line.dump() << '\n';
       metrics.flush();
     }
+    if (!options.job_dir.empty() && ckpt::checkpoint_due(tc, r.step))
+      ckpt::save_training_checkpoint(MPI_COMM_SELF, ck, {r.step, s.train_loader.position(), ""},
+                                     state);
     if (!options.quiet &&
         (r.has_val || seconds_since(t_last_print) >= options.progress_interval_s || r.step == 1)) {
-      const double avg_rate = static_cast<double>(r.step * tc.batch_size * T) / train_time;
+      const std::int64_t done = r.step - first_step;  // this process's steps
+      const double avg_rate = static_cast<double>(done * tc.batch_size * T) / train_time;
       const double eta =
-          static_cast<double>(total_steps - r.step) * train_time / static_cast<double>(r.step);
+          static_cast<double>(total_steps - r.step) * train_time / static_cast<double>(done);
       std::string val = r.has_val ? fmt::format(" | val {:.4f}", r.val_loss) : "";
       log::info("step {:>{}}/{} | loss {:.4f}{} | lr {:.2e} | {} tok/s | ETA {}", r.step,
                 std::to_string(total_steps).size(), total_steps, r.loss, val, r.lr,
@@ -184,6 +203,9 @@ TrainResult train_single_device(const TrainJob& job, const TrainOptions& options
       t_last_print = Clock::now();
     }
   }
+  if (!options.job_dir.empty())
+    ckpt::save_final(MPI_COMM_SELF, ck,
+                     {std::max(first_step, total_steps), s.train_loader.position(), ""}, state);
   result.peak_device_bytes = s.device.peak();
   result.final_params.assign(s.model.params(), s.model.params() + s.model.num_params());
   if (!options.quiet)

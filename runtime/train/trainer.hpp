@@ -26,6 +26,8 @@ struct TrainOptions {
   double progress_interval_s = 2.0;  // progress lines at most this often (and at evaluations)
   bool quiet = false;
   std::int64_t max_steps = -1;  // stop early after this many steps (tests); -1: all
+  bool resume = false;          // continue from the job's newest valid checkpoint, if any
+  int keep_checkpoints = 3;     // step checkpoints kept in job_dir/checkpoints
 };
 
 struct StepRecord {
