@@ -1,0 +1,110 @@
+// `saturn run WORKLOAD --np N [--hostfile F]` starts its own mpirun, so a user never writes an
+// mpirun line. This file builds that command line (a pure function of the request, the host's
+// facts and the environment, so each flag's rule is unit-tested), detects whether the process
+// already runs under a launcher, and runs the child while forwarding signals to it.
+//
+// Flags (Open MPI 4.1, ../shared/reference/hpc-notes.md §3):
+//  * -np N, and --oversubscribe when N exceeds the slots (cores here, the hostfile's slots, or
+//    the Slurm allocation's tasks): otherwise mpirun refuses with "not enough slots";
+//  * --allow-run-as-root when the effective uid is 0: otherwise mpirun refuses to start;
+//  * on one host only: loopback transports (--mca btl self,vader --mca oob_tcp_if_include lo)
+//    unless the user set OMPI_MCA_btl / OMPI_MCA_oob_tcp_if_include, and --bind-to none with
+//    OMP_NUM_THREADS = cores / N when unset, so each rank's OpenMP threads get their share;
+//  * --hostfile F for several hosts, with -x forwarding PATH, LD_LIBRARY_PATH, OMP_NUM_THREADS
+//    and SATURN_* (local ranks inherit the environment, remote ones only get what -x names);
+//  * -x SATURN_LAUNCHED=1, the marker that stops the child from launching itself again.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "launch/slurm_env.hpp"
+
+namespace saturn::launch {
+
+inline constexpr const char* kLaunchedVar = "SATURN_LAUNCHED";
+
+enum class Launcher {
+  kNone,    // a plain process: saturn may launch itself
+  kMpirun,  // Open MPI's mpirun/mpiexec (OMPI_COMM_WORLD_SIZE)
+  kSrun,    // a task of an srun step (SLURM_STEP_ID with SLURM_PROCID or PMIX_RANK)
+  kPmi,     // another PMI/PMIx launcher (MPICH's hydra: PMI_RANK; PMIX_RANK alone)
+  kSaturn,  // only our marker is set (someone exported SATURN_LAUNCHED=1)
+};
+
+struct LauncherInfo {
+  Launcher launcher = Launcher::kNone;
+  std::string evidence;  // the variable that told, e.g. "OMPI_COMM_WORLD_SIZE=4"
+};
+
+// Whether this process was started by a launcher. Only meaningful before MPI_Init: a singleton
+// MPI_Init sets PMIX_RANK itself. A Slurm batch shell (SLURM_JOB_ID without SLURM_STEP_ID) is
+// not a launcher: `saturn run --np N` there starts mpirun, which uses the allocation.
+LauncherInfo detect_launcher(const Environment& env);
+std::string_view launcher_name(Launcher launcher);
+
+// An Open MPI hostfile: "host [slots=N] [max_slots=M]" per line, '#' comments.
+struct Hostfile {
+  struct Host {
+    std::string name;
+    int slots = -1;  // -1: not given (Open MPI then counts the host's cores)
+  };
+  std::vector<Host> hosts;
+  // Sum of the slots, or -1 when a host does not give its slots.
+  int total_slots() const;
+};
+// `source` names the file in errors ("FILE:LINE: ...").
+Hostfile parse_hostfile(std::string_view text, std::string_view source);
+Hostfile read_hostfile(const std::filesystem::path& path);
+
+// Facts about the launching host that the command line depends on.
+struct HostFacts {
+  std::string mpirun;    // path of mpirun
+  int cores = 1;         // std::thread::hardware_concurrency (at least 1)
+  bool is_root = false;  // effective uid 0
+  std::string hostname;  // short and full names count as "this host"
+  SlurmEnv slurm;        // the allocation we are in, if any
+};
+// Facts of this process (find_mpirun, hardware_concurrency, geteuid, gethostname, Slurm env).
+HostFacts current_host_facts(const Environment& env);
+
+// mpirun to use: the one CMake found (MPIEXEC_EXECUTABLE, compiled in) when it exists, else
+// mpirun or mpiexec on env's PATH. Throws IoError when there is none.
+std::string find_mpirun(const Environment& env);
+
+struct LaunchRequest {
+  std::vector<std::string> command;  // the child: argv[0] absolute (current_executable()), args
+  int np = 0;
+  std::string hostfile_path;         // empty: this host (or the Slurm allocation)
+  std::optional<Hostfile> hostfile;  // parsed hostfile_path; read from it when absent
+};
+
+struct LaunchPlan {
+  std::vector<std::string> argv;   // mpirun, its flags, then request.command
+  Environment env;                 // the child's whole environment
+  std::vector<std::string> notes;  // one line per decision, for the log
+};
+
+// Builds the mpirun command. Throws InputError for np < 1, an empty command or a bad hostfile.
+LaunchPlan build_mpirun_command(const LaunchRequest& request, const HostFacts& facts,
+                                const Environment& env);
+
+// `name` when it holds a '/' and is executable, else the first executable `name` on env's PATH;
+// empty when there is none.
+std::string find_on_path(const Environment& env, const std::string& name);
+
+// The running executable's absolute path (/proc/self/exe), so remote ranks start the same file.
+std::filesystem::path current_executable();
+
+// Runs argv with exactly `env` as its environment, waits, and returns its exit status (128 + N
+// when signal N killed it). While it runs, SIGINT, SIGTERM, SIGUSR1 and SIGUSR2 sent to this
+// process are forwarded to the child (mpirun passes them on to every rank); signals a terminal
+// sends to the whole process group are not sent twice, and signals this process ignores stay
+// ignored. argv[0] is looked up on env's PATH when it has no '/'. Throws IoError when it cannot
+// be started. One child at a time per process.
+int run_child(const std::vector<std::string>& argv, const Environment& env);
+
+}  // namespace saturn::launch

@@ -1,0 +1,112 @@
+// `saturn sbatch WORKLOAD.yaml --nodes N --gpus-per-node G --time HH:MM:SS ...`: writes a batch
+// script for the workload into the run directory and submits it (slurm/sbatch.hpp describes the
+// script). --dry-run prints the script and touches nothing.
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "launch/self_launch.hpp"
+#include "launch/slurm_env.hpp"
+#include "runtime/cli/commands.hpp"
+#include "runtime/core/error.hpp"
+#include "runtime/core/log.hpp"
+#include "runtime/workload/workload.hpp"
+#include "slurm/sbatch.hpp"
+
+namespace saturn::cli {
+namespace {
+
+struct SbatchArgs {
+  std::string workload;
+  int nodes = 0;
+  int gpus_per_node = 0;
+  std::string time;
+  std::string partition;
+  std::string account;
+  std::string launcher = "mpirun";
+  std::string run_dir;
+  int signal_lead = slurm::kDefaultSignalLead;
+  int cpus_per_task = 0;
+  bool dry_run = false;
+  std::string command;
+};
+
+int run_sbatch(const SbatchArgs& a) {
+  namespace fs = std::filesystem;
+  // The workload is checked now, on the login node, rather than after the queue wait.
+  const Workload w = load_workload(a.workload);
+  const launch::Environment env = launch::current_environment();
+
+  slurm::SbatchOptions o;
+  o.workload = fs::absolute(a.workload).lexically_normal();
+  o.run_dir = fs::absolute(a.run_dir.empty() ? fs::path("runs") / w.name : fs::path(a.run_dir))
+                  .lexically_normal();
+  o.saturn = launch::current_executable();
+  o.job_name = "saturn-" + w.name;
+  o.nodes = a.nodes;
+  o.gpus_per_node = a.gpus_per_node;
+  o.time = a.time;
+  o.partition = a.partition;
+  o.account = a.account;
+  o.launcher = slurm::parse_launcher(a.launcher);
+  o.signal_lead_s = a.signal_lead;
+  o.cpus_per_task = a.cpus_per_task;
+  o.command = a.command;
+  if (o.launcher == slurm::BatchLauncher::kMpirun) {
+    try {
+      o.mpirun = launch::find_mpirun(env);
+    } catch (const IoError&) {
+      // No MPI on this (login) node: leave it to the compute node's PATH.
+      o.mpirun = "mpirun";
+    }
+  }
+  const std::string script = slurm::render_sbatch_script(o);
+  if (a.dry_run) {
+    fmt::print("{}", script);
+    return kExitOk;
+  }
+  fs::create_directories(o.run_dir);
+  const fs::path path = slurm::sbatch_script_path(o.run_dir);
+  slurm::write_sbatch_script(path, script);
+  const std::string job_id = slurm::submit_sbatch_script(path, env);
+  fmt::print(
+      "submitted batch job {}\n  script: {}\n  log:    {}/slurm-{}.out\n  watch:  squeue -j {}\n",
+      job_id, path.string(), o.run_dir.string(), job_id, job_id);
+  return kExitOk;
+}
+
+}  // namespace
+
+void add_sbatch_command(CLI::App& root, Action* action) {
+  auto a = std::make_shared<SbatchArgs>();
+  CLI::App* cmd = root.add_subcommand(
+      "sbatch",
+      "Submit the workload to Slurm: one rank per GPU, checkpoint and requeue before the limit.\n"
+      "Writes RUN_DIR/saturn.sbatch and submits it with sbatch. Slurm sends USR1 --signal-lead\n"
+      "seconds before --time runs out; the ranks checkpoint and exit 99, the script requeues the\n"
+      "job, and the next start resumes the same run directory. The job's log is\n"
+      "RUN_DIR/slurm-<jobid>.out. See docs/slurm.md.\n"
+      "Example: saturn sbatch examples/sweep.yaml --nodes 2 --gpus-per-node 4 --time 04:00:00");
+  cmd->add_option("workload", a->workload, "Workload file (YAML)")->required();
+  cmd->add_option("--nodes,-N", a->nodes, "Nodes to allocate")->required();
+  cmd->add_option("--gpus-per-node", a->gpus_per_node, "GPUs per node; one rank each")->required();
+  cmd->add_option("--time,-t", a->time, "Time limit, HH:MM:SS or D-HH:MM:SS")->required();
+  cmd->add_option("--partition,-p", a->partition, "Slurm partition");
+  cmd->add_option("--account,-A", a->account, "Slurm account to charge");
+  cmd->add_option("--launcher", a->launcher, "How ranks start: mpirun or srun (--mpi=pmix)")
+      ->capture_default_str();
+  cmd->add_option("--run-dir", a->run_dir, "Run directory (default: runs/<workload name>)");
+  cmd->add_option("--signal-lead", a->signal_lead,
+                  "Seconds before the time limit at which the ranks checkpoint")
+      ->capture_default_str();
+  cmd->add_option("--cpus-per-task,-c", a->cpus_per_task,
+                  "CPUs per rank (sets OMP_NUM_THREADS in the job)");
+  cmd->add_flag("--dry-run", a->dry_run, "Print the batch script; write and submit nothing");
+  // Tests only: replaces "saturn run WORKLOAD --run-dir DIR" in the script (hidden: no group).
+  cmd->add_option("--command", a->command)->group("");
+  cmd->callback([action, a] { *action = [a] { return run_sbatch(*a); }; });
+}
+
+}  // namespace saturn::cli
