@@ -245,14 +245,12 @@ bool writes(const S& s) {
     return true;
 }
 
-std::vector<std::vector<Desc>> gather_descs(MPI_Comm comm, const StateView& state) {
+std::vector<std::vector<Desc>> gather_descs(MPI_Comm comm, int kind, const StateSlices& slices) {
   json local = json::array();
-  const StateSlices* lists[kKinds] = {&state.params, &state.m, &state.v};
-  for (int k = 0; k < kKinds; ++k)
-    for (std::size_t i = 0; i < lists[k]->size(); ++i) {
-      const TensorSlice& s = (*lists[k])[i];
-      local.push_back(json{k, s.name, s.shape, s.start, s.count, s.data != nullptr, i, writes(s)});
-    }
+  for (std::size_t i = 0; i < slices.size(); ++i) {
+    const TensorSlice& s = slices[i];
+    local.push_back(json{kind, s.name, s.shape, s.start, s.count, s.data != nullptr, i, writes(s)});
+  }
   const std::string mine = local.dump();
   const int P = size_of(comm);
   int len = static_cast<int>(mine.size());
@@ -401,6 +399,20 @@ Expected expected_datasets(const ModelConfig& model, bool with_optimizer) {
   for (int k = 0; k < (with_optimizer ? kKinds : 1); ++k)
     for (const auto& t : layout.tensors()) out.push_back({{k, t.name}, t.shape});
   return out;
+}
+
+// The datasets of one kind.
+Expected expected_of_kind(const ModelConfig& model, int kind) {
+  const ParameterLayout layout(model);
+  Expected out;
+  for (const auto& t : layout.tensors()) out.push_back({{kind, t.name}, t.shape});
+  return out;
+}
+
+bool any_slices(const std::vector<std::vector<Desc>>& descs) {
+  for (const auto& d : descs)
+    if (!d.empty()) return true;
+  return false;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -607,6 +619,13 @@ void fsync_path(const fs::path& p, bool directory) {
 
 void write_checkpoint(MPI_Comm comm, const fs::path& path, const CheckpointMeta& meta,
                       const StateView& state, const WriteOptions& options) {
+  const StateSlices* lists[kKinds] = {&state.params, &state.m, &state.v};
+  write_checkpoint(
+      comm, path, meta, [&](StatePart part) { return *lists[static_cast<int>(part)]; }, options);
+}
+
+void write_checkpoint(MPI_Comm comm, const fs::path& path, const CheckpointMeta& meta,
+                      const SliceSource& source, const WriteOptions& options) {
   h5::QuietErrors quiet;
   const int me = rank_of(comm);
   // Everyone writes rank 0's metadata: attribute writes must be identical on all ranks.
@@ -618,23 +637,6 @@ void write_checkpoint(MPI_Comm comm, const fs::path& path, const CheckpointMeta&
   }
   bcast_string(comm, 0, meta_text);
   m = meta_from_json(json::parse(meta_text));
-
-  const auto descs = gather_descs(comm, state);
-  bool with_optimizer = false;
-  for (const auto& rank_descs : descs)
-    for (const auto& d : rank_descs) with_optimizer = with_optimizer || d.kind != kParams;
-  const auto plan = make_plan(descs, expected_datasets(m.model, with_optimizer), path, true);
-
-  // Checksums first: each rank hashes what it writes, one allreduce combines them.
-  const StateSlices* lists[kKinds] = {&state.params, &state.m, &state.v};
-  std::vector<std::uint64_t> local(plan.size(), 0), sums(plan.size(), 0);
-  for (std::size_t d = 0; d < plan.size(); ++d)
-    for (int i : plan[d].mine[static_cast<std::size_t>(me)]) {
-      const TensorSlice& s = (*lists[plan[d].kind])[static_cast<std::size_t>(i)];
-      local[d] += hash_box(s.shape, s.start, s.count, s.data);
-    }
-  MPI_Allreduce(local.data(), sums.data(), static_cast<int>(plan.size()), MPI_UINT64_T, MPI_SUM,
-                comm);
 
   fs::path tmp = path;
   tmp += ".tmp";
@@ -655,53 +657,88 @@ void write_checkpoint(MPI_Comm comm, const fs::path& path, const CheckpointMeta&
       if (!file) h5_fail(fmt::format("cannot create {}", tmp.string()));
     });
     agree(comm, path, st);
-    h5::Handle dxpl;
+    h5::Handle dxpl, dcpl;
     attempt(st, "", [&] {
       dxpl = transfer_props(options.independent_io_under_collective);
+      dcpl = h5::plist(check(H5Pcreate(H5P_DATASET_CREATE), "H5Pcreate"));
+      // Every element is written by some rank: skip the fill pass (it would double the I/O).
+      check_err(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER), "H5Pset_fill_time");
+      check_err(H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY), "H5Pset_alloc_time");
       write_root_attrs(file.get(), m);
-      for (const char* g : {"model", "optimizer", "optimizer/m", "optimizer/v"}) {
-        if (!with_optimizer && std::strncmp(g, "optimizer", 9) == 0) continue;
-        h5::Handle grp = h5::group(check(
-            H5Gcreate2(file.get(), g, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), "create group"));
-      }
+      h5::Handle g = h5::group(
+          check(H5Gcreate2(file.get(), "model", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), "group"));
     });
     agree(comm, path, st);
 
-    h5::Handle dcpl = h5::plist(check(H5Pcreate(H5P_DATASET_CREATE), "H5Pcreate"));
-    // Every element is written by some rank: skip the fill pass (it would double the I/O).
-    check_err(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER), "H5Pset_fill_time");
-    check_err(H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY), "H5Pset_alloc_time");
     int written = 0;
-    for (std::size_t d = 0; d < plan.size(); ++d) {
-      const DatasetPlan& p = plan[d];
-      const std::string dpath = p.path();
-      h5::Handle ds;
-      attempt(st, dpath, [&] {
-        std::vector<hsize_t> dims(p.shape.begin(), p.shape.end());
-        h5::Handle sp = h5::space(
-            check(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), "space"));
-        ds = h5::dataset(H5Dcreate2(file.get(), dpath.c_str(), H5T_IEEE_F32LE, sp.get(),
-                                    H5P_DEFAULT, dcpl.get(), H5P_DEFAULT));
-        if (!ds) h5_fail("cannot create");
-        h5::write_u64_attr(ds.get(), "checksum", sums[d]);
-      });
+    bool with_optimizer = false;
+    for (int kind = 0; kind < kKinds; ++kind) {
+      // One kind at a time: a strategy's slices may stay valid only until its next export.
+      StateSlices slices;
+      attempt(st, kGroup[kind], [&] { slices = source(static_cast<StatePart>(kind)); });
       agree(comm, path, st);
-      const auto& mine = p.mine[static_cast<std::size_t>(me)];
-      for (int round = 0; round < p.rounds; ++round) {
-        const TensorSlice* s =
-            round < static_cast<int>(mine.size())
-                ? &(*lists[p.kind])[static_cast<std::size_t>(mine[static_cast<std::size_t>(round)])]
-                : nullptr;
-        transfer(st, dpath, ds.get(), dxpl.get(),
-                 s ? std::vector<Box>{Box{s->start, s->count}} : std::vector<Box>{},
-                 s ? s->elements() : 0, s ? s->data : nullptr, true);
+      const auto descs = gather_descs(comm, kind, slices);
+      const bool any = any_slices(descs);
+      if (kind == kMoment1) {
+        with_optimizer = any;
+        if (any)
+          attempt(st, "/optimizer", [&] {
+            for (const char* g : {"optimizer", "optimizer/m", "optimizer/v"})
+              h5::Handle grp = h5::group(
+                  check(H5Gcreate2(file.get(), g, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), "group"));
+          });
+        agree(comm, path, st);
       }
-      attempt(st, dpath, [&] {
-        if (!ds.reset()) h5_fail("cannot close");
-      });
-      agree(comm, path, st);
-      ++written;
-      if (me == kill_rank && written == kill_after) std::raise(SIGKILL);
+      if (kind == kMoment2 && any != with_optimizer)
+        throw Error(
+            fmt::format("checkpoint {}: the ranks pass {} but no {} (AdamW's moments "
+                        "are saved together or not at all)",
+                        path.string(), any ? "/optimizer/v" : "/optimizer/m",
+                        any ? "/optimizer/m" : "/optimizer/v"));
+      if (kind != kParams && !with_optimizer) continue;
+      const auto plan = make_plan(descs, expected_of_kind(m.model, kind), path, true);
+
+      // Checksums first: each rank hashes what it writes, one allreduce combines them.
+      std::vector<std::uint64_t> local(plan.size(), 0), sums(plan.size(), 0);
+      for (std::size_t d = 0; d < plan.size(); ++d)
+        for (int i : plan[d].mine[static_cast<std::size_t>(me)]) {
+          const TensorSlice& sl = slices[static_cast<std::size_t>(i)];
+          local[d] += hash_box(sl.shape, sl.start, sl.count, sl.data);
+        }
+      MPI_Allreduce(local.data(), sums.data(), static_cast<int>(plan.size()), MPI_UINT64_T, MPI_SUM,
+                    comm);
+
+      for (std::size_t d = 0; d < plan.size(); ++d) {
+        const DatasetPlan& p = plan[d];
+        const std::string dpath = p.path();
+        h5::Handle ds;
+        attempt(st, dpath, [&] {
+          std::vector<hsize_t> dims(p.shape.begin(), p.shape.end());
+          h5::Handle sp = h5::space(check(
+              H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), "space"));
+          ds = h5::dataset(H5Dcreate2(file.get(), dpath.c_str(), H5T_IEEE_F32LE, sp.get(),
+                                      H5P_DEFAULT, dcpl.get(), H5P_DEFAULT));
+          if (!ds) h5_fail("cannot create");
+          h5::write_u64_attr(ds.get(), "checksum", sums[d]);
+        });
+        agree(comm, path, st);
+        const auto& mine = p.mine[static_cast<std::size_t>(me)];
+        for (int round = 0; round < p.rounds; ++round) {
+          const TensorSlice* sl =
+              round < static_cast<int>(mine.size())
+                  ? &slices[static_cast<std::size_t>(mine[static_cast<std::size_t>(round)])]
+                  : nullptr;
+          transfer(st, dpath, ds.get(), dxpl.get(),
+                   sl ? std::vector<Box>{Box{sl->start, sl->count}} : std::vector<Box>{},
+                   sl ? sl->elements() : 0, sl ? sl->data : nullptr, true);
+        }
+        attempt(st, dpath, [&] {
+          if (!ds.reset()) h5_fail("cannot close");
+        });
+        agree(comm, path, st);
+        ++written;
+        if (me == kill_rank && written == kill_after) std::raise(SIGKILL);
+      }
     }
     if (options.durable)  // MPI_File_sync of every rank's data (parallel file systems)
       attempt(st, "", [&] { check_err(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), "flush"); });
@@ -709,7 +746,8 @@ void write_checkpoint(MPI_Comm comm, const fs::path& path, const CheckpointMeta&
     dcpl.reset();
     dxpl.reset();
     closed_ok = file.reset();
-  } catch (const CheckpointError&) {
+  } catch (const Error&) {
+    // Every rank is here together (errors are agreed, plans identical): the file is closed.
     if (me == 0) {
       std::error_code ec;
       fs::remove(tmp, ec);
@@ -781,6 +819,14 @@ OpenCheckpoint open_checked(MPI_Comm comm, const fs::path& path) {
 
 CheckpointMeta read_checkpoint(MPI_Comm comm, const fs::path& path, const StateView& into,
                                const ReadOptions& options) {
+  const StateSlices* lists[kKinds] = {&into.params, &into.m, &into.v};
+  return read_checkpoint(
+      comm, path, [&](StatePart part) { return *lists[static_cast<int>(part)]; },
+      [](StatePart, const StateSlices&) {}, options);
+}
+
+CheckpointMeta read_checkpoint(MPI_Comm comm, const fs::path& path, const SliceSource& source,
+                               const SliceSink& sink, const ReadOptions& options) {
   h5::QuietErrors quiet;
   const int me = rank_of(comm);
   OpenCheckpoint oc = open_checked(comm, path);
@@ -799,76 +845,82 @@ CheckpointMeta read_checkpoint(MPI_Comm comm, const fs::path& path, const StateV
           options.expect_model->n_layer, options.expect_model->n_head,
           options.expect_model->d_model, options.expect_model->vocab_size));
   }
-  const auto descs = gather_descs(comm, into);
-  bool wants_optimizer = false;
-  for (const auto& rank_descs : descs)
-    for (const auto& d : rank_descs) wants_optimizer = wants_optimizer || d.kind != kParams;
-  if (wants_optimizer && !oc.with_optimizer)
-    throw CheckpointError(path, "/optimizer",
-                          "the file holds weights only, but the optimizer state was asked for");
-  const auto plan =
-      make_plan(descs, expected_datasets(oc.meta.model, oc.with_optimizer), path, false);
-
   Status st;
   h5::Handle dxpl;
   attempt(st, "", [&] { dxpl = transfer_props(false); });
   agree(comm, path, st);
-  const StateSlices* lists[kKinds] = {&into.params, &into.m, &into.v};
   const bool verify = options.verify != Verify::kNone;
-  std::vector<std::uint64_t> stored(plan.size(), 0), local(plan.size(), 0), sums(plan.size(), 0);
-  std::vector<char> done(plan.size(), 0);  // verified from the data read
-  for (std::size_t d = 0; d < plan.size(); ++d) {
-    const DatasetPlan& p = plan[d];
-    const bool needed = p.rounds > 0 || options.verify == Verify::kAll;
-    if (!needed) continue;
-    const std::string dpath = p.path();
-    h5::Handle ds;
-    attempt(st, dpath, [&] {
-      ds = h5::dataset(check(H5Dopen2(oc.file.get(), dpath.c_str(), H5P_DEFAULT), "cannot open"));
-      if (verify) stored[d] = h5::read_u64_attr(ds.get(), "checksum");
-    });
+  for (int kind = 0; kind < kKinds; ++kind) {
+    StateSlices slices;
+    attempt(st, kGroup[kind], [&] { slices = source(static_cast<StatePart>(kind)); });
     agree(comm, path, st);
-    const auto& mine = p.mine[static_cast<std::size_t>(me)];
-    const auto& kept = p.kept[static_cast<std::size_t>(me)];
-    for (int round = 0; round < p.rounds; ++round) {
-      const int idx =
-          round < static_cast<int>(mine.size()) ? mine[static_cast<std::size_t>(round)] : -1;
-      const TensorSlice* s = idx >= 0 ? &(*lists[p.kind])[static_cast<std::size_t>(idx)] : nullptr;
-      transfer(st, dpath, ds.get(), dxpl.get(),
-               s ? std::vector<Box>{Box{s->start, s->count}} : std::vector<Box>{},
-               s ? s->elements() : 0, s ? s->data : nullptr, false);
-      if (s && !st.failed && verify && p.tiled &&
-          std::find(kept.begin(), kept.end(), idx) != kept.end())
-        local[d] += hash_box(s->shape, s->start, s->count, s->data);
+    const auto descs = gather_descs(comm, kind, slices);
+    const bool any = any_slices(descs);
+    if (kind != kParams && !oc.with_optimizer) {
+      if (any)
+        throw CheckpointError(path, "/optimizer",
+                              "the file holds weights only, but the optimizer state was asked for");
+      continue;
     }
-    agree(comm, path, st);
-    if (verify && p.tiled) {
-      done[d] = 1;
-    } else if (options.verify == Verify::kAll) {
-      sums[d] = split_hash(comm, ds.get(), p.shape, dxpl.get(), st, dpath);
+    if (!any && options.verify != Verify::kAll) continue;
+    const auto plan = make_plan(descs, expected_of_kind(oc.meta.model, kind), path, false);
+    std::vector<std::uint64_t> stored(plan.size(), 0), local(plan.size(), 0);
+    std::vector<char> from_reads(plan.size(), 0);  // verified from the data read
+    for (std::size_t d = 0; d < plan.size(); ++d) {
+      const DatasetPlan& p = plan[d];
+      if (p.rounds == 0 && options.verify != Verify::kAll) continue;
+      const std::string dpath = p.path();
+      h5::Handle ds;
+      attempt(st, dpath, [&] {
+        ds = h5::dataset(check(H5Dopen2(oc.file.get(), dpath.c_str(), H5P_DEFAULT), "cannot open"));
+        if (verify) stored[d] = h5::read_u64_attr(ds.get(), "checksum");
+      });
       agree(comm, path, st);
-      if (sums[d] != stored[d])
-        throw CheckpointError(path, dpath,
-                              fmt::format("checksum mismatch (stored {}, computed {}): the data "
-                                          "is corrupt",
-                                          format_checksum(stored[d]), format_checksum(sums[d])));
+      const auto& mine = p.mine[static_cast<std::size_t>(me)];
+      const auto& kept = p.kept[static_cast<std::size_t>(me)];
+      for (int round = 0; round < p.rounds; ++round) {
+        const int idx =
+            round < static_cast<int>(mine.size()) ? mine[static_cast<std::size_t>(round)] : -1;
+        const TensorSlice* sl = idx >= 0 ? &slices[static_cast<std::size_t>(idx)] : nullptr;
+        transfer(st, dpath, ds.get(), dxpl.get(),
+                 sl ? std::vector<Box>{Box{sl->start, sl->count}} : std::vector<Box>{},
+                 sl ? sl->elements() : 0, sl ? sl->data : nullptr, false);
+        if (sl && !st.failed && verify && p.tiled &&
+            std::find(kept.begin(), kept.end(), idx) != kept.end())
+          local[d] += hash_box(sl->shape, sl->start, sl->count, sl->data);
+      }
+      agree(comm, path, st);
+      if (verify && p.tiled) {
+        from_reads[d] = 1;
+      } else if (options.verify == Verify::kAll) {
+        const std::uint64_t sum = split_hash(comm, ds.get(), p.shape, dxpl.get(), st, dpath);
+        agree(comm, path, st);
+        if (sum != stored[d])
+          throw CheckpointError(path, dpath,
+                                fmt::format("checksum mismatch (stored {}, computed {}): the "
+                                            "data is corrupt",
+                                            format_checksum(stored[d]), format_checksum(sum)));
+      }
+      attempt(st, dpath, [&] {
+        if (!ds.reset()) h5_fail("cannot close");
+      });
+      agree(comm, path, st);
     }
-    attempt(st, dpath, [&] {
-      if (!ds.reset()) h5_fail("cannot close");
-    });
-    agree(comm, path, st);
-  }
-  if (verify) {
-    std::vector<std::uint64_t> tiled_sums(plan.size(), 0);
-    MPI_Allreduce(local.data(), tiled_sums.data(), static_cast<int>(plan.size()), MPI_UINT64_T,
-                  MPI_SUM, comm);
-    for (std::size_t d = 0; d < plan.size(); ++d)
-      if (done[d] && tiled_sums[d] != stored[d])
-        throw CheckpointError(
-            path, plan[d].path(),
-            fmt::format("checksum mismatch (stored {}, computed {}): the data "
-                        "is corrupt",
-                        format_checksum(stored[d]), format_checksum(tiled_sums[d])));
+    if (verify) {
+      std::vector<std::uint64_t> sums(plan.size(), 0);
+      MPI_Allreduce(local.data(), sums.data(), static_cast<int>(plan.size()), MPI_UINT64_T, MPI_SUM,
+                    comm);
+      for (std::size_t d = 0; d < plan.size(); ++d)
+        if (from_reads[d] && sums[d] != stored[d])
+          throw CheckpointError(path, plan[d].path(),
+                                fmt::format("checksum mismatch (stored {}, computed {}): the "
+                                            "data is corrupt",
+                                            format_checksum(stored[d]), format_checksum(sums[d])));
+    }
+    if (any) {
+      attempt(st, kGroup[kind], [&] { sink(static_cast<StatePart>(kind), slices); });
+      agree(comm, path, st);
+    }
   }
   dxpl.reset();
   attempt(st, "", [&] {

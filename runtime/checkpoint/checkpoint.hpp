@@ -7,8 +7,9 @@
 // are written and read as hyperslabs of the canonical datasets with collective MPI-IO, so no
 // rank ever holds more than its own slices. Replicated data (DDP replicas, biases every
 // tensor-parallel rank holds) is passed by every holder: slices marked writer = false are not
-// written, and of identical boxes still marked as writers, the lowest rank's is written. Every failure is agreed by all ranks first and then thrown on every
-// rank as the same CheckpointError, so a failing rank never leaves the others hanging.
+// written, and of identical boxes still marked as writers, the lowest rank's is written. Every
+// failure is agreed by all ranks first and then thrown on every rank as the same CheckpointError,
+// so a failing rank never leaves the others hanging.
 #pragma once
 
 #include <mpi.h>
@@ -68,6 +69,14 @@ struct StateView {
   StateSlices v;
 };
 
+// The same, one part at a time, for holders whose slices stay valid only until the next export
+// (parallel::Strategy::export_state): the checkpoint asks for each part once, in this order,
+// and is done with one part's slices before it asks for the next.
+enum class StatePart { kParams = 0, kAdamM = 1, kAdamV = 2 };
+using SliceSource = std::function<StateSlices(StatePart)>;
+// Called (on every rank) once a part's slices are filled and verified, e.g. import_state.
+using SliceSink = std::function<void(StatePart, const StateSlices&)>;
+
 struct WriteOptions {
   // fsync the file (rank 0, after the collective close and an MPI_File_sync of all ranks'
   // data) and its directory after the rename. Off only for benchmarks of the HDF5 path itself.
@@ -86,6 +95,8 @@ struct WriteOptions {
 // and the ranks' boxes (after merging identical ones) must cover each tensor exactly once.
 void write_checkpoint(MPI_Comm comm, const std::filesystem::path& path, const CheckpointMeta& meta,
                       const StateView& state, const WriteOptions& options = {});
+void write_checkpoint(MPI_Comm comm, const std::filesystem::path& path, const CheckpointMeta& meta,
+                      const SliceSource& source, const WriteOptions& options = {});
 
 enum class Verify {
   kNone,  // no checksums
@@ -110,6 +121,14 @@ CheckpointMeta read_meta(MPI_Comm comm, const std::filesystem::path& path);
 // config, and checksums per `options.verify`. Returns the metadata. Collective.
 CheckpointMeta read_checkpoint(MPI_Comm comm, const std::filesystem::path& path,
                                const StateView& into, const ReadOptions& options = {});
+// Part by part: source(part) gives the slices to fill, sink(part, slices) receives them filled
+// and verified. A part nobody asks for (empty on every rank) is not read (only verified, with
+// Verify::kAll) and sink is not called for it. If a later part fails, earlier parts have
+// already been delivered: the holder's state is then mixed (load_newest_valid goes on to load
+// an older checkpoint over all of it).
+CheckpointMeta read_checkpoint(MPI_Comm comm, const std::filesystem::path& path,
+                               const SliceSource& source, const SliceSink& sink,
+                               const ReadOptions& options = {});
 
 // One dataset as `saturn ckpt inspect` shows it.
 struct DatasetInfo {

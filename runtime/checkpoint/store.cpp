@@ -123,9 +123,16 @@ fs::path final_path(const fs::path& job_dir) {
 
 fs::path save_step_checkpoint(MPI_Comm comm, const fs::path& job_dir, const CheckpointMeta& meta,
                               const StateView& state, const SaveOptions& options) {
+  const StateSlices* lists[3] = {&state.params, &state.m, &state.v};
+  return save_step_checkpoint(
+      comm, job_dir, meta, [&](StatePart p) { return *lists[static_cast<int>(p)]; }, options);
+}
+
+fs::path save_step_checkpoint(MPI_Comm comm, const fs::path& job_dir, const CheckpointMeta& meta,
+                              const SliceSource& source, const SaveOptions& options) {
   const fs::path dir = checkpoints_dir(job_dir);
   const fs::path file = dir / step_file_name(meta.step);
-  write_checkpoint(comm, file, meta, state, options.write);
+  write_checkpoint(comm, file, meta, source, options.write);
   on_root(comm, [&] {
     write_latest(dir, file.filename().string(), options.write.durable);
     prune(dir, options.keep_last, file);
@@ -137,6 +144,13 @@ fs::path save_final_checkpoint(MPI_Comm comm, const fs::path& job_dir, const Che
                                const StateView& state, const WriteOptions& options) {
   const fs::path file = final_path(job_dir);
   write_checkpoint(comm, file, meta, state, options);
+  return file;
+}
+
+fs::path save_final_checkpoint(MPI_Comm comm, const fs::path& job_dir, const CheckpointMeta& meta,
+                               const SliceSource& source, const WriteOptions& options) {
+  const fs::path file = final_path(job_dir);
+  write_checkpoint(comm, file, meta, source, options);
   return file;
 }
 
@@ -193,20 +207,31 @@ std::vector<fs::path> shared_candidates(MPI_Comm comm, const fs::path& job_dir) 
 std::optional<LoadedCheckpoint> load_newest_valid(MPI_Comm comm, const fs::path& job_dir,
                                                   const StateView& into,
                                                   const ReadOptions& options) {
+  const StateSlices* lists[3] = {&into.params, &into.m, &into.v};
+  return load_newest_valid(
+      comm, job_dir, [&](StatePart p) { return *lists[static_cast<int>(p)]; },
+      [](StatePart, const StateSlices&) {}, options);
+}
+
+std::optional<LoadedCheckpoint> load_newest_valid(MPI_Comm comm, const fs::path& job_dir,
+                                                  const SliceSource& source, const SliceSink& sink,
+                                                  const ReadOptions& options) {
   std::vector<std::string> rejected;
   for (const auto& file : shared_candidates(comm, job_dir)) {
     try {
-      CheckpointMeta meta = read_checkpoint(comm, file, into, options);
+      CheckpointMeta meta = read_checkpoint(comm, file, source, sink, options);
       return LoadedCheckpoint{file, std::move(meta), std::move(rejected)};
     } catch (const CheckpointError& e) {
       if (rank_of(comm) == 0) log::warn("{}; falling back to the previous checkpoint", e.what());
       rejected.emplace_back(e.what());
     }
   }
-  if (!rejected.empty() && rank_of(comm) == 0)
-    log::warn("no valid checkpoint in {} ({} rejected)", checkpoints_dir(job_dir).string(),
-              rejected.size());
-  return std::nullopt;
+  if (rejected.empty()) return std::nullopt;
+  std::string why;
+  for (const auto& r : rejected) why += "\n  " + r;
+  throw IoError(fmt::format(
+      "no valid checkpoint in {} ({} rejected):{}\nmove them away to start the job over",
+      checkpoints_dir(job_dir).string(), rejected.size(), why));
 }
 
 std::optional<fs::path> find_newest_valid(MPI_Comm comm, const fs::path& job_dir) {

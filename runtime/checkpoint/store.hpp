@@ -36,10 +36,16 @@ struct SaveOptions {
 std::filesystem::path save_step_checkpoint(MPI_Comm comm, const std::filesystem::path& job_dir,
                                            const CheckpointMeta& meta, const StateView& state,
                                            const SaveOptions& options = {});
+std::filesystem::path save_step_checkpoint(MPI_Comm comm, const std::filesystem::path& job_dir,
+                                           const CheckpointMeta& meta, const SliceSource& source,
+                                           const SaveOptions& options = {});
 
 // Writes final.h5 (atomically; `latest` is not touched). Collective.
 std::filesystem::path save_final_checkpoint(MPI_Comm comm, const std::filesystem::path& job_dir,
                                             const CheckpointMeta& meta, const StateView& state,
+                                            const WriteOptions& options = {});
+std::filesystem::path save_final_checkpoint(MPI_Comm comm, const std::filesystem::path& job_dir,
+                                            const CheckpointMeta& meta, const SliceSource& source,
                                             const WriteOptions& options = {});
 
 // The file name `latest` holds (nullopt when absent or empty). Local, no MPI.
@@ -57,12 +63,17 @@ struct LoadedCheckpoint {
 
 // Loads the newest step checkpoint that reads and verifies into `into`; for each newer one that
 // fails, logs a warning naming the file and dataset and tries the previous. nullopt when the
-// job has none (or none valid: each was warned about). InputError (thrown, not skipped) when
-// a file is valid but holds another model than options.expect_model. Collective: rank 0 lists
-// the directory and broadcasts it.
+// job has no checkpoint. When it has some but none is valid, throws IoError listing why (the
+// holder's state is partly overwritten then, and starting over silently would hide the loss).
+// InputError (thrown, not skipped) when a file is valid but holds another model than
+// options.expect_model. Collective: rank 0 lists the directory and broadcasts it.
 std::optional<LoadedCheckpoint> load_newest_valid(MPI_Comm comm,
                                                   const std::filesystem::path& job_dir,
                                                   const StateView& into,
+                                                  const ReadOptions& options = {});
+std::optional<LoadedCheckpoint> load_newest_valid(MPI_Comm comm,
+                                                  const std::filesystem::path& job_dir,
+                                                  const SliceSource& source, const SliceSink& sink,
                                                   const ReadOptions& options = {});
 
 // The newest step checkpoint whose every dataset verifies (reads whole files, keeps nothing).

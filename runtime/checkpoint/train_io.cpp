@@ -42,12 +42,27 @@ bool checkpoint_due(const TrainConfig& train, std::int64_t step) {
   return train.checkpoint_every > 0 && step > 0 && step % train.checkpoint_every == 0;
 }
 
+namespace {
+
+SliceSource source_of(const StateView& v) {
+  return [&v](StatePart p) {
+    return p == StatePart::kParams ? v.params : p == StatePart::kAdamM ? v.m : v.v;
+  };
+}
+
+}  // namespace
+
 fs::path save_training_checkpoint(MPI_Comm comm, const JobCheckpointing& job,
                                   const TrainPoint& point, const StateView& state) {
+  return save_training_checkpoint(comm, job, point, source_of(state));
+}
+
+fs::path save_training_checkpoint(MPI_Comm comm, const JobCheckpointing& job,
+                                  const TrainPoint& point, const SliceSource& source) {
   ensure_mpi();
   SaveOptions opt;
   opt.keep_last = job.keep_last;
-  const fs::path file = save_step_checkpoint(comm, job.job_dir, make_meta(job, point), state, opt);
+  const fs::path file = save_step_checkpoint(comm, job.job_dir, make_meta(job, point), source, opt);
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
   if (rank == 0) log::info("job {}: checkpoint {}", job.job_id, file.string());
@@ -56,18 +71,28 @@ fs::path save_training_checkpoint(MPI_Comm comm, const JobCheckpointing& job,
 
 fs::path save_final(MPI_Comm comm, const JobCheckpointing& job, const TrainPoint& point,
                     const StateView& state) {
+  return save_final(comm, job, point, source_of(state));
+}
+
+fs::path save_final(MPI_Comm comm, const JobCheckpointing& job, const TrainPoint& point,
+                    const SliceSource& source) {
   ensure_mpi();
-  return save_final_checkpoint(comm, job.job_dir, make_meta(job, point), state);
+  return save_final_checkpoint(comm, job.job_dir, make_meta(job, point), source);
 }
 
 std::optional<TrainPoint> resume_training(MPI_Comm comm, const JobCheckpointing& job,
                                           const StateView& into) {
+  return resume_training(comm, job, source_of(into), [](StatePart, const StateSlices&) {});
+}
+
+std::optional<TrainPoint> resume_training(MPI_Comm comm, const JobCheckpointing& job,
+                                          const SliceSource& source, const SliceSink& sink) {
   ensure_mpi();
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
   ReadOptions opt;
   opt.expect_model = job.model;
-  const auto loaded = load_newest_valid(comm, job.job_dir, into, opt);
+  const auto loaded = load_newest_valid(comm, job.job_dir, source, sink, opt);
   if (!loaded) {
     if (rank == 0)
       log::info("job {}: no checkpoint to resume from in {}; starting from step 0", job.job_id,

@@ -44,18 +44,28 @@ CheckpointMeta make_meta(const JobCheckpointing& job, const TrainPoint& point);
 // checkpoint_every > 0 and step a multiple of it.
 bool checkpoint_due(const TrainConfig& train, std::int64_t step);
 
-// jobs/<id>/checkpoints/step-<step>.h5, `latest`, retention. Collective over comm.
+// jobs/<id>/checkpoints/step-<step>.h5, `latest`, retention. Collective over comm. A parallel
+// trainer passes a SliceSource, e.g.
+//   [&](ckpt::StatePart p) { return strategy.export_state(parallel::StateKind(int(p))); }
 std::filesystem::path save_training_checkpoint(MPI_Comm comm, const JobCheckpointing& job,
                                                const TrainPoint& point, const StateView& state);
+std::filesystem::path save_training_checkpoint(MPI_Comm comm, const JobCheckpointing& job,
+                                               const TrainPoint& point, const SliceSource& source);
 // jobs/<id>/final.h5. Collective over comm.
 std::filesystem::path save_final(MPI_Comm comm, const JobCheckpointing& job,
                                  const TrainPoint& point, const StateView& state);
+std::filesystem::path save_final(MPI_Comm comm, const JobCheckpointing& job,
+                                 const TrainPoint& point, const SliceSource& source);
 
 // Loads the newest valid checkpoint of the job into `into` (falling back past corrupt ones,
-// with warnings) and returns where to continue; nullopt when there is none (training starts
-// from scratch). InputError when the checkpoint holds another model. Collective over comm.
+// with warnings) and returns where to continue; nullopt when the job has no checkpoint
+// (training starts from scratch). IoError when it has some but none is valid; InputError when
+// the checkpoint holds another model. Collective over comm. A parallel trainer passes a
+// source (export_state) and a sink (import_state).
 std::optional<TrainPoint> resume_training(MPI_Comm comm, const JobCheckpointing& job,
                                           const StateView& into);
+std::optional<TrainPoint> resume_training(MPI_Comm comm, const JobCheckpointing& job,
+                                          const SliceSource& source, const SliceSink& sink);
 
 // Keeps the records of metrics.jsonl up to `step` (a resumed run appends after them).
 void truncate_metrics(const std::filesystem::path& file, std::int64_t step);

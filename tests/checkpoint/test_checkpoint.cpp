@@ -270,6 +270,23 @@ TEST_F(OneProcess, TruncatedAndForeignFilesAreReported) {
   }
 }
 
+TEST_F(OneProcess, CheckpointsThatAreAllCorruptAreAnErrorNotAFreshStart) {
+  const ModelConfig model = small_model(Arch::kGpt2);
+  const ParameterLayout layout(model);
+  OwnedState w = make_state(layout, Decomp::kRoot, 0, 1);
+  fill_known(w, 1);
+  const fs::path f = save_step_checkpoint(MPI_COMM_SELF, dir_, meta_for(model, 1, 1), w.view());
+  flip_byte(f, dataset_offset(f, "/model/transformer.wpe.weight") + 3);
+  OwnedState r = make_state(layout, Decomp::kRoot, 0, 1);
+  try {
+    load_newest_valid(MPI_COMM_SELF, dir_, r.view());
+    ADD_FAILURE() << "no error";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("no valid checkpoint"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("/model/transformer.wpe.weight"), std::string::npos);
+  }
+}
+
 TEST_F(OneProcess, AnotherModelIsAnInputErrorNotAFallback) {
   const ModelConfig model = small_model(Arch::kGpt2);
   const ParameterLayout layout(model);
