@@ -591,12 +591,15 @@ std::uint64_t split_hash(MPI_Comm comm, hid_t ds, const std::vector<std::int64_t
   return sum;
 }
 
-// "RANK:N" from the test hook's environment variable; {-1, -1} when unset.
-std::pair<int, int> test_kill_point() {
+// The test hook's "RANK:N[:SUBSTRING]": rank RANK kills itself after N datasets of a file whose
+// path contains SUBSTRING (any file when absent). {-1, -1} when unset or not for this file.
+std::pair<int, int> test_kill_point(const fs::path& file) {
   const char* v = std::getenv(kTestKillEnv);
   if (!v || !*v) return {-1, -1};
-  int r = -1, n = -1;
-  if (std::sscanf(v, "%d:%d", &r, &n) != 2) return {-1, -1};
+  int r = -1, n = -1, used = 0;
+  if (std::sscanf(v, "%d:%d%n", &r, &n, &used) != 2) return {-1, -1};
+  const std::string only = v[used] == ':' ? std::string(v + used + 1) : std::string();
+  if (!only.empty() && file.string().find(only) == std::string::npos) return {-1, -1};
   return {r, n};
 }
 
@@ -647,7 +650,7 @@ void write_checkpoint(MPI_Comm comm, const fs::path& path, const CheckpointMeta&
     });
   agree(comm, path, st);
 
-  const auto [kill_rank, kill_after] = test_kill_point();
+  const auto [kill_rank, kill_after] = test_kill_point(path);
   bool closed_ok = false;
   try {
     h5::Handle file;

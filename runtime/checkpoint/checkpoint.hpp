@@ -159,9 +159,10 @@ using TensorVisitor =
                        const float* data, std::size_t elements)>;
 CheckpointMeta visit_model_tensors(const std::filesystem::path& path, const TensorVisitor& f);
 
-// Test hook, for fault-injection tests only: with SATURN_CKPT_TEST_KILL="RANK:N" in the
-// environment, rank RANK of a writing communicator kills itself (SIGKILL) after writing N
-// datasets of a checkpoint, i.e. in the middle of the write.
+// Test hook, for fault-injection tests only: with SATURN_CKPT_TEST_KILL="RANK:N[:SUBSTRING]" in
+// the environment, rank RANK of a writing communicator kills itself (SIGKILL) after writing N
+// datasets of a checkpoint whose path contains SUBSTRING (any, when absent): a crash in the
+// middle of a write.
 inline constexpr const char* kTestKillEnv = "SATURN_CKPT_TEST_KILL";
 
 }  // namespace saturn::ckpt
