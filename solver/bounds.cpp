@@ -98,9 +98,104 @@ double group_bound(const Prepared& p, const std::vector<int>& group,
 
 constexpr int kMaxDff = 4;
 
+// u^(k) on a real fraction; values within rounding of a step are taken at the lower side so
+// the function stays dual-feasible.
+double dff_real(int k, double x) {
+  const double y = (k + 1) * x;
+  if (std::fabs(y - std::round(y)) <= 1e-9 * std::max(1.0, y))
+    return std::min(x, std::round(y) / (k + 1));
+  return std::floor(y) / k;
+}
+
+double dff_any(int k, double x) {
+  return k == 0 ? x : dff_real(k, x);
+}
+
+// Job-to-node assignment bound. In a plan of makespan T, every single-node job lies on one
+// node, so per node its jobs' fractions satisfy, for dual-feasible functions f, f1, f2:
+//   sum f(g t / (G T)) <= 1        (areas packed into the node like items into a bin), and
+//   sum f1(g / G) f2(t / T) <= 1   (f1 keeps every instant within the node's devices; then
+//                                   each device, as a unit, runs jobs one after another, so f2
+//                                   of their durations sums to at most 1 on it).
+// A whole-node job fills each of its nodes for t/T. Summing over the group's nodes, the
+// least T with sum_j min_option <= nodes is a bound; the sum falls as T grows, so bisection
+// finds it, keeping `lo` infeasible (lo is returned).
+// kind 0: f = u^(k) on areas; kind 1: f1 = u^(k1), f2 = u^(k2) (0 = identity).
+double assignment_bound(const Prepared& p, const std::vector<int>& group,
+                        const std::vector<size_t>& jobs, int kind, int k1, int k2) {
+  const Cluster& cluster = p.cluster();
+  auto in_group = [&](int n) { return std::binary_search(group.begin(), group.end(), n); };
+  // Per option the distinct capacities of its eligible nodes in the group.
+  std::vector<std::vector<std::vector<int>>> caps(jobs.size());
+  for (size_t i = 0; i < jobs.size(); ++i)
+    for (const Option& o : p.options[jobs[i]]) {
+      std::set<int> c;
+      int fit = 0;
+      for (int n : o.eligible)
+        if (in_group(n)) {
+          c.insert(cluster.nodes[static_cast<size_t>(n)].devices);
+          ++fit;
+        }
+      if (o.whole_nodes() && fit < o.nodes) c.clear();
+      caps[i].emplace_back(c.begin(), c.end());
+    }
+  auto value = [&](const Option& o, int G, double T) {
+    const double x = static_cast<double>(o.devices) / G, y = o.time_s / T;
+    return kind == 0 ? dff_any(k1, x * y) : dff_any(k1, x) * dff_any(k2, y);
+  };
+  auto load = [&](double T) {
+    double total = 0;
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      double best = kInfinity;
+      const auto& opts = p.options[jobs[i]];
+      for (size_t oi = 0; oi < opts.size(); ++oi) {
+        const Option& o = opts[oi];
+        if (o.time_s > T || caps[i][oi].empty()) continue;
+        if (o.whole_nodes()) {
+          best = std::min(
+              best, o.nodes * (kind == 0 ? dff_any(k1, o.time_s / T) : dff_any(k2, o.time_s / T)));
+        } else {
+          for (int G : caps[i][oi]) best = std::min(best, value(o, G, T));
+        }
+      }
+      total += best;
+      if (!std::isfinite(total)) return total;
+    }
+    return total;
+  };
+  const double bins = static_cast<double>(group.size());
+  double hi = 0;
+  for (size_t j : jobs) {
+    double shortest = kInfinity;
+    for (const Option& o : p.options[j]) shortest = std::min(shortest, o.time_s);
+    hi += shortest;
+  }
+  if (!std::isfinite(hi) || load(hi) > bins + 1e-9) return 0.0;
+  double lo = 0.0;
+  for (int it = 0; it < 60 && hi - lo > 1e-9 * hi; ++it) {
+    const double mid = 0.5 * (lo + hi);
+    if (load(mid) > bins + 1e-9)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+double best_assignment_bound(const Prepared& p, const std::vector<int>& group,
+                             const std::vector<size_t>& jobs) {
+  double best = 0;
+  for (int k = 1; k <= kMaxDff; ++k)
+    best = std::max(best, assignment_bound(p, group, jobs, 0, k, 0));
+  for (int k1 = 0; k1 <= kMaxDff; ++k1)
+    for (int k2 = 1; k2 <= kMaxDff; ++k2)
+      best = std::max(best, assignment_bound(p, group, jobs, 1, k1, k2));
+  return best;
+}
+
 }  // namespace
 
-Bounds compute_bounds(const Prepared& p) {
+Bounds compute_bounds(const Prepared& p, double lp_time_limit_s) {
   Bounds b;
   const size_t J = p.num_jobs();
   for (size_t j = 0; j < J; ++j) {
@@ -142,6 +237,25 @@ Bounds compute_bounds(const Prepared& p) {
   take(b.area, "area");
   take(b.packing, "packing");
   take(b.groups, "node group");
+  b.assignment = best_assignment_bound(p, all, every);
+  for (const auto& group : groups) {
+    if (group.size() == all.size()) continue;
+    std::vector<size_t> confined;
+    for (size_t j = 0; j < J; ++j) {
+      bool inside = true;
+      for (const Option& o : p.options[j])
+        inside = inside &&
+                 std::includes(group.begin(), group.end(), o.eligible.begin(), o.eligible.end());
+      if (inside) confined.push_back(j);
+    }
+    if (confined.empty()) continue;
+    b.assignment = std::max(b.assignment, best_assignment_bound(p, group, confined));
+  }
+  take(b.assignment, "node assignment");
+  if (lp_time_limit_s > 0) {
+    b.lp = configuration_lp_bound(p, b.best, lp_time_limit_s);
+    take(b.lp, "configuration LP");
+  }
   return b;
 }
 

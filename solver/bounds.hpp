@@ -9,6 +9,14 @@
 //              another such job from that node, which the plain area test ignores.
 //  - per node group: the tests restricted to the nodes some jobs are confined to (jobs that
 //              only fit the big nodes, or the nodes with enough memory).
+//  - node assignment: a single-node job's whole area lies on one node, so the jobs' areas pack
+//              into the nodes like items into bins; dual-feasible functions of the fractions
+//              bound how many fit (catches, e.g., six jobs each needing over half a node's
+//              time on four nodes).
+//  - configuration LP: per node type, time is shared among "patterns" (sets of jobs that fit
+//              a node together); every job must complete in options no longer than T. Solved
+//              by column generation (bounds_lp.cpp). It captures how devices pack into nodes,
+//              which the area tests only approximate, and heterogeneous node types exactly.
 // The result is the maximum. Computed exactly, not by bisection: the work function is a step
 // function of T with breakpoints at the configurations' times.
 #pragma once
@@ -21,13 +29,20 @@ namespace saturn::solver {
 
 struct Bounds {
   double longest = 0.0;
-  double area = 0.0;     // plain dual-approximation bound on the whole cluster
-  double packing = 0.0;  // best dual-feasible-function bound, whole cluster
-  double groups = 0.0;   // best bound on a node group
+  double area = 0.0;        // plain dual-approximation bound on the whole cluster
+  double packing = 0.0;     // best dual-feasible-function bound, whole cluster
+  double groups = 0.0;      // best bound on a node group
+  double assignment = 0.0;  // job-to-node packing bound
+  double lp = 0.0;          // configuration LP (0 when skipped or out of time)
   double best = 0.0;
   std::string which;  // name of the bound that is best
 };
 
-Bounds compute_bounds(const Prepared& prepared);
+// lp_time_limit_s: budget for the configuration LP (0 skips it).
+Bounds compute_bounds(const Prepared& prepared, double lp_time_limit_s = 2.0);
+
+// The configuration-LP bound alone, searched from `from` (a valid bound) upwards; 0 when it
+// could not be computed within the time limit.
+double configuration_lp_bound(const Prepared& prepared, double from, double time_limit_s);
 
 }  // namespace saturn::solver

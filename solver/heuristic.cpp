@@ -135,33 +135,82 @@ std::vector<int> lpt_order(const Prepared& p, const std::vector<int>& option) {
   return order;
 }
 
-HeuristicResult local_search(const Prepared& p, HeuristicResult cur, const HeuristicOptions& opts) {
+HeuristicResult local_search(const Prepared& p, HeuristicResult start,
+                             const HeuristicOptions& opts) {
+  // Iterated local search: descend with critical-job and random moves until a local stall,
+  // then restart from the best found with a few random moves applied, until the time limit or
+  // a long stall of the best.
   const auto t0 = Clock::now();
   const size_t J = p.num_jobs();
-  if (J == 0) return cur;
+  if (J == 0) return start;
   std::mt19937 rng(opts.seed);
-  const long stall_limit = opts.stall_limit > 0 ? opts.stall_limit : 300 + 4 * static_cast<long>(J);
-  Key best = key_of(cur.schedule);
-  long stall = 0;
+  const long local_stall = 100 + 2 * static_cast<long>(J);
+  const long global_stall = opts.stall_limit > 0 ? opts.stall_limit : 500000;
+  HeuristicResult best = start;
+  Key best_key = key_of(best.schedule);
+  HeuristicResult cur = std::move(start);
+  Key cur_key = best_key;
+  long evaluations = cur.evaluations, since_best = 0;
   bool improved_any = false;
+  std::uniform_int_distribution<size_t> pick(0, J - 1);
+  auto random_move = [&](std::vector<int>& option, std::vector<int>& order) {
+    const int kind = static_cast<int>(rng() % 3);
+    if (kind == 0) {
+      const size_t j = pick(rng);
+      if (p.options[j].size() < 2) return;
+      std::uniform_int_distribution<int> po(0, static_cast<int>(p.options[j].size()) - 1);
+      int o = po(rng);
+      if (o == option[j]) o = (o + 1) % static_cast<int>(p.options[j].size());
+      option[j] = o;
+    } else if (kind == 1) {
+      std::swap(order[pick(rng)], order[pick(rng)]);
+    } else {
+      const size_t a = pick(rng), b = pick(rng);
+      const int j = order[std::max(a, b)];
+      order.erase(order.begin() + static_cast<std::ptrdiff_t>(std::max(a, b)));
+      order.insert(order.begin() + static_cast<std::ptrdiff_t>(std::min(a, b)), j);
+    }
+  };
+  long stall = 0;
   auto try_candidate = [&](std::vector<int>& option, std::vector<int>& order) {
     Schedule s = list_schedule(p, option, order);
-    ++cur.evaluations;
+    ++evaluations;
+    ++since_best;
     const Key k = key_of(s);
-    if (k.better_than(best)) {
-      best = k;
-      cur.option = option;
-      cur.order = order;
-      cur.schedule = std::move(s);
-      stall = 0;
-      improved_any = true;
-      return true;
+    if (!k.better_than(cur_key)) {
+      ++stall;
+      return false;
     }
-    ++stall;
-    return false;
+    cur_key = k;
+    cur.option = option;
+    cur.order = order;
+    cur.schedule = std::move(s);
+    stall = 0;
+    if (cur_key.better_than(best_key)) {
+      best_key = cur_key;
+      best.option = cur.option;
+      best.order = cur.order;
+      best.schedule = cur.schedule;
+      since_best = 0;
+      improved_any = true;
+    }
+    return true;
   };
   std::vector<size_t> pos(J);
-  while (seconds_since(t0) < opts.time_limit_s && stall < stall_limit) {
+  auto at_bound = [&] { return best.schedule.makespan <= opts.stop_at * (1 + 1e-9); };
+  while (seconds_since(t0) < opts.time_limit_s && since_best < global_stall && !at_bound()) {
+    if (stall >= local_stall) {
+      // Kick: restart from the best with 2-4 random moves, accepted whatever they do.
+      cur.option = best.option;
+      cur.order = best.order;
+      const int kicks = 2 + static_cast<int>(rng() % 3);
+      for (int i = 0; i < kicks; ++i) random_move(cur.option, cur.order);
+      cur.schedule = list_schedule(p, cur.option, cur.order);
+      ++evaluations;
+      cur_key = key_of(cur.schedule);
+      stall = 0;
+      continue;
+    }
     bool progress = false;
     // Critical jobs: those ending at the makespan.
     std::vector<int> critical;
@@ -188,32 +237,16 @@ HeuristicResult local_search(const Prepared& p, HeuristicResult cur, const Heuri
       }
       if (progress) break;
     }
-    if (progress) continue;
     // Random moves: change one job's option, swap two jobs, or move a job earlier.
-    for (int tries = 0; tries < 16 && !progress && stall < stall_limit; ++tries) {
+    for (int tries = 0; tries < 16 && !progress && stall < local_stall; ++tries) {
       std::vector<int> option = cur.option, order = cur.order;
-      std::uniform_int_distribution<size_t> pick(0, J - 1);
-      const int kind = static_cast<int>(rng() % 3);
-      if (kind == 0) {
-        const size_t j = pick(rng);
-        if (p.options[j].size() < 2) continue;
-        std::uniform_int_distribution<int> po(0, static_cast<int>(p.options[j].size()) - 1);
-        int o = po(rng);
-        if (o == option[j]) o = (o + 1) % static_cast<int>(p.options[j].size());
-        option[j] = o;
-      } else if (kind == 1) {
-        std::swap(order[pick(rng)], order[pick(rng)]);
-      } else {
-        const size_t a = pick(rng), b = pick(rng);
-        const int j = order[std::max(a, b)];
-        order.erase(order.begin() + static_cast<std::ptrdiff_t>(std::max(a, b)));
-        order.insert(order.begin() + static_cast<std::ptrdiff_t>(std::min(a, b)), j);
-      }
+      random_move(option, order);
       progress = try_candidate(option, order);
     }
   }
-  if (improved_any && cur.method.find("+local") == std::string::npos) cur.method += "+local";
-  return cur;
+  best.evaluations = evaluations;
+  if (improved_any && best.method.find("+local") == std::string::npos) best.method += "+local";
+  return best;
 }
 
 HeuristicResult heuristic_schedule(const Prepared& p, double lower_bound,

@@ -21,9 +21,11 @@ struct HeuristicOptions {
   double time_limit_s = 2.0;  // local search stops at this wall time
   unsigned seed = 1;
   bool local_search = true;
-  // Local search also stops after this many evaluations without improvement (0: automatic,
-  // grows with the number of jobs).
+  // Local search also stops after this many evaluations without improving its best (0: a
+  // default large enough that the time limit usually decides), and when the makespan reaches
+  // `stop_at` (a lower bound: nothing better exists).
   long stall_limit = 0;
+  double stop_at = 0.0;
 };
 
 struct HeuristicResult {

@@ -44,7 +44,7 @@ struct MilpOptions {
   double slot_s = 0.0;
   int target_slots = 60;
   int max_slots = 400;
-  long max_columns = 60000;  // larger models are skipped (the heuristic stands)
+  long max_columns = 20000;  // larger models are skipped (the heuristic stands)
   bool verbose = false;
 };
 

@@ -44,15 +44,13 @@ double LinearModel::max_violation(const std::vector<double>& x) const {
   return worst;
 }
 
-namespace {
-
-int slots_of(const Option& o, double slot) {
-  return static_cast<int>(duration_of(o, slot));
+int slots_of(const Option& o, double slot, Rounding rounding) {
+  if (rounding == Rounding::up) return static_cast<int>(duration_of(o, slot));
+  return static_cast<int>(std::floor(o.time_s / slot + 1e-9));
 }
 
-}  // namespace
-
-long TimeIndexedModel::estimate_columns(const Prepared& p, double slot, int horizon) {
+long TimeIndexedModel::estimate_columns(const Prepared& p, double slot, int horizon,
+                                        Rounding rounding) {
   std::vector<char> seen(static_cast<size_t>(p.num_classes), 0);
   long cols = horizon;
   for (size_t j = 0; j < p.num_jobs(); ++j) {
@@ -61,7 +59,7 @@ long TimeIndexedModel::estimate_columns(const Prepared& p, double slot, int hori
     seen[static_cast<size_t>(k)] = 1;
     cols += horizon;  // v
     for (const Option& o : p.options[j]) {
-      const int d = slots_of(o, slot);
+      const int d = slots_of(o, slot, rounding);
       if (d > horizon) continue;
       const long starts = o.pinned ? 1 : horizon - d + 1;
       cols += starts *
@@ -71,8 +69,13 @@ long TimeIndexedModel::estimate_columns(const Prepared& p, double slot, int hori
   return cols;
 }
 
-TimeIndexedModel::TimeIndexedModel(const Prepared& p, double slot, int horizon, int lower)
-    : prepared_(&p), slot_(slot), horizon_(horizon), lower_(std::clamp(lower, 0, horizon)) {
+TimeIndexedModel::TimeIndexedModel(const Prepared& p, double slot, int horizon, int lower,
+                                   Rounding rounding)
+    : prepared_(&p),
+      slot_(slot),
+      horizon_(horizon),
+      lower_(std::clamp(lower, 0, horizon)),
+      rounding_(rounding) {
   const Cluster& cluster = p.cluster();
   const int H = horizon_, L = lower_;
   const size_t N = cluster.nodes.size();
@@ -116,8 +119,8 @@ TimeIndexedModel::TimeIndexedModel(const Prepared& p, double slot, int horizon, 
     std::vector<std::vector<int>> ending(static_cast<size_t>(H));
     for (size_t oi = 0; oi < p.options[rep].size(); ++oi) {
       const Option& o = p.options[rep][oi];
-      const int d = slots_of(o, slot);
-      if (d > H) continue;
+      const int d = slots_of(o, slot, rounding_);
+      if (d > H || d < 1) continue;
       const int tmax = o.pinned ? 0 : H - d;
       auto occupy = [&](int col, int n, int t, double use) {
         for (int s = t; s < t + d; ++s)
@@ -203,7 +206,7 @@ std::vector<double> TimeIndexedModel::encode(const SlotSchedule& input) const {
     for (size_t j = 0; j < s.jobs.size(); ++j) {
       const Option& o = p.options[j][static_cast<size_t>(s.jobs[j].option)];
       for (int n : s.jobs[j].nodes)
-        load[static_cast<size_t>(n)] += p.usage(o, n) * duration_of(o, slot_);
+        load[static_cast<size_t>(n)] += p.usage(o, n) * slots_of(o, slot_, rounding_);
     }
     std::vector<int> rename(cluster.nodes.size());
     for (size_t n = 0; n < rename.size(); ++n) rename[n] = static_cast<int>(n);
@@ -239,7 +242,7 @@ std::vector<double> TimeIndexedModel::encode(const SlotSchedule& input) const {
     if (node == -1)
       for (const auto& [n, w] : whole_[it->second])
         if (std::binary_search(pl.nodes.begin(), pl.nodes.end(), n)) x[static_cast<size_t>(w)] = 1;
-    const int end = t + static_cast<int>(duration_of(o, slot_));
+    const int end = t + slots_of(o, slot_, rounding_);
     makespan = std::max(makespan, end);
     last[static_cast<size_t>(k)].push_back(end - 1);
   }
@@ -290,7 +293,7 @@ SlotSchedule TimeIndexedModel::decode(const std::vector<double>& x) const {
             nodes.begin() + static_cast<std::ptrdiff_t>((c + 1) * static_cast<long>(k)));
       }
       pl.start = st.t;
-      pl.end = st.t + duration_of(o, slot_);
+      pl.end = st.t + slots_of(o, slot_, rounding_);
       out.makespan = std::max(out.makespan, static_cast<int>(pl.end));
     }
   }

@@ -48,14 +48,23 @@ struct SlotSchedule {
   int makespan = 0;
 };
 
+// Durations in slots: rounded up, the model's schedules are feasible in continuous time;
+// rounded down, the model is a relaxation and its bound (times the slot) bounds the instance.
+enum class Rounding { up, down };
+
+// A duration in slots; rounding down may give 0 (callers drop such jobs from a relaxation).
+int slots_of(const Option& o, double slot, Rounding rounding);
+
 class TimeIndexedModel {
  public:
   // horizon: slots available (a feasible schedule must exist within it); lower: makespan
   // lower bound in slots.
-  TimeIndexedModel(const Prepared& prepared, double slot, int horizon, int lower);
+  TimeIndexedModel(const Prepared& prepared, double slot, int horizon, int lower,
+                   Rounding rounding = Rounding::up);
 
   // Columns the model would have, computed without building it.
-  static long estimate_columns(const Prepared& prepared, double slot, int horizon);
+  static long estimate_columns(const Prepared& prepared, double slot, int horizon,
+                               Rounding rounding = Rounding::up);
 
   const LinearModel& model() const { return model_; }
   double slot() const { return slot_; }
@@ -77,6 +86,7 @@ class TimeIndexedModel {
   const Prepared* prepared_;
   double slot_;
   int horizon_, lower_;
+  Rounding rounding_;
   LinearModel model_;
   std::vector<std::vector<int>> class_jobs_;  // jobs of each class
   std::vector<Start> starts_;

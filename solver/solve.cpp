@@ -24,12 +24,13 @@ Plan solve(const Problem& problem, const SolveOptions& options, SolveReport* rep
   rep = SolveReport{};
 
   const Prepared prepared = prepare(problem);
-  rep.bounds = compute_bounds(prepared);
+  rep.bounds = compute_bounds(prepared, std::min(2.0, 0.15 * options.time_limit_s));
   double lower = rep.bounds.best;
 
   HeuristicOptions ho;
   ho.seed = options.seed;
   ho.time_limit_s = std::max(0.0, options.time_limit_s * options.heuristic_share);
+  ho.stop_at = lower;
   HeuristicResult h = heuristic_schedule(prepared, lower, ho);
   rep.heuristic_makespan_s = h.schedule.makespan;
   rep.heuristic_method = h.method;
@@ -39,41 +40,57 @@ Plan solve(const Problem& problem, const SolveOptions& options, SolveReport* rep
   std::string method = h.method;
   bool milp_solution = false;
   const auto proven = [&](double makespan) { return makespan <= lower * (1 + 1e-9); };
-  if (options.use_milp && !proven(best.makespan) && elapsed() < options.time_limit_s) {
+  if (options.use_milp && !proven(best.makespan)) {
+    // Rounds of the MILP at finer and finer slots, each warm-started from the best plan so
+    // far, while a round proves its (discretised) optimum with time to spare.
     MilpOptions mo = options.milp;
     mo.backend = options.backend;
-    mo.time_limit_s = options.time_limit_s - elapsed();
-    rep.milp = solve_milp(prepared, best, lower, mo);
-    rep.milp_ran =
-        rep.milp.status.rfind("skipped", 0) != 0 && rep.milp.status.rfind("error", 0) != 0;
-    if (rep.milp.has_solution) {
-      milp_solution = true;
-      if (rep.milp.schedule.makespan < best.makespan * (1 - 1e-12)) {
-        best = rep.milp.schedule;
-        method = "milp";
+    for (int round = 0; round < 6 && !proven(best.makespan); ++round) {
+      const double left = options.time_limit_s - elapsed();
+      if (left < 0.2) break;
+      mo.time_limit_s = 0.7 * left;
+      MilpResult r = solve_milp(prepared, best, lower, mo);
+      const bool ran = r.status.rfind("skipped", 0) != 0 && r.status.rfind("error", 0) != 0;
+      if (round == 0 || ran) {
+        rep.milp = r;
+        rep.milp_ran = rep.milp_ran || ran;
+        ++rep.milp_rounds;
       }
+      if (!ran) break;
+      if (r.has_solution) {
+        milp_solution = true;
+        if (r.schedule.makespan < best.makespan * (1 - 1e-12)) {
+          best = r.schedule;
+          method = "milp";
+        }
+      }
+      // A bound proven for the discretised model is a bound for the instance only when every
+      // duration is a whole number of slots.
+      if (r.exact) lower = std::max(lower, r.bound_slots * r.slot_s);
+      if (r.status != "optimal" || r.exact || options.milp.slot_s > 0) break;
+      mo.target_slots = static_cast<int>(mo.target_slots * 1.6);
     }
-    // A bound proven for the discretised model is a bound for the instance only when every
-    // duration is a whole number of slots.
-    if (rep.milp.exact && rep.milp_ran)
-      lower = std::max(lower, rep.milp.bound_slots * rep.milp.slot_s);
   }
-  // Time the MILP did not use goes to more local search.
+  // Time left goes to more local search from the best plan.
   const double left = options.time_limit_s - elapsed();
-  if (!proven(best.makespan) && left > 0.05 && method != "milp") {
+  rep.heuristic_evaluations = h.evaluations;
+  if (!proven(best.makespan) && left > 0.05) {
     HeuristicOptions more = ho;
     more.time_limit_s = left;
     more.seed = options.seed + 1;
-    HeuristicResult start = h;
+    more.stop_at = lower;
+    HeuristicResult start;
     start.schedule = best;
+    start.method = method;
+    start.option.resize(best.jobs.size());
+    for (size_t j = 0; j < best.jobs.size(); ++j) start.option[j] = best.jobs[j].option;
+    start.order = start_order(best);
     HeuristicResult again = local_search(prepared, std::move(start), more);
     if (again.schedule.makespan < best.makespan * (1 - 1e-12)) {
       best = again.schedule;
       method = again.method;
     }
-    rep.heuristic_evaluations = again.evaluations;
-  } else {
-    rep.heuristic_evaluations = h.evaluations;
+    rep.heuristic_evaluations += again.evaluations;
   }
 
   Plan plan = to_plan(prepared, best);

@@ -28,8 +28,9 @@ struct SolveReport {
   std::string heuristic_method;
   long heuristic_evaluations = 0;
   double heuristic_time_s = 0.0;
-  MilpResult milp;
+  MilpResult milp;  // the last MILP round that ran (or why none did)
   bool milp_ran = false;
+  int milp_rounds = 0;
 };
 
 // Throws SolverError on a bad instance (see check_problem). The plan passes check_plan.
