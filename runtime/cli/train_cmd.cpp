@@ -1,16 +1,23 @@
-// `saturn train WORKLOAD.yaml [--job ID] ...`: one job on one device (the CPU by default).
+// `saturn train WORKLOAD.yaml [--job ID] ...`: one job on one device (the CPU by default), or
+// under mpirun on D ranks with a parallel strategy (--strategy S --degree D).
 #include <fmt/format.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <vector>
 
 #include "runtime/checkpoint/mpi_env.hpp"
 #include "runtime/cli/commands.hpp"
+#include "runtime/comm/agree.hpp"
+#include "runtime/comm/mpi_communicator.hpp"
 #ifdef SATURN_HAVE_CUDA
 #include "runtime/backend/cuda/device_info.hpp"
 #endif
 #include "runtime/core/error.hpp"
 #include "runtime/core/log.hpp"
+#include "runtime/parallel/strategy.hpp"
+#include "runtime/train/parallel_trainer.hpp"
 #include "runtime/train/trainer.hpp"
 #include "runtime/workload/workload.hpp"
 
@@ -21,7 +28,8 @@ struct TrainArgs {
   std::string workload;
   std::string job;
   std::string strategy = "single";
-  int degree = 1;
+  int degree = 0;  // 0: 1 for single, the number of ranks otherwise
+  std::vector<std::string> knobs;
   std::string device = "cpu";
   std::string run_dir;
   std::string memory = "0";
@@ -31,36 +39,114 @@ struct TrainArgs {
   int keep_checkpoints = 3;
 };
 
+std::string strategy_list() {
+  std::string s;
+  for (const auto& n : parallel::strategy_names()) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
+const JobSpec& pick_job(const Workload& w, const TrainArgs& a) {
+  if (!a.job.empty()) return find_job(w, a.job);
+  if (w.jobs.size() == 1) return w.jobs.front();
+  std::string ids;
+  for (const auto& j : w.jobs) ids += "\n  " + j.id;
+  throw InputError(fmt::format("{}: the workload has {} jobs; pick one with --job ID:{}",
+                               a.workload, w.jobs.size(), ids));
+}
+
+// Finalises MPI on every way out, if this command initialised it.
+struct MpiSession {
+  MpiSession() { comm::init_mpi(); }
+  ~MpiSession() { comm::finalize_mpi(); }
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+};
+
+// One job under a parallel strategy on every rank of MPI_COMM_WORLD. Every failure before
+// training is agreed by all ranks; rank 0 reports it (exit 2 for bad input, infeasible
+// configurations and out-of-memory), the other ranks exit with the same code silently.
+int run_parallel(const TrainArgs& a) {
+  const MpiSession mpi;
+  auto world = comm::MpiCommunicator::world();
+  const int rank = world->rank();
+  if (world->size() > 1) log::set_rank(rank);
+  try {
+    Workload w;
+    TrainJob job;
+    ParallelOptions par;
+    TrainOptions opt;
+    std::filesystem::path run_dir;
+    comm::agree_on(*world, [&] {
+      par.knobs = parallel::parse_knobs(a.knobs);
+      par.strategy = a.strategy;
+      par.degree = a.degree > 0 ? a.degree : world->size();
+      w = load_workload(a.workload);
+      const JobSpec& spec = pick_job(w, a);
+      job = TrainJob{spec.id, spec.model, spec.train, w.train_data, w.val_data};
+      opt.device_capacity = parse_bytes(a.memory, "--memory");
+      opt.max_steps = a.max_steps;
+      opt.quiet = a.quiet || rank != 0;
+      if (a.resume)
+        throw InputError(
+            fmt::format("--resume is not available with --strategy {} yet; resume "
+                        "with --strategy single",
+                        a.strategy));
+      run_dir = a.run_dir.empty() ? std::filesystem::path("runs") / w.name
+                                  : std::filesystem::path(a.run_dir);
+      opt.job_dir = run_dir / "jobs" / job.id;
+    });
+    par.prepare = [&] {
+      std::filesystem::create_directories(run_dir);
+      std::filesystem::copy_file(a.workload, run_dir / "workload.yaml",
+                                 std::filesystem::copy_options::overwrite_existing);
+    };
+    train_with_strategy(job, opt, par, *world);
+    if (rank == 0) log::info("metrics: {}", (opt.job_dir / "metrics.jsonl").string());
+    return kExitOk;
+  } catch (const comm::AgreedFailure& e) {
+    if (rank != 0) return e.exit_code();
+    if (e.exit_code() == kExitBadInput) throw InputError(e.what());
+    throw Error(e.what());
+  } catch (const std::exception& e) {
+    // A failure after set-up, possibly on this rank alone: the others may be inside a
+    // collective, so the whole job stops here.
+    std::fprintf(stderr, "saturn: error: rank %d: %s\n", rank, e.what());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, kExitFailure);
+    return kExitFailure;
+  }
+}
+
 int run_train(const TrainArgs& a) {
   if (a.device == "cuda") {
 #ifdef SATURN_HAVE_CUDA
     const auto q = cuda::query_devices();
     if (q.devices.empty()) throw InputError(fmt::format("--device cuda: {}", q.error));
-    throw InputError(fmt::format("--device cuda: {} CUDA device(s) found ({}), but this build's "
-                                 "CUDA backend has no training kernels yet; use --device cpu",
-                                 q.devices.size(), q.devices.front().name));
+    throw InputError(
+        fmt::format("--device cuda: {} CUDA device(s) found ({}), but this build's "
+                    "CUDA backend has no training kernels yet; use --device cpu",
+                    q.devices.size(), q.devices.front().name));
 #else
-    throw InputError("--device cuda: this build has no CUDA backend (nvcc was not found when it "
-                     "was configured; see INSTALL.md)");
+    throw InputError(
+        "--device cuda: this build has no CUDA backend (nvcc was not found when it "
+        "was configured; see INSTALL.md)");
 #endif
   }
-  if (a.strategy != "single" || a.degree != 1)
+  if (a.strategy != "single") return run_parallel(a);
+  if (a.degree > 1)
     throw InputError(
-        fmt::format("--strategy {} --degree {}: only single-device training "
-                    "(--strategy single --degree 1) is available in this build",
-                    a.strategy, a.degree));
+        fmt::format("--strategy single trains on one device; --degree {} needs a "
+                    "parallel strategy ({})",
+                    a.degree, strategy_list()));
+  if (comm::launched_with_several_ranks())
+    throw InputError(
+        fmt::format("--strategy single trains on one device, but this process was "
+                    "started as one of several MPI ranks; pick a parallel strategy "
+                    "({}) with --degree equal to the number of ranks",
+                    strategy_list()));
+  if (!a.knobs.empty()) throw InputError("--knob applies to parallel strategies only");
   const Workload w = load_workload(a.workload);
-  const JobSpec* spec = nullptr;
-  if (!a.job.empty()) {
-    spec = &find_job(w, a.job);
-  } else if (w.jobs.size() == 1) {
-    spec = &w.jobs.front();
-  } else {
-    std::string ids;
-    for (const auto& j : w.jobs) ids += "\n  " + j.id;
-    throw InputError(fmt::format("{}: the workload has {} jobs; pick one with --job ID:{}",
-                                 a.workload, w.jobs.size(), ids));
-  }
+  const JobSpec* spec = &pick_job(w, a);
   TrainJob job{spec->id, spec->model, spec->train, w.train_data, w.val_data};
   TrainOptions opt;
   opt.device_capacity = parse_bytes(a.memory, "--memory");
@@ -90,8 +176,15 @@ void add_train_command(CLI::App& root, Action* action) {
       "train", "Train one job of a workload on one device (or D ranks under mpirun, --strategy).");
   cmd->add_option("workload", args->workload, "Workload file (YAML)")->required();
   cmd->add_option("--job", args->job, "Job id (needed when the workload has several jobs)");
-  cmd->add_option("--strategy", args->strategy, "Parallel strategy (this build: single)");
-  cmd->add_option("--degree", args->degree, "Number of ranks for the strategy");
+  cmd->add_option("--strategy", args->strategy,
+                  "single (one device), or under mpirun: ddp, fsdp, pipeline, tensor, offload, "
+                  "ddp+pipeline, ddp+tensor (docs/strategies.md)");
+  cmd->add_option("--degree", args->degree,
+                  "Ranks for the strategy; must equal mpirun's -np (default: the number of ranks)");
+  cmd->add_option("--knob", args->knobs,
+                  "Strategy knob KEY=VALUE, repeatable: micro_batch_size, micro_batches, "
+                  "schedule=gpipe|1f1b, stages, tensor_degree, recompute, bucket_bytes, overlap, "
+                  "prefetch, balance, device_capacity, host_capacity");
   cmd->add_option("--device", args->device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--run-dir", args->run_dir, "Run directory (default: runs/<workload name>)");
   cmd->add_option("--memory", args->memory,

@@ -2,77 +2,166 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstring>
+
 #include "runtime/core/error.hpp"
 
 namespace saturn {
 
-ParameterLayout::ParameterLayout(const ModelConfig& c) {
-  const std::int64_t C = c.d_model, V = c.vocab_size, F = c.ffn_dim(), L = c.n_layer;
+ParameterLayout::ParameterLayout(const ModelConfig& c, int tp_size) : tp_size_(tp_size) {
+  if (tp_size < 1) throw InputError(fmt::format("tensor-parallel degree {} must be >= 1", tp_size));
+  if (c.n_head % tp_size != 0)
+    throw InputError(fmt::format(
+        "tensor-parallel degree {} must divide n_head ({}): attention heads are split across ranks",
+        tp_size, c.n_head));
+  if (c.ffn_dim() % tp_size != 0)
+    throw InputError(
+        fmt::format("tensor-parallel degree {} must divide the MLP width d_ff ({}): MLP columns "
+                    "are split across ranks",
+                    tp_size, c.ffn_dim()));
+  const std::int64_t C = c.d_model, V = c.vocab_size, L = c.n_layer;
+  const std::int64_t Cl = C / tp_size, Fl = c.ffn_dim() / tp_size;  // local widths
   group_begin_.push_back(0);
+  group_tensor_.push_back(0);
   if (c.arch == Arch::kGpt2) {
     add("transformer.wte.weight", {V, C}, true, -1);
     add("transformer.wpe.weight", {c.max_seq_len, C}, true, -1);
     for (int l = 0; l < L; ++l) {
-      group_begin_.push_back(total_);
+      close_group();
       const std::string p = fmt::format("transformer.h.{}.", l);
       add(p + "ln_1.weight", {C}, false, l);
       add(p + "ln_1.bias", {C}, false, l);
-      add(p + "attn.c_attn.weight", {C, 3 * C}, true, l);  // Conv1D: [in, out]
-      add(p + "attn.c_attn.bias", {3 * C}, false, l);
-      add(p + "attn.c_proj.weight", {C, C}, true, l);
+      // Conv1D weights are [in, out]. Column-parallel: q|k|v output columns of local heads.
+      add(p + "attn.c_attn.weight", {C, 3 * Cl}, true, l, 1, 3);
+      add(p + "attn.c_attn.bias", {3 * Cl}, false, l, 0, 3);
+      // Row-parallel: input rows of local heads; its bias is added once, after the reduction.
+      add(p + "attn.c_proj.weight", {Cl, C}, true, l, 0);
       add(p + "attn.c_proj.bias", {C}, false, l);
       add(p + "ln_2.weight", {C}, false, l);
       add(p + "ln_2.bias", {C}, false, l);
-      add(p + "mlp.c_fc.weight", {C, F}, true, l);
-      add(p + "mlp.c_fc.bias", {F}, false, l);
-      add(p + "mlp.c_proj.weight", {F, C}, true, l);
+      add(p + "mlp.c_fc.weight", {C, Fl}, true, l, 1);
+      add(p + "mlp.c_fc.bias", {Fl}, false, l, 0);
+      add(p + "mlp.c_proj.weight", {Fl, C}, true, l, 0);
       add(p + "mlp.c_proj.bias", {C}, false, l);
     }
-    group_begin_.push_back(total_);
+    close_group();
     add("transformer.ln_f.weight", {C}, false, static_cast<int>(L));
     add("transformer.ln_f.bias", {C}, false, static_cast<int>(L));
     // lm_head is tied to transformer.wte.weight (not a separate tensor, as in Hugging Face).
   } else {
     add("model.embed_tokens.weight", {V, C}, true, -1);
     for (int l = 0; l < L; ++l) {
-      group_begin_.push_back(total_);
+      close_group();
       const std::string p = fmt::format("model.layers.{}.", l);
       add(p + "input_layernorm.weight", {C}, false, l);
-      // q, k, v are adjacent: together they are one [3C, C] nn.Linear weight (one GEMM).
-      add(p + "self_attn.q_proj.weight", {C, C}, true, l);
-      add(p + "self_attn.k_proj.weight", {C, C}, true, l);
-      add(p + "self_attn.v_proj.weight", {C, C}, true, l);
-      add(p + "self_attn.o_proj.weight", {C, C}, true, l);
+      // q, k, v are adjacent: together they are one [3C, C] nn.Linear weight (one GEMM); with
+      // tensor parallelism each holds its local heads' rows, still adjacent.
+      add(p + "self_attn.q_proj.weight", {Cl, C}, true, l, 0);
+      add(p + "self_attn.k_proj.weight", {Cl, C}, true, l, 0);
+      add(p + "self_attn.v_proj.weight", {Cl, C}, true, l, 0);
+      add(p + "self_attn.o_proj.weight", {C, Cl}, true, l, 1);
       add(p + "post_attention_layernorm.weight", {C}, false, l);
-      add(p + "mlp.gate_proj.weight", {F, C}, true, l);
-      add(p + "mlp.up_proj.weight", {F, C}, true, l);
-      add(p + "mlp.down_proj.weight", {C, F}, true, l);
+      add(p + "mlp.gate_proj.weight", {Fl, C}, true, l, 0);
+      add(p + "mlp.up_proj.weight", {Fl, C}, true, l, 0);
+      add(p + "mlp.down_proj.weight", {C, Fl}, true, l, 1);
     }
-    group_begin_.push_back(total_);
+    close_group();
     add("model.norm.weight", {C}, false, static_cast<int>(L));
     add("lm_head.weight", {V, C}, true, static_cast<int>(L));
   }
-  group_begin_.push_back(total_);
+  close_group();
 }
 
-void ParameterLayout::add(std::string name, std::vector<std::int64_t> shape, bool decay,
-                          int layer) {
+void ParameterLayout::close_group() {
+  group_begin_.push_back(total_);
+  group_tensor_.push_back(tensors_.size());
+}
+
+void ParameterLayout::add(std::string name, std::vector<std::int64_t> shape, bool decay, int layer,
+                          int split_dim, int split_parts) {
   ParamTensor t;
   t.name = std::move(name);
   t.numel = 1;
   for (auto d : shape) t.numel *= static_cast<std::size_t>(d);
+  t.canonical_shape = shape;
+  if (split_dim >= 0) t.canonical_shape[static_cast<std::size_t>(split_dim)] *= tp_size_;
   t.shape = std::move(shape);
   t.offset = total_;
   t.decay = decay;
   t.layer = layer;
+  t.split_dim = split_dim;
+  t.split_parts = split_parts;
   total_ += t.numel;
   tensors_.push_back(std::move(t));
+}
+
+std::size_t ParameterLayout::max_group_size() const {
+  std::size_t m = 0;
+  for (int g = -1; g + 1 < num_groups(); ++g) m = std::max(m, group_size(g));
+  return m;
 }
 
 const ParamTensor& ParameterLayout::find(const std::string& name) const {
   for (const auto& t : tensors_)
     if (t.name == name) return t;
   throw Error(fmt::format("no parameter named '{}' in this model", name));
+}
+
+std::vector<CanonicalBox> canonical_boxes(const ParamTensor& t, int tp_rank) {
+  const bool matrix = t.shape.size() == 2;
+  const std::int64_t rows = matrix ? t.shape[0] : 1;
+  const std::int64_t cols = matrix ? t.shape[1] : t.shape[0];
+  std::vector<CanonicalBox> boxes;
+  auto box = [&](std::int64_t lr, std::int64_t lc, std::int64_t nr, std::int64_t nc,
+                 std::int64_t cr, std::int64_t cc) {
+    CanonicalBox b;
+    b.local_row = lr;
+    b.local_col = lc;
+    b.rows = nr;
+    b.cols = nc;
+    b.local_cols = cols;
+    if (matrix) {
+      b.start = {cr, cc};
+      b.count = {nr, nc};
+    } else {
+      b.start = {cc};
+      b.count = {nc};
+    }
+    boxes.push_back(std::move(b));
+  };
+  if (t.split_dim < 0 || t.canonical_shape == t.shape) {
+    box(0, 0, rows, cols, 0, 0);
+    return boxes;
+  }
+  const int k = t.split_parts;
+  // The split dimension in the [rows, cols] view: matrices split rows (dim 0) or columns
+  // (dim 1); vectors split their only dimension, which the view holds as columns.
+  const bool split_rows = matrix && t.split_dim == 0;
+  const std::int64_t local_len = split_rows ? rows : cols;
+  const std::int64_t canon_len = split_rows ? t.canonical_shape[0] : t.canonical_shape.back();
+  const std::int64_t part_local = local_len / k, part_canon = canon_len / k;
+  for (int j = 0; j < k; ++j) {
+    const std::int64_t c0 = j * part_canon + tp_rank * part_local, l0 = j * part_local;
+    if (split_rows)
+      box(l0, 0, part_local, cols, c0, 0);
+    else
+      box(0, l0, rows, part_local, 0, c0);
+  }
+  return boxes;
+}
+
+void canonical_to_local(const ParamTensor& t, int tp_rank, const float* canonical, float* local) {
+  const std::int64_t canon_cols =
+      t.canonical_shape.size() == 2 ? t.canonical_shape[1] : t.canonical_shape[0];
+  for (const auto& b : canonical_boxes(t, tp_rank)) {
+    const std::int64_t cr = b.start.size() == 2 ? b.start[0] : 0;
+    const std::int64_t cc = b.start.back();
+    for (std::int64_t r = 0; r < b.rows; ++r)
+      std::memcpy(local + (b.local_row + r) * b.local_cols + b.local_col,
+                  canonical + (cr + r) * canon_cols + cc,
+                  static_cast<std::size_t>(b.cols) * sizeof(float));
+  }
 }
 
 }  // namespace saturn

@@ -1,6 +1,11 @@
 // The parameter layout of a model: every tensor's Hugging Face name, shape and offset in one
 // flat fp32 buffer. Tensors are ordered embeddings, layer 0 … layer L-1, final norm, head, and
 // each layer's tensors are contiguous, so a strategy can move or shard a layer as one range.
+//
+// With tensor parallelism of degree tp, the layout is one rank's *local* layout: attention heads
+// and MLP columns are split (Megatron), so some tensors hold 1/tp of the canonical tensor. Each
+// tensor records how its local block maps onto the canonical tensor (split_dim, split_parts);
+// canonical_boxes() turns that into boxes for checkpoints and initialisation.
 #pragma once
 
 #include <cstddef>
@@ -13,30 +18,65 @@
 namespace saturn {
 
 struct ParamTensor {
-  std::string name;                 // e.g. transformer.h.0.attn.c_attn.weight
-  std::vector<std::int64_t> shape;  // Hugging Face shape
-  std::size_t offset = 0;           // in floats, into the flat buffer
-  std::size_t numel = 0;
+  std::string name;                           // e.g. transformer.h.0.attn.c_attn.weight
+  std::vector<std::int64_t> shape;            // local shape (the Hugging Face shape when tp = 1)
+  std::vector<std::int64_t> canonical_shape;  // the whole tensor's Hugging Face shape
+  std::size_t offset = 0;                     // in floats, into the flat buffer
+  std::size_t numel = 0;                      // local elements
   bool decay = false;  // AdamW weight decay applies (matrices and embeddings)
   int layer = -1;      // -1: embeddings; 0..L-1: block; L: final norm and head
+  // Tensor parallelism splits dimension split_dim across ranks (-1: replicated on every rank).
+  // A split dimension made of split_parts equal parts (GPT-2's fused q|k|v) splits each part.
+  int split_dim = -1;
+  int split_parts = 1;
 };
 
 class ParameterLayout {
  public:
-  explicit ParameterLayout(const ModelConfig& config);
+  // tp_size > 1: the local layout of one tensor-parallel rank; n_head and ffn_dim() must be
+  // divisible by tp_size (InputError otherwise).
+  explicit ParameterLayout(const ModelConfig& config, int tp_size = 1);
 
   const std::vector<ParamTensor>& tensors() const { return tensors_; }
   std::size_t total() const { return total_; }
+  int tp_size() const { return tp_size_; }
+  int num_groups() const { return static_cast<int>(group_begin_.size()) - 1; }  // L + 2
   // [begin, end) in floats of a group: -1 embeddings, 0..L-1 blocks, L final norm + head.
   std::size_t group_begin(int group) const { return group_begin_[group + 1]; }
   std::size_t group_end(int group) const { return group_begin_[group + 2]; }
+  std::size_t group_size(int group) const { return group_end(group) - group_begin(group); }
+  std::size_t max_group_size() const;
+  // Index range [first, last) into tensors() of a group's tensors.
+  std::size_t group_first_tensor(int group) const { return group_tensor_[group + 1]; }
+  std::size_t group_last_tensor(int group) const { return group_tensor_[group + 2]; }
   const ParamTensor& find(const std::string& name) const;  // throws Error when absent
 
  private:
-  void add(std::string name, std::vector<std::int64_t> shape, bool decay, int layer);
+  void add(std::string name, std::vector<std::int64_t> shape, bool decay, int layer,
+           int split_dim = -1, int split_parts = 1);
+  void close_group();
   std::vector<ParamTensor> tensors_;
-  std::vector<std::size_t> group_begin_;  // size L+3
+  std::vector<std::size_t> group_begin_;   // size L+3
+  std::vector<std::size_t> group_tensor_;  // size L+3
   std::size_t total_ = 0;
+  int tp_size_ = 1;
 };
+
+// A block of a local tensor and the box of the canonical tensor it holds. The local tensor is
+// viewed as a row-major matrix [rows, cols] (1-D tensors: one row); the block is rows
+// [local_row, local_row + rows) x columns [local_col, local_col + cols) of it.
+struct CanonicalBox {
+  std::vector<std::int64_t> start, count;  // in the canonical tensor, per dimension
+  std::int64_t local_row = 0, local_col = 0;
+  std::int64_t rows = 1, cols = 1;
+  std::int64_t local_cols = 1;  // width of the local tensor (row stride of the block)
+  bool contiguous() const { return cols == local_cols; }
+};
+
+// The canonical boxes tensor-parallel rank tp_rank holds of `t` (one box when not split).
+std::vector<CanonicalBox> canonical_boxes(const ParamTensor& t, int tp_rank);
+
+// Copies the parts of a whole canonical tensor that rank tp_rank holds into its local tensor.
+void canonical_to_local(const ParamTensor& t, int tp_rank, const float* canonical, float* local);
 
 }  // namespace saturn

@@ -1,0 +1,71 @@
+// FSDP / ZeRO-3: parameters, gradients and AdamW state are sharded 1/N over the ranks, per
+// parameter group (the embeddings, each block, the final norm and head): each group's flat
+// range is padded to a multiple of N and rank r owns the r-th equal part. A group's parameters
+// are all-gathered just before its forward, freed after it, gathered again before its backward
+// (the next group's gather is started while this one computes: prefetch); its gradients go to
+// a temporary full-size buffer, are reduce-scattered (non-blocking, overlapping the next
+// group's backward) and added to the owned shard. The whole model is never resident: peak
+// memory is the shards plus about two groups of parameters and two of gradients in flight.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "runtime/model/gpt.hpp"
+#include "runtime/optim/adamw.hpp"
+#include "runtime/parallel/common.hpp"
+#include "runtime/parallel/strategy.hpp"
+
+namespace saturn::parallel {
+
+class FsdpStrategy : public Strategy {
+ public:
+  explicit FsdpStrategy(StrategySpec spec);
+  ~FsdpStrategy() override;
+  std::string name() const override { return "fsdp"; }
+  Estimate estimate() const override;
+  void setup(comm::Communicator& comm, MemoryPool& device, MemoryPool& host) override;
+  StepResult train_step(const data::Batch& batch, std::int64_t step) override;
+  double evaluate(const data::Batch& batch) override;
+  StateSlices export_state(StateKind kind) override;
+  void import_state(StateKind kind, const StateSlices& slices) override;
+
+ private:
+  struct Group {
+    std::size_t begin = 0, size = 0;         // in the flat layout
+    std::size_t shard = 0;                   // padded shard length (size / N rounded up)
+    std::size_t offset = 0;                  // of this group's shard in the shard buffers
+    std::size_t own_begin = 0, own_end = 0;  // this rank's elements, flat layout
+  };
+  struct Gathered;
+  struct Reduction;
+  Group& group(int g) { return groups_[static_cast<std::size_t>(g + 1)]; }
+  void start_gather(int g);
+  const float* acquire(int g);
+  void release(int g);
+  float* new_grad_buffer(int g);
+  void launch_reduction(int g);
+  void complete_reductions();
+  // One micro-batch: forward (and backward when dloss > 0). Returns the mean loss.
+  float micro_step(const std::int32_t* tokens, const std::int32_t* targets, float dloss,
+                   bool backward);
+  std::vector<float*> segments(StateKind kind);
+
+  ParameterLayout layout_;
+  std::vector<Group> groups_;  // g = -1 .. L at [g + 1]
+  comm::Communicator* comm_ = nullptr;
+  MemoryPool* device_ = nullptr;
+  int rank_ = 0, size_ = 1;
+  std::int64_t micro_ = 0;
+  bool tied_ = false;  // GPT-2: the head reads the token embedding (group -1)
+  Buffer<float> params_, grads_;
+  std::vector<std::unique_ptr<AdamW>> opts_;  // per group; null when this rank owns nothing
+  std::unique_ptr<GptModel> model_;
+  std::vector<std::unique_ptr<Gathered>> gathered_;
+  std::vector<std::unique_ptr<Reduction>> reductions_;
+  std::vector<Buffer<float>> grad_buffers_;  // per group, while its backward runs
+  SliceSet slices_;
+  std::vector<std::int32_t> inputs_, targets_;
+};
+
+}  // namespace saturn::parallel

@@ -1,0 +1,233 @@
+#include "runtime/parallel/offload.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "runtime/core/error.hpp"
+
+namespace saturn::parallel {
+
+struct OffloadStrategy::OnDevice {
+  std::size_t count = 0;
+  Buffer<float> params, grads;
+};
+
+OffloadStrategy::OffloadStrategy(StrategySpec spec)
+    : Strategy(std::move(spec)), layout_(spec_.model) {}
+
+OffloadStrategy::~OffloadStrategy() = default;
+
+Estimate OffloadStrategy::estimate() const {
+  Estimate e;
+  if (!check_common(e, spec_, spec_.degree)) return e;
+  const ModelConfig& c = spec_.model;
+  const int T = spec_.train.seq_len, L = c.n_layer;
+  const std::int64_t rows = spec_.train.batch_size / spec_.degree;
+  std::string why;
+  const std::int64_t micro = choose_micro_batch(spec_, rows, &why);
+  if (micro == 0) return infeasible(e, "offload: " + why);
+  ModelOptions o;
+  o.storage = ParamStorage::kBorrowed;
+  o.recompute = spec_.knobs.recompute;
+  const std::size_t acts = GptModel::activation_bytes(c, o, static_cast<int>(micro), T);
+  // One group's parameters and gradients on the device at a time; the head phase holds the
+  // final group and (GPT-2) the token embedding it is tied to.
+  std::size_t group_peak = 0;
+  for (int g = -1; g < L; ++g) group_peak = std::max(group_peak, 2 * layout_.group_size(g));
+  std::size_t head = 2 * layout_.group_size(L);
+  if (c.arch == Arch::kGpt2) head += 2 * layout_.tensors()[0].numel;
+  group_peak = std::max(group_peak, head) * sizeof(float);
+  const std::size_t P = layout_.total() * sizeof(float);
+  e.device_breakdown = {{"activations", acts}, {"offloaded groups (peak)", group_peak}};
+  e.device_bytes = acts + group_peak;
+  e.host_bytes = 4 * P;
+  e.micro_batch = micro;
+  e.micro_batches = rows / micro;
+  // Per micro-batch every group's parameters go to the device twice (forward, backward) and
+  // its gradients to the device and back once (the tied embedding's twice).
+  std::uint64_t per_micro = 4 * P;
+  if (c.arch == Arch::kGpt2) per_micro += 3 * layout_.tensors()[0].numel * sizeof(float);
+  e.host_transfer_bytes = per_micro * static_cast<std::uint64_t>(e.micro_batches);
+  if (spec_.degree > 1) e.comm_bytes = P;
+  e.flops =
+      static_cast<double>(rows) * T * (block_flops_per_token(c, T) * L + head_flops_per_token(c));
+  e.layout = fmt::format("dp={}, parameters and optimizer on the host", spec_.degree);
+  check_capacity(e, spec_.knobs, "offload");
+  return e;
+}
+
+void OffloadStrategy::setup(comm::Communicator& comm, MemoryPool& device, MemoryPool& host) {
+  if (comm.size() != spec_.degree)
+    throw InputError(fmt::format("offload at degree {} needs {} ranks; the communicator has {}",
+                                 spec_.degree, spec_.degree, comm.size()));
+  comm_ = &comm;
+  track(comm_);
+  device_ = &device;
+  host_ = &host;
+  rank_ = comm.rank();
+  size_ = comm.size();
+  tied_ = spec_.model.arch == Arch::kGpt2;
+  std::string why;
+  micro_ = choose_micro_batch(spec_, spec_.train.batch_size / size_, &why);
+  if (micro_ == 0) throw InputError("offload: " + why);
+  params_ = Buffer<float>(host, layout_.total(), "parameters");
+  grads_ = Buffer<float>(host, layout_.total(), "gradients");
+  params_.zero();
+  grads_.zero();
+  opt_ = std::make_unique<AdamW>(spec_.train.optimizer, layout_, 0, layout_.total(), host);
+  ModelOptions o;
+  o.storage = ParamStorage::kBorrowed;
+  o.recompute = spec_.knobs.recompute;
+  model_ = std::make_unique<GptModel>(spec_.model, device, o);
+  model_->reserve(static_cast<int>(micro_), spec_.train.seq_len);
+  on_device_.resize(static_cast<std::size_t>(layout_.num_groups()));
+  buckets_ = std::make_unique<GradBuckets>(layout_, spec_.knobs.bucket_bytes);
+  generate_canonical_weights(spec_.model, spec_.train.seed,
+                             [&](std::size_t, const ParamTensor& t, const float* values) {
+                               std::copy(values, values + t.numel, params_.data() + t.offset);
+                             });
+  for (const auto& t : layout_.tensors()) slices_.add_local_tensor(t, 0, 0, t.offset, rank_ == 0);
+  const std::size_t n = static_cast<std::size_t>(micro_) * spec_.train.seq_len;
+  inputs_.resize(n);
+  targets_.resize(n);
+}
+
+void OffloadStrategy::load(int g, bool grads, std::size_t count) {
+  auto& d = on_device_[static_cast<std::size_t>(g + 1)];
+  d = std::make_unique<OnDevice>();
+  d->count = count == 0 ? layout_.group_size(g) : count;
+  const std::size_t b = layout_.group_begin(g);
+  d->params = Buffer<float>(*device_, d->count, "offloaded parameters");
+  std::memcpy(d->params.data(), params_.data() + b, d->count * sizeof(float));
+  stats_.host_transfer_bytes += d->count * sizeof(float);
+  if (grads) {
+    d->grads = Buffer<float>(*device_, d->count, "offloaded gradients");
+    std::memcpy(d->grads.data(), grads_.data() + b, d->count * sizeof(float));
+    stats_.host_transfer_bytes += d->count * sizeof(float);
+  }
+  model_->bind_group(g, d->params.data(), grads ? d->grads.data() : nullptr);
+}
+
+void OffloadStrategy::unload(int g) {
+  auto& d = on_device_[static_cast<std::size_t>(g + 1)];
+  if (!d) return;
+  if (!d->grads.empty()) {
+    std::memcpy(grads_.data() + layout_.group_begin(g), d->grads.data(), d->count * sizeof(float));
+    stats_.host_transfer_bytes += d->count * sizeof(float);
+  }
+  model_->unbind_group(g);
+  d.reset();
+}
+
+float OffloadStrategy::micro_step(const std::int32_t* tokens, const std::int32_t* targets,
+                                  float dloss, bool backward, bool reduce) {
+  GptModel& m = *model_;
+  const int L = spec_.model.n_layer;
+  load(-1, false);
+  m.embed_forward(tokens);
+  unload(-1);
+  for (int l = 0; l < L; ++l) {
+    load(l, false);
+    m.block_forward(l);
+    unload(l);
+  }
+  // The head phase: final group, and GPT-2's token embedding only (not the positions).
+  const std::size_t wte = layout_.tensors()[0].numel;
+  load(L, backward);
+  if (tied_) load(-1, backward, wte);
+  const float loss = m.head_forward(targets);
+  if (backward) m.head_backward(dloss);
+  unload(L);
+  if (tied_) unload(-1);
+  if (!backward) return loss;
+  if (reduce) buckets_->group_done(*comm_, grads_.data(), L);
+  for (int l = L - 1; l >= 0; --l) {
+    load(l, true);
+    m.block_backward(l);
+    unload(l);
+    if (reduce) {
+      buckets_->group_done(*comm_, grads_.data(), l);
+      buckets_->progress();
+    }
+  }
+  load(-1, true);
+  m.embed_backward();
+  unload(-1);
+  if (reduce) buckets_->group_done(*comm_, grads_.data(), -1);
+  return loss;
+}
+
+StepResult OffloadStrategy::train_step(const data::Batch& batch, std::int64_t step) {
+  ScopedTimer whole(stats_.step_s);
+  const TrainConfig& tc = spec_.train;
+  const int T = tc.seq_len;
+  const RowRange rows = shard_rows(tc.batch_size, rank_, size_);
+  const std::int64_t accum = rows.count / micro_;
+  const float dloss = 1.0f / static_cast<float>(tc.batch_size * T);
+  const bool overlap = size_ > 1 && spec_.knobs.overlap;
+  grads_.zero();
+  double loss_sum = 0;
+  for (std::int64_t k = 0; k < accum; ++k) {
+    copy_rows(batch, rows.begin + k * micro_, micro_, micro_, inputs_.data(), targets_.data());
+    ScopedTimer compute(stats_.compute_s);
+    const bool reduce = overlap && k + 1 == accum;
+    loss_sum +=
+        static_cast<double>(micro_step(inputs_.data(), targets_.data(), dloss, true, reduce)) *
+        static_cast<double>(micro_);
+  }
+  if (overlap)
+    buckets_->finish(*comm_, grads_.data());
+  else if (size_ > 1)
+    comm_->allreduce(grads_.data(), grads_.size(), comm::ReduceOp::kSum);
+  comm_->allreduce(&loss_sum, 1, comm::ReduceOp::kSum);
+  StepResult r;
+  r.loss = loss_sum / static_cast<double>(tc.batch_size);
+  r.grad_norm = std::sqrt(sum_squares(grads_.data(), grads_.size()));
+  r.lr = scheduled_lr(tc.optimizer, tc.schedule, step, tc.steps);
+  {
+    ScopedTimer compute(stats_.compute_s);
+    opt_->step(params_.data(), grads_.data(), r.lr, clip_scale(r.grad_norm, tc.optimizer.grad_clip),
+               step + 1);
+  }
+  ++stats_.steps;
+  return r;
+}
+
+double OffloadStrategy::evaluate(const data::Batch& batch) {
+  const int T = spec_.train.seq_len;
+  const RowRange rows = shard_rows(batch.batch_size, rank_, size_);
+  double sum = 0;
+  for (std::int64_t r = 0; r < rows.count; r += micro_) {
+    const std::int64_t n = std::min(micro_, rows.count - r);
+    copy_rows(batch, rows.begin + r, n, micro_, inputs_.data(), targets_.data());
+    sum += static_cast<double>(micro_step(inputs_.data(), targets_.data(), 0.0f, false, false)) *
+           static_cast<double>(n * T);
+  }
+  comm_->allreduce(&sum, 1, comm::ReduceOp::kSum);
+  return sum / static_cast<double>(batch.batch_size * T);
+}
+
+std::vector<float*> OffloadStrategy::segments(StateKind kind) {
+  switch (kind) {
+    case StateKind::kParams:
+      return {params_.data()};
+    case StateKind::kAdamM:
+      return {opt_->m()};
+    case StateKind::kAdamV:
+      return {opt_->v()};
+  }
+  return {};
+}
+
+StateSlices OffloadStrategy::export_state(StateKind kind) {
+  return slices_.export_from(segments(kind));
+}
+
+void OffloadStrategy::import_state(StateKind kind, const StateSlices& slices) {
+  slices_.import_into(segments(kind), slices);
+}
+
+}  // namespace saturn::parallel

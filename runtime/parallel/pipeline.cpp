@@ -1,0 +1,420 @@
+#include "runtime/parallel/pipeline.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "runtime/core/error.hpp"
+
+namespace saturn::parallel {
+
+namespace {
+
+int act_tag(int micro) {
+  return 2 * micro;
+}
+int grad_tag(int micro) {
+  return 2 * micro + 1;
+}
+
+}  // namespace
+
+PipelineStrategy::PipelineStrategy(StrategySpec spec, std::string name, int stages)
+    : Strategy(std::move(spec)), name_(std::move(name)), p_(stages < 1 ? 1 : stages) {
+  dp_ = spec_.degree >= p_ ? spec_.degree / p_ : 1;
+}
+
+PipelineStrategy::~PipelineStrategy() = default;
+
+std::vector<int> PipelineStrategy::partition(const ModelConfig& model, int seq_len, int stages,
+                                             bool balance) {
+  const int L = model.n_layer, p = stages;
+  std::vector<int> bounds(static_cast<std::size_t>(p + 1), 0);
+  if (!balance) {
+    for (int s = 0; s <= p; ++s) bounds[static_cast<std::size_t>(s)] = s * L / p;
+    return bounds;
+  }
+  const double block = block_flops_per_token(model, seq_len);
+  const double head = head_flops_per_token(model);
+  auto cost = [&](int s, int a, int b) { return (b - a) * block + (s == p - 1 ? head : 0.0); };
+  // best[s][l]: the smallest possible costliest stage when stages 0..s-1 run blocks [0, l).
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<std::vector<double>> best(static_cast<std::size_t>(p + 1),
+                                        std::vector<double>(static_cast<std::size_t>(L + 1), inf));
+  std::vector<std::vector<int>> cut(static_cast<std::size_t>(p + 1),
+                                    std::vector<int>(static_cast<std::size_t>(L + 1), 0));
+  best[0][0] = 0;
+  for (int s = 1; s <= p; ++s)
+    for (int l = s; l <= L; ++l)
+      for (int a = s - 1; a < l; ++a) {
+        const double v = std::max(
+            best[static_cast<std::size_t>(s - 1)][static_cast<std::size_t>(a)], cost(s - 1, a, l));
+        // Strictly better only: among equal maxima the earliest cut keeps later stages lighter.
+        if (v < best[static_cast<std::size_t>(s)][static_cast<std::size_t>(l)]) {
+          best[static_cast<std::size_t>(s)][static_cast<std::size_t>(l)] = v;
+          cut[static_cast<std::size_t>(s)][static_cast<std::size_t>(l)] = a;
+        }
+      }
+  bounds[static_cast<std::size_t>(p)] = L;
+  for (int s = p; s >= 1; --s)
+    bounds[static_cast<std::size_t>(s - 1)] =
+        cut[static_cast<std::size_t>(s)]
+           [static_cast<std::size_t>(bounds[static_cast<std::size_t>(s)])];
+  return bounds;
+}
+
+PipelineStrategy::Plan PipelineStrategy::plan() const {
+  Plan pl;
+  const ModelConfig& c = spec_.model;
+  if (spec_.degree % p_ != 0) {
+    pl.reason = fmt::format("{}: degree {} is not a multiple of the {} pipeline stages", name_,
+                            spec_.degree, p_);
+    return pl;
+  }
+  if (p_ > c.n_layer) {
+    pl.reason = fmt::format(
+        "{}: {} pipeline stages but the model has only {} layers (each stage "
+        "needs at least one)",
+        name_, p_, c.n_layer);
+    return pl;
+  }
+  pl.rows = spec_.train.batch_size / dp_;
+  const Knobs& k = spec_.knobs;
+  const std::int64_t size =
+      k.micro_batch_size > 0 ? k.micro_batch_size : spec_.train.micro_batch_size;
+  if (k.micro_batches > 0) {
+    if (pl.rows % k.micro_batches != 0) {
+      pl.reason = fmt::format(
+          "{}: micro_batches {} does not divide the {} sequences of a "
+          "pipeline's share of the batch",
+          name_, k.micro_batches, pl.rows);
+      return pl;
+    }
+    pl.m = k.micro_batches;
+    pl.micro = pl.rows / pl.m;
+    if (k.micro_batch_size > 0 && k.micro_batch_size != pl.micro) {
+      pl.reason = fmt::format(
+          "{}: micro_batches {} and micro_batch_size {} disagree ({} rows per "
+          "pipeline)",
+          name_, k.micro_batches, k.micro_batch_size, pl.rows);
+      return pl;
+    }
+  } else if (size > 0) {
+    if (pl.rows % size != 0) {
+      pl.reason = fmt::format(
+          "{}: micro_batch_size {} does not divide the {} sequences of a "
+          "pipeline's share of the batch",
+          name_, size, pl.rows);
+      return pl;
+    }
+    pl.micro = size;
+    pl.m = pl.rows / size;
+  } else {
+    // Enough micro-batches to keep the bubble small (2p), none larger than 8 sequences.
+    pl.m = pl.rows;
+    for (std::int64_t d = 1; d <= pl.rows; ++d)
+      if (pl.rows % d == 0 && d >= std::min<std::int64_t>(pl.rows, 2 * p_) && pl.rows / d <= 8) {
+        pl.m = d;
+        break;
+      }
+    pl.micro = pl.rows / pl.m;
+  }
+  pl.bounds = partition(c, spec_.train.seq_len, p_, k.balance);
+  return pl;
+}
+
+ModelOptions PipelineStrategy::model_options(int stage, const Plan& pl) const {
+  ModelOptions o;
+  o.storage = ParamStorage::kBorrowed;
+  o.recompute = spec_.knobs.recompute;
+  o.shard.first_layer = pl.bounds[static_cast<std::size_t>(stage)];
+  o.shard.end_layer = pl.bounds[static_cast<std::size_t>(stage + 1)];
+  o.shard.embed = stage == 0;
+  o.shard.head = stage == p_ - 1;
+  return o;
+}
+
+int PipelineStrategy::slots_for(int stage) const {
+  if (spec_.knobs.schedule == PipelineSchedule::kGpipe) return m_;
+  return std::min(m_, p_ - stage);
+}
+
+Estimate PipelineStrategy::estimate() const {
+  Estimate e;
+  if (!check_common(e, spec_, dp_)) return e;
+  const Plan pl = plan();
+  if (!pl.reason.empty()) return infeasible(e, pl.reason);
+  const ModelConfig& c = spec_.model;
+  const ParameterLayout layout(c);
+  const int T = spec_.train.seq_len, L = c.n_layer;
+  const bool gpipe = spec_.knobs.schedule == PipelineSchedule::kGpipe;
+  const std::size_t NC = static_cast<std::size_t>(pl.micro) * T * c.d_model * sizeof(float);
+  const std::size_t wte = layout.tensors()[0].numel * sizeof(float);
+  for (int s = 0; s < p_; ++s) {
+    const int first = s == 0 ? -1 : pl.bounds[static_cast<std::size_t>(s)];
+    const int last = s == p_ - 1 ? L : pl.bounds[static_cast<std::size_t>(s + 1)] - 1;
+    const std::size_t P = (layout.group_end(last) - layout.group_begin(first)) * sizeof(float);
+    const bool tied = c.arch == Arch::kGpt2 && p_ > 1 && s == p_ - 1;
+    const int slots = static_cast<int>(gpipe ? pl.m : std::min<std::int64_t>(pl.m, p_ - s));
+    const std::size_t acts =
+        GptModel::activation_bytes(c, model_options(s, pl), static_cast<int>(pl.micro), T, slots);
+    const std::size_t send = s > 0 ? NC : 0;
+    const std::size_t total = 4 * P + (tied ? 4 * wte : 0) + acts + send;
+    std::uint64_t comm = 0;
+    const int links = (s > 0 ? 1 : 0) + (s < p_ - 1 ? 1 : 0);
+    comm += static_cast<std::uint64_t>(pl.m) * 2 * static_cast<std::uint64_t>(links) * NC;
+    if (c.arch == Arch::kGpt2 && p_ > 1 && (s == 0 || s == p_ - 1)) comm += wte;
+    if (dp_ > 1) comm += P + (tied ? wte : 0);
+    e.comm_bytes = std::max<std::uint64_t>(e.comm_bytes, comm);
+    const double blocks =
+        pl.bounds[static_cast<std::size_t>(s + 1)] - pl.bounds[static_cast<std::size_t>(s)];
+    const double flops =
+        static_cast<double>(pl.rows) * T *
+        (blocks * block_flops_per_token(c, T) + (s == p_ - 1 ? head_flops_per_token(c) : 0.0));
+    e.flops = std::max(e.flops, flops);
+    if (total > e.device_bytes) {
+      e.device_bytes = total;
+      e.device_breakdown = {{"parameters", P + (tied ? wte : 0)},
+                            {"gradients", P + (tied ? wte : 0)},
+                            {"optimizer state", 2 * (P + (tied ? wte : 0))},
+                            {"activations", acts},
+                            {"pipeline send buffer", send}};
+    }
+  }
+  e.micro_batch = pl.micro;
+  e.micro_batches = pl.m;
+  std::string stages;
+  for (int s = 0; s < p_; ++s)
+    stages += fmt::format(" [{},{})", pl.bounds[static_cast<std::size_t>(s)],
+                          pl.bounds[static_cast<std::size_t>(s + 1)]);
+  e.layout = fmt::format("dp={} x pp={}; stages{}; {} m={}", dp_, p_, stages,
+                         gpipe ? "gpipe" : "1f1b", pl.m);
+  check_capacity(e, spec_.knobs, name_);
+  return e;
+}
+
+void PipelineStrategy::setup(comm::Communicator& comm, MemoryPool& device, MemoryPool& /*host*/) {
+  if (comm.size() != spec_.degree)
+    throw InputError(fmt::format("{} at degree {} needs {} ranks; the communicator has {}", name_,
+                                 spec_.degree, spec_.degree, comm.size()));
+  world_ = &comm;
+  stage_ = comm.rank() % p_;
+  dp_rank_ = comm.rank() / p_;
+  const ModelConfig& c = spec_.model;
+  const bool gpt2 = c.arch == Arch::kGpt2;
+  pp_comm_ = comm.split(dp_rank_, stage_);
+  dp_comm_ = comm.split(stage_, dp_rank_);
+  if (gpt2 && p_ > 1) tie_comm_ = pp_comm_->split(stage_ == 0 || stage_ == p_ - 1 ? 0 : -1, stage_);
+  track(world_);
+  track(pp_comm_.get());
+  track(dp_comm_.get());
+  if (tie_comm_) track(tie_comm_.get());
+
+  const Plan pl = plan();
+  if (!pl.reason.empty()) throw InputError(pl.reason);
+  m_ = static_cast<int>(pl.m);
+  micro_ = pl.micro;
+  bounds_ = pl.bounds;
+  const int L = c.n_layer;
+  const ModelOptions o = model_options(stage_, pl);
+  const int first_group = stage_ == 0 ? -1 : o.shard.first_layer;
+  const int last_group = stage_ == p_ - 1 ? L : o.shard.end_layer - 1;
+  const ParameterLayout layout(c);
+  lo_ = layout.group_begin(first_group);
+  hi_ = layout.group_end(last_group);
+  params_ = Buffer<float>(device, hi_ - lo_, "parameters");
+  grads_ = Buffer<float>(device, hi_ - lo_, "gradients");
+  params_.zero();
+  grads_.zero();
+  tied_copy_ = gpt2 && p_ > 1 && stage_ == p_ - 1;
+  wte_size_ = layout.tensors()[0].numel;
+  if (tied_copy_) {
+    wte_params_ = Buffer<float>(device, wte_size_, "parameters");
+    wte_grads_ = Buffer<float>(device, wte_size_, "gradients");
+    wte_params_.zero();
+    wte_grads_.zero();
+  }
+  opt_ = std::make_unique<AdamW>(spec_.train.optimizer, layout, lo_, hi_, device);
+  if (tied_copy_)
+    wte_opt_ = std::make_unique<AdamW>(spec_.train.optimizer, layout, 0, wte_size_, device);
+  model_ = std::make_unique<GptModel>(c, device, o);
+  for (int g = first_group; g <= last_group; ++g)
+    model_->bind_group(g, params_.data() + (layout.group_begin(g) - lo_),
+                       grads_.data() + (layout.group_begin(g) - lo_));
+  // The head reads the token embedding through group -1; only its first tensor (wte) is used.
+  if (tied_copy_) model_->bind_group(-1, wte_params_.data(), wte_grads_.data());
+  model_->reserve(static_cast<int>(micro_), spec_.train.seq_len, slots_for(stage_));
+  if (stage_ > 0)
+    grad_send_ =
+        Buffer<float>(device, static_cast<std::size_t>(micro_) * spec_.train.seq_len * c.d_model,
+                      "pipeline send buffer");
+  act_send_.resize(static_cast<std::size_t>(slots_for(stage_)));
+
+  generate_canonical_weights(
+      c, spec_.train.seed, [&](std::size_t, const ParamTensor& t, const float* values) {
+        if (t.offset >= lo_ && t.offset + t.numel <= hi_)
+          std::copy(values, values + t.numel, params_.data() + (t.offset - lo_));
+        if (tied_copy_ && t.offset == 0) std::copy(values, values + t.numel, wte_params_.data());
+      });
+  for (const auto& t : layout.tensors())
+    if (t.offset >= lo_ && t.offset + t.numel <= hi_)
+      slices_.add_local_tensor(t, 0, 0, t.offset - lo_, dp_rank_ == 0);
+  if (tied_copy_) slices_.add_local_tensor(layout.tensors()[0], 0, 1, 0, false);
+  const std::size_t n = static_cast<std::size_t>(micro_) * spec_.train.seq_len;
+  inputs_.resize(n);
+  targets_.resize(n);
+}
+
+void PipelineStrategy::forward_micro(const data::Batch& batch, std::int64_t row0, std::int64_t rows,
+                                     int i, int slot, double* loss_sum) {
+  GptModel& m = *model_;
+  const int T = spec_.train.seq_len;
+  const std::size_t NC = static_cast<std::size_t>(micro_) * T * spec_.model.d_model;
+  m.set_slot(slot);
+  act_send_[static_cast<std::size_t>(slot)].wait();  // the slot's output stream is free again
+  if (stage_ == 0) {
+    copy_rows(batch, row0, rows, micro_, inputs_.data(), nullptr);
+    ScopedTimer busy(stats_.busy_s);
+    m.embed_forward(inputs_.data());
+  } else {
+    pp_comm_->recv(m.residual(m.first_layer()), NC, stage_ - 1, act_tag(i));
+  }
+  {
+    ScopedTimer busy(stats_.busy_s);
+    for (int l = m.first_layer(); l < m.end_layer(); ++l) m.block_forward(l);
+  }
+  if (stage_ == p_ - 1) {
+    copy_rows(batch, row0, rows, micro_, nullptr, targets_.data());
+    ScopedTimer busy(stats_.busy_s);
+    const float mean = m.head_forward(targets_.data());
+    *loss_sum += static_cast<double>(mean) * static_cast<double>(rows * T);
+  } else {
+    act_send_[static_cast<std::size_t>(slot)] =
+        pp_comm_->isend(m.residual(m.end_layer()), NC, stage_ + 1, act_tag(i));
+  }
+}
+
+void PipelineStrategy::backward_micro(int i, int slot, float dloss) {
+  GptModel& m = *model_;
+  const std::size_t NC =
+      static_cast<std::size_t>(micro_) * spec_.train.seq_len * spec_.model.d_model;
+  m.set_slot(slot);
+  if (stage_ == p_ - 1) {
+    ScopedTimer busy(stats_.busy_s);
+    m.head_backward(dloss);
+  } else {
+    pp_comm_->recv(m.dresidual(), NC, stage_ + 1, grad_tag(i));
+  }
+  {
+    ScopedTimer busy(stats_.busy_s);
+    for (int l = m.end_layer() - 1; l >= m.first_layer(); --l) m.block_backward(l);
+    if (stage_ == 0) m.embed_backward();
+  }
+  if (stage_ > 0) {
+    grad_send_req_.wait();
+    std::copy(m.dresidual(), m.dresidual() + NC, grad_send_.data());
+    grad_send_req_ = pp_comm_->isend(grad_send_.data(), NC, stage_ - 1, grad_tag(i));
+  }
+}
+
+StepResult PipelineStrategy::train_step(const data::Batch& batch, std::int64_t step) {
+  ScopedTimer whole(stats_.step_s);
+  const TrainConfig& tc = spec_.train;
+  const int T = tc.seq_len;
+  const RowRange rows = shard_rows(tc.batch_size, dp_rank_, dp_);
+  const float dloss = 1.0f / static_cast<float>(tc.batch_size * T);
+  grads_.zero();
+  if (tied_copy_) wte_grads_.zero();
+  double loss_sum = 0;
+  const double busy_before = stats_.busy_s;
+  const int slots = slots_for(stage_);
+  auto F = [&](int i) {
+    forward_micro(batch, rows.begin + i * micro_, micro_, i, i % slots, &loss_sum);
+  };
+  auto B = [&](int i) { backward_micro(i, i % slots, dloss); };
+  {
+    ScopedTimer schedule(stats_.schedule_s);
+    if (spec_.knobs.schedule == PipelineSchedule::kGpipe) {
+      for (int i = 0; i < m_; ++i) F(i);
+      for (int i = 0; i < m_; ++i) B(i);
+    } else {
+      const int warmup = std::min(p_ - stage_ - 1, m_);
+      for (int i = 0; i < warmup; ++i) F(i);
+      for (int k = 0; k < m_ - warmup; ++k) {
+        F(warmup + k);
+        B(k);
+      }
+      for (int k = m_ - warmup; k < m_; ++k) B(k);
+    }
+    for (auto& r : act_send_) r.wait();
+    grad_send_req_.wait();
+  }
+  stats_.compute_s += stats_.busy_s - busy_before;
+  // GPT-2's tied embedding: the first stage's embedding gradient plus the last stage's head
+  // gradient, on both.
+  if (tie_comm_) {
+    float* g = stage_ == 0 ? grads_.data() : wte_grads_.data();
+    tie_comm_->allreduce(g, wte_size_, comm::ReduceOp::kSum);
+  }
+  if (dp_ > 1) {
+    dp_comm_->allreduce(grads_.data(), grads_.size(), comm::ReduceOp::kSum);
+    if (tied_copy_) dp_comm_->allreduce(wte_grads_.data(), wte_size_, comm::ReduceOp::kSum);
+  }
+  // The last stage's embedding copy is not counted: its gradient is the first stage's.
+  double sums[2] = {stage_ == p_ - 1 ? loss_sum : 0.0, 0.0};
+  world_->allreduce(sums, 1, comm::ReduceOp::kSum);
+  double sq = sum_squares(grads_.data(), grads_.size());
+  pp_comm_->allreduce(&sq, 1, comm::ReduceOp::kSum);
+  StepResult r;
+  r.loss = sums[0] / static_cast<double>(tc.batch_size * T);
+  r.grad_norm = std::sqrt(sq);
+  r.lr = scheduled_lr(tc.optimizer, tc.schedule, step, tc.steps);
+  const float scale = clip_scale(r.grad_norm, tc.optimizer.grad_clip);
+  {
+    ScopedTimer compute(stats_.compute_s);
+    opt_->step(params_.data(), grads_.data(), r.lr, scale, step + 1);
+    if (tied_copy_) wte_opt_->step(wte_params_.data(), wte_grads_.data(), r.lr, scale, step + 1);
+  }
+  ++stats_.steps;
+  return r;
+}
+
+double PipelineStrategy::evaluate(const data::Batch& batch) {
+  const int T = spec_.train.seq_len;
+  const RowRange rows = shard_rows(batch.batch_size, dp_rank_, dp_);
+  double sum = 0;
+  for (std::int64_t r = 0; r < rows.count; r += micro_) {
+    const std::int64_t n = std::min(micro_, rows.count - r);
+    // Tags only need to tell activations from gradients: messages between two ranks arrive in
+    // order.
+    forward_micro(batch, rows.begin + r, n, 0, 0, &sum);
+  }
+  for (auto& q : act_send_) q.wait();
+  if (stage_ != p_ - 1) sum = 0;
+  world_->allreduce(&sum, 1, comm::ReduceOp::kSum);
+  return sum / static_cast<double>(batch.batch_size * T);
+}
+
+std::vector<float*> PipelineStrategy::segments(StateKind kind) {
+  switch (kind) {
+    case StateKind::kParams:
+      return {params_.data(), wte_params_.data()};
+    case StateKind::kAdamM:
+      return {opt_->m(), wte_opt_ ? wte_opt_->m() : nullptr};
+    case StateKind::kAdamV:
+      return {opt_->v(), wte_opt_ ? wte_opt_->v() : nullptr};
+  }
+  return {};
+}
+
+StateSlices PipelineStrategy::export_state(StateKind kind) {
+  return slices_.export_from(segments(kind));
+}
+
+void PipelineStrategy::import_state(StateKind kind, const StateSlices& slices) {
+  slices_.import_into(segments(kind), slices);
+}
+
+}  // namespace saturn::parallel

@@ -1,0 +1,84 @@
+// Pipeline parallelism: the blocks are split into p contiguous stages balanced by cost (the
+// first stage also runs the embedding, the last the final norm, head and loss), one stage per
+// rank. A step runs m micro-batches through the stages; activations go forward and their
+// gradients backward point-to-point. Schedules: GPipe (all forwards, then all backwards; m
+// micro-batches of activations held) and 1F1B (after p - s - 1 warm-up forwards, stage s
+// alternates one forward and one backward; at most p - s micro-batches held). Both idle
+// (p-1)/(m+p-1) of the time in the ideal case.
+//
+// GPT-2 ties the head to the token embedding: the last stage keeps its own copy of
+// transformer.wte.weight, and the two stages sum their gradients of it (an allreduce between
+// the first and last stage) before identical AdamW updates, so the copies stay equal.
+//
+// "ddp+pipeline" (hybrid.hpp) runs several pipelines (ranks r = replica·p + stage) whose stages
+// allreduce their gradients with the same stage of the other replicas.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "runtime/model/gpt.hpp"
+#include "runtime/optim/adamw.hpp"
+#include "runtime/parallel/common.hpp"
+#include "runtime/parallel/strategy.hpp"
+
+namespace saturn::parallel {
+
+class PipelineStrategy : public Strategy {
+ public:
+  // `stages` = p; degree / p data-parallel replicas.
+  PipelineStrategy(StrategySpec spec, std::string name, int stages);
+  ~PipelineStrategy() override;
+  std::string name() const override { return name_; }
+  Estimate estimate() const override;
+  void setup(comm::Communicator& comm, MemoryPool& device, MemoryPool& host) override;
+  StepResult train_step(const data::Batch& batch, std::int64_t step) override;
+  double evaluate(const data::Batch& batch) override;
+  StateSlices export_state(StateKind kind) override;
+  void import_state(StateKind kind, const StateSlices& slices) override;
+
+  int stages() const { return p_; }
+  int micro_batches() const { return m_; }
+  // Stage boundaries: stage s runs blocks [bounds[s], bounds[s+1]). Balanced: minimises the
+  // costliest stage (blocks, plus the head's cost on the last stage); else layers split evenly.
+  static std::vector<int> partition(const ModelConfig& model, int seq_len, int stages,
+                                    bool balance);
+
+ private:
+  struct Plan {  // what estimate() and setup() both derive from the spec
+    std::string reason;
+    std::int64_t rows = 0, micro = 0, m = 0;
+    std::vector<int> bounds;
+  };
+  Plan plan() const;
+  ModelOptions model_options(int stage, const Plan& plan) const;
+  int slots_for(int stage) const;
+  void forward_micro(const data::Batch& batch, std::int64_t row0, std::int64_t rows, int i,
+                     int slot, double* loss_sum);
+  void backward_micro(int i, int slot, float dloss);
+  std::vector<float*> segments(StateKind kind);
+
+  std::string name_;
+  int p_ = 1, dp_ = 1;
+  int stage_ = 0, dp_rank_ = 0;
+  int m_ = 1;
+  std::int64_t micro_ = 1;
+  std::vector<int> bounds_;
+  comm::Communicator* world_ = nullptr;
+  std::unique_ptr<comm::Communicator> pp_comm_, dp_comm_, tie_comm_;
+  std::unique_ptr<GptModel> model_;
+  std::size_t lo_ = 0, hi_ = 0;  // this stage's range of the flat layout
+  Buffer<float> params_, grads_;
+  std::unique_ptr<AdamW> opt_;
+  bool tied_copy_ = false;  // GPT-2 last stage (p > 1): its own copy of the token embedding
+  std::size_t wte_size_ = 0;
+  Buffer<float> wte_params_, wte_grads_;
+  std::unique_ptr<AdamW> wte_opt_;
+  Buffer<float> grad_send_;
+  comm::Request grad_send_req_;
+  std::vector<comm::Request> act_send_;  // per slot
+  SliceSet slices_;
+  std::vector<std::int32_t> inputs_, targets_;
+};
+
+}  // namespace saturn::parallel

@@ -1,0 +1,139 @@
+#include "runtime/parallel/strategy.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "runtime/core/error.hpp"
+#include "runtime/parallel/ddp.hpp"
+#include "runtime/parallel/fsdp.hpp"
+#include "runtime/parallel/hybrid.hpp"
+#include "runtime/parallel/offload.hpp"
+#include "runtime/parallel/pipeline.hpp"
+#include "runtime/parallel/tensor.hpp"
+
+namespace saturn::parallel {
+
+const char* state_kind_name(StateKind kind) {
+  switch (kind) {
+    case StateKind::kParams:
+      return "params";
+    case StateKind::kAdamM:
+      return "m";
+    case StateKind::kAdamV:
+      return "v";
+  }
+  return "?";
+}
+
+StrategyStats Strategy::stats() const {
+  StrategyStats s = stats_;
+  s.comm = comm::CommStats{};
+  // A communicator may be registered twice (e.g. a one-rank split equal in role to another):
+  // count each object once.
+  std::vector<const comm::Communicator*> seen;
+  for (const auto* c : comms_) {
+    if (c == nullptr || std::find(seen.begin(), seen.end(), c) != seen.end()) continue;
+    seen.push_back(c);
+    s.comm += c->stats();
+  }
+  return s;
+}
+
+void Strategy::reset_stats() {
+  stats_ = StrategyStats{};
+  for (auto* c : comms_)
+    if (c) c->reset_stats();
+}
+
+const std::vector<std::string>& strategy_names() {
+  static const std::vector<std::string> names = {"ddp",     "fsdp",         "pipeline",  "tensor",
+                                                 "offload", "ddp+pipeline", "ddp+tensor"};
+  return names;
+}
+
+std::unique_ptr<Strategy> make_strategy(const std::string& name, const StrategySpec& spec) {
+  if (name == "ddp") return std::make_unique<DdpStrategy>(spec, "ddp", 1);
+  if (name == "fsdp") return std::make_unique<FsdpStrategy>(spec);
+  if (name == "pipeline") return std::make_unique<PipelineStrategy>(spec, "pipeline", spec.degree);
+  if (name == "tensor") return std::make_unique<TensorStrategy>(spec);
+  if (name == "offload") return std::make_unique<OffloadStrategy>(spec);
+  if (name == "ddp+pipeline") return make_ddp_pipeline(spec);
+  if (name == "ddp+tensor") return make_ddp_tensor(spec);
+  std::string valid;
+  for (const auto& n : strategy_names()) valid += (valid.empty() ? "" : ", ") + n;
+  throw InputError(fmt::format("unknown strategy '{}' (valid: {})", name, valid));
+}
+
+namespace {
+
+bool parse_bool(const std::string& item, const std::string& v) {
+  if (v == "true" || v == "1" || v == "on" || v == "yes") return true;
+  if (v == "false" || v == "0" || v == "off" || v == "no") return false;
+  throw InputError(fmt::format("--knob {}: expected true or false", item));
+}
+
+long long parse_int(const std::string& item, const std::string& v, long long min) {
+  std::size_t used = 0;
+  long long x = 0;
+  try {
+    x = std::stoll(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != v.size() || v.empty())
+    throw InputError(fmt::format("--knob {}: expected an integer", item));
+  if (x < min) throw InputError(fmt::format("--knob {}: must be >= {}", item, min));
+  return x;
+}
+
+}  // namespace
+
+Knobs parse_knobs(const std::vector<std::string>& items) {
+  Knobs k;
+  for (const auto& item : items) {
+    const auto eq = item.find('=');
+    if (eq == std::string::npos)
+      throw InputError(fmt::format("--knob {}: expected KEY=VALUE", item));
+    const std::string key = item.substr(0, eq), v = item.substr(eq + 1);
+    if (key == "micro_batch_size") {
+      k.micro_batch_size = parse_int(item, v, 1);
+    } else if (key == "micro_batches") {
+      k.micro_batches = static_cast<int>(parse_int(item, v, 1));
+    } else if (key == "schedule") {
+      if (v == "gpipe")
+        k.schedule = PipelineSchedule::kGpipe;
+      else if (v == "1f1b")
+        k.schedule = PipelineSchedule::k1F1B;
+      else
+        throw InputError(fmt::format("--knob {}: schedule is gpipe or 1f1b", item));
+    } else if (key == "stages") {
+      k.stages = static_cast<int>(parse_int(item, v, 1));
+    } else if (key == "tensor_degree") {
+      k.tensor_degree = static_cast<int>(parse_int(item, v, 1));
+    } else if (key == "recompute") {
+      k.recompute = parse_bool(item, v);
+    } else if (key == "bucket_bytes") {
+      k.bucket_bytes = parse_bytes(v, "--knob " + item);
+    } else if (key == "overlap") {
+      k.overlap = parse_bool(item, v);
+    } else if (key == "prefetch") {
+      k.prefetch = parse_bool(item, v);
+    } else if (key == "balance") {
+      k.balance = parse_bool(item, v);
+    } else if (key == "device_capacity") {
+      k.device_capacity = parse_bytes(v, "--knob " + item);
+    } else if (key == "host_capacity") {
+      k.host_capacity = parse_bytes(v, "--knob " + item);
+    } else {
+      throw InputError(fmt::format(
+          "--knob {}: unknown knob '{}' (valid: micro_batch_size, micro_batches, schedule, "
+          "stages, tensor_degree, recompute, bucket_bytes, overlap, prefetch, balance, "
+          "device_capacity, host_capacity)",
+          item, key));
+    }
+  }
+  return k;
+}
+
+}  // namespace saturn::parallel

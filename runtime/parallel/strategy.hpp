@@ -1,0 +1,152 @@
+// Parallel strategies: one interface, one file per strategy (ddp, fsdp, pipeline, tensor,
+// offload; hybrids ddp+pipeline and ddp+tensor on a 2-D rank grid). Every strategy trains
+// exactly the job one device would train — same global batch, same initial weights, same
+// optimizer — only spread over `degree` ranks, so the solver may pick any of them for any job.
+//
+// Life of a strategy:
+//   auto s = make_strategy("fsdp", spec);   // no communication yet
+//   Estimate e = s->estimate();             // static memory/communication estimate + feasibility
+//   s->setup(comm, device, host);           // collective; allocates, initialises weights
+//   for each step: s->train_step(global_batch, step);
+//   s->evaluate(val_batch);  s->export_state(kind) / s->import_state(kind, slices);
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/comm/communicator.hpp"
+#include "runtime/core/memory.hpp"
+#include "runtime/data/loader.hpp"
+#include "runtime/model/config.hpp"
+#include "runtime/parallel/canonical.hpp"
+
+namespace saturn::parallel {
+
+enum class StateKind { kParams, kAdamM, kAdamV };
+const char* state_kind_name(StateKind kind);  // "params", "m", "v"
+
+enum class PipelineSchedule { kGpipe, k1F1B };
+
+// Tuning knobs; defaults give a sensible configuration for every strategy. On the command line:
+// --knob KEY=VALUE (parse_knobs lists the keys).
+struct Knobs {
+  std::int64_t micro_batch_size = 0;  // sequences per micro-batch on a rank (0: auto, <= 8)
+  int micro_batches = 0;              // pipeline: micro-batches m per step (0: auto)
+  PipelineSchedule schedule = PipelineSchedule::k1F1B;  // pipeline: gpipe | 1f1b
+  int stages = 0;                                       // ddp+pipeline: pipeline depth p (0: auto)
+  int tensor_degree = 0;            // ddp+tensor: tensor-parallel degree t (0: auto)
+  bool recompute = false;           // activation recomputation (every strategy)
+  std::size_t bucket_bytes = 0;     // ddp: gradient bucket size (0: one bucket per layer)
+  bool overlap = true;              // ddp/fsdp/offload: reductions overlap backward
+  bool prefetch = true;             // fsdp: gather the next layer during this one
+  bool balance = true;              // pipeline: stages balanced by cost (false: even layers)
+  std::size_t device_capacity = 0;  // bytes of device memory per rank (0: unlimited)
+  std::size_t host_capacity = 0;    // bytes of host memory per rank for offload (0: unlimited)
+};
+
+// "key=value" items, e.g. {"schedule=gpipe", "micro_batches=8", "recompute=true",
+// "device_capacity=2GiB"}. InputError naming the item and the valid keys/values.
+Knobs parse_knobs(const std::vector<std::string>& items);
+
+// What is trained (model, global batch, optimizer) and how it is spread.
+struct StrategySpec {
+  ModelConfig model;
+  TrainConfig train;
+  int degree = 1;  // ranks
+  Knobs knobs;
+};
+
+// A static estimate, computed from the spec alone (the profiler and solver call it for
+// configurations they never run). Memory figures mirror the allocations the strategy makes, so
+// they are the peaks MemoryPool measures (within a few percent).
+struct Estimate {
+  bool feasible = true;
+  std::string reason;            // why not, when infeasible (names the offending quantity)
+  std::size_t device_bytes = 0;  // peak device memory of the busiest rank
+  std::size_t host_bytes = 0;    // peak host-pool memory of the busiest rank (offload)
+  std::map<std::string, std::size_t> device_breakdown;  // busiest rank, by MemoryPool tag
+  std::uint64_t comm_bytes = 0;  // per optimizer step, busiest rank, as CommStats counts them
+  std::uint64_t host_transfer_bytes = 0;  // offload: host <-> device copies per step
+  double flops = 0;                       // forward+backward per step, busiest rank
+  std::int64_t micro_batch = 0;           // sequences per micro-batch
+  std::int64_t micro_batches = 0;         // micro-batches per step on a rank
+  std::string layout;                     // e.g. "dp=2 x pp=2; stages [0,2) [2,4)"
+};
+
+struct StepResult {
+  double loss = 0;       // mean train loss over the global batch (identical on every rank)
+  double grad_norm = 0;  // global gradient norm before clipping
+  double lr = 0;
+};
+
+// Where time went on this rank, cumulative since setup (or reset_stats).
+struct StrategyStats {
+  std::int64_t steps = 0;
+  double step_s = 0;     // wall time inside train_step
+  double compute_s = 0;  // forward, backward and optimizer (what a bubble-free step would take)
+  // The micro-batch schedule alone (forward and backward of every micro-batch, without the
+  // gradient reduction and optimizer): its wall time and the compute inside it. For a
+  // pipeline stage, 1 - busy_s / schedule_s is the measured bubble.
+  double schedule_s = 0;
+  double busy_s = 0;
+  comm::CommStats comm;                   // every communicator of the strategy, summed
+  std::uint64_t host_transfer_bytes = 0;  // offload
+};
+
+class Strategy {
+ public:
+  explicit Strategy(StrategySpec spec) : spec_(std::move(spec)) {}
+  virtual ~Strategy() = default;
+  Strategy(const Strategy&) = delete;
+  Strategy& operator=(const Strategy&) = delete;
+
+  const StrategySpec& spec() const { return spec_; }
+  virtual std::string name() const = 0;
+
+  // (a) Feasibility, memory and communication, without a communicator. Infeasible when the
+  // degree does not fit the model or batch, or the busiest rank exceeds knobs.device_capacity
+  // (or host_capacity).
+  virtual Estimate estimate() const = 0;
+
+  // (b) Collective over `comm` (size() == degree): splits sub-communicators first, then only
+  // local work (allocation from `device`/`host`, weights initialised from train.seed exactly
+  // as one device would). `comm` and the pools must outlive the strategy.
+  virtual void setup(comm::Communicator& comm, MemoryPool& device, MemoryPool& host) = 0;
+
+  // (c) One optimizer step on the global batch (batch_size rows; every rank passes the same
+  // batch and uses the rows it needs): micro-batches with gradient accumulation, gradients
+  // reduced, clipped by the global norm, AdamW at scheduled_lr(step). `step` is 0-based.
+  virtual StepResult train_step(const data::Batch& batch, std::int64_t step) = 0;
+  // Mean loss over every token of `batch` (any number of rows), identical on every rank.
+  virtual double evaluate(const data::Batch& batch) = 0;
+
+  // (d) What this rank holds of `kind`, as canonical slices. The data pointers stay valid until
+  // the next call on the strategy. Replicated slices are exported by every holder and marked
+  // writer on exactly one (TensorSlice::writer). To load: call export_state(kind), fill every
+  // slice's data with the canonical values of its box (e.g. read_checkpoint), then
+  // import_state(kind, slices).
+  virtual StateSlices export_state(StateKind kind) = 0;
+  virtual void import_state(StateKind kind, const StateSlices& slices) = 0;
+
+  StrategyStats stats() const;
+  void reset_stats();
+
+ protected:
+  // Strategies register their communicators (for stats) and time their compute.
+  void track(comm::Communicator* c) { comms_.push_back(c); }
+  StrategySpec spec_;
+  StrategyStats stats_;
+
+ private:
+  std::vector<comm::Communicator*> comms_;
+};
+
+// Strategy names: ddp, fsdp, pipeline, tensor, offload, ddp+pipeline, ddp+tensor.
+const std::vector<std::string>& strategy_names();
+// InputError for an unknown name (lists the valid ones). Never falls back to another strategy.
+std::unique_ptr<Strategy> make_strategy(const std::string& name, const StrategySpec& spec);
+
+}  // namespace saturn::parallel

@@ -1,0 +1,157 @@
+#include "runtime/train/parallel_trainer.hpp"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "runtime/comm/agree.hpp"
+#include "runtime/core/error.hpp"
+#include "runtime/core/log.hpp"
+#include "runtime/core/memory.hpp"
+#include "runtime/data/loader.hpp"
+#include "runtime/parallel/assemble.hpp"
+
+namespace saturn {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+}  // namespace
+
+TrainResult train_with_strategy(const TrainJob& job, const TrainOptions& options,
+                                const ParallelOptions& par, comm::Communicator& comm) {
+  const TrainConfig& tc = job.train;
+  const int rank = comm.rank();
+  parallel::StrategySpec spec{job.model, job.train, par.degree, par.knobs};
+  if (spec.knobs.device_capacity == 0) spec.knobs.device_capacity = options.device_capacity;
+
+  // The pools outlive the strategy, which returns its buffers to them.
+  MemoryPool device(fmt::format("cpu:{}", rank), spec.knobs.device_capacity);
+  MemoryPool host(fmt::format("host:{}", rank), spec.knobs.host_capacity);
+  // 1. Local checks, identical on every rank except for the data files each rank opens.
+  std::unique_ptr<parallel::Strategy> strategy;
+  std::optional<data::TokenLoader> train_loader, val_loader;
+  parallel::Estimate estimate;
+  comm::agree_on(comm, [&] {
+    if (par.degree != comm.size())
+      throw InputError(
+          fmt::format("--degree {} but {} ranks were started: the degree must equal "
+                      "the number of ranks (mpirun -np {})",
+                      par.degree, comm.size(), par.degree));
+    strategy = parallel::make_strategy(par.strategy, spec);
+    estimate = strategy->estimate();
+    if (!estimate.feasible)
+      throw InputError(fmt::format("job {}: strategy {} at degree {} is infeasible: {}", job.id,
+                                   par.strategy, par.degree, estimate.reason));
+    train_loader.emplace(
+        data::TokenArray::open(job.train_data, static_cast<std::uint32_t>(job.model.vocab_size)),
+        tc.seq_len, tc.seed);
+    val_loader.emplace(data::TokenLoader::validation(
+        data::TokenArray::open(job.val_data, static_cast<std::uint32_t>(job.model.vocab_size)),
+        tc.seq_len));
+  });
+
+  // 2. Set-up: sub-communicators, then allocation and initial weights.
+  comm::agree_on(comm, [&] { strategy->setup(comm, device, host); });
+
+  // 3. Rank 0 prepares the output.
+  std::ofstream metrics;
+  comm::agree_on(comm, [&] {
+    if (rank != 0) return;
+    if (par.prepare) par.prepare();
+    if (!options.job_dir.empty()) {
+      std::filesystem::create_directories(options.job_dir);
+      const auto path = options.job_dir / "metrics.jsonl";
+      metrics.open(path, std::ios::out | std::ios::trunc);
+      if (!metrics) throw IoError(fmt::format("cannot write {}", path.string()));
+    }
+  });
+
+  const std::int64_t total_steps =
+      options.max_steps >= 0 ? std::min(options.max_steps, tc.steps) : tc.steps;
+  const std::int64_t eval_micro = resolve_micro_batch(tc);
+  const int T = tc.seq_len;
+  if (!options.quiet && rank == 0)
+    log::info(
+        "job {}: {} {}x{} d_model {}, strategy {} on {} ranks ({}), batch {} in "
+        "micro-batches of {}, {} steps; estimated peak {} per rank",
+        job.id, arch_name(job.model.arch), job.model.n_layer, job.model.n_head, job.model.d_model,
+        par.strategy, par.degree, estimate.layout, tc.batch_size, estimate.micro_batch, total_steps,
+        format_bytes(estimate.device_bytes));
+
+  TrainResult result;
+  const auto t_start = Clock::now();
+  auto t_last_print = t_start;
+  double train_time = 0;
+  data::Batch batch;
+  for (std::int64_t step = 0; step < total_steps; ++step) {
+    const auto t0 = Clock::now();
+    batch = train_loader->next_batch(tc.batch_size);
+    const parallel::StepResult sr = strategy->train_step(batch, step);
+    if (!std::isfinite(sr.loss))
+      throw Error(fmt::format("job {}: loss became {} at step {} (lower the learning rate?)",
+                              job.id, sr.loss, step + 1));
+    const double dt = seconds_since(t0);
+    train_time += dt;
+    StepRecord r;
+    r.step = step + 1;
+    r.loss = sr.loss;
+    r.lr = sr.lr;
+    r.grad_norm = sr.grad_norm;
+    r.tokens_per_s = static_cast<double>(tc.batch_size * T) / dt;
+    const bool last = step + 1 == total_steps;
+    if ((tc.eval_every > 0 && r.step % tc.eval_every == 0) || last) {
+      r.has_val = true;
+      val_loader->seek({0, 0});
+      r.val_loss = strategy->evaluate(val_loader->next_batch(tc.eval_batches * eval_micro));
+    }
+    r.time_s = seconds_since(t_start);
+    result.steps.push_back(r);
+    if (metrics) {
+      nlohmann::json line = {{"step", r.step},
+                             {"loss", r.loss},
+                             {"lr", r.lr},
+                             {"grad_norm", r.grad_norm},
+                             {"tokens_per_s", r.tokens_per_s},
+                             {"time_s", r.time_s}};
+      if (r.has_val) line["val_loss"] = r.val_loss;
+      metrics << line.dump() << '\n';
+      metrics.flush();
+    }
+    if (!options.quiet && rank == 0 &&
+        (r.has_val || seconds_since(t_last_print) >= options.progress_interval_s || r.step == 1)) {
+      const double rate = static_cast<double>(r.step * tc.batch_size * T) / train_time;
+      const std::string val = r.has_val ? fmt::format(" | val {:.4f}", r.val_loss) : "";
+      log::info("step {}/{} | loss {:.4f}{} | lr {:.2e} | {:.0f} tok/s", r.step, total_steps,
+                r.loss, val, r.lr, rate);
+      t_last_print = Clock::now();
+    }
+  }
+  std::int64_t peak = static_cast<std::int64_t>(device.peak());
+  comm.allreduce(&peak, 1, comm::ReduceOp::kMax);
+  result.peak_device_bytes = static_cast<std::size_t>(peak);
+  if (par.gather_final_params)
+    result.final_params = parallel::assemble_canonical(
+        comm, job.model, strategy->export_state(parallel::StateKind::kParams));
+  if (!options.quiet && rank == 0) {
+    const parallel::StrategyStats st = strategy->stats();
+    log::info(
+        "job {}: done in {:.1f} s, peak device memory {} per rank (estimate {}), {:.0f}% "
+        "of step time communicating (rank 0)",
+        job.id, seconds_since(t_start), format_bytes(result.peak_device_bytes),
+        format_bytes(estimate.device_bytes),
+        st.step_s > 0 ? 100.0 * st.comm.seconds / st.step_s : 0.0);
+  }
+  return result;
+}
+
+}  // namespace saturn
