@@ -23,7 +23,7 @@
 #  * PMIx client dirs under the base dir: job ids restart at 1 with "slurmctld -c", and a stale
 #    /tmp/spmix_appdir_* of an earlier cluster makes srun --mpi=pmix fail;
 #  * ports other than the reference recipe's 16817/16818, so both can run side by side.
-set -euo pipefail
+set -eEuo pipefail
 
 BASE=${SATURN_SLURM_DIR:-${TMPDIR:-/tmp}/saturn-slurm}
 NNODES=${SATURN_SLURM_NODES:-1}
@@ -143,12 +143,27 @@ wait_for_pid_file() {  # the daemons fork into the background and write their PI
   die "no live process in $f after 10 s; see $BASE/log"
 }
 
+# munged refuses a socket whose directory or any parent is not world-executable (a+x).
+check_search_permissions() {
+  local d
+  d=$(dirname "$BASE")  # $BASE itself is made 755 below
+  while [[ "$d" != / && -n "$d" ]]; do
+    if [[ -d "$d" && $(($(stat -c '%#a' "$d") & 0111)) != $((0111)) ]]; then
+      die "$d is not world-executable (mode $(stat -c %a "$d")), which munged requires of every directory above its socket; chmod a+x it or choose another SATURN_SLURM_DIR"
+    fi
+    d=$(dirname "$d")
+  done
+}
+
 start() {
   check_tools
   local f
   for f in $(pid_files); do
     alive "$f" && die "already running ($f); run: $0 stop"
   done
+  check_search_permissions
+  # From here on a failure stops whatever did start.
+  trap 'trap - ERR; log "start failed; stopping what started"; stop' ERR
   write_config
   munged --socket="$BASE/munge/munge.socket" --key-file="$BASE/munge/munge.key" \
     --pid-file="$BASE/munge/munged.pid" --log-file="$BASE/munge/munged.log" \
