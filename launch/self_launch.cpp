@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "runtime/core/error.hpp"
+#include "runtime/core/log.hpp"
 
 #ifndef SATURN_MPIEXEC
 #define SATURN_MPIEXEC ""
@@ -288,6 +289,28 @@ LaunchPlan build_mpirun_command(const LaunchRequest& request, const HostFacts& f
   }
   argv.insert(argv.end(), request.command.begin(), request.command.end());
   return plan;
+}
+
+std::optional<int> self_launch_if_needed(int np, const std::string& hostfile,
+                                         const std::vector<std::string>& args,
+                                         const Environment& env) {
+  const LauncherInfo launcher = detect_launcher(env);
+  if (launcher.launcher != Launcher::kNone) {
+    log::debug("started by {} ({}): not launching again", launcher_name(launcher.launcher),
+               launcher.evidence);
+    return std::nullopt;
+  }
+  LaunchRequest request;
+  request.np = np;
+  request.hostfile_path = hostfile;
+  request.command.push_back(current_executable().string());
+  request.command.insert(request.command.end(), args.begin(), args.end());
+  const LaunchPlan plan = build_mpirun_command(request, current_host_facts(env), env);
+  for (const auto& note : plan.notes) log::info("launch: {}", note);
+  std::string line;
+  for (const auto& a : plan.argv) line += (line.empty() ? "" : " ") + a;
+  log::info("launch: {}", line);
+  return run_child(plan.argv, plan.env);
 }
 
 std::filesystem::path current_executable() {

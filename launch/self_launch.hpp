@@ -99,6 +99,17 @@ std::string find_on_path(const Environment& env, const std::string& name);
 // The running executable's absolute path (/proc/self/exe), so remote ranks start the same file.
 std::filesystem::path current_executable();
 
+// What `saturn run --np N [--hostfile F]` calls first, before MPI_Init. When no launcher
+// started this process (detect_launcher(env) is kNone), it logs the decisions, runs
+// `mpirun ... <this executable> <args>` with the child's environment built from `env`, and
+// returns mpirun's exit status for the parent to exit with (99 passes through for requeues).
+// Otherwise it returns nullopt: this process is a rank, and the caller initialises MPI (and
+// should check that the world size equals np). `args` are this process's arguments after
+// argv[0], passed on unchanged. InputError for np < 1 or a bad hostfile.
+std::optional<int> self_launch_if_needed(int np, const std::string& hostfile,
+                                         const std::vector<std::string>& args,
+                                         const Environment& env);
+
 // Runs argv with exactly `env` as its environment, waits, and returns its exit status (128 + N
 // when signal N killed it). While it runs, SIGINT, SIGTERM, SIGUSR1 and SIGUSR2 sent to this
 // process are forwarded to the child (mpirun passes them on to every rank); signals a terminal

@@ -10,7 +10,7 @@ packages=(build-essential cmake pkg-config git
   googletest libgtest-dev libbenchmark-dev)
 if [[ "${1:-}" == "--tests" ]]; then
   # Test and benchmark peers only; the runtime never needs Python.
-  packages+=(python3 python3-numpy python3-torch python3-h5py)
+  packages+=(python3 python3-numpy python3-torch python3-h5py slurmctld slurmd munge)
 fi
 
 missing=()

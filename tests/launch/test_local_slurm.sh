@@ -3,7 +3,7 @@
 # `saturn sbatch` generates:
 #  1. hostlists: our parser against the live `scontrol show hostnames/hostlist`;
 #  2. a job through --launcher mpirun and one through --launcher srun complete, one rank per GPU;
-#  3. for both launchers: USR1 to the batch shell (`scancel --batch --signal=USR1`, the stand-in
+#  3. for both launchers, and for slurm/templates/saturn.sbatch: USR1 to the batch shell (`scancel --batch --signal=USR1`, the stand-in
 #     for --signal=B:USR1@LEAD) -> ranks checkpoint -> exit 99 -> scontrol requeue ->
 #     SLURM_RESTART_COUNT=1 -> --resume -> the ranks finish from their checkpoint.
 # `saturn run` does not exist yet, so the script's run command is replaced (hidden --command) by
@@ -29,7 +29,7 @@ fi
 
 work=$(mktemp -d /tmp/saturn-slurm-test.XXXXXX)
 chmod 755 "$work"  # munged wants every directory above its socket world-executable
-export SATURN_SLURM_DIR=$work/slurm SATURN_SLURM_GPUS=8 SATURN_SLURM_CPUS=16
+export SATURN_SLURM_DIR=$work/slurm SATURN_SLURM_GPUS=10 SATURN_SLURM_CPUS=16
 export SLURM_CONF=$SATURN_SLURM_DIR/slurm.conf
 # Test-box settings the jobs inherit (sbatch exports the submitting environment).
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -140,12 +140,27 @@ job_field() {  # job_field JOBID FIELD: from scontrol show job
   scontrol show job "$1" | tr ' ' '\n' | sed -n "s/^$2=//p" | head -n 1
 }
 
-# 3 (started first: the requeue delay dominates). Both launchers at once: 8 fake GPUs.
+# 3 (started first: the requeue delay dominates). All at once: 10 fake GPUs.
 declare -A requeue_job
 for launcher in mpirun srun; do
   requeue_job[$launcher]=$(submit "requeue-$launcher" "$launcher" 60)
   [[ -n "${requeue_job[$launcher]}" ]] || bad "submit requeue-$launcher"
 done
+# The template, with a saturn-like front (run WORKLOAD --run-dir DIR [--resume]) for the stand-in.
+front=$work/saturn-front.sh
+cat >"$front" <<FRONT
+#!/bin/bash
+dir=\$4
+shift 4
+exec "$standin" 60 "\$dir" "\$@"
+FRONT
+chmod +x "$front"
+mkdir -p "$work/requeue-template"
+requeue_job[template]=$(WORKLOAD=$work/w.yaml RUN_DIR=$work/requeue-template SATURN=$front \
+  sbatch --parsable --nodes=1 --ntasks-per-node=2 --gpus-per-node=2 --cpus-per-task=1 \
+  --time=00:10:00 --output="$work/requeue-template/slurm-%j.out" \
+  "$here/../../slurm/templates/saturn.sbatch")
+[[ -n "${requeue_job[template]}" ]] || bad "submit the template"
 # 2. Plain runs.
 declare -A plain_job
 for launcher in mpirun srun; do
@@ -154,7 +169,7 @@ for launcher in mpirun srun; do
 done
 
 # Signal each requeue job once both of its ranks run their loop.
-for launcher in mpirun srun; do
+for launcher in mpirun srun template; do
   id=${requeue_job[$launcher]}
   log=$work/requeue-$launcher/slurm-$id.out
   for _ in $(seq 1 240); do
@@ -181,7 +196,7 @@ for launcher in mpirun srun; do
   fi
 done
 
-for launcher in mpirun srun; do
+for launcher in mpirun srun template; do
   id=${requeue_job[$launcher]}
   log=$work/requeue-$launcher/slurm-$id.out
   wait_gone "$id" 120 || true
@@ -193,9 +208,9 @@ for launcher in mpirun srun; do
     grep -q 'restart_count=1 --resume' "$log" &&
     [[ $(grep -cE '^rank [01] local [01] cvd=[0-9],[0-9] restart=1 resume=1 start=[1-9]' "$log") == 2 ]] &&
     [[ $(grep -c '^rank [01] finished at 60 (resumed from [1-9]' "$log") == 2 ]]; then
-    ok "--launcher $launcher: USR1 -> checkpoint -> exit 99 -> requeue -> restart 1 -> resume -> done"
+    ok "$launcher: USR1 -> checkpoint -> exit 99 -> requeue -> restart 1 -> resume -> done"
   else
-    bad "--launcher $launcher requeue flow (state $state, restarts $restarts)"
+    bad "$launcher: requeue flow (state $state, restarts $restarts)"
     cat "$log"
   fi
 done

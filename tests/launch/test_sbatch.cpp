@@ -4,9 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
+#include <sstream>
 
 #include "runtime/cli/commands.hpp"
 #include "runtime/core/error.hpp"
@@ -242,6 +246,31 @@ TEST(SbatchScript, QuotingAndPercent) {
     EXPECT_EQ(shell("printf %s " + shell_quote(text), &rc), text);
     EXPECT_EQ(rc, 0);
   }
+}
+
+// slurm/templates/saturn.sbatch carries the same logic for hand-written scripts (the local
+// Slurm test runs it through a requeue).
+TEST(SbatchTemplate, HasTheSameConventions) {
+  const char* source = std::getenv("SATURN_SOURCE_DIR");
+  ASSERT_NE(source, nullptr);
+  const std::string path = std::string(source) + "/slurm/templates/saturn.sbatch";
+  std::ifstream in(path);
+  ASSERT_TRUE(in) << path;
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string t = text.str();
+  for (const char* line :
+       {"#SBATCH --requeue", "#SBATCH --open-mode=append", "#SBATCH --signal=B:USR1@300",
+        "#SBATCH --ntasks-per-node=4", "#SBATCH --gpus-per-node=4", "trap forward_usr1 USR1",
+        "  export SRUN_CPUS_PER_TASK=\"$SLURM_CPUS_PER_TASK\"",
+        "while kill -0 \"$child\" 2>/dev/null; do wait \"$child\"; done",
+        "  if scontrol requeue \"$SLURM_JOB_ID\"; then exit 0; fi", "  resume=(--resume)"})
+    EXPECT_TRUE(has_line(t, line)) << line;
+  for (const char* entry : kRunStateEntries)
+    EXPECT_NE(t.find(fmt::format("[ -e \"$RUN_DIR/{}\" ]", entry)), std::string::npos) << entry;
+  int rc = -1;
+  shell("bash -n '" + path + "'", &rc);
+  EXPECT_EQ(rc, 0);
 }
 
 TEST(SbatchScript, WriteIsAtomicAndExecutable) {

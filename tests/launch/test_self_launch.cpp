@@ -270,5 +270,31 @@ TEST(RunChild, RealMpirun) {
   EXPECT_EQ(run_child(q.argv, q.env), 99) << joined(q.argv);
 }
 
+// The child half of SelfLaunch.StartsThisExecutableUnderMpirun: skipped unless launched so.
+TEST(SelfLaunchChild, SeesMarkerAndWorld) {
+  const Environment env = current_environment();
+  if (env_get(env, "SATURN_LAUNCHED") == nullptr) GTEST_SKIP() << "only as a self-launched child";
+  EXPECT_EQ(detect_launcher(env).launcher, Launcher::kMpirun);
+  ASSERT_NE(env_get(env, "OMPI_COMM_WORLD_SIZE"), nullptr);
+  EXPECT_EQ(*env_get(env, "OMPI_COMM_WORLD_SIZE"), "2");
+}
+
+TEST(SelfLaunch, StartsThisExecutableUnderMpirun) {
+  // This process called MPI_Init, so its real environment looks launched; a parent that has not
+  // (as saturn run has not, when it calls this) is simulated by dropping what MPI_Init set.
+  Environment env;
+  for (const auto& [k, v] : current_environment())
+    if (!k.starts_with("PMIX_") && !k.starts_with("OMPI_COMM_WORLD") && k != "SATURN_LAUNCHED")
+      env.emplace(k, v);
+  ASSERT_EQ(detect_launcher(env).launcher, Launcher::kNone);
+  const std::optional<int> rc =
+      self_launch_if_needed(2, "", {"--gtest_filter=SelfLaunchChild.*"}, env);
+  ASSERT_TRUE(rc);
+  EXPECT_EQ(*rc, 0);
+
+  env["OMPI_COMM_WORLD_SIZE"] = "2";
+  EXPECT_FALSE(self_launch_if_needed(2, "", {"--gtest_filter=SelfLaunchChild.*"}, env));
+}
+
 }  // namespace
 }  // namespace saturn::launch
