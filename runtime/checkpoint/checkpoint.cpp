@@ -432,10 +432,10 @@ h5::Handle file_access(MPI_Comm comm) {
   return fapl;
 }
 
-h5::Handle transfer_props(bool independent_io) {
+h5::Handle transfer_props(bool two_phase) {
   h5::Handle dxpl = h5::plist(check(H5Pcreate(H5P_DATASET_XFER), "H5Pcreate"));
   check_err(H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_COLLECTIVE), "H5Pset_dxpl_mpio");
-  if (independent_io)
+  if (!two_phase)
     check_err(H5Pset_dxpl_mpio_collective_opt(dxpl.get(), H5FD_MPIO_INDIVIDUAL_IO),
               "H5Pset_dxpl_mpio_collective_opt");
   return dxpl;
@@ -662,7 +662,7 @@ void write_checkpoint(MPI_Comm comm, const fs::path& path, const CheckpointMeta&
     agree(comm, path, st);
     h5::Handle dxpl, dcpl;
     attempt(st, "", [&] {
-      dxpl = transfer_props(options.independent_io_under_collective);
+      dxpl = transfer_props(options.two_phase_io);
       dcpl = h5::plist(check(H5Pcreate(H5P_DATASET_CREATE), "H5Pcreate"));
       // Every element is written by some rank: skip the fill pass (it would double the I/O).
       check_err(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER), "H5Pset_fill_time");
@@ -850,7 +850,7 @@ CheckpointMeta read_checkpoint(MPI_Comm comm, const fs::path& path, const SliceS
   }
   Status st;
   h5::Handle dxpl;
-  attempt(st, "", [&] { dxpl = transfer_props(false); });
+  attempt(st, "", [&] { dxpl = transfer_props(options.two_phase_io); });
   agree(comm, path, st);
   const bool verify = options.verify != Verify::kNone;
   for (int kind = 0; kind < kKinds; ++kind) {

