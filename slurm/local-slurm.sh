@@ -162,6 +162,12 @@ start() {
     alive "$f" && die "already running ($f); run: $0 stop"
   done
   check_search_permissions
+  local port
+  for port in "$PORT" $((PORT + 1)); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+      die "port $port on 127.0.0.1 is in use (another Slurm?); choose others with SATURN_SLURM_PORT"
+    fi
+  done
   # From here on a failure stops whatever did start.
   trap 'trap - ERR; log "start failed; stopping what started"; stop' ERR
   write_config

@@ -30,6 +30,9 @@ fi
 work=$(mktemp -d /tmp/saturn-slurm-test.XXXXXX)
 chmod 755 "$work"  # munged wants every directory above its socket world-executable
 export SATURN_SLURM_DIR=$work/slurm SATURN_SLURM_GPUS=10 SATURN_SLURM_CPUS=16
+# A port block of our own (controller, slurmd, srun range: PORT..PORT+299), so a cluster someone
+# runs by hand on the default ports does not collide.
+export SATURN_SLURM_PORT=$((30000 + (RANDOM % 100) * 300))
 export SLURM_CONF=$SATURN_SLURM_DIR/slurm.conf
 # Test-box settings the jobs inherit (sbatch exports the submitting environment).
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
