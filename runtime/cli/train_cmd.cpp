@@ -86,11 +86,8 @@ int run_parallel(const TrainArgs& a) {
       opt.device_capacity = parse_bytes(a.memory, "--memory");
       opt.max_steps = a.max_steps;
       opt.quiet = a.quiet || rank != 0;
-      if (a.resume)
-        throw InputError(
-            fmt::format("--resume is not available with --strategy {} yet; resume "
-                        "with --strategy single",
-                        a.strategy));
+      opt.resume = a.resume;
+      opt.keep_checkpoints = a.keep_checkpoints;
       run_dir = a.run_dir.empty() ? std::filesystem::path("runs") / w.name
                                   : std::filesystem::path(a.run_dir);
       opt.job_dir = run_dir / "jobs" / job.id;

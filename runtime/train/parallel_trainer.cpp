@@ -9,7 +9,9 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "runtime/checkpoint/train_io.hpp"
 #include "runtime/comm/agree.hpp"
+#include "runtime/comm/mpi_communicator.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/log.hpp"
 #include "runtime/core/memory.hpp"
@@ -63,7 +65,30 @@ TrainResult train_with_strategy(const TrainJob& job, const TrainOptions& options
   // 2. Set-up: sub-communicators, then allocation and initial weights.
   comm::agree_on(comm, [&] { strategy->setup(comm, device, host); });
 
-  // 3. Rank 0 prepares the output.
+  // 3. Checkpoints go through MPI-IO on the job's communicator; resume from the newest valid
+  // one when asked (any strategy and degree wrote it: the layout is canonical).
+  const auto* mpi = dynamic_cast<const comm::MpiCommunicator*>(&comm);
+  if (mpi == nullptr && !options.job_dir.empty())
+    throw Error("checkpoints need an MPI communicator for the job's ranks");
+  const ckpt::JobCheckpointing ck{job.id,     job.model,       tc, par.strategy,
+                                  par.degree, options.job_dir, options.keep_checkpoints};
+  const ckpt::SliceSource source = [&](ckpt::StatePart part) {
+    return strategy->export_state(static_cast<parallel::StateKind>(static_cast<int>(part)));
+  };
+  const ckpt::SliceSink sink = [&](ckpt::StatePart part, const StateSlices& slices) {
+    strategy->import_state(static_cast<parallel::StateKind>(static_cast<int>(part)), slices);
+  };
+  std::int64_t first_step = 0;
+  if (options.resume && !options.job_dir.empty()) {
+    comm::agree_on(comm, [&] {
+      if (const auto p = ckpt::resume_training(mpi->handle(), ck, source, sink)) {
+        first_step = p->step;
+        train_loader->seek(p->position);
+      }
+    });
+  }
+
+  // 4. Rank 0 prepares the output.
   std::ofstream metrics;
   comm::agree_on(comm, [&] {
     if (rank != 0) return;
@@ -71,7 +96,8 @@ TrainResult train_with_strategy(const TrainJob& job, const TrainOptions& options
     if (!options.job_dir.empty()) {
       std::filesystem::create_directories(options.job_dir);
       const auto path = options.job_dir / "metrics.jsonl";
-      metrics.open(path, std::ios::out | std::ios::trunc);
+      if (first_step > 0) ckpt::truncate_metrics(path, first_step);
+      metrics.open(path, std::ios::out | (first_step > 0 ? std::ios::app : std::ios::trunc));
       if (!metrics) throw IoError(fmt::format("cannot write {}", path.string()));
     }
   });
@@ -93,13 +119,17 @@ TrainResult train_with_strategy(const TrainJob& job, const TrainOptions& options
   auto t_last_print = t_start;
   double train_time = 0;
   data::Batch batch;
-  for (std::int64_t step = 0; step < total_steps; ++step) {
+  std::int64_t done = first_step;
+  for (std::int64_t step = first_step; step < total_steps; ++step) {
     const auto t0 = Clock::now();
     batch = train_loader->next_batch(tc.batch_size);
     const parallel::StepResult sr = strategy->train_step(batch, step);
+    // The loss is reduced over the ranks, so every rank sees the same value: an agreed failure.
     if (!std::isfinite(sr.loss))
-      throw Error(fmt::format("job {}: loss became {} at step {} (lower the learning rate?)",
-                              job.id, sr.loss, step + 1));
+      throw comm::AgreedFailure(
+          fmt::format("job {}: loss became {} at step {} (lower the learning rate?)", job.id,
+                      sr.loss, step + 1),
+          kExitFailure, 0);
     const double dt = seconds_since(t0);
     train_time += dt;
     StepRecord r;
@@ -129,13 +159,32 @@ TrainResult train_with_strategy(const TrainJob& job, const TrainOptions& options
     }
     if (!options.quiet && rank == 0 &&
         (r.has_val || seconds_since(t_last_print) >= options.progress_interval_s || r.step == 1)) {
-      const double rate = static_cast<double>(r.step * tc.batch_size * T) / train_time;
+      const double rate =
+          static_cast<double>((r.step - first_step) * tc.batch_size * T) / train_time;
       const std::string val = r.has_val ? fmt::format(" | val {:.4f}", r.val_loss) : "";
       log::info("step {}/{} | loss {:.4f}{} | lr {:.2e} | {:.0f} tok/s", r.step, total_steps,
                 r.loss, val, r.lr, rate);
       t_last_print = Clock::now();
     }
+    done = r.step;
+    bool saved = false;
+    if (!options.job_dir.empty() && ckpt::checkpoint_due(tc, r.step)) {
+      ckpt::save_training_checkpoint(mpi->handle(), ck, {r.step, train_loader->position(), ""},
+                                     source);
+      saved = true;
+    }
+    if (par.after_step && par.after_step(r)) {
+      if (!options.job_dir.empty() && !saved)
+        ckpt::save_training_checkpoint(mpi->handle(), ck,
+                                       {r.step, train_loader->position(), ""}, source);
+      result.stopped = true;
+      break;
+    }
   }
+  result.steps_done = done;
+  // final.h5 marks a finished job (saturn run --resume skips it): not after --max-steps.
+  if (!result.stopped && done == tc.steps && !options.job_dir.empty())
+    ckpt::save_final(mpi->handle(), ck, {done, train_loader->position(), ""}, source);
   std::int64_t peak = static_cast<std::int64_t>(device.peak());
   comm.allreduce(&peak, 1, comm::ReduceOp::kMax);
   result.peak_device_bytes = static_cast<std::size_t>(peak);

@@ -25,6 +25,10 @@ struct ParallelOptions {
   // Runs on rank 0 once every rank is set up, before the first step (e.g. creating the run
   // directory); its failure is agreed too.
   std::function<void()> prepare;
+  // Runs on every rank after each step (after evaluation and a due checkpoint). Returning true
+  // stops training at this step boundary: the state is checkpointed (unless it just was) and
+  // the result says stopped. The callback must return the same on every rank (agree first).
+  std::function<bool(const StepRecord&)> after_step;
 };
 
 // TrainResult::peak_device_bytes is the largest over ranks; steps are identical on all ranks.

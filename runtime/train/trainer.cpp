@@ -203,9 +203,10 @@ TrainResult train_single_device(const TrainJob& job, const TrainOptions& options
       t_last_print = Clock::now();
     }
   }
-  if (!options.job_dir.empty())
+  if (!options.job_dir.empty() && total_steps == tc.steps)
     ckpt::save_final(MPI_COMM_SELF, ck,
                      {std::max(first_step, total_steps), s.train_loader.position(), ""}, state);
+  result.steps_done = std::max(first_step, total_steps);
   result.peak_device_bytes = s.device.peak();
   result.final_params.assign(s.model.params(), s.model.params() + s.model.num_params());
   if (!options.quiet)

@@ -42,7 +42,9 @@ struct StepRecord {
 };
 
 struct TrainResult {
-  std::vector<StepRecord> steps;
+  std::vector<StepRecord> steps;  // the steps this call ran (after a resume: from there on)
+  std::int64_t steps_done = 0;    // optimizer steps of the job done when the call returned
+  bool stopped = false;           // stopped early at a step boundary (checkpointed)
   std::size_t peak_device_bytes = 0;
   std::vector<float> final_params;  // canonical flat layout
 };
