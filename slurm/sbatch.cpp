@@ -167,16 +167,18 @@ std::string render_sbatch_script(const SbatchOptions& o) {
   line("  export OMP_NUM_THREADS=\"${OMP_NUM_THREADS:-$SLURM_CPUS_PER_TASK}\"");
   line("fi");
   line("# A requeued job starts this script again from the top: continue the same run.");
-  line("resume=()");
+  line("# (A plain word, not an array: \"${a[@]}\" of an empty array fails under set -u before");
+  line("# bash 4.4, which some clusters still run.)");
+  line("resume=");
   std::string state_test = "[ \"${SLURM_RESTART_COUNT:-0}\" -gt 0 ]";
   for (const char* entry : kRunStateEntries)
     state_test += fmt::format(" || [ -e \"$run_dir/{}\" ]", entry);
   line("if " + state_test + "; then");
-  line("  resume=(--resume)");
+  line("  resume=--resume");
   line("fi");
   line(
       "echo \"saturn: job ${SLURM_JOB_ID:-?} starts $(date -u +%FT%TZ)"
-      " restart_count=${SLURM_RESTART_COUNT:-0} ${resume[*]}\"");
+      " restart_count=${SLURM_RESTART_COUNT:-0} $resume\"");
   line("# USR1 (--signal above, or scancel --batch --signal=USR1) asks the ranks to checkpoint.");
   line("# Bash runs a trap only between commands, hence the launcher in the background.");
   line("child=");
@@ -192,10 +194,9 @@ std::string render_sbatch_script(const SbatchOptions& o) {
           : o.command;
   if (o.launcher == BatchLauncher::kMpirun) {
     // Under Slurm, mpirun takes the nodes and slots (ntasks-per-node) from the allocation.
-    line(fmt::format("{} -np \"$SLURM_NTASKS\" {} \"${{resume[@]}}\" &", shell_quote(o.mpirun),
-                     run_command));
+    line(fmt::format("{} -np \"$SLURM_NTASKS\" {} $resume &", shell_quote(o.mpirun), run_command));
   } else {
-    line(fmt::format("srun --mpi=pmix --kill-on-bad-exit=1 {} \"${{resume[@]}}\" &", run_command));
+    line(fmt::format("srun --mpi=pmix --kill-on-bad-exit=1 {} $resume &", run_command));
   }
   line("child=$!");
   line(

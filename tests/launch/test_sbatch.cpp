@@ -104,21 +104,21 @@ TEST(SbatchScript, LaunchLines) {
   std::string s = render_sbatch_script(o);
   EXPECT_TRUE(has_line(s,
                        "'/usr/bin/mpirun' -np \"$SLURM_NTASKS\" '/opt/saturn/bin/saturn' run "
-                       "'/home/u/sweep.yaml' --run-dir \"$run_dir\" \"${resume[@]}\" &"))
+                       "'/home/u/sweep.yaml' --run-dir \"$run_dir\" $resume &"))
       << s;
   EXPECT_TRUE(has_line(s, "run_dir='/scratch/u/runs/gpt-sweep'"));
   o.launcher = BatchLauncher::kSrun;
   s = render_sbatch_script(o);
   EXPECT_TRUE(has_line(s,
                        "srun --mpi=pmix --kill-on-bad-exit=1 '/opt/saturn/bin/saturn' run "
-                       "'/home/u/sweep.yaml' --run-dir \"$run_dir\" \"${resume[@]}\" &"))
+                       "'/home/u/sweep.yaml' --run-dir \"$run_dir\" $resume &"))
       << s;
   EXPECT_EQ(s.find("mpirun"), std::string::npos);
   o.command = "/tmp/stand-in.sh --steps 5";
   s = render_sbatch_script(o);
   EXPECT_TRUE(has_line(s,
                        "srun --mpi=pmix --kill-on-bad-exit=1 /tmp/stand-in.sh --steps 5 "
-                       "\"${resume[@]}\" &"))
+                       "$resume &"))
       << s;
 }
 
@@ -135,7 +135,7 @@ TEST(SbatchScript, SignalRequeueResume) {
                        "\"$run_dir/timeline.jsonl\" ] || [ -e \"$run_dir/plans\" ] || [ -e "
                        "\"$run_dir/jobs\" ]; then"))
       << s;
-  EXPECT_TRUE(has_line(s, "  resume=(--resume)"));
+  EXPECT_TRUE(has_line(s, "  resume=--resume"));
   EXPECT_TRUE(has_line(s, "exit \"$rc\""));
 }
 
@@ -264,7 +264,7 @@ TEST(SbatchTemplate, HasTheSameConventions) {
         "#SBATCH --ntasks-per-node=4", "#SBATCH --gpus-per-node=4", "trap forward_usr1 USR1",
         "  export SRUN_CPUS_PER_TASK=\"$SLURM_CPUS_PER_TASK\"",
         "while kill -0 \"$child\" 2>/dev/null; do wait \"$child\"; done",
-        "  if scontrol requeue \"$SLURM_JOB_ID\"; then exit 0; fi", "  resume=(--resume)"})
+        "  if scontrol requeue \"$SLURM_JOB_ID\"; then exit 0; fi", "  resume=--resume"})
     EXPECT_TRUE(has_line(t, line)) << line;
   for (const char* entry : kRunStateEntries)
     EXPECT_NE(t.find(fmt::format("[ -e \"$RUN_DIR/{}\" ]", entry)), std::string::npos) << entry;
