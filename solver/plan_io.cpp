@@ -152,43 +152,45 @@ Problem read_instance(const std::string& path) {
   return instance_from_json(j, path);
 }
 
-json instance_to_json(const Problem& p) {
-  json nodes = json::array();
+nlohmann::ordered_json instance_to_json(const Problem& p) {
+  using ojson = nlohmann::ordered_json;
+  ojson nodes = ojson::array();
   for (const Node& n : p.cluster.nodes) {
-    json o = {{"name", n.name}, {"devices", n.devices}};
+    ojson o = {{"name", n.name}, {"devices", n.devices}};
     if (n.memory_gib > 0) o["memory_gib"] = n.memory_gib;
     nodes.push_back(std::move(o));
   }
-  json jobs = json::array();
+  ojson jobs = ojson::array();
   for (const Job& job : p.jobs) {
-    json configs = json::array();
+    ojson configs = ojson::array();
     for (const Config& c : job.configs) {
-      json o = {{"strategy", c.strategy},
-                {"devices", c.devices},
-                {"nodes", c.nodes},
-                {"time_s", c.time_s}};
+      ojson o = {{"strategy", c.strategy},
+                 {"devices", c.devices},
+                 {"nodes", c.nodes},
+                 {"time_s", c.time_s}};
       if (c.memory_gib > 0) o["memory_gib"] = c.memory_gib;
       if (!c.source.empty()) o["source"] = c.source;
       configs.push_back(std::move(o));
     }
-    json o = {{"id", job.id}, {"configs", std::move(configs)}};
+    ojson o = {{"id", job.id}, {"configs", std::move(configs)}};
     if (job.steps > 0) o["steps"] = job.steps;
     jobs.push_back(std::move(o));
   }
-  return json{{"cluster", {{"nodes", std::move(nodes)}}}, {"jobs", std::move(jobs)}};
+  return ojson{{"cluster", {{"nodes", std::move(nodes)}}}, {"jobs", std::move(jobs)}};
 }
 
-json plan_to_json(const Problem& problem, const Plan& plan) {
-  json jobs = json::array();
+nlohmann::ordered_json plan_to_json(const Problem& problem, const Plan& plan) {
+  using ojson = nlohmann::ordered_json;
+  ojson jobs = ojson::array();
   for (size_t j = 0; j < plan.jobs.size(); ++j) {
     const ScheduledJob& sj = plan.jobs[j];
     const Job& job = problem.jobs[j];
     const Config& c = job.configs[static_cast<size_t>(sj.config)];
-    json names = json::array();
+    ojson names = ojson::array();
     for (int n : sj.nodes) names.push_back(problem.cluster.nodes[static_cast<size_t>(n)].name);
-    json o = {{"id", job.id},      {"strategy", c.strategy}, {"devices", c.devices},
-              {"nodes", names},    {"ranks", sj.devices},    {"start_s", sj.start_s},
-              {"end_s", sj.end_s}, {"config", sj.config}};
+    ojson o = {{"id", job.id},      {"strategy", c.strategy}, {"devices", c.devices},
+               {"nodes", names},    {"ranks", sj.devices},    {"start_s", sj.start_s},
+               {"end_s", sj.end_s}, {"config", sj.config}};
     if (job.steps > 0) {
       o["steps"] = job.steps;
       o["step_time_s"] = c.time_s / static_cast<double>(job.steps);
@@ -197,23 +199,23 @@ json plan_to_json(const Problem& problem, const Plan& plan) {
     jobs.push_back(std::move(o));
   }
   const SolverInfo& s = plan.solver;
-  json solver = {{"backend", s.backend},
-                 {"status", to_string(s.status)},
-                 {"gap", s.gap},
-                 {"solve_time_s", s.solve_time_s},
-                 {"method", s.method}};
+  ojson solver = {{"backend", s.backend},
+                  {"status", to_string(s.status)},
+                  {"gap", s.gap},
+                  {"solve_time_s", s.solve_time_s},
+                  {"method", s.method}};
   if (!s.milp_status.empty()) {
     solver["milp_status"] = s.milp_status;
     solver["slot_s"] = s.slot_s;
     solver["exact_slots"] = s.exact_slots;
     solver["milp_bound_s"] = s.milp_bound_s;
   }
-  return json{{"version", 1},
-              {"created_s", plan.created_s},
-              {"makespan_s", plan.makespan_s},
-              {"lower_bound_s", plan.lower_bound_s},
-              {"solver", std::move(solver)},
-              {"jobs", std::move(jobs)}};
+  return ojson{{"version", 1},
+               {"created_s", plan.created_s},
+               {"makespan_s", plan.makespan_s},
+               {"lower_bound_s", plan.lower_bound_s},
+               {"solver", std::move(solver)},
+               {"jobs", std::move(jobs)}};
 }
 
 Plan plan_from_json(const Problem& problem, const json& j, const std::string& where) {

@@ -16,11 +16,12 @@ namespace saturn::solver {
 // give "step_time_s" instead of "time_s"), a configuration's "source".
 Problem instance_from_json(const nlohmann::json& j, const std::string& where);
 Problem read_instance(const std::string& path);
-nlohmann::json instance_to_json(const Problem& problem);
+nlohmann::ordered_json instance_to_json(const Problem& problem);
 
 // The plan contract. Beyond it each job carries "config" (its index in the instance) so that a
 // plan reads back unambiguously, and "solver" carries the MILP's own status and slot.
-nlohmann::json plan_to_json(const Problem& problem, const Plan& plan);
+// Keys in the contract's order.
+nlohmann::ordered_json plan_to_json(const Problem& problem, const Plan& plan);
 Plan plan_from_json(const Problem& problem, const nlohmann::json& j, const std::string& where);
 
 // Writes text to a file (temporary name, then rename). Throws SolverError on failure.

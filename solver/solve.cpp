@@ -29,7 +29,10 @@ Plan solve(const Problem& problem, const SolveOptions& options, SolveReport* rep
 
   HeuristicOptions ho;
   ho.seed = options.seed;
-  ho.time_limit_s = std::max(0.0, options.time_limit_s * options.heuristic_share);
+  // A first round of local search, short when the MILP may prove the optimum soon; the rest of
+  // the share comes back after the MILP.
+  const double share = std::max(0.0, options.time_limit_s * options.heuristic_share);
+  ho.time_limit_s = std::min(share, 0.5 + 0.01 * static_cast<double>(problem.jobs.size()));
   ho.stop_at = lower;
   HeuristicResult h = heuristic_schedule(prepared, lower, ho);
   rep.heuristic_makespan_s = h.schedule.makespan;

@@ -47,7 +47,7 @@ void check_instance(const Problem& p, Backend backend, const std::string& label,
   SCOPED_TRACE(label);
   const Prepared pr = prepare(p);
   const Bounds b = compute_bounds(pr);
-  const HeuristicResult h = heuristic_schedule(pr, b.best, HeuristicOptions{0.2, 1, true, 0});
+  const HeuristicResult h = heuristic_schedule(pr, b.best, HeuristicOptions{0.05, 1, true, 0, 0.0});
   const Prepared all = prepare(p, /*pareto=*/false);
   BruteForce bf(all);
   const double opt = bf.solve(h.schedule.makespan);
