@@ -535,6 +535,11 @@ void GptModel::block_backward(int l) {
     a.dln.zero();
     cpu::linear_backward(a.dln.data(), g(*w.qkvw), g(*w.qkvb), dq, L.ln1.data(), p(*w.qkvw), N, C,
                          3 * Cl, WeightLayout::kInOut);
+    // The key bias shifts every score of a query row by the same amount, which softmax ignores:
+    // its gradient is exactly zero. Computed, it is rounding noise that Adam's normalisation
+    // would turn into real steps that differ with any change of summation order (strategies,
+    // thread counts), so it is kept at its exact value.
+    std::fill(g(*w.qkvb) + Cl, g(*w.qkvb) + 2 * Cl, 0.0f);
     column_parallel_done(a.dln.data());
     cpu::layernorm_backward(dres, g(*w.ln1w), g(*w.ln1b), a.dln.data(), x, p(*w.ln1w),
                             L.ln1_mean.data(), L.ln1_rstd.data(), N, C);
