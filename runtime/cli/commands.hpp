@@ -17,5 +17,6 @@ void add_train_command(CLI::App& root, Action* action);  // train_cmd.cpp
 void add_plan_command(CLI::App& root, Action* action);   // plan_cmd.cpp
 void add_ckpt_command(CLI::App& root, Action* action);   // ckpt_cmd.cpp
 void add_sbatch_command(CLI::App& root, Action* action);  // sbatch_cmd.cpp
+void add_profile_command(CLI::App& root, Action* action);  // profile_cmd.cpp
 
 }  // namespace saturn::cli

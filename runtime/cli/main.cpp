@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   saturn::cli::add_train_command(app, &action);
   saturn::cli::add_ckpt_command(app, &action);
   saturn::cli::add_sbatch_command(app, &action);
+  saturn::cli::add_profile_command(app, &action);
 #ifdef SATURN_TMP_HAVE_PLAN
   saturn::cli::add_plan_command(app, &action);
 #endif

@@ -5,9 +5,9 @@
 //               [--json] [-o FILE]
 //   saturn plan WORKLOAD.yaml [--cluster SPEC] [--store FILE] ...
 //
-// Planning from a workload file needs candidate configurations with estimated times for every
-// job (from a profile store or the analytic cost model); until that exists the workload form
-// is an input error that says so. The solver side of it is solver::plan_jobs.
+// Planning from a workload file takes every job's candidate configurations from the profile
+// store (measured where `saturn profile` tried them) and the analytic cost model for the rest
+// (runtime/profile, docs/profiling.md); no trial runs here.
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
@@ -17,6 +17,7 @@
 
 #include "runtime/cli/commands.hpp"
 #include "runtime/core/error.hpp"
+#include "runtime/profile/profiler.hpp"
 #include "solver/gantt.hpp"
 #include "solver/plan_io.hpp"
 #include "solver/problem.hpp"
@@ -27,7 +28,7 @@ namespace saturn::cli {
 namespace {
 
 struct PlanArgs {
-  std::string workload, instance, cluster, store, solver = "glpk", output;
+  std::string workload, instance, cluster, store, hardware, solver = "glpk", output;
   double time_limit = 10.0;
   bool json = false;
   int width = 72;
@@ -41,15 +42,18 @@ int run_plan(const PlanArgs& a) {
     const solver::Backend backend = solver::parse_backend(a.solver);
     solver::Cluster cluster;
     if (!a.cluster.empty()) cluster = solver::parse_cluster_spec(a.cluster);
-    if (!a.workload.empty())
-      throw InputError(fmt::format(
-          "{}: planning from a workload file needs each job's candidate configurations with "
-          "estimated times (a profile store or the analytic cost model), which this build does "
-          "not provide yet; plan an instance file instead: saturn plan --instance FILE.json "
-          "(format in docs/solver.md)",
-          a.workload));
-    solver::Problem problem = solver::read_instance(a.instance);
-    if (!a.cluster.empty()) {
+    solver::Problem problem;
+    std::string sources;
+    if (!a.workload.empty()) {
+      const profile::WorkloadProblem in =
+          profile::problem_from_store(a.workload, a.cluster, a.store, a.hardware);
+      problem = in.problem;
+      solver::check_problem(problem);
+      sources = profile::describe_sources(in) + "\n";
+    } else {
+      problem = solver::read_instance(a.instance);
+    }
+    if (a.workload.empty() && !a.cluster.empty()) {
       problem.cluster = cluster;
       solver::check_problem(problem);
     }
@@ -63,7 +67,7 @@ int run_plan(const PlanArgs& a) {
       if (a.output.empty()) std::fputs(json.c_str(), stdout);
       return kExitOk;
     }
-    std::string text = solver::plan_summary(problem, plan) + "\n" +
+    std::string text = sources + solver::plan_summary(problem, plan) + "\n" +
                        solver::plan_table(problem, plan) + "\n" +
                        solver::gantt_chart(problem, plan, a.width);
     if (!a.output.empty()) text += fmt::format("\nplan written to {}\n", a.output);
@@ -93,7 +97,11 @@ void add_plan_command(CLI::App& root, Action* action) {
   cmd->add_option("--cluster", args->cluster,
                   "Cluster to plan for: NxG[:MEM] (e.g. 2x8:80GiB) or G+G+... for heterogeneous "
                   "nodes (e.g. 8+4); with --instance it replaces the file's cluster");
-  cmd->add_option("--store", args->store, "Profile store (HDF5) with measured step times");
+  cmd->add_option("--store", args->store,
+                  "Profile store (HDF5) from saturn profile (default: runs/<name>/profiles.h5 "
+                  "when it exists; else analytic estimates only)");
+  cmd->add_option("--hardware", args->hardware,
+                  "Which of the store's machines to plan for (its id), when it holds several");
   cmd->add_option("--solver", args->solver, "MILP backend: glpk, or cbc when built with it")
       ->check(CLI::IsMember({"glpk", "cbc"}));
   cmd->add_option("--time-limit", args->time_limit,

@@ -1,0 +1,621 @@
+#include "runtime/profile/calibration.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <numeric>
+
+#include "runtime/backend/cpu/ops.hpp"
+#include "runtime/core/error.hpp"
+#include "runtime/core/log.hpp"
+#include "runtime/core/memory.hpp"
+#include "runtime/core/rng.hpp"
+#include "runtime/model/gpt.hpp"
+#include "runtime/model/parameters.hpp"
+#include "runtime/optim/adamw.hpp"
+#include "runtime/profile/text_comm.hpp"
+#include "runtime/profile/util.hpp"
+
+namespace saturn::profile {
+
+const char* coll_op_name(CollOp op) {
+  switch (op) {
+    case CollOp::kAllreduce:
+      return "allreduce";
+    case CollOp::kAllGather:
+      return "all_gather";
+    case CollOp::kReduceScatter:
+      return "reduce_scatter";
+    case CollOp::kSendRecv:
+      return "send_recv";
+  }
+  return "?";
+}
+
+// ---- the compute model ------------------------------------------------------------------------
+
+double Calibration::gemm_seconds(double flops) const {
+  if (flops <= 0) return 0;
+  if (gemm_rate.empty()) return flops / 2e10;
+  if (flops <= gemm_rate.front().first) return flops / gemm_rate.front().second;
+  if (flops >= gemm_rate.back().first) return flops / gemm_rate.back().second;
+  const double x = std::log(flops);
+  for (std::size_t i = 1; i < gemm_rate.size(); ++i) {
+    if (flops > gemm_rate[i].first) continue;
+    const double x0 = std::log(gemm_rate[i - 1].first), x1 = std::log(gemm_rate[i].first);
+    const double w = x1 > x0 ? (x - x0) / (x1 - x0) : 0.0;
+    const double rate =
+        gemm_rate[i - 1].second + w * (gemm_rate[i].second - gemm_rate[i - 1].second);
+    return flops / rate;
+  }
+  return flops / gemm_rate.back().second;
+}
+
+ComputeFeatures Calibration::features(const ModelConfig& m, int B, int T, int tp) const {
+  ComputeFeatures f;
+  const double N = static_cast<double>(B) * T, C = m.d_model, F = m.ffn_dim(), V = m.vocab_size,
+               H = m.n_head, L = m.n_layer, t = std::max(tp, 1);
+  // Local (in, out) of each linear of a block; tensor parallelism splits heads and MLP columns.
+  std::vector<std::pair<double, double>> linears;
+  if (m.arch == Arch::kGpt2) {
+    linears = {{C, 3 * C / t}, {C / t, C}, {C, F / t}, {F / t, C}};
+  } else {
+    linears = {{C, C / t}, {C, C / t}, {C, C / t}, {C / t, C}, {C, F / t}, {C, F / t}, {F / t, C}};
+  }
+  // Each linear is three GEMMs of equal FLOPs: forward, input gradient, weight gradient.
+  for (const auto& [in, out] : linears) f.gemm_s += 3 * L * gemm_seconds(2 * N * in * out);
+  f.gemm_s += 3 * gemm_seconds(2 * N * C * V);  // the head (replicated under tp)
+  f.attn_flops = L * 12.0 * N * T * C / t;
+  // Norms, residuals, biases, activations and the softmax rows of every block, then the loss.
+  f.elem_units = N * (L * (8 * C + 3 * F / t + H / t * T) + 3 * V + 2 * C);
+  return f;
+}
+
+double Calibration::micro_batch_seconds(const ModelConfig& model, int B, int T, int tp) const {
+  const ComputeFeatures f = features(model, B, T, tp);
+  return gemm_scale * f.gemm_s + attn_s_per_flop * f.attn_flops + elem_s_per_unit * f.elem_units;
+}
+
+bool Calibration::has_inter_node() const {
+  for (const auto& [op, fits] : links)
+    for (const auto& l : fits)
+      if (l.inter_node) return true;
+  return false;
+}
+
+double Calibration::comm_seconds(CollOp op, int group, bool inter_node, double calls,
+                                 double bytes) const {
+  if (group <= 1 || (calls <= 0 && bytes <= 0)) return 0;
+  const auto it = links.find(coll_op_name(op));
+  LinkFit fit{2, false, 5e-6, 2e-10, 0};
+  if (it != links.end() && !it->second.empty()) {
+    const bool any_inter = std::any_of(it->second.begin(), it->second.end(),
+                                       [](const LinkFit& l) { return l.inter_node; });
+    const bool want_inter = inter_node && any_inter;
+    int best_gap = std::numeric_limits<int>::max();
+    for (const auto& l : it->second) {
+      if (l.inter_node != want_inter) continue;
+      const int gap = std::abs(l.group - group);
+      if (gap < best_gap) {
+        best_gap = gap;
+        fit = l;
+      }
+    }
+  }
+  // Scale from the measured group size as ring algorithms scale: latency with the number of
+  // steps (g-1), bandwidth with the fraction of the buffer each rank moves.
+  const double g = group, g0 = std::max(fit.group, 2);
+  double a = fit.alpha_s, b = fit.beta_s_per_byte;
+  if (op != CollOp::kSendRecv && fit.group != group) {
+    a *= (g - 1) / (g0 - 1);
+    if (op == CollOp::kAllGather)
+      b *= (g - 1) / (g0 - 1);
+    else
+      b *= ((g - 1) / g) / ((g0 - 1) / g0);
+  }
+  return calls * a + bytes * b;
+}
+
+// ---- serialisation ----------------------------------------------------------------------------
+
+nlohmann::json Calibration::to_json() const {
+  nlohmann::json gemm = nlohmann::json::array();
+  for (const auto& [flops, rate] : gemm_rate) gemm.push_back({flops, rate});
+  nlohmann::json l = nlohmann::json::object();
+  for (const auto& [op, fits] : links) {
+    nlohmann::json arr = nlohmann::json::array();
+    for (const auto& f : fits)
+      arr.push_back({{"group", f.group},
+                     {"inter_node", f.inter_node},
+                     {"alpha_s", f.alpha_s},
+                     {"beta_s_per_byte", f.beta_s_per_byte},
+                     {"fit_error", f.fit_error}});
+    l[op] = arr;
+  }
+  return {{"hardware_id", hardware_id},
+          {"created_utc", created_utc},
+          {"seconds", seconds},
+          {"gemm_rate", gemm},
+          {"gemm_scale", gemm_scale},
+          {"attn_s_per_flop", attn_s_per_flop},
+          {"elem_s_per_unit", elem_s_per_unit},
+          {"compute_fit_error", compute_fit_error},
+          {"optimizer_s_per_param", optimizer_s_per_param},
+          {"copy_bytes_per_s", copy_bytes_per_s},
+          {"overlap", overlap},
+          {"probe_flops_per_s", probe_flops_per_s},
+          {"links", l}};
+}
+
+Calibration Calibration::from_json(const nlohmann::json& j) {
+  Calibration c;
+  try {
+    c.hardware_id = j.at("hardware_id").get<std::string>();
+    c.created_utc = j.at("created_utc").get<std::string>();
+    c.seconds = j.at("seconds").get<double>();
+    for (const auto& p : j.at("gemm_rate")) c.gemm_rate.emplace_back(p.at(0), p.at(1));
+    c.gemm_scale = j.at("gemm_scale").get<double>();
+    c.attn_s_per_flop = j.at("attn_s_per_flop").get<double>();
+    c.elem_s_per_unit = j.at("elem_s_per_unit").get<double>();
+    c.compute_fit_error = j.at("compute_fit_error").get<double>();
+    c.optimizer_s_per_param = j.at("optimizer_s_per_param").get<double>();
+    c.copy_bytes_per_s = j.at("copy_bytes_per_s").get<double>();
+    c.overlap = j.at("overlap").get<double>();
+    c.probe_flops_per_s = j.value("probe_flops_per_s", 0.0);
+    for (const auto& [op, arr] : j.at("links").items())
+      for (const auto& f : arr)
+        c.links[op].push_back(LinkFit{
+            f.at("group").get<int>(), f.at("inter_node").get<bool>(), f.at("alpha_s").get<double>(),
+            f.at("beta_s_per_byte").get<double>(), f.at("fit_error").get<double>()});
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(fmt::format("calibration record: {}", e.what()));
+  }
+  return c;
+}
+
+Calibration nominal_calibration() {
+  Calibration c;
+  c.hardware_id = "nominal";
+  c.gemm_rate = {{1e6, 1e10}, {1e8, 2e10}};
+  c.attn_s_per_flop = 1.0 / 5e9;
+  c.elem_s_per_unit = 2e-9;
+  c.optimizer_s_per_param = 5e-9;
+  c.copy_bytes_per_s = 5e9;
+  for (CollOp op :
+       {CollOp::kAllreduce, CollOp::kAllGather, CollOp::kReduceScatter, CollOp::kSendRecv})
+    c.links[coll_op_name(op)] = {LinkFit{2, false, 5e-6, 2e-10, 0}};
+  return c;
+}
+
+// ---- fitting ----------------------------------------------------------------------------------
+
+namespace {
+
+// Solves the normal equations of the columns in `active` (Gaussian elimination, partial pivot);
+// false when singular.
+bool least_squares(const std::vector<std::vector<double>>& X, const std::vector<double>& y,
+                   const std::vector<std::size_t>& active, std::vector<double>& w) {
+  const std::size_t k = active.size();
+  std::vector<std::vector<double>> A(k, std::vector<double>(k + 1, 0.0));
+  for (std::size_t r = 0; r < X.size(); ++r)
+    for (std::size_t i = 0; i < k; ++i) {
+      for (std::size_t j = 0; j < k; ++j) A[i][j] += X[r][active[i]] * X[r][active[j]];
+      A[i][k] += X[r][active[i]] * y[r];
+    }
+  for (std::size_t c = 0; c < k; ++c) {
+    std::size_t p = c;
+    for (std::size_t r = c + 1; r < k; ++r)
+      if (std::abs(A[r][c]) > std::abs(A[p][c])) p = r;
+    if (std::abs(A[p][c]) < 1e-300) return false;
+    std::swap(A[p], A[c]);
+    for (std::size_t r = 0; r < k; ++r) {
+      if (r == c) continue;
+      const double f = A[r][c] / A[c][c];
+      for (std::size_t j = c; j <= k; ++j) A[r][j] -= f * A[c][j];
+    }
+  }
+  w.assign(X.empty() ? 0 : X[0].size(), 0.0);
+  for (std::size_t i = 0; i < k; ++i) w[active[i]] = A[i][k] / A[i][i];
+  return true;
+}
+
+}  // namespace
+
+std::vector<double> nnls(const std::vector<std::vector<double>>& X, const std::vector<double>& y) {
+  const std::size_t n = X.empty() ? 0 : X[0].size();
+  std::vector<double> best(n, 0.0);
+  double best_err = std::numeric_limits<double>::infinity();
+  // Columns have very different magnitudes (seconds, FLOPs, element counts): scale each to unit
+  // norm so the elimination stays well conditioned.
+  std::vector<double> scale(n, 1.0);
+  for (std::size_t j = 0; j < n; ++j) {
+    double s = 0;
+    for (const auto& row : X) s += row[j] * row[j];
+    scale[j] = s > 0 ? 1.0 / std::sqrt(s) : 1.0;
+  }
+  std::vector<std::vector<double>> Xs = X;
+  for (auto& row : Xs)
+    for (std::size_t j = 0; j < n; ++j) row[j] *= scale[j];
+  for (unsigned mask = 1; mask < (1u << n); ++mask) {
+    std::vector<std::size_t> active;
+    for (std::size_t j = 0; j < n; ++j)
+      if (mask & (1u << j)) active.push_back(j);
+    std::vector<double> w;
+    if (!least_squares(Xs, y, active, w)) continue;
+    if (std::any_of(w.begin(), w.end(), [](double v) { return v < 0; })) continue;
+    double err = 0;
+    for (std::size_t r = 0; r < Xs.size(); ++r) {
+      double p = 0;
+      for (std::size_t j = 0; j < n; ++j) p += Xs[r][j] * w[j];
+      err += (p - y[r]) * (p - y[r]);
+    }
+    if (err < best_err) {
+      best_err = err;
+      best = w;
+    }
+  }
+  for (std::size_t j = 0; j < n; ++j) best[j] *= scale[j];
+  return best;
+}
+
+// ---- measuring --------------------------------------------------------------------------------
+
+namespace {
+
+// The median over the ranks that measured something (value >= 0) of a per-rank number.
+double world_median(comm::Communicator& world, double value) {
+  std::vector<double> all(static_cast<std::size_t>(world.size()));
+  world.all_gather(&value, all.data(), 1);
+  std::vector<double> valid;
+  for (double v : all)
+    if (v >= 0) valid.push_back(v);
+  return median(std::move(valid));
+}
+
+// Seconds per call of f, timed over windows of at least `window` seconds (enough calls that a
+// window spans several scheduler time slices: on a node whose ranks outnumber its cores a short
+// timing would catch one rank running alone), median of `repeats` windows.
+template <typename F>
+double time_per_call(double window, int repeats, F&& f) {
+  const auto t0 = Clock::now();
+  f();
+  const double once = std::max(seconds_since(t0), 1e-7);
+  const int calls = std::clamp(static_cast<int>(std::ceil(window / once)), 1, 100000);
+  return time_median(
+             std::max(repeats, 1),
+             [&] {
+               for (int i = 0; i < calls; ++i) f();
+             },
+             false) /
+         calls;
+}
+
+void fill_random(float* x, std::size_t n, std::uint64_t seed) {
+  Rng rng(seed);
+  for (std::size_t i = 0; i < n; ++i) x[i] = static_cast<float>(rng.uniform() - 0.5);
+}
+
+// One N x K -> O product of the backend's linear kernel, with its buffers.
+class Gemm {
+ public:
+  Gemm(int n, int K, int O)
+      : n_(n),
+        K_(K),
+        O_(O),
+        in_(pool_, static_cast<std::size_t>(n) * K, "in"),
+        w_(pool_, static_cast<std::size_t>(K) * O, "w"),
+        b_(pool_, static_cast<std::size_t>(O), "b"),
+        out_(pool_, static_cast<std::size_t>(n) * O, "out") {
+    fill_random(in_.data(), in_.size(), 1);
+    fill_random(w_.data(), w_.size(), 2);
+    b_.zero();
+  }
+  void operator()() {
+    cpu::linear_forward(out_.data(), in_.data(), w_.data(), b_.data(), n_, K_, O_,
+                        cpu::WeightLayout::kInOut);
+  }
+  double flops() const { return 2.0 * n_ * K_ * O_; }
+
+ private:
+  int n_, K_, O_;
+  MemoryPool pool_{"calibration"};
+  Buffer<float> in_, w_, b_, out_;
+};
+
+// The yardstick of every compute measurement: a fixed GEMM (512 x 128 -> 384, an attention
+// input projection of d_model 128 at 512 tokens).
+Gemm probe_gemm() {
+  return Gemm(512, 128, 384);
+}
+
+// Seconds per call of f relative to the probe's: windows of f and of the probe alternate and
+// each pair gives one ratio, so background load that changes between pairs cancels; the
+// median ratio over `repeats` pairs.
+template <typename F>
+double ratio_to_probe(Gemm& probe, double window, int repeats, F&& f) {
+  std::vector<double> ratios;
+  for (int r = 0; r < std::max(repeats, 1); ++r) {
+    const double tf = time_per_call(window, 1, f);
+    const double tp = time_per_call(window, 1, probe);
+    ratios.push_back(tf / tp);
+  }
+  return median(std::move(ratios));
+}
+
+std::vector<std::pair<double, double>> measure_gemms(comm::Communicator& world, Gemm& probe,
+                                                     double probe_s, const CalibrationOptions& o) {
+  // Products of transformer linears from d_model 32 to 256 at 128 to 1024 tokens: d -> 3d
+  // (attention input), d -> d, 4d -> d (MLP output).
+  std::vector<std::array<int, 3>> shapes = {
+      {256, 32, 96}, {256, 128, 128}, {512, 128, 384}, {512, 512, 128}, {1024, 256, 768}};
+  if (o.quick) shapes = {{128, 64, 128}, {512, 128, 384}, {1024, 128, 384}};
+  std::vector<std::pair<double, double>> points;
+  for (const auto& [n, K, O] : shapes) {
+    Gemm g(n, K, O);
+    const double ratio = world_median(world, ratio_to_probe(probe, o.window_s, o.repeats, g));
+    points.emplace_back(g.flops(), g.flops() / (ratio * probe_s));
+  }
+  std::sort(points.begin(), points.end());
+  return points;
+}
+
+struct FitRun {
+  Arch arch;
+  int C, H, T, B;
+};
+
+void fit_compute(comm::Communicator& world, Calibration& cal, Gemm& probe, double probe_s,
+                 const CalibrationOptions& o) {
+  // Small one-block models whose attention and elementwise shares differ (T, d_model, arch).
+  std::vector<FitRun> runs = {{Arch::kGpt2, 64, 2, 32, 8},
+                              {Arch::kLlama, 128, 4, 128, 2},
+                              {Arch::kGpt2, 256, 8, 32, 8},
+                              {Arch::kLlama, 64, 2, 256, 1},
+                              {Arch::kGpt2, 128, 4, 64, 4}};
+  if (o.quick) runs.resize(4);
+  std::vector<std::vector<double>> X;
+  std::vector<double> y;
+  for (const auto& r : runs) {
+    ModelConfig m;
+    m.arch = r.arch;
+    m.n_layer = 1;
+    m.n_head = r.H;
+    m.d_model = r.C;
+    m.d_ff = 0;
+    m.max_seq_len = r.T;
+    MemoryPool pool("calibration");
+    double t = 0;
+    {
+      GptModel model(m, pool);
+      model.init_weights(7);
+      model.reserve(r.B, r.T);
+      const std::size_t n = static_cast<std::size_t>(r.B) * r.T;
+      std::vector<std::int32_t> tokens(n), targets(n);
+      Rng rng(3);
+      for (std::size_t i = 0; i < n; ++i) {
+        tokens[i] = static_cast<std::int32_t>(rng.below(256));
+        targets[i] = static_cast<std::int32_t>(rng.below(256));
+      }
+      t = ratio_to_probe(probe, o.window_s, o.repeats, [&] {
+        model.zero_grads();
+        model.forward(tokens.data(), targets.data(), r.B, r.T);
+        model.backward(1.0f / static_cast<float>(n));
+      });
+    }
+    const ComputeFeatures f = cal.features(m, r.B, r.T, 1);
+    X.push_back({f.gemm_s, f.attn_flops, f.elem_units});
+    y.push_back(world_median(world, t) * probe_s);
+  }
+  std::vector<double> w = nnls(X, y);
+  if (w[0] <= 0) {
+    // Degenerate fit: one factor on the GEMM time.
+    std::vector<double> ratios;
+    for (std::size_t i = 0; i < y.size(); ++i) ratios.push_back(y[i] / X[i][0]);
+    w = {median(ratios), 0.0, 0.0};
+  }
+  cal.gemm_scale = w[0];
+  cal.attn_s_per_flop = w[1];
+  cal.elem_s_per_unit = w[2];
+  std::vector<double> errors;
+  for (std::size_t i = 0; i < y.size(); ++i) {
+    const double p = w[0] * X[i][0] + w[1] * X[i][1] + w[2] * X[i][2];
+    errors.push_back(std::abs(p - y[i]) / y[i]);
+  }
+  cal.compute_fit_error = median(errors);
+}
+
+void measure_optimizer_and_copies(comm::Communicator& world, Calibration& cal, Gemm& probe,
+                                  double probe_s, const CalibrationOptions& o) {
+  ModelConfig m;
+  m.n_layer = 2;
+  m.d_model = 128;
+  m.n_head = 4;
+  m.max_seq_len = 64;
+  const ParameterLayout layout(m);
+  MemoryPool device("calibration-device"), host("calibration-host");
+  const std::size_t P = layout.total();
+  Buffer<float> params(device, P, "parameters"), grads(device, P, "gradients");
+  fill_random(params.data(), P, 4);
+  fill_random(grads.data(), P, 5);
+  AdamW opt(OptimizerConfig{}, layout, 0, P, device);
+  std::int64_t step = 0;
+  double sink = 0;
+  const double t_opt = ratio_to_probe(probe, o.window_s, o.repeats, [&] {
+    double s = 0;
+    for (std::size_t i = 0; i < P; ++i) s += static_cast<double>(grads[i]) * grads[i];
+    sink += s;
+    opt.step(params.data(), grads.data(), 1e-4, 1.0f, ++step);
+    std::memset(static_cast<void*>(grads.data()), 0, grads.bytes());
+    fill_random(grads.data(), 16, static_cast<std::uint64_t>(step));
+  });
+  if (!std::isfinite(sink)) throw Error("calibration: non-finite gradient norm");
+  cal.optimizer_s_per_param = world_median(world, t_opt) * probe_s / static_cast<double>(P);
+
+  const std::size_t bytes = std::size_t{4} << 20;
+  Buffer<float> on_device(device, bytes / sizeof(float), "copy"),
+      on_host(host, bytes / sizeof(float), "copy");
+  fill_random(on_host.data(), on_host.size(), 6);
+  const double t_copy = ratio_to_probe(probe, o.window_s, o.repeats, [&] {
+    std::memcpy(on_device.data(), on_host.data(), bytes);
+    std::memcpy(on_host.data(), on_device.data(), bytes);
+  });
+  cal.copy_bytes_per_s = 2.0 * static_cast<double>(bytes) / (world_median(world, t_copy) * probe_s);
+}
+
+// One collective of `bytes` (CommStats convention) on `group`.
+void run_collective(comm::Communicator& group, CollOp op, std::size_t bytes, std::vector<float>& a,
+                    std::vector<float>& b) {
+  const std::size_t floats = std::max<std::size_t>(bytes / sizeof(float), 1);
+  const auto g = static_cast<std::size_t>(group.size());
+  switch (op) {
+    case CollOp::kAllreduce:
+      a.resize(floats, 1.0f);
+      group.allreduce(a.data(), floats, comm::ReduceOp::kSum);
+      break;
+    case CollOp::kAllGather:
+      a.resize(floats, 1.0f);
+      b.resize(floats * g);
+      group.all_gather(a.data(), b.data(), floats);
+      break;
+    case CollOp::kReduceScatter: {
+      const std::size_t recv = std::max<std::size_t>(floats / g, 1);
+      a.resize(recv * g, 1.0f);
+      b.resize(recv);
+      group.reduce_scatter(a.data(), b.data(), recv, comm::ReduceOp::kSum);
+      break;
+    }
+    case CollOp::kSendRecv: {
+      // Ping-pong between ranks 0 and 1 of the group; the caller halves the round trip.
+      a.resize(floats, 1.0f);
+      if (group.rank() == 0) {
+        group.send(a.data(), floats, 1, 11);
+        group.recv(a.data(), floats, 1, 12);
+      } else if (group.rank() == 1) {
+        group.recv(a.data(), floats, 0, 11);
+        group.send(a.data(), floats, 0, 12);
+      }
+      break;
+    }
+  }
+}
+
+LinkFit fit_link(const std::vector<double>& bytes, const std::vector<double>& times, int group,
+                 bool inter) {
+  std::vector<std::vector<double>> X;
+  for (double b : bytes) X.push_back({1.0, b});
+  const std::vector<double> w = nnls(X, times);
+  LinkFit f{group, inter, w[0], w[1], 0};
+  std::vector<double> errors;
+  for (std::size_t i = 0; i < bytes.size(); ++i)
+    errors.push_back(std::abs(w[0] + w[1] * bytes[i] - times[i]) / std::max(times[i], 1e-12));
+  f.fit_error = median(errors);
+  return f;
+}
+
+// Measures every collective on the groups `color` forms (every rank of the world calls this;
+// color < 0: not in a group this time) and appends one fit per op of size `group`.
+void measure_links(comm::Communicator& world, Calibration& cal, int color, int group, bool inter,
+                   const CalibrationOptions& o) {
+  std::unique_ptr<comm::Communicator> g = world.split(color, world.rank());
+  const std::vector<std::size_t> sizes = o.quick ? std::vector<std::size_t>{4096, 131072}
+                                                 : std::vector<std::size_t>{4096, 131072, 1048576};
+  std::vector<float> a, b;
+  for (CollOp op :
+       {CollOp::kAllreduce, CollOp::kAllGather, CollOp::kReduceScatter, CollOp::kSendRecv}) {
+    std::vector<double> xs, ts;
+    for (std::size_t s : sizes) {
+      // All-gather counts the contribution: use a quarter so buffers stay comparable.
+      const std::size_t bytes = op == CollOp::kAllGather ? s / 4 : s;
+      double t = -1;
+      if (g) {
+        // Enough calls per timing to span scheduler slices; the group agrees on the count.
+        g->barrier();
+        const auto tw = Clock::now();
+        run_collective(*g, op, bytes, a, b);  // also the warm-up (buffers, connections)
+        double once = std::max(seconds_since(tw), 1e-7);
+        g->allreduce(&once, 1, comm::ReduceOp::kMax);
+        const int calls = std::clamp(static_cast<int>(std::ceil(o.window_s / 3 / once)), 1, 1000);
+        std::vector<double> samples;
+        for (int r = 0; r < o.repeats; ++r) {
+          g->barrier();
+          const auto t0 = Clock::now();
+          for (int c = 0; c < calls; ++c) run_collective(*g, op, bytes, a, b);
+          samples.push_back(seconds_since(t0) / calls);
+        }
+        t = median(samples);
+        if (op == CollOp::kSendRecv) t *= 0.5;
+        g->allreduce(&t, 1, comm::ReduceOp::kMax);
+      }
+      xs.push_back(static_cast<double>(bytes));
+      ts.push_back(world_median(world, t));
+    }
+    cal.links[coll_op_name(op)].push_back(fit_link(xs, ts, group, inter));
+  }
+}
+
+}  // namespace
+
+double probe_speed(comm::Communicator& world, double window_s) {
+  Gemm probe = probe_gemm();
+  world.barrier();
+  return probe.flops() / world_median(world, time_per_call(window_s, 3, probe));
+}
+
+Calibration calibrate(comm::Communicator& world, const Hardware& hardware,
+                      const std::vector<int>& node_of_rank, const CalibrationOptions& options) {
+  const auto t0 = Clock::now();
+  Calibration cal;
+  cal.hardware_id = hardware.id();
+  cal.created_utc = utc_now();
+  world.barrier();
+  // Compute is measured against the probe GEMM (see ratio_to_probe) and converted to seconds
+  // at the probe's speed now.
+  cal.probe_flops_per_s = probe_speed(world, options.window_s);
+  Gemm probe = probe_gemm();
+  const double probe_s = probe.flops() / cal.probe_flops_per_s;
+  log::debug("calibration: probe {:.2f} s", seconds_since(t0));
+  cal.gemm_rate = measure_gemms(world, probe, probe_s, options);
+  log::debug("calibration: gemms {:.2f} s", seconds_since(t0));
+  fit_compute(world, cal, probe, probe_s, options);
+  log::debug("calibration: model fit {:.2f} s", seconds_since(t0));
+  measure_optimizer_and_copies(world, cal, probe, probe_s, options);
+  log::debug("calibration: optimizer, copies {:.2f} s", seconds_since(t0));
+
+  // Collectives inside a node, on every group size up to the smallest node's rank count
+  // (powers of two, and that count itself), all groups busy at once.
+  const int rank = world.rank();
+  const int node = node_of_rank.at(static_cast<std::size_t>(rank));
+  int local = 0;
+  for (int r = 0; r < rank; ++r)
+    if (node_of_rank[static_cast<std::size_t>(r)] == node) ++local;
+  const int smallest =
+      *std::min_element(hardware.ranks_per_node.begin(), hardware.ranks_per_node.end());
+  std::vector<int> groups;
+  for (int gsz = 2; gsz <= smallest; gsz *= 2) groups.push_back(gsz);
+  if (smallest > 1 && (groups.empty() || groups.back() != smallest)) groups.push_back(smallest);
+  for (int gsz : groups) {
+    const int per_node = hardware.ranks_per_node[static_cast<std::size_t>(node)] / gsz;
+    const int color = local / gsz < per_node ? node * 100000 + local / gsz : -1;
+    measure_links(world, cal, color, gsz, false, options);
+    log::debug("calibration: collectives on {} ranks {:.2f} s", gsz, seconds_since(t0));
+  }
+  // Across nodes: one rank of each node (same local index) per group.
+  if (hardware.nodes() > 1) {
+    const int color = local < smallest ? local : -1;
+    measure_links(world, cal, color, hardware.nodes(), true, options);
+  }
+  cal.overlap = 0.0;
+  cal.seconds = seconds_since(t0);
+  // Every rank must hold identical numbers: rank 0's (the medians already agree; timestamps and
+  // the duration may not).
+  std::string text = cal.to_json().dump();
+  broadcast_text(world, text, 0);
+  return Calibration::from_json(nlohmann::json::parse(text));
+}
+
+}  // namespace saturn::profile

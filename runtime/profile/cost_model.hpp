@@ -1,0 +1,78 @@
+// The analytic cost model: for one configuration (a strategy at a degree, with knobs) of one
+// model and batch on calibrated hardware, the step time and its parts, and the memory per device.
+//
+// Memory and communication volume come from the strategy itself (Strategy::estimate(), whose
+// figures mirror its allocations and what CommStats counts); this file turns them into time:
+//
+//   step = compute + bubble + exposed communication + host transfers + optimizer
+//   compute   = (strategy's FLOPs on the busiest rank) / (FLOPs of one micro-batch of the
+//               model) × (calibrated seconds of that micro-batch), ×(1 + block share / 3) with
+//               recomputation (the blocks' forward runs twice);
+//               FLOPs per token = L·(6·(matrix parameters of a block) + 12·T·d)/t + 6·d·V,
+//               i.e. 6·N plus the attention term 6·L·T·d·2 (scores and values, causal mask
+//               not discounted), tensor degree t dividing the blocks, not the head;
+//   bubble    = compute × (p − 1)/m for a pipeline of p stages and m micro-batches (the idle
+//               share (p − 1)/(m + p − 1) of the step);
+//   comm      = Σ over the strategy's collectives of calls·α + bytes·β (calibrated per
+//               collective and group size), × (1 − overlap) for reductions a strategy overlaps;
+//   transfers = host<->device bytes / copy bandwidth (offload);
+//   optimizer = AdamW + clipping + zeroing per local parameter.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "runtime/model/config.hpp"
+#include "runtime/profile/calibration.hpp"
+
+namespace saturn::profile {
+
+// One candidate configuration of a job: how it would run.
+struct ConfigSpec {
+  std::string strategy;            // a name from parallel::strategy_names()
+  std::vector<std::string> knobs;  // "key=value" items for parallel::parse_knobs, sorted
+  int degree = 1;                  // ranks
+  int nodes = 1;                   // > 1: spans that many whole nodes
+
+  // "recompute=true,schedule=gpipe", or "" for the defaults.
+  std::string knobs_text() const;
+  // "fsdp", "pipeline[schedule=gpipe]": the label the solver carries into the plan.
+  std::string label() const;
+};
+
+struct CostEstimate {
+  bool feasible = true;
+  std::string reason;  // why not (the strategy's reason: shapes, memory)
+  double step_s = 0;
+  double compute_s = 0;
+  double bubble_s = 0;
+  double comm_s = 0;
+  double transfer_s = 0;
+  double optimizer_s = 0;
+  double eval_s = 0;  // one evaluation (eval_batches micro-batches of validation data)
+  std::size_t device_bytes = 0;
+  std::size_t host_bytes = 0;
+  std::uint64_t comm_bytes = 0;
+  std::uint64_t host_transfer_bytes = 0;
+  double flops = 0;
+  std::int64_t micro_batch = 0;
+  std::int64_t micro_batches = 0;
+  std::string layout;
+};
+
+// Estimates `config` for one job's model and training settings. device_capacity and
+// host_capacity (bytes, 0 = unlimited) make configurations that would not fit infeasible.
+// Unknown strategies or knobs are InputError.
+CostEstimate estimate_cost(const ModelConfig& model, const TrainConfig& train,
+                           const ConfigSpec& config, const Calibration& calibration,
+                           std::size_t device_capacity = 0, std::size_t host_capacity = 0);
+
+// Evaluations a job runs: one every eval_every steps, and one at the end.
+std::int64_t evaluations(const TrainConfig& train, std::int64_t steps);
+
+// The job's whole run time in a configuration: steps × step + evaluations × eval.
+double run_seconds(const TrainConfig& train, std::int64_t steps, double step_s, double eval_s);
+
+}  // namespace saturn::profile

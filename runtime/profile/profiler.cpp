@@ -1,0 +1,760 @@
+#include "runtime/profile/profiler.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <set>
+
+#include "runtime/comm/agree.hpp"
+#include "runtime/core/error.hpp"
+#include "runtime/core/log.hpp"
+#include "runtime/parallel/strategy.hpp"
+#include "runtime/profile/text_comm.hpp"
+#include "runtime/profile/util.hpp"
+
+namespace saturn::profile {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+// One distinct job shape: the jobs that share it share every estimate and trial.
+struct Shape {
+  std::string signature;
+  std::string model_name;
+  ModelConfig model;
+  TrainConfig train;
+  std::vector<std::size_t> jobs;  // workload job indices
+};
+
+struct Candidate {
+  std::size_t shape = 0;
+  ConfigSpec config;
+  ProfileKey key;
+  std::string key_id;
+  CostEstimate est;
+  std::optional<Measurement> measured;
+  bool tried_now = false;
+  bool in_problem = false;
+  std::string status;
+};
+
+// (degree, nodes) pairs the cluster offers: every count up to the largest node on one node,
+// then k whole nodes of g devices for every node size g that k nodes reach.
+std::vector<std::pair<int, int>> device_counts(const solver::Cluster& cluster) {
+  std::set<std::pair<int, int>> out;
+  int largest = 0;
+  for (const auto& n : cluster.nodes) largest = std::max(largest, n.devices);
+  for (int d = 1; d <= largest; ++d) out.insert({d, 1});
+  std::set<int> sizes;
+  for (const auto& n : cluster.nodes) sizes.insert(n.devices);
+  for (int g : sizes) {
+    const auto reach = std::count_if(cluster.nodes.begin(), cluster.nodes.end(),
+                                     [&](const solver::Node& n) { return n.devices >= g; });
+    for (int k = 2; k <= reach; ++k) out.insert({k * g, k});
+  }
+  std::vector<std::pair<int, int>> v(out.begin(), out.end());
+  std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first < b.first : a.second < b.second;
+  });
+  return v;
+}
+
+// Knob settings worth estimating per strategy: the defaults, recomputation (less memory, more
+// time) and, for pipelines, the GPipe schedule (more memory, sometimes a shorter step).
+std::vector<std::vector<std::string>> knob_variants(const std::string& strategy) {
+  std::vector<std::vector<std::string>> v = {{}, {"recompute=true"}};
+  if (strategy == "pipeline" || strategy == "ddp+pipeline") v.push_back({"schedule=gpipe"});
+  return v;
+}
+
+bool wanted_at(const std::string& strategy, int degree, const std::vector<std::string>& allowed) {
+  const bool has_ddp = std::find(allowed.begin(), allowed.end(), "ddp") != allowed.end();
+  // At one device ddp is the plain single-device run; fsdp, tensor and pipeline would do the
+  // same work with more bookkeeping. Hybrids need two replicas of an inner group of two.
+  if (degree == 1 && has_ddp && strategy != "ddp" && strategy != "offload") return false;
+  if ((strategy == "ddp+pipeline" || strategy == "ddp+tensor") && degree < 4) return false;
+  return true;
+}
+
+bool is_oom(const std::string& reason) {
+  return reason.find("out of memory") != std::string::npos ||
+         reason.find("exceed") != std::string::npos;
+}
+
+// A stored measurement stands unless it was an out-of-memory failure under a smaller device
+// capacity than the trial would have now.
+bool reusable(const Measurement& m, std::size_t capacity) {
+  if (m.feasible || !is_oom(m.reason)) return true;
+  if (m.device_capacity == 0) return true;
+  return capacity != 0 && capacity <= m.device_capacity;
+}
+
+class Profiler {
+ public:
+  Profiler(const ProfileRequest& request, const ProfileOptions& options, Hardware hardware,
+           Calibration calibration, ProfileStore store)
+      : req_(request),
+        opt_(options),
+        hw_(std::move(hardware)),
+        cal_(std::move(calibration)),
+        store_(std::move(store)) {
+    if (req_.workload == nullptr) throw InputError("profile: no workload given");
+    capacity_ = req_.device_capacity;
+    if (capacity_ == 0)
+      for (const auto& n : req_.cluster.nodes)
+        capacity_ = std::max(capacity_, static_cast<std::size_t>(n.memory_gib * kGiB));
+    trial_capacity_ = opt_.trial.device_capacity > 0 ? opt_.trial.device_capacity : capacity_;
+  }
+
+  void estimate() {
+    const Workload& w = *req_.workload;
+    const std::vector<std::string> allowed =
+        w.strategies.empty() ? parallel::strategy_names() : w.strategies;
+    std::map<std::string, std::size_t> by_sig;
+    for (std::size_t j = 0; j < w.jobs.size(); ++j) {
+      if (steps_of(j) <= 0) continue;
+      const JobSpec& job = w.jobs[j];
+      const std::string sig = signature_of(job.model, job.train);
+      auto [it, fresh] = by_sig.try_emplace(sig, shapes_.size());
+      if (fresh) shapes_.push_back(Shape{sig, job.model_name, job.model, job.train, {}});
+      shapes_[it->second].jobs.push_back(j);
+    }
+    const auto counts = device_counts(req_.cluster);
+    const std::string now = utc_now();
+    for (std::size_t s = 0; s < shapes_.size(); ++s)
+      for (const auto& [degree, nodes] : counts)
+        for (const auto& name : allowed) {
+          if (!wanted_at(name, degree, allowed)) continue;
+          for (const auto& knobs : knob_variants(name)) {
+            Candidate c;
+            c.shape = s;
+            c.config = ConfigSpec{name, knobs, degree, nodes};
+            c.key = ProfileKey{shapes_[s].signature, c.config, hw_.id()};
+            c.key_id = c.key.id();
+            c.est = estimate_cost(shapes_[s].model, shapes_[s].train, c.config, cal_, capacity_,
+                                  req_.host_capacity);
+            if (const ProfileEntry* e = store_.find(c.key_id); e && e->measured)
+              if (reusable(*e->measured, trial_capacity_)) c.measured = e->measured;
+            c.status = c.est.feasible ? "estimate" : "infeasible: " + c.est.reason;
+            ProfileEntry entry;
+            entry.key = c.key;
+            entry.model_name = shapes_[s].model_name;
+            entry.estimate = c.est;
+            entry.estimated_utc = now;
+            if (const ProfileEntry* old = store_.find(c.key_id)) entry.measured = old->measured;
+            store_.put(entry);
+            cands_.push_back(std::move(c));
+          }
+        }
+  }
+
+  // Which candidates to try; `fits` says whether the world can hold a configuration.
+  template <typename Fits>
+  std::vector<std::size_t> choose_trials(Fits&& fits) {
+    // Groups: (shape, degree, nodes).
+    std::map<std::tuple<std::size_t, int, int>, std::vector<std::size_t>> groups;
+    for (std::size_t i = 0; i < cands_.size(); ++i)
+      if (cands_[i].est.feasible)
+        groups[{cands_[i].shape, cands_[i].config.degree, cands_[i].config.nodes}].push_back(i);
+    std::map<std::tuple<std::size_t, int, int>, double> best;
+    for (const auto& [g, members] : groups) {
+      double b = std::numeric_limits<double>::infinity();
+      for (std::size_t i : members) b = std::min(b, cands_[i].est.step_s);
+      best[g] = b;
+    }
+    std::vector<std::size_t> chosen;
+    for (const auto& [g, members] : groups) {
+      const auto [shape, degree, nodes] = g;
+      // Fewer devices doing it clearly faster make this device count useless to the solver.
+      double smaller = std::numeric_limits<double>::infinity();
+      int smaller_degree = 0;
+      for (const auto& [g2, b2] : best)
+        if (std::get<0>(g2) == shape && std::get<1>(g2) < degree && b2 < smaller) {
+          smaller = b2;
+          smaller_degree = std::get<1>(g2);
+        }
+      const bool outrun = best[g] >= (1.0 + opt_.dominance_margin) * smaller;
+      std::vector<std::size_t> order = members;
+      std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+        return cands_[a].est.step_s < cands_[b].est.step_s;
+      });
+      int taken = 0;
+      for (std::size_t i : order) {
+        Candidate& c = cands_[i];
+        // Memory decides nothing when devices have no stated capacity: then only speed ranks.
+        if (capacity_ > 0 && dominated(i, members)) {
+          c.status = "estimate (dominated: another is faster with no more memory)";
+          continue;
+        }
+        if (outrun) {
+          c.status = fmt::format("estimate ({} device{} are faster)", smaller_degree,
+                                 smaller_degree == 1 ? "" : "s");
+          continue;
+        }
+        if (taken >= opt_.trials_per_degree || c.est.step_s > (1.0 + opt_.trial_window) * best[g]) {
+          c.status = "estimate (not among the best estimates)";
+          continue;
+        }
+        ++taken;
+        if (c.measured && !opt_.refresh) {
+          c.status = "stored";
+          ++stats_.trials_reused;
+        } else if (!opt_.trials) {
+          c.status = "estimate (trials off)";
+        } else if (!fits(c.config)) {
+          c.status = "estimate (more ranks than this run has)";
+        } else {
+          chosen.push_back(i);
+        }
+      }
+    }
+    std::sort(chosen.begin(), chosen.end());
+    // Measurements in the store count whatever this run would have tried.
+    for (std::size_t i = 0; i < cands_.size(); ++i) {
+      Candidate& c = cands_[i];
+      if (!c.measured || std::binary_search(chosen.begin(), chosen.end(), i)) continue;
+      if (c.status == "stored") continue;
+      c.status = c.measured->feasible ? "stored" : "failed (stored): " + c.measured->reason;
+    }
+    return chosen;
+  }
+
+  std::vector<TrialRequest> requests(const std::vector<std::size_t>& chosen) const {
+    std::vector<TrialRequest> out;
+    for (std::size_t i : chosen) {
+      const Shape& s = shapes_[cands_[i].shape];
+      out.push_back(TrialRequest{s.model, s.train, cands_[i].config});
+    }
+    return out;
+  }
+
+  void record(const std::vector<std::size_t>& chosen, const std::vector<Measurement>& results) {
+    for (std::size_t k = 0; k < chosen.size(); ++k) {
+      Candidate& c = cands_[chosen[k]];
+      c.measured = results[k];
+      c.tried_now = true;
+      c.status = results[k].feasible ? "tried" : "failed: " + results[k].reason;
+      ++stats_.trials_run;
+      if (!results[k].feasible) ++stats_.trials_failed;
+      ProfileEntry e = *store_.find(c.key_id);
+      e.measured = results[k];
+      store_.put(e);
+    }
+  }
+
+  ProfileStore& store() { return store_; }
+  ProfileStats& stats() { return stats_; }
+
+  ProfileResult result() {
+    ProfileResult r;
+    r.hardware = hw_;
+    r.calibration = cal_;
+    corrections();
+    const Workload& w = *req_.workload;
+    for (std::size_t j = 0; j < w.jobs.size(); ++j) {
+      const std::int64_t steps = steps_of(j);
+      if (steps <= 0) continue;
+      const JobSpec& job = w.jobs[j];
+      const std::size_t shape = shape_of(j);
+      solver::Job sj;
+      sj.id = job.id;
+      sj.steps = steps;
+      std::vector<ConfigDetail> details;
+      std::map<std::pair<int, int>, std::vector<std::size_t>> groups;
+      for (std::size_t i = 0; i < cands_.size(); ++i)
+        if (cands_[i].shape == shape && usable(cands_[i]))
+          groups[{cands_[i].config.degree, cands_[i].config.nodes}].push_back(i);
+      for (const auto& [g, members] : groups)
+        for (std::size_t i : members) {
+          if (!on_front(i, members)) continue;
+          Candidate& c = cands_[i];
+          c.in_problem = true;
+          ConfigDetail d = detail(c);
+          solver::Config cfg;
+          cfg.strategy = c.config.label();
+          cfg.devices = c.config.degree;
+          cfg.nodes = c.config.nodes;
+          cfg.time_s = std::max(run_seconds(job.train, steps, d.step_s, d.eval_s), 1e-6);
+          cfg.memory_gib = static_cast<double>(memory_of(c)) / kGiB;
+          cfg.source = d.source;
+          sj.configs.push_back(cfg);
+          details.push_back(std::move(d));
+        }
+      if (sj.configs.empty()) throw InputError(no_fit_message(j));
+      r.jobs.push_back(std::move(sj));
+      r.details.push_back(std::move(details));
+      r.job_index.push_back(j);
+    }
+    for (const auto& c : cands_) {
+      ConfigRow row;
+      const Shape& s = shapes_[c.shape];
+      row.signature = s.signature;
+      row.model_name = s.model_name;
+      for (std::size_t j : s.jobs) row.jobs.push_back(w.jobs[j].id);
+      row.config = c.config;
+      row.key_id = c.key_id;
+      row.estimate = c.est;
+      row.measured = c.measured;
+      row.tried_now = c.tried_now;
+      row.in_problem = c.in_problem;
+      row.status = c.status;
+      r.rows.push_back(std::move(row));
+    }
+    stats_.jobs = static_cast<int>(r.jobs.size());
+    stats_.signatures = static_cast<int>(shapes_.size());
+    stats_.configs = static_cast<int>(cands_.size());
+    stats_.feasible = static_cast<int>(std::count_if(
+        cands_.begin(), cands_.end(), [](const Candidate& c) { return c.est.feasible; }));
+    r.stats = stats_;
+    return r;
+  }
+
+ private:
+  std::int64_t steps_of(std::size_t j) const {
+    if (req_.steps.empty()) return req_.workload->jobs[j].train.steps;
+    return j < req_.steps.size() ? req_.steps[j] : 0;
+  }
+
+  std::size_t shape_of(std::size_t j) const {
+    for (std::size_t s = 0; s < shapes_.size(); ++s)
+      if (std::find(shapes_[s].jobs.begin(), shapes_[s].jobs.end(), j) != shapes_[s].jobs.end())
+        return s;
+    return 0;
+  }
+
+  // Another feasible member is at least as fast with no more memory (ties: the earlier one).
+  bool dominated(std::size_t i, const std::vector<std::size_t>& members) const {
+    const CostEstimate& a = cands_[i].est;
+    for (std::size_t k : members) {
+      if (k == i) continue;
+      const CostEstimate& b = cands_[k].est;
+      const bool no_worse =
+          b.step_s <= a.step_s && b.device_bytes <= a.device_bytes && b.host_bytes <= a.host_bytes;
+      const bool better =
+          b.step_s < a.step_s || b.device_bytes < a.device_bytes || b.host_bytes < a.host_bytes;
+      if (no_worse && (better || k < i)) return true;
+    }
+    return false;
+  }
+
+  bool usable(const Candidate& c) const {
+    if (c.measured) return c.measured->feasible;
+    return c.est.feasible;
+  }
+
+  double step_of(const Candidate& c) const {
+    if (c.measured) return c.measured->step_s;
+    return c.est.step_s * correction_for(c.config.strategy);
+  }
+
+  std::size_t memory_of(const Candidate& c) const {
+    if (c.measured && c.measured->peak_device_bytes > 0) return c.measured->peak_device_bytes;
+    return c.est.device_bytes;
+  }
+
+  // On the (step time, memory) Pareto front of its device count.
+  bool on_front(std::size_t i, const std::vector<std::size_t>& members) const {
+    const double t = step_of(cands_[i]);
+    const std::size_t m = memory_of(cands_[i]);
+    for (std::size_t k : members) {
+      if (k == i) continue;
+      const double t2 = step_of(cands_[k]);
+      const std::size_t m2 = memory_of(cands_[k]);
+      const bool no_worse = t2 <= t && m2 <= m;
+      const bool better = t2 < t || m2 < m;
+      if (no_worse && (better || k < i)) return false;
+    }
+    return true;
+  }
+
+  // Median measured/estimated step ratio per strategy on this hardware (over the whole store),
+  // applied to configurations that were not tried; all strategies together as the fallback.
+  void corrections() {
+    std::map<std::string, std::vector<double>> ratios;
+    std::vector<double> all;
+    for (const auto& [id, e] : store_.entries()) {
+      if (e.key.hardware != hw_.id() || !e.measured || !e.measured->feasible) continue;
+      if (!e.estimate.feasible || e.estimate.step_s <= 0 || e.measured->step_s <= 0) continue;
+      const double r = e.measured->step_s / e.estimate.step_s;
+      ratios[e.key.config.strategy].push_back(r);
+      all.push_back(r);
+    }
+    const double overall = all.empty() ? 1.0 : median(all);
+    for (const auto& name : parallel::strategy_names()) {
+      const auto it = ratios.find(name);
+      correction_[name] = it == ratios.end() ? overall : median(it->second);
+    }
+  }
+
+  double correction_for(const std::string& strategy) const {
+    const auto it = correction_.find(strategy);
+    return it == correction_.end() ? 1.0 : it->second;
+  }
+
+  ConfigDetail detail(const Candidate& c) const {
+    ConfigDetail d;
+    d.strategy = c.config.strategy;
+    d.knobs = c.config.knobs;
+    d.degree = c.config.degree;
+    d.nodes = c.config.nodes;
+    d.signature = c.key.signature;
+    d.key_id = c.key_id;
+    d.estimate = c.est;
+    d.measured = c.measured;
+    if (c.measured) {
+      d.step_s = c.measured->step_s;
+      // Trials time steps only; an evaluation scales like the estimate's.
+      d.eval_s = c.measured->eval_s > 0 ? c.measured->eval_s
+                 : c.est.step_s > 0     ? c.est.eval_s * c.measured->step_s / c.est.step_s
+                                        : 0.0;
+      d.source = "trial";
+    } else {
+      d.correction = correction_for(c.config.strategy);
+      d.step_s = c.est.step_s * d.correction;
+      d.eval_s = c.est.eval_s * d.correction;
+      d.source = "estimate";
+    }
+    return d;
+  }
+
+  std::string no_fit_message(std::size_t j) const {
+    const JobSpec& job = req_.workload->jobs[j];
+    std::string reasons;
+    std::set<std::string> seen;
+    for (const auto& c : cands_) {
+      if (c.shape != shape_of(j)) continue;
+      const std::string why =
+          c.measured && !c.measured->feasible ? c.measured->reason : c.est.reason;
+      if (why.empty() || !seen.insert(why).second) continue;
+      reasons += fmt::format("\n  {} on {}: {}", c.config.label(), c.config.degree, why);
+      if (seen.size() >= 8) break;
+    }
+    return fmt::format("job {} fits no configuration on the cluster {}:{}", job.id,
+                       solver::format_cluster(req_.cluster), reasons);
+  }
+
+  const ProfileRequest& req_;
+  const ProfileOptions& opt_;
+  Hardware hw_;
+  Calibration cal_;
+  ProfileStore store_;
+  std::size_t capacity_ = 0, trial_capacity_ = 0;
+  std::vector<Shape> shapes_;
+  std::vector<Candidate> cands_;
+  std::map<std::string, double> correction_;
+  ProfileStats stats_;
+};
+
+ProfileRequest with_cluster(const ProfileRequest& request, const Hardware& hw) {
+  ProfileRequest r = request;
+  if (r.cluster.nodes.empty()) r.cluster = cluster_of(hw);
+  return r;
+}
+
+}  // namespace
+
+solver::Cluster cluster_of(const Hardware& hardware) {
+  solver::Cluster c;
+  for (std::size_t n = 0; n < hardware.ranks_per_node.size(); ++n)
+    c.nodes.push_back(solver::Node{fmt::format("n{}", n), hardware.ranks_per_node[n], 0.0});
+  return c;
+}
+
+RankTopology topology_of(const ProfileRequest& request, const std::vector<int>& node_of_rank) {
+  RankTopology t;
+  const int world = static_cast<int>(node_of_rank.size());
+  if (!request.device_rank.empty()) {
+    for (std::size_t n = 0; n < request.cluster.nodes.size(); ++n) {
+      std::vector<int> ranks;
+      const int first = request.cluster.first_device(static_cast<int>(n));
+      for (int d = first; d < first + request.cluster.nodes[n].devices; ++d) {
+        const auto idx = static_cast<std::size_t>(d);
+        if (idx < request.device_rank.size() && request.device_rank[idx] < world)
+          ranks.push_back(request.device_rank[idx]);
+      }
+      if (!ranks.empty()) t.nodes.push_back(std::move(ranks));
+    }
+    return t;
+  }
+  int nodes = 0;
+  for (int n : node_of_rank) nodes = std::max(nodes, n + 1);
+  t.nodes.resize(static_cast<std::size_t>(nodes));
+  for (int r = 0; r < world; ++r)
+    t.nodes[static_cast<std::size_t>(node_of_rank[static_cast<std::size_t>(r)])].push_back(r);
+  return t;
+}
+
+ProfileResult profile_workload(const ProfileRequest& request, comm::Communicator& world,
+                               const ProfileOptions& options) {
+  const auto t0 = Clock::now();
+  const bool talk = !options.quiet && world.rank() == 0;
+  std::vector<int> node_of_rank;
+  const Hardware hw = detect_hardware(world, &node_of_rank);
+  const ProfileRequest req = with_cluster(request, hw);
+
+  // Rank 0 reads the store; everyone works from the same copy.
+  ProfileStore store;
+  comm::agree_on(world, [&] {
+    if (world.rank() == 0 && !options.store.empty()) store = ProfileStore::load(options.store);
+  });
+  std::string text = world.rank() == 0 ? store.to_text() : std::string();
+  broadcast_text(world, text, 0);
+  store = ProfileStore::from_text(text);
+
+  ProfileStats pre;
+  Calibration cal;
+  const HardwareRecord* rec = store.hardware(hw.id());
+  if (rec && rec->calibration && !options.recalibrate) {
+    cal = *rec->calibration;
+  } else {
+    if (talk) log::info("calibrating {} (once per hardware)", hw.describe());
+    cal = calibrate(world, hw, node_of_rank, options.calibration);
+    store.put_hardware(HardwareRecord{hw, cal});
+    pre.calibrated = true;
+    pre.calibration_s = cal.seconds;
+  }
+
+  if (!pre.calibrated && cal.probe_flops_per_s > 0) {
+    cal.load_factor = cal.probe_flops_per_s / probe_speed(world, options.calibration.window_s);
+    pre.load_factor = cal.load_factor;
+  }
+  Profiler p(req, options, hw, cal, std::move(store));
+  p.stats() = pre;
+  p.estimate();
+  const RankTopology topology = topology_of(req, node_of_rank);
+  const std::vector<std::size_t> chosen =
+      p.choose_trials([&](const ConfigSpec& c) { return topology.fits(c); });
+  if (talk && !chosen.empty())
+    log::info("{} trial{} on {} ranks", chosen.size(), chosen.size() == 1 ? "" : "s", world.size());
+  TrialRunStats ts;
+  const std::vector<Measurement> results =
+      run_trials(p.requests(chosen), topology, world, options.trial, &ts);
+  p.record(chosen, results);
+  p.stats().trial_rounds = ts.rounds;
+  p.stats().trials_s = ts.seconds;
+
+  comm::agree_on(world, [&] {
+    if (world.rank() == 0 && !options.store.empty()) p.store().save(options.store);
+  });
+  ProfileResult r = p.result();
+  // Rank 0's clock, so that every rank returns the same result.
+  double total = seconds_since(t0);
+  world.broadcast(&total, 1, 0);
+  r.stats.total_s = total;
+  return r;
+}
+
+ProfileResult profile_from_store(const ProfileRequest& request, const ProfileOptions& options) {
+  const auto t0 = Clock::now();
+  const ProfileStore store =
+      options.store.empty() ? ProfileStore() : ProfileStore::load(options.store);
+  const auto& records = store.hardware_records();
+  const HardwareRecord* rec = nullptr;
+  if (!options.hardware_id.empty()) {
+    rec = store.hardware(options.hardware_id);
+    if (rec == nullptr) {
+      std::string ids;
+      for (const auto& [id, r] : records)
+        ids += fmt::format("\n  {}  {}", id, r.hardware.describe());
+      throw InputError(fmt::format("--hardware {}: the store {} has no such hardware{}{}",
+                                   options.hardware_id, options.store.string(),
+                                   ids.empty() ? " (it is empty)" : "; it has:", ids));
+    }
+  } else if (records.size() == 1) {
+    rec = &records.begin()->second;
+  } else if (records.size() > 1) {
+    // Prefer the hardware this machine is (whatever its rank layout) laid out as the cluster.
+    const Hardware local = detect_local_hardware();
+    std::vector<const HardwareRecord*> match;
+    for (const auto& [id, r] : records) {
+      Hardware h = r.hardware;
+      const bool same_machine = h.cpu_model == local.cpu_model && h.cores == local.cores &&
+                                h.blas == local.blas && h.device_kind == local.device_kind;
+      const bool same_layout =
+          request.cluster.nodes.empty() ||
+          solver::format_cluster(cluster_of(h)) == solver::format_cluster(request.cluster);
+      if (same_machine && same_layout) match.push_back(&r);
+    }
+    if (match.size() != 1) {
+      std::string ids;
+      for (const auto& [id, r] : records)
+        ids += fmt::format("\n  {}  {}", id, r.hardware.describe());
+      throw InputError(fmt::format(
+          "the store {} holds profiles of {} machines; choose one with --hardware ID:{}",
+          options.store.string(), records.size(), ids));
+    }
+    rec = match.front();
+  }
+  Hardware hw;
+  Calibration cal;
+  bool nominal = false;
+  if (rec != nullptr) {
+    hw = rec->hardware;
+    if (rec->calibration) {
+      cal = *rec->calibration;
+    } else {
+      cal = nominal_calibration();
+      nominal = true;
+    }
+  } else {
+    hw = detect_local_hardware();
+    if (!request.cluster.nodes.empty()) {
+      hw.ranks_per_node.clear();
+      for (const auto& n : request.cluster.nodes) hw.ranks_per_node.push_back(n.devices);
+    }
+    cal = nominal_calibration();
+    nominal = true;
+  }
+  const ProfileRequest req = with_cluster(request, hw);
+  ProfileOptions opt = options;
+  opt.trials = false;
+  Profiler p(req, opt, hw, cal, store);
+  p.estimate();
+  p.choose_trials([](const ConfigSpec&) { return false; });
+  ProfileResult r = p.result();
+  r.nominal_calibration = nominal;
+  r.stats.total_s = seconds_since(t0);
+  return r;
+}
+
+WorkloadProblem problem_from_store(const std::filesystem::path& workload,
+                                   const std::string& cluster_spec,
+                                   const std::filesystem::path& store,
+                                   const std::string& hardware_id) {
+  WorkloadProblem in;
+  LoadOptions lo;
+  lo.check_data_files = false;
+  in.workload = load_workload(workload, lo);
+  const std::string spec = !cluster_spec.empty() ? cluster_spec : in.workload.cluster;
+  ProfileRequest req;
+  req.workload = &in.workload;
+  if (spec != "auto") {
+    try {
+      req.cluster = solver::parse_cluster_spec(spec);
+    } catch (const solver::SolverError& e) {
+      throw InputError(e.what());
+    }
+  }
+  in.store = store;
+  if (in.store.empty()) {
+    const auto fallback = std::filesystem::path("runs") / in.workload.name / "profiles.h5";
+    std::error_code ec;
+    if (std::filesystem::exists(fallback, ec)) in.store = fallback;
+  } else if (!std::filesystem::exists(in.store)) {
+    throw InputError(
+        fmt::format("--store {}: no such file (saturn profile creates it)", in.store.string()));
+  }
+  ProfileOptions opt;
+  opt.store = in.store;
+  opt.hardware_id = hardware_id;
+  in.profile = profile_from_store(req, opt);
+  in.problem.cluster = req.cluster.nodes.empty() ? cluster_of(in.profile.hardware) : req.cluster;
+  in.problem.jobs = in.profile.jobs;
+  return in;
+}
+
+std::string describe_sources(const WorkloadProblem& in) {
+  int trial = 0, estimate = 0;
+  for (const auto& job : in.problem.jobs)
+    for (const auto& c : job.configs) (c.source == "trial" ? trial : estimate)++;
+  return fmt::format(
+      "profiles: {} configuration{} from trials, {} estimated; hardware {} ({}){}; store {}", trial,
+      trial == 1 ? "" : "s", estimate, in.profile.hardware.id(), in.profile.hardware.describe(),
+      in.profile.nominal_calibration ? ", not calibrated: nominal numbers" : "",
+      in.store.empty() ? "none" : in.store.string());
+}
+
+namespace {
+
+std::string pct(double estimate, double measured) {
+  if (measured <= 0) return "";
+  return fmt::format("{:+.1f}%", 100.0 * (estimate - measured) / measured);
+}
+
+std::string mib(std::size_t bytes) {
+  return fmt::format("{:.2f}", static_cast<double>(bytes) / (1024.0 * 1024.0));
+}
+
+}  // namespace
+
+std::string format_profile_table(const ProfileResult& r, bool all_rows) {
+  std::string out;
+  std::string last_sig;
+  int hidden = 0;
+  for (const auto& row : r.rows) {
+    if (!all_rows && !row.estimate.feasible && !row.measured) {
+      ++hidden;
+      continue;
+    }
+    if (row.signature != last_sig) {
+      last_sig = row.signature;
+      std::string jobs;
+      for (const auto& j : row.jobs) jobs += (jobs.empty() ? "" : ", ") + j;
+      out += fmt::format("\n{} ({}) — jobs: {}\n", row.model_name, row.signature, jobs);
+      out += fmt::format("  {:<28} {:>3} {:>9} {:>9} {:>7} {:>9} {:>9} {:>7}  {}\n", "config",
+                         "dev", "est s", "trial s", "err", "est MiB", "peak MiB", "err", "status");
+    }
+    const auto& e = row.estimate;
+    const auto& m = row.measured;
+    const bool ok = m && m->feasible;
+    const std::string dev = row.config.nodes > 1
+                                ? fmt::format("{}/{}", row.config.degree, row.config.nodes)
+                                : fmt::format("{}", row.config.degree);
+    out += fmt::format(
+        "  {:<28} {:>3} {:>9} {:>9} {:>7} {:>9} {:>9} {:>7}  {}{}\n", row.config.label(), dev,
+        e.feasible ? fmt::format("{:.4f}", e.step_s) : "-",
+        ok ? fmt::format("{:.4f}", m->step_s) : "-",
+        ok && e.feasible ? pct(e.step_s, m->step_s) : "",
+        e.device_bytes ? mib(e.device_bytes) : "-", ok ? mib(m->peak_device_bytes) : "-",
+        ok && e.feasible
+            ? pct(static_cast<double>(e.device_bytes), static_cast<double>(m->peak_device_bytes))
+            : "",
+        row.in_problem ? "* " : "", row.status);
+  }
+  if (hidden > 0)
+    out += fmt::format(
+        "\n({} configurations infeasible by the estimate are not shown; --all "
+        "shows them)\n",
+        hidden);
+  out += "\n* offered to the solver (per device count: the step-time/memory Pareto front)\n";
+  return out;
+}
+
+std::string format_profile_summary(const ProfileResult& r) {
+  const ProfileStats& s = r.stats;
+  std::vector<double> step_err, mem_err;
+  for (const auto& row : r.rows) {
+    if (!row.measured || !row.measured->feasible || !row.estimate.feasible) continue;
+    if (row.measured->step_s > 0)
+      step_err.push_back(std::abs(row.estimate.step_s - row.measured->step_s) /
+                         row.measured->step_s);
+    if (row.measured->peak_device_bytes > 0)
+      mem_err.push_back(std::abs(static_cast<double>(row.estimate.device_bytes) -
+                                 static_cast<double>(row.measured->peak_device_bytes)) /
+                        static_cast<double>(row.measured->peak_device_bytes));
+  }
+  std::string out = fmt::format("hardware {}: {}{}\n", r.hardware.id(), r.hardware.describe(),
+                                r.nominal_calibration ? " (not calibrated: nominal numbers)" : "");
+  out += fmt::format(
+      "{} jobs, {} shapes: {} configurations estimated ({} feasible); {} tried in {} rounds "
+      "({} failed), {} taken from the store\n",
+      s.jobs, s.signatures, s.configs, s.feasible, s.trials_run, s.trial_rounds, s.trials_failed,
+      s.trials_reused);
+  out += fmt::format("time: calibration {:.2f} s{}, trials {:.2f} s, total {:.2f} s\n",
+                     s.calibration_s, s.calibrated ? "" : " (stored)", s.trials_s, s.total_s);
+  if (!s.calibrated && s.load_factor != 1.0)
+    out += fmt::format("load: this node runs {:.2f}x {} than when calibrated (estimates scaled)\n",
+                       s.load_factor >= 1 ? s.load_factor : 1.0 / s.load_factor,
+                       s.load_factor >= 1 ? "slower" : "faster");
+  if (!step_err.empty())
+    out += fmt::format(
+        "estimate vs measurement (median |error| over {} measured): step time {:.1f}%, peak "
+        "memory {:.1f}%\n",
+        step_err.size(), 100.0 * median(step_err), 100.0 * median(mem_err));
+  return out;
+}
+
+}  // namespace saturn::profile

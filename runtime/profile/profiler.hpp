@@ -1,0 +1,158 @@
+// The trial runner's front door: from a workload and a cluster to the solver's problem.
+//
+//   profile_workload (collective, under mpirun): fingerprint the hardware, calibrate it unless
+//   the store already has, estimate every candidate configuration of every distinct job shape,
+//   prune (infeasible by memory; dominated; not among the analytically best few per device
+//   count; slower than a smaller device count), try the rest for real on disjoint rank groups
+//   unless the store already holds them, write the store, and return one solver::Job per job
+//   with per-configuration details (how to run it, estimate and measurement).
+//
+//   profile_from_store (one process, no trials): the same problem from the store and the
+//   analytic model, for `saturn plan` on a machine that is not the one profiled.
+//
+// Jobs that differ only in learning rate, schedule, seed or steps share one shape signature, so
+// they share estimates and trials; each job's time_s is its own steps × step time plus its own
+// evaluations.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/comm/communicator.hpp"
+#include "runtime/profile/calibration.hpp"
+#include "runtime/profile/cost_model.hpp"
+#include "runtime/profile/hardware.hpp"
+#include "runtime/profile/store.hpp"
+#include "runtime/profile/trials.hpp"
+#include "runtime/workload/workload.hpp"
+#include "solver/problem.hpp"
+
+namespace saturn::profile {
+
+struct ProfileOptions {
+  std::filesystem::path store;  // the profile store (HDF5); empty: nothing read or written
+  bool trials = true;           // false: estimates and stored measurements only
+  int trials_per_degree = 2;    // at most this many configurations per (shape, device count)...
+  double trial_window = 0.10;   // ...among those within this fraction of the best estimate
+  // A device count whose best estimate is this much slower than a smaller count's is not tried
+  // (using more devices for longer never helps the makespan).
+  double dominance_margin = 0.10;
+  bool refresh = false;      // measure again what the store already holds
+  bool recalibrate = false;  // calibrate again even if the store has this hardware
+  TrialOptions trial;
+  CalibrationOptions calibration;
+  // profile_from_store: the stored hardware to plan for ("" = this machine's, or the store's
+  // only one).
+  std::string hardware_id;
+  bool quiet = true;  // progress lines on rank 0 when false
+};
+
+struct ProfileRequest {
+  const Workload* workload = nullptr;
+  solver::Cluster cluster;          // what the solver plans for
+  std::vector<int> device_rank;     // global device id -> world rank (empty: ranks by host)
+  std::vector<std::int64_t> steps;  // per workload job (empty: train.steps); 0 leaves a job out
+  std::size_t device_capacity = 0;  // bytes per device (0: the cluster's memory_gib, if any)
+  std::size_t host_capacity = 0;    // bytes of host memory per rank for offload (0: unlimited)
+};
+
+// How to run one configuration of the problem, and where its numbers came from.
+struct ConfigDetail {
+  std::string strategy;            // for parallel::make_strategy
+  std::vector<std::string> knobs;  // for parallel::parse_knobs
+  int degree = 1;
+  int nodes = 1;
+  std::string signature;
+  std::string key_id;  // the store entry
+  CostEstimate estimate;
+  std::optional<Measurement> measured;
+  double correction = 1.0;  // applied to the estimate when not measured (median trial/estimate)
+  double step_s = 0;        // what time_s was computed from
+  double eval_s = 0;
+  std::string source;  // "trial" | "estimate"
+};
+
+// Every configuration considered, for tables and benchmarks.
+struct ConfigRow {
+  std::string signature;
+  std::string model_name;
+  std::vector<std::string> jobs;
+  ConfigSpec config;
+  std::string key_id;
+  CostEstimate estimate;
+  std::optional<Measurement> measured;
+  bool tried_now = false;   // measured by this run
+  bool in_problem = false;  // offered to the solver
+  std::string status;       // what the profiler did with it and why
+};
+
+struct ProfileStats {
+  int jobs = 0;
+  int signatures = 0;
+  int configs = 0;        // estimated
+  int feasible = 0;       // feasible by the estimate
+  int trials_run = 0;     // by this run
+  int trials_failed = 0;  // of those, infeasible in reality
+  int trials_reused = 0;  // taken from the store
+  int trial_rounds = 0;
+  bool calibrated = false;   // this run calibrated
+  double load_factor = 1.0;  // Calibration::load_factor applied to this run's estimates
+  double calibration_s = 0;
+  double trials_s = 0;
+  double total_s = 0;
+};
+
+struct ProfileResult {
+  std::vector<solver::Job> jobs;                   // one per profiled workload job
+  std::vector<std::vector<ConfigDetail>> details;  // details[j][c] describes jobs[j].configs[c]
+  std::vector<std::size_t> job_index;              // jobs[j] is workload job job_index[j]
+  std::vector<ConfigRow> rows;
+  Hardware hardware;
+  Calibration calibration;
+  bool nominal_calibration = false;  // no calibration for this hardware: round numbers
+  ProfileStats stats;
+};
+
+// Collective over `world` (every rank passes the same request and options; rank 0's store file
+// is read and written). The result is identical on every rank. InputError when a job fits no
+// configuration (the message lists each strategy's reason).
+ProfileResult profile_workload(const ProfileRequest& request, comm::Communicator& world,
+                               const ProfileOptions& options);
+
+// No MPI collectives and no trials: estimates and the store's measurements for the hardware
+// options.hardware_id names (or the only one in the store; nominal numbers when it has none).
+ProfileResult profile_from_store(const ProfileRequest& request, const ProfileOptions& options);
+
+// `saturn plan WORKLOAD.yaml`: the workload (its data files need not exist here), the cluster
+// (cluster_spec, else the workload's cluster:, else the stored hardware's layout) and the
+// solver problem from the store (default runs/<name>/profiles.h5 when it exists) and the
+// analytic model. InputError for a bad workload, spec or store choice.
+struct WorkloadProblem {
+  Workload workload;
+  solver::Problem problem;
+  ProfileResult profile;
+  std::filesystem::path store;  // the store read ("" when none)
+};
+WorkloadProblem problem_from_store(const std::filesystem::path& workload,
+                                   const std::string& cluster_spec,
+                                   const std::filesystem::path& store,
+                                   const std::string& hardware_id = "");
+// One line on where a problem's times came from: "6 configurations from trials, 14 estimated
+// (hardware ..., store ...)".
+std::string describe_sources(const WorkloadProblem& input);
+
+// The cluster a stored hardware fingerprint describes (nodes of ranks_per_node devices).
+solver::Cluster cluster_of(const Hardware& hardware);
+
+// Every world rank by node, from the request's device map or else by host.
+RankTopology topology_of(const ProfileRequest& request, const std::vector<int>& node_of_rank);
+
+// The table `saturn profile` prints: per shape, every configuration with its estimate, its
+// measurement and the error, and what happened to it.
+std::string format_profile_table(const ProfileResult& result, bool all_rows = false);
+std::string format_profile_summary(const ProfileResult& result);
+
+}  // namespace saturn::profile

@@ -1,0 +1,254 @@
+#include "runtime/profile/trials.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "runtime/backend/cpu/ops.hpp"
+#include "runtime/comm/agree.hpp"
+#include "runtime/core/error.hpp"
+#include "runtime/core/log.hpp"
+#include "runtime/core/memory.hpp"
+#include "runtime/core/rng.hpp"
+#include "runtime/parallel/strategy.hpp"
+#include "runtime/profile/text_comm.hpp"
+#include "runtime/profile/util.hpp"
+
+namespace saturn::profile {
+
+int RankTopology::ranks() const {
+  int n = 0;
+  for (const auto& node : nodes) n += static_cast<int>(node.size());
+  return n;
+}
+
+int RankTopology::largest_node() const {
+  std::size_t n = 0;
+  for (const auto& node : nodes) n = std::max(n, node.size());
+  return static_cast<int>(n);
+}
+
+bool RankTopology::fits(const ConfigSpec& c) const {
+  if (c.nodes <= 1) return c.degree <= largest_node();
+  if (c.degree % c.nodes != 0) return false;
+  const auto per = static_cast<std::size_t>(c.degree / c.nodes);
+  const auto big = std::count_if(nodes.begin(), nodes.end(),
+                                 [&](const std::vector<int>& n) { return n.size() >= per; });
+  return big >= c.nodes;
+}
+
+std::vector<std::vector<Placement>> schedule_trials(const std::vector<TrialRequest>& trials,
+                                                    const RankTopology& topology, bool serialize) {
+  // Largest first, then first-fit into rounds; within a round a single-node trial takes the node
+  // with the fewest free ranks that still fits it (best fit leaves room for big trials).
+  std::vector<std::size_t> order(trials.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return trials[a].config.degree > trials[b].config.degree;
+  });
+  std::vector<std::vector<Placement>> rounds;
+  std::vector<bool> placed(trials.size(), false);
+  for (std::size_t i : order)
+    if (!topology.fits(trials[i].config))
+      throw Error(fmt::format("trial {} at degree {} on {} node(s) does not fit the {} ranks",
+                              trials[i].config.label(), trials[i].config.degree,
+                              trials[i].config.nodes, topology.ranks()));
+  std::size_t left = trials.size();
+  while (left > 0) {
+    std::vector<std::vector<int>> free = topology.nodes;
+    std::vector<Placement> round;
+    for (std::size_t i : order) {
+      if (placed[i]) continue;
+      if (serialize && !round.empty()) break;
+      const ConfigSpec& c = trials[i].config;
+      Placement p{i, {}};
+      if (c.nodes <= 1) {
+        int best = -1;
+        for (std::size_t n = 0; n < free.size(); ++n) {
+          if (static_cast<int>(free[n].size()) < c.degree) continue;
+          if (best < 0 || free[n].size() < free[static_cast<std::size_t>(best)].size())
+            best = static_cast<int>(n);
+        }
+        if (best < 0) continue;
+        auto& node = free[static_cast<std::size_t>(best)];
+        p.ranks.assign(node.begin(), node.begin() + c.degree);
+        node.erase(node.begin(), node.begin() + c.degree);
+      } else {
+        const auto per = static_cast<std::size_t>(c.degree / c.nodes);
+        std::vector<std::size_t> use;
+        for (std::size_t n = 0; n < free.size() && static_cast<int>(use.size()) < c.nodes; ++n)
+          if (free[n].size() >= per) use.push_back(n);
+        if (static_cast<int>(use.size()) < c.nodes) continue;
+        for (std::size_t n : use) {
+          p.ranks.insert(p.ranks.end(), free[n].begin(),
+                         free[n].begin() + static_cast<std::ptrdiff_t>(per));
+          free[n].erase(free[n].begin(), free[n].begin() + static_cast<std::ptrdiff_t>(per));
+        }
+      }
+      placed[i] = true;
+      --left;
+      round.push_back(std::move(p));
+    }
+    rounds.push_back(std::move(round));
+  }
+  return rounds;
+}
+
+namespace {
+
+data::Batch synthetic_batch(std::int64_t rows, int T, int vocab, std::uint64_t seed) {
+  // Step time does not depend on the token values; synthetic rows keep trials independent of
+  // the data files (and of where the loader stands).
+  data::Batch b;
+  b.batch_size = rows;
+  b.seq_len = T;
+  const auto n = static_cast<std::size_t>(rows) * static_cast<std::size_t>(T);
+  b.inputs.resize(n);
+  b.targets.resize(n);
+  Rng rng(seed);
+  for (std::size_t i = 0; i < n; ++i) {
+    b.inputs[i] = static_cast<std::int32_t>(rng.below(static_cast<std::uint64_t>(vocab)));
+    b.targets[i] = static_cast<std::int32_t>(rng.below(static_cast<std::uint64_t>(vocab)));
+  }
+  return b;
+}
+
+std::int64_t eval_rows(const TrainConfig& t) {
+  std::int64_t micro = t.micro_batch_size;
+  if (micro <= 0)
+    for (micro = std::min<std::int64_t>(8, t.batch_size); micro > 1; --micro)
+      if (t.batch_size % micro == 0) break;
+  return std::max<std::int64_t>(t.eval_batches, 1) * std::max<std::int64_t>(micro, 1);
+}
+
+double max_over(comm::Communicator& c, double v) {
+  c.allreduce(&v, 1, comm::ReduceOp::kMax);
+  return v;
+}
+
+}  // namespace
+
+Measurement run_one_trial(const TrialRequest& trial, comm::Communicator& group,
+                          const TrialOptions& o) {
+  const auto t0 = Clock::now();
+  Measurement m;
+  m.device_capacity = o.device_capacity;
+  m.measured_utc = utc_now();
+  try {
+    MemoryPool device("device", o.device_capacity), host("host", o.host_capacity);
+    std::unique_ptr<parallel::Strategy> s;
+    comm::agree_on(group, [&] {
+      if (group.size() != trial.config.degree)
+        throw Error(fmt::format("trial of {} at degree {} got a group of {} ranks",
+                                trial.config.label(), trial.config.degree, group.size()));
+      parallel::StrategySpec spec;
+      spec.model = trial.model;
+      spec.train = trial.train;
+      spec.degree = trial.config.degree;
+      spec.knobs = parallel::parse_knobs(trial.config.knobs);
+      s = parallel::make_strategy(trial.config.strategy, spec);
+    });
+    comm::agree_on(group, [&] { s->setup(group, device, host); });
+    const TrainConfig& tc = trial.train;
+    const data::Batch batch = synthetic_batch(tc.batch_size, tc.seq_len, trial.model.vocab_size, 1);
+    std::int64_t step = 0;
+    for (int w = 0; w < o.warmup_steps; ++w)
+      comm::agree_on(group, [&] { s->train_step(batch, step++); });
+    s->reset_stats();
+    std::vector<double> times;
+    for (int i = 0; i < std::max(o.measure_steps, 1); ++i) {
+      group.barrier();
+      const auto ts = Clock::now();
+      comm::agree_on(group, [&] { s->train_step(batch, step++); });
+      times.push_back(max_over(group, seconds_since(ts)));
+    }
+    m.steps = static_cast<int>(times.size());
+    m.step_s = median(times);
+    m.step_min_s = *std::min_element(times.begin(), times.end());
+    m.step_max_s = *std::max_element(times.begin(), times.end());
+    m.comm_s = max_over(group, s->stats().comm.seconds) / static_cast<double>(m.steps);
+    if (o.measure_eval) {
+      const data::Batch val = synthetic_batch(eval_rows(tc), tc.seq_len, trial.model.vocab_size, 2);
+      group.barrier();
+      const auto te = Clock::now();
+      comm::agree_on(group, [&] { s->evaluate(val); });
+      m.eval_s = max_over(group, seconds_since(te));
+    }
+    std::int64_t peaks[2] = {static_cast<std::int64_t>(device.peak()),
+                             static_cast<std::int64_t>(host.peak())};
+    group.allreduce(peaks, 2, comm::ReduceOp::kMax);
+    m.peak_device_bytes = static_cast<std::size_t>(peaks[0]);
+    m.peak_host_bytes = static_cast<std::size_t>(peaks[1]);
+  } catch (const comm::AgreedFailure& e) {
+    m.feasible = false;
+    m.reason = e.what();
+  }
+  m.wall_s = max_over(group, seconds_since(t0));
+  return m;
+}
+
+namespace {
+
+// Keeps this idle rank computing until `done` completes (the other ranks finished the round).
+void ballast_until(comm::Request& done) {
+  constexpr int n = 128;
+  std::vector<float> a(n * n, 0.5f), w(n * n, 0.25f), out(n * n);
+  while (!done.test())
+    cpu::linear_forward(out.data(), a.data(), w.data(), nullptr, n, n, n,
+                        cpu::WeightLayout::kInOut);
+}
+
+}  // namespace
+
+std::vector<Measurement> run_trials(const std::vector<TrialRequest>& trials,
+                                    const RankTopology& topology, comm::Communicator& world,
+                                    const TrialOptions& options, TrialRunStats* stats) {
+  const auto t0 = Clock::now();
+  std::vector<Measurement> out(trials.size());
+  if (trials.empty()) return out;
+  const auto rounds = schedule_trials(trials, topology, options.serialize);
+  const int me = world.rank();
+  for (const auto& round : rounds) {
+    int color = -1, key = 0;
+    for (std::size_t g = 0; g < round.size(); ++g) {
+      const auto& ranks = round[g].ranks;
+      const auto it = std::find(ranks.begin(), ranks.end(), me);
+      if (it != ranks.end()) {
+        color = static_cast<int>(g);
+        key = static_cast<int>(it - ranks.begin());
+      }
+    }
+    std::unique_ptr<comm::Communicator> group = world.split(color, key);
+    std::string result;
+    if (group) {
+      const Placement& p = round[static_cast<std::size_t>(color)];
+      Measurement m = run_one_trial(trials[p.trial], *group, options);
+      m.concurrent = round.size() > 1;
+      if (group->rank() == 0)
+        result = nlohmann::json{{"trial", p.trial}, {"m", measurement_to_json(m)}}.dump();
+    }
+    if (options.ballast) {
+      // A non-blocking allreduce as a barrier that idle ranks can poll between GEMMs.
+      std::int32_t token = 1;
+      comm::Request done = world.iallreduce(&token, 1, comm::ReduceOp::kSum);
+      if (group) {
+        done.wait();
+      } else {
+        ballast_until(done);
+      }
+    }
+    for (const auto& text : all_gather_text(world, result)) {
+      if (text.empty()) continue;
+      const nlohmann::json j = nlohmann::json::parse(text);
+      out.at(j.at("trial").get<std::size_t>()) = measurement_from_json(j.at("m"));
+    }
+  }
+  if (stats) {
+    stats->rounds = static_cast<int>(rounds.size());
+    stats->seconds = seconds_since(t0);
+  }
+  return out;
+}
+
+}  // namespace saturn::profile

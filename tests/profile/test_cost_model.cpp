@@ -1,0 +1,144 @@
+// The analytic cost model and the calibration's fitting pieces, without MPI.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "runtime/core/error.hpp"
+#include "runtime/parallel/strategy.hpp"
+#include "runtime/profile/calibration.hpp"
+#include "runtime/profile/cost_model.hpp"
+
+using namespace saturn;
+using namespace saturn::profile;
+
+namespace {
+
+ModelConfig small_model() {
+  ModelConfig m;
+  m.arch = Arch::kGpt2;
+  m.n_layer = 2;
+  m.n_head = 4;
+  m.d_model = 128;
+  m.max_seq_len = 64;
+  return m;
+}
+
+TrainConfig small_train() {
+  TrainConfig t;
+  t.batch_size = 16;
+  t.seq_len = 64;
+  t.steps = 200;
+  t.eval_every = 50;
+  return t;
+}
+
+CostEstimate est(const std::string& strategy, int degree, std::vector<std::string> knobs = {},
+                 std::size_t capacity = 0, double load = 1.0) {
+  Calibration c = nominal_calibration();
+  c.load_factor = load;
+  return estimate_cost(small_model(), small_train(), ConfigSpec{strategy, knobs, degree, 1}, c,
+                       capacity);
+}
+
+}  // namespace
+
+TEST(Nnls, RecoversNonNegativeCoefficients) {
+  std::vector<std::vector<double>> X = {
+      {1, 2, 0.5}, {2, 1, 1.5}, {3, 5, 2}, {0.5, 4, 1}, {4, 0.5, 3}};
+  std::vector<double> y;
+  for (const auto& r : X) y.push_back(2 * r[0] + 0 * r[1] + 3 * r[2]);
+  const auto w = nnls(X, y);
+  EXPECT_NEAR(w[0], 2, 1e-9);
+  EXPECT_NEAR(w[1], 0, 1e-9);
+  EXPECT_NEAR(w[2], 3, 1e-9);
+  // A negative true coefficient is clamped to zero, never returned.
+  y.clear();
+  for (const auto& r : X) y.push_back(2 * r[0] - 1 * r[1]);
+  for (double v : nnls(X, y)) EXPECT_GE(v, 0);
+}
+
+TEST(Calibration, GemmRateInterpolatesInLogSize) {
+  Calibration c;
+  c.gemm_rate = {{1e6, 1e9}, {1e8, 1e10}};
+  EXPECT_DOUBLE_EQ(c.gemm_seconds(1e6), 1e-3);
+  EXPECT_DOUBLE_EQ(c.gemm_seconds(1e5), 1e-4);  // below the table: its first rate
+  EXPECT_DOUBLE_EQ(c.gemm_seconds(1e9), 1e-1);  // above: its last
+  EXPECT_NEAR(c.gemm_seconds(1e7), 1e7 / 5.5e9, 1e-12);
+}
+
+TEST(Calibration, CollectivesScaleLikeRings) {
+  Calibration c;
+  c.links["allreduce"] = {LinkFit{2, false, 1e-5, 1e-9, 0}};
+  c.links["all_gather"] = {LinkFit{2, false, 1e-5, 1e-9, 0}};
+  EXPECT_DOUBLE_EQ(c.comm_seconds(CollOp::kAllreduce, 2, false, 3, 1e6), 3e-5 + 1e-3);
+  // g = 4: latency x (g-1)/(g0-1) = 3, bandwidth x ((g-1)/g) / ((g0-1)/g0) = 1.5.
+  EXPECT_NEAR(c.comm_seconds(CollOp::kAllreduce, 4, false, 1, 1e6), 3e-5 + 1.5e-3, 1e-12);
+  EXPECT_NEAR(c.comm_seconds(CollOp::kAllGather, 4, false, 1, 1e6), 3e-5 + 3e-3, 1e-12);
+  EXPECT_EQ(c.comm_seconds(CollOp::kAllreduce, 1, false, 5, 1e6), 0);
+  // No inter-node fit: the intra-node one stands in.
+  EXPECT_DOUBLE_EQ(c.comm_seconds(CollOp::kAllreduce, 2, true, 1, 0),
+                   c.comm_seconds(CollOp::kAllreduce, 2, false, 1, 0));
+  EXPECT_EQ(Calibration::from_json(c.to_json()).to_json(), c.to_json());
+}
+
+TEST(CostModel, MemoryIsTheStrategysOwnEstimate) {
+  for (const char* name : {"ddp", "fsdp", "pipeline", "tensor", "offload"}) {
+    parallel::StrategySpec spec;
+    spec.model = small_model();
+    spec.train = small_train();
+    spec.degree = 2;
+    const parallel::Estimate e = parallel::make_strategy(name, spec)->estimate();
+    const CostEstimate c = est(name, 2);
+    EXPECT_EQ(c.device_bytes, e.device_bytes) << name;
+    EXPECT_EQ(c.host_bytes, e.host_bytes) << name;
+    EXPECT_EQ(c.comm_bytes, e.comm_bytes) << name;
+    EXPECT_TRUE(c.feasible) << name << ": " << c.reason;
+    EXPECT_GT(c.step_s, 0) << name;
+    EXPECT_NEAR(c.step_s, c.compute_s + c.bubble_s + c.comm_s + c.transfer_s + c.optimizer_s, 1e-12)
+        << name;
+  }
+}
+
+TEST(CostModel, ComputeSplitsOverReplicasAndPipelinesPayTheBubble) {
+  const CostEstimate one = est("ddp", 1), two = est("ddp", 2);
+  EXPECT_NEAR(two.compute_s, one.compute_s / 2, 1e-12 * one.compute_s);
+  EXPECT_EQ(one.comm_s, 0);
+  EXPECT_GT(two.comm_s, 0);
+  const CostEstimate pipe = est("pipeline", 2);
+  ASSERT_GT(pipe.micro_batches, 0);
+  EXPECT_NEAR(pipe.bubble_s, pipe.compute_s / static_cast<double>(pipe.micro_batches), 1e-12);
+  const CostEstimate off = est("offload", 1);
+  EXPECT_GT(off.transfer_s, 0);
+  EXPECT_NEAR(off.transfer_s,
+              static_cast<double>(off.host_transfer_bytes) / nominal_calibration().copy_bytes_per_s,
+              1e-12);
+}
+
+TEST(CostModel, RecomputationTradesTimeForMemory) {
+  const CostEstimate plain = est("ddp", 1), rc = est("ddp", 1, {"recompute=true"});
+  EXPECT_GT(rc.compute_s, plain.compute_s);
+  EXPECT_LT(rc.device_bytes, plain.device_bytes);
+}
+
+TEST(CostModel, CapacityMakesConfigurationsInfeasible) {
+  const CostEstimate fits = est("ddp", 1);
+  const CostEstimate no = est("ddp", 1, {}, fits.device_bytes / 2);
+  EXPECT_FALSE(no.feasible);
+  EXPECT_NE(no.reason.find("out of memory"), std::string::npos) << no.reason;
+  EXPECT_FALSE(est("tensor", 3).feasible);  // 3 divides neither the heads nor the batch
+  EXPECT_THROW(est("warp-drive", 1), InputError);
+}
+
+TEST(CostModel, LoadFactorScalesTheStep) {
+  EXPECT_NEAR(est("fsdp", 2, {}, 0, 2.0).step_s, 2 * est("fsdp", 2).step_s, 1e-12);
+}
+
+TEST(CostModel, RunTimeCountsStepsAndEvaluations) {
+  TrainConfig t = small_train();
+  EXPECT_EQ(evaluations(t, 200), 4);  // at 50, 100, 150, 200
+  EXPECT_EQ(evaluations(t, 210), 5);  // and at the end
+  t.eval_every = 0;
+  EXPECT_EQ(evaluations(t, 200), 1);
+  EXPECT_DOUBLE_EQ(run_seconds(t, 200, 0.5, 2.0), 102.0);
+  EXPECT_EQ(ConfigSpec({"pipeline", {"schedule=gpipe"}, 2, 1}).label(), "pipeline[schedule=gpipe]");
+}

@@ -1,0 +1,235 @@
+// The trial runner on 2 or 4 ranks with tiny models: trials on disjoint rank groups, reuse from
+// the store (a second run tries nothing), learning-rate variants sharing one profile, a trial
+// that runs out of memory failing alone, pruning, and placement of trials into rounds.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "runtime/comm/mpi_communicator.hpp"
+#include "runtime/core/error.hpp"
+#include "runtime/profile/profiler.hpp"
+#include "runtime/workload/workload.hpp"
+
+namespace fs = std::filesystem;
+using namespace saturn;
+using namespace saturn::profile;
+
+namespace {
+
+// Two jobs that differ only in learning rate (and one seed), so they share one shape.
+constexpr const char* kWorkload = R"(
+name: profile-test
+data: {train: data/train.bin, val: data/val.bin}
+defaults: {seq_len: 16, steps: 20, eval_every: 10, eval_batches: 1}
+models:
+  tiny: {arch: gpt2, n_layer: 2, n_head: 2, d_model: 32}
+jobs:
+  - sweep: {model: [tiny], lr: [1e-3, 3e-3], batch_size: [8]}
+strategies: [ddp, fsdp, pipeline, tensor]
+)";
+
+Workload workload() {
+  LoadOptions lo;
+  lo.check_data_files = false;
+  return parse_workload(kWorkload, "profile-test.yaml", lo);
+}
+
+ProfileOptions quick_options(const fs::path& store) {
+  ProfileOptions o;
+  o.store = store;
+  o.trials_per_degree = 1;
+  o.calibration.quick = true;
+  o.calibration.repeats = 1;
+  o.calibration.window_s = 0.003;
+  o.trial.warmup_steps = 1;
+  o.trial.measure_steps = 1;
+  return o;
+}
+
+// A store path every rank agrees on, fresh for this test.
+fs::path store_path(comm::Communicator& world, const std::string& name) {
+  const char* dir = std::getenv("SATURN_BINARY_DIR");
+  const fs::path p = fs::path(dir ? dir : fs::temp_directory_path().string()) /
+                     fmt::format("test-profiler-np{}-{}.h5", world.size(), name);
+  if (world.rank() == 0) fs::remove(p);
+  world.barrier();
+  return p;
+}
+
+std::map<std::string, double> times(const ProfileResult& r, std::size_t job) {
+  std::map<std::string, double> out;
+  for (const auto& c : r.jobs.at(job).configs)
+    out[fmt::format("{}@{}", c.strategy, c.devices)] = c.time_s;
+  return out;
+}
+
+class Profiler : public ::testing::Test {
+ protected:
+  void SetUp() override { world_ = comm::MpiCommunicator::world(); }
+  std::unique_ptr<comm::MpiCommunicator> world_;
+};
+
+}  // namespace
+
+TEST_F(Profiler, TriesOnceReusesTheStoreAndSharesProfilesAcrossLearningRates) {
+  const Workload w = workload();
+  ASSERT_EQ(w.jobs.size(), 2u);
+  ProfileRequest req;
+  req.workload = &w;
+  const fs::path store = store_path(*world_, "reuse");
+  const ProfileOptions opt = quick_options(store);
+
+  const ProfileResult first = profile_workload(req, *world_, opt);
+  EXPECT_TRUE(first.stats.calibrated);
+  EXPECT_EQ(first.stats.signatures, 1);  // both learning rates: one shape
+  EXPECT_EQ(first.stats.jobs, 2);
+  EXPECT_GT(first.stats.trials_run, 0);
+  EXPECT_EQ(first.stats.trials_reused, 0);
+  ASSERT_EQ(first.jobs.size(), 2u);
+  EXPECT_EQ(times(first, 0), times(first, 1));  // same steps, same profile
+  std::map<int, int> tried_per_degree;
+  for (const auto& row : first.rows) {
+    EXPECT_EQ(row.jobs.size(), 2u);
+    if (!row.tried_now) continue;
+    EXPECT_TRUE(row.estimate.feasible) << row.config.label() << ": infeasible ones are not tried";
+    ++tried_per_degree[row.config.degree];
+    ASSERT_TRUE(row.measured && row.measured->feasible) << row.config.label();
+    // Sanity of the estimates: the memory model mirrors the allocations; the time model is
+    // at least of the right order on any machine.
+    const double peak = static_cast<double>(row.measured->peak_device_bytes);
+    EXPECT_NEAR(static_cast<double>(row.estimate.device_bytes), peak, 0.15 * peak)
+        << row.config.label();
+    EXPECT_GT(row.measured->step_s, 0);
+    EXPECT_LT(row.estimate.step_s, 20 * row.measured->step_s) << row.config.label();
+    EXPECT_GT(row.estimate.step_s, row.measured->step_s / 20) << row.config.label();
+  }
+  for (const auto& [degree, n] : tried_per_degree)
+    EXPECT_LE(n, opt.trials_per_degree) << "degree " << degree;
+  // Every rank returns the same result.
+  for (const auto& job : first.jobs)
+    for (const auto& c : job.configs) {
+      double t = c.time_s, lo = t, hi = t;
+      world_->allreduce(&lo, 1, comm::ReduceOp::kMin);
+      world_->allreduce(&hi, 1, comm::ReduceOp::kMax);
+      EXPECT_EQ(lo, hi);
+    }
+
+  const ProfileResult second = profile_workload(req, *world_, opt);
+  EXPECT_FALSE(second.stats.calibrated);
+  EXPECT_EQ(second.stats.trials_run, 0);
+  EXPECT_EQ(second.stats.trials_reused, first.stats.trials_run);
+  for (std::size_t j = 0; j < first.jobs.size(); ++j)
+    for (const auto& [label, t] : times(first, j)) {
+      const auto& c = first.jobs[j].configs;
+      const bool measured = std::any_of(c.begin(), c.end(), [&](const solver::Config& x) {
+        return fmt::format("{}@{}", x.strategy, x.devices) == label && x.source == "trial";
+      });
+      if (measured) {
+        EXPECT_DOUBLE_EQ(times(second, j).at(label), t) << label;
+      }
+    }
+
+  // Planning elsewhere from the store alone gives the measured configurations their times.
+  ProfileOptions plan_opt;
+  plan_opt.store = store;
+  const ProfileResult planned = profile_from_store(req, plan_opt);
+  EXPECT_FALSE(planned.nominal_calibration);
+  EXPECT_EQ(planned.hardware.id(), first.hardware.id());
+  int from_trials = 0;
+  for (const auto& c : planned.jobs.at(0).configs) {
+    if (c.source != "trial") continue;
+    ++from_trials;
+    EXPECT_DOUBLE_EQ(c.time_s, times(second, 0).at(fmt::format("{}@{}", c.strategy, c.devices)));
+  }
+  EXPECT_GT(from_trials, 0);
+}
+
+TEST_F(Profiler, TrialOutOfMemoryMarksOnlyThatConfiguration) {
+  const Workload w = workload();
+  ProfileRequest req;
+  req.workload = &w;
+  ProfileOptions opt = quick_options(store_path(*world_, "oom"));
+  opt.trials_per_degree = 2;
+  // A device smaller than one whole replica but larger than a sharded one: ddp on one rank
+  // must fail, fsdp over every rank must fit. The estimate does not know the limit (the
+  // cluster states no memory), so both are tried for real.
+  const Calibration cal = nominal_calibration();
+  const JobSpec& job = w.jobs.front();
+  const auto whole =
+      estimate_cost(job.model, job.train, ConfigSpec{"ddp", {}, 1, 1}, cal).device_bytes;
+  const auto sharded =
+      estimate_cost(job.model, job.train, ConfigSpec{"fsdp", {}, world_->size(), 1}, cal)
+          .device_bytes;
+  ASSERT_LT(sharded, whole);
+  opt.trial.device_capacity = (whole + sharded) / 2;
+
+  const ProfileResult r = profile_workload(req, *world_, opt);
+  int failed = 0, fine = 0;
+  for (const auto& row : r.rows) {
+    if (!row.tried_now) continue;
+    ASSERT_TRUE(row.measured);
+    if (row.estimate.device_bytes > opt.trial.device_capacity) {
+      EXPECT_FALSE(row.measured->feasible) << row.config.label();
+      EXPECT_NE(row.measured->reason.find("out of memory"), std::string::npos)
+          << row.measured->reason;
+      EXPECT_FALSE(row.in_problem) << row.config.label();
+      ++failed;
+    } else if (row.estimate.device_bytes < opt.trial.device_capacity * 9 / 10) {
+      EXPECT_TRUE(row.measured->feasible) << row.config.label() << ": " << row.measured->reason;
+      ++fine;
+    }
+  }
+  EXPECT_GT(failed, 0);
+  EXPECT_GT(fine, 0);
+  EXPECT_EQ(r.stats.trials_failed, failed);
+  for (const auto& job_configs : r.details)
+    for (const auto& d : job_configs)
+      if (d.measured) {
+        EXPECT_TRUE(d.measured->feasible);
+      }
+
+  // With no limit the next run tries the failed ones again (they may fit now).
+  ProfileOptions again = opt;
+  again.trial.device_capacity = 0;
+  const ProfileResult r2 = profile_workload(req, *world_, again);
+  EXPECT_EQ(r2.stats.trials_run, failed);
+  EXPECT_EQ(r2.stats.trials_failed, 0);
+}
+
+TEST(TrialPlacement, PacksDisjointGroupsIntoRounds) {
+  RankTopology one;
+  one.nodes = {{0, 1, 2, 3}};
+  std::vector<TrialRequest> t(4);
+  const int degrees[] = {1, 2, 1, 4};
+  for (std::size_t i = 0; i < t.size(); ++i) t[i].config = ConfigSpec{"ddp", {}, degrees[i], 1};
+  const auto rounds = schedule_trials(t, one, false);
+  ASSERT_EQ(rounds.size(), 2u);
+  ASSERT_EQ(rounds[0].size(), 1u);
+  EXPECT_EQ(rounds[0][0].trial, 3u);  // the largest first
+  EXPECT_EQ(rounds[1].size(), 3u);
+  std::set<int> used;
+  for (const auto& p : rounds[1]) {
+    EXPECT_EQ(static_cast<int>(p.ranks.size()), t[p.trial].config.degree);
+    for (int r : p.ranks) EXPECT_TRUE(used.insert(r).second) << "rank " << r << " used twice";
+  }
+  EXPECT_EQ(schedule_trials(t, one, true).size(), 4u);
+
+  RankTopology two;
+  two.nodes = {{0, 1}, {2, 3}};
+  std::vector<TrialRequest> m(2);
+  m[0].config = ConfigSpec{"fsdp", {}, 4, 2};
+  m[1].config = ConfigSpec{"ddp", {}, 2, 1};
+  const auto r2 = schedule_trials(m, two, false);
+  ASSERT_EQ(r2.size(), 2u);
+  EXPECT_EQ(r2[0][0].ranks, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(r2[1][0].ranks.size(), 2u);
+  std::vector<TrialRequest> big(1);
+  big[0].config = ConfigSpec{"ddp", {}, 3, 1};
+  EXPECT_FALSE(two.fits(big[0].config));
+  EXPECT_THROW(schedule_trials(big, two, false), Error);
+}
