@@ -135,12 +135,14 @@ int run_train(const TrainArgs& a) {
         fmt::format("--strategy single trains on one device; --degree {} needs a "
                     "parallel strategy ({})",
                     a.degree, strategy_list()));
-  if (comm::launched_with_several_ranks())
+  if (comm::launched_with_several_ranks()) {
+    if (comm::launcher_rank() > 0) return kExitBadInput;  // rank 0 reports it, once
     throw InputError(
         fmt::format("--strategy single trains on one device, but this process was "
                     "started as one of several MPI ranks; pick a parallel strategy "
                     "({}) with --degree equal to the number of ranks",
                     strategy_list()));
+  }
   if (!a.knobs.empty()) throw InputError("--knob applies to parallel strategies only");
   const Workload w = load_workload(a.workload);
   const JobSpec* spec = &pick_job(w, a);

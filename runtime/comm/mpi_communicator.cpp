@@ -294,4 +294,12 @@ bool launched_with_several_ranks() {
   return false;
 }
 
+int launcher_rank() {
+  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMI_RANK"}) {
+    const char* v = std::getenv(var);
+    if (v != nullptr) return std::atoi(v);
+  }
+  return -1;
+}
+
 }  // namespace saturn::comm

@@ -65,5 +65,7 @@ void finalize_mpi();
 // True when this process was started by mpirun/mpiexec/srun with more than one rank (read from
 // the launcher's environment, without initialising MPI).
 bool launched_with_several_ranks();
+// This process's rank as the launcher's environment gives it, or -1 (not launched by one).
+int launcher_rank();
 
 }  // namespace saturn::comm
