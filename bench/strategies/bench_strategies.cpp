@@ -1,6 +1,8 @@
 // One strategy at the degree mpirun gives it: a few warm-up steps, then timed steps. Rank 0
 // prints one JSON line: median step time, tokens/s, the fraction of the step spent in
-// communication (exposed: blocking calls and waits, the busiest rank), peak device memory per
+// communication (exposed: blocking calls and waits, including waits for slower peers, so a
+// pipeline's bubble counts; the busiest rank), bytes handed to communication per step beside the
+// estimate, peak device memory per
 // rank beside the strategy's estimate, and for pipelines the measured bubble (1 - busy/schedule
 // time, averaged over stages) beside (p-1)/(m+p-1). bench/strategies/run.py drives it.
 #include <mpi.h>
@@ -43,6 +45,9 @@ int run(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   auto world = comm::MpiCommunicator::world();
+  // The strategy gets its own communicator, so the benchmark's barriers and reductions are not
+  // counted as the strategy's communication.
+  auto job = world->split(0, world->rank());
   parallel::StrategySpec spec;
   spec.model.arch = parse_arch(arch);
   spec.model.n_layer = layers;
@@ -63,7 +68,7 @@ int run(int argc, char** argv) {
     if (world->rank() == 0) std::printf("%s\n", out.dump().c_str());
     return 0;
   }
-  s->setup(*world, device, host);
+  s->setup(*job, device, host);
   std::vector<std::uint32_t> tokens(200000);
   Rng rng(1);
   for (auto& t : tokens) t = static_cast<std::uint32_t>(rng.below(256));
@@ -96,6 +101,11 @@ int run(int argc, char** argv) {
   out["estimate_bytes"] = e.device_bytes;
   out["host_peak_bytes"] = host_peak;
   out["layout"] = e.layout;
+  // Bytes handed to communication per step (CommStats' count), busiest rank, beside the estimate.
+  double comm_bytes = static_cast<double>(st.comm.bytes) / std::max<std::int64_t>(1, st.steps);
+  world->allreduce(&comm_bytes, 1, comm::ReduceOp::kMax);
+  out["comm_bytes_per_step"] = comm_bytes;
+  out["comm_bytes_estimate"] = e.comm_bytes;
   if (auto* pp = dynamic_cast<parallel::PipelineStrategy*>(s.get())) {
     double bubble = st.schedule_s > 0 ? 1.0 - st.busy_s / st.schedule_s : 0.0;
     world->allreduce(&bubble, 1, comm::ReduceOp::kAvg);

@@ -58,7 +58,8 @@ def main():
     print(f"model {args.arch} {args.layers}x{args.heads} d_model {args.d_model}, batch "
           f"{args.batch} x {args.seq} tokens, {os.cpu_count()} cores, OMP_NUM_THREADS=1 per rank")
     head = (f"{'strategy':<22} {'deg':>3} {'step s':>7} {'tok/s':>8} {'comm %':>6} "
-            f"{'peak MiB/rank':>13} {'est MiB':>8} {'bubble':>7} {'(p-1)/(m+p-1)':>13}  layout")
+            f"{'peak MiB/rank':>13} {'est MiB':>8} {'comm MB/step':>12} {'est MB':>7} {'bubble':>7} "
+            f"{'(p-1)/(m+p-1)':>13}  layout")
     print(head)
     print("-" * len(head))
     for degree in [int(d) for d in args.degrees.split(",")]:
@@ -83,7 +84,8 @@ def main():
             theory = f"{r['bubble_theory']:13.2f}" if "bubble_theory" in r else f"{'':>13}"
             print(f"{name:<22} {degree:>3} {r['step_s']:7.3f} {r['tokens_per_s']:8.0f} "
                   f"{100 * r['comm_fraction']:6.1f} {mib(r['peak_bytes']):>13} "
-                  f"{mib(r['estimate_bytes']):>8} {bubble} {theory}  {r['layout']}")
+                  f"{mib(r['estimate_bytes']):>8} {r['comm_bytes_per_step'] / 1e6:12.2f} "
+                  f"{r['comm_bytes_estimate'] / 1e6:7.2f} {bubble} {theory}  {r['layout']}")
             sys.stdout.flush()
 
 
