@@ -12,11 +12,13 @@ namespace saturn::cli {
 
 using Action = std::function<int()>;
 
-void add_data_command(CLI::App& root, Action* action);   // data_cmd.cpp
-void add_train_command(CLI::App& root, Action* action);  // train_cmd.cpp
-void add_plan_command(CLI::App& root, Action* action);   // plan_cmd.cpp
-void add_ckpt_command(CLI::App& root, Action* action);   // ckpt_cmd.cpp
+void add_data_command(CLI::App& root, Action* action);    // data_cmd.cpp
+void add_train_command(CLI::App& root, Action* action);   // train_cmd.cpp
+void add_plan_command(CLI::App& root, Action* action);    // plan_cmd.cpp
+void add_ckpt_command(CLI::App& root, Action* action);    // ckpt_cmd.cpp
 void add_sbatch_command(CLI::App& root, Action* action);  // sbatch_cmd.cpp
+// run_cmd.cpp; argv is what --np relaunches under mpirun.
+void add_run_command(CLI::App& root, Action* action, int argc, char** argv);
 void add_profile_command(CLI::App& root, Action* action);  // profile_cmd.cpp
 
 }  // namespace saturn::cli

@@ -19,10 +19,9 @@ int main(int argc, char** argv) {
   saturn::cli::add_train_command(app, &action);
   saturn::cli::add_ckpt_command(app, &action);
   saturn::cli::add_sbatch_command(app, &action);
+  saturn::cli::add_run_command(app, &action, argc, argv);
   saturn::cli::add_profile_command(app, &action);
-#ifdef SATURN_TMP_HAVE_PLAN
   saturn::cli::add_plan_command(app, &action);
-#endif
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -70,8 +70,8 @@ TrainResult train_with_strategy(const TrainJob& job, const TrainOptions& options
   const auto* mpi = dynamic_cast<const comm::MpiCommunicator*>(&comm);
   if (mpi == nullptr && !options.job_dir.empty())
     throw Error("checkpoints need an MPI communicator for the job's ranks");
-  const ckpt::JobCheckpointing ck{job.id,     job.model,       tc, par.strategy,
-                                  par.degree, options.job_dir, options.keep_checkpoints};
+  const ckpt::JobCheckpointing ck{
+      job.id, job.model, tc, par.strategy, par.degree, options.job_dir, options.keep_checkpoints};
   const ckpt::SliceSource source = [&](ckpt::StatePart part) {
     return strategy->export_state(static_cast<parallel::StateKind>(static_cast<int>(part)));
   };
@@ -175,8 +175,8 @@ TrainResult train_with_strategy(const TrainJob& job, const TrainOptions& options
     }
     if (par.after_step && par.after_step(r)) {
       if (!options.job_dir.empty() && !saved)
-        ckpt::save_training_checkpoint(mpi->handle(), ck,
-                                       {r.step, train_loader->position(), ""}, source);
+        ckpt::save_training_checkpoint(mpi->handle(), ck, {r.step, train_loader->position(), ""},
+                                       source);
       result.stopped = true;
       break;
     }

@@ -1,0 +1,103 @@
+// `saturn run WORKLOAD.yaml [--np N] [--run-dir DIR] [--resume]`: the whole batch. Under mpirun
+// or srun it runs on the ranks it was given; with --np N outside a launcher it starts mpirun
+// itself (launch/self_launch) so a user with one machine never writes an mpirun line.
+#include <fmt/format.h>
+#include <mpi.h>
+
+#include <filesystem>
+#include <memory>
+
+#include "launch/self_launch.hpp"
+#include "runtime/cli/commands.hpp"
+#include "runtime/comm/mpi_communicator.hpp"
+#include "runtime/core/error.hpp"
+#include "runtime/core/log.hpp"
+#include "runtime/exec/executor.hpp"
+
+namespace saturn::cli {
+namespace {
+
+struct RunArgs {
+  std::string workload;
+  std::string resume_dir;
+  bool resume_flag = false;
+  int np = 0;
+  std::string hostfile;
+  exec::RunOptions options;
+  std::string run_dir;
+  std::string store;
+  bool no_trials = false;
+};
+
+int run_run(RunArgs a, int argc, char** argv) {
+  namespace fs = std::filesystem;
+  // `saturn run --resume RUN_DIR` (the workload is the run directory's copy), or
+  // `saturn run WORKLOAD --run-dir DIR --resume`.
+  if (!a.resume_dir.empty()) {
+    a.options.resume = true;
+    a.options.run_dir = a.resume_dir;
+    if (a.workload.empty()) a.workload = (fs::path(a.resume_dir) / "workload.yaml").string();
+  }
+  if (a.resume_flag) a.options.resume = true;
+  if (a.workload.empty())
+    throw InputError("saturn run: give a WORKLOAD.yaml, or --resume RUN_DIR to continue a run");
+  a.options.workload = a.workload;
+  if (!a.run_dir.empty()) a.options.run_dir = a.run_dir;
+  if (!a.store.empty()) a.options.store = a.store;
+  a.options.trials = !a.no_trials;
+
+  if (a.np > 0) {
+    // Outside a launcher: run this very command under mpirun (the child keeps --np and sees
+    // itself launched). Under mpirun/srun: this process is one of the ranks.
+    const std::vector<std::string> args(argv + 1, argv + argc);
+    if (auto code =
+            launch::self_launch_if_needed(a.np, a.hostfile, args, launch::current_environment()))
+      return *code;
+  }
+  comm::init_mpi();
+  int code = kExitFailure;
+  try {
+    int size = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (a.np > 0 && size != a.np)
+      throw InputError(fmt::format("--np {} but this launcher started {} ranks", a.np, size));
+    code = exec::run_batch(a.options);
+  } catch (...) {
+    comm::finalize_mpi();
+    throw;
+  }
+  comm::finalize_mpi();
+  return code;
+}
+
+}  // namespace
+
+void add_run_command(CLI::App& root, Action* action, int argc, char** argv) {
+  auto args = std::make_shared<RunArgs>();
+  CLI::App* cmd = root.add_subcommand(
+      "run",
+      "Train the whole batch: profile, plan every job's strategy, devices and start time, "
+      "execute on all ranks, re-plan as it learns. Under mpirun/srun it uses the ranks it was "
+      "given; --np N starts mpirun itself.");
+  cmd->add_option("workload", args->workload, "Workload file (YAML)");
+  cmd->add_option("--np", args->np, "Start N local ranks (runs mpirun for you)");
+  cmd->add_option("--hostfile", args->hostfile, "Open MPI hostfile for --np across hosts");
+  cmd->add_option("--run-dir", args->run_dir, "Run directory (default: runs/<workload name>)");
+  CLI::Option* resume =
+      cmd->add_option("--resume", args->resume_dir,
+                      "Continue the run in RUN_DIR from its checkpoints (any rank count)")
+          ->expected(0, 1);
+  cmd->add_option("--device-memory", args->options.device_memory,
+                  "Memory capacity of each device (rank), e.g. 2GiB; 0: unlimited");
+  cmd->add_option("--store", args->store, "Profile store (default RUN_DIR/profiles.h5)");
+  cmd->add_flag("--no-trials", args->no_trials, "Plan from analytic estimates only");
+  cmd->add_option("--progress-interval", args->options.progress_interval_s,
+                  "Seconds between progress tables when the output is not a terminal");
+  cmd->add_flag("--quiet", args->options.quiet, "No progress output");
+  cmd->callback([args, action, argc, argv, resume] {
+    if (resume->count() > 0 && args->resume_dir.empty()) args->resume_flag = true;
+    *action = [args, argc, argv] { return run_run(*args, argc, argv); };
+  });
+}
+
+}  // namespace saturn::cli

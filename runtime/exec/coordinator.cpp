@@ -1,0 +1,634 @@
+#include "runtime/exec/coordinator.hpp"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "runtime/core/log.hpp"
+#include "runtime/exec/job_runner.hpp"
+#include "runtime/exec/messages.hpp"
+#include "runtime/exec/signals.hpp"
+#include "solver/gantt.hpp"
+#include "solver/plan_io.hpp"
+#include "solver/validate.hpp"
+
+namespace saturn::exec {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+
+enum class Status { kPending, kRunning, kStopping, kFinished, kFailed, kStopped };
+
+const char* status_name(Status s) {
+  switch (s) {
+    case Status::kPending:
+      return "pending";
+    case Status::kRunning:
+      return "running";
+    case Status::kStopping:
+      return "stopping";
+    case Status::kFinished:
+      return "finished";
+    case Status::kFailed:
+      return "failed";
+    case Status::kStopped:
+      return "stopped";
+  }
+  return "?";
+}
+
+std::string hms(double s) {
+  return solver::format_duration(std::max(0.0, s));
+}
+
+// Writes `text` to `path` through a temporary file and a rename, so readers (saturn status,
+// report) never see half a file.
+void write_atomic(const fs::path& path, const std::string& text) {
+  const fs::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+    if (!out) {
+      log::warn("cannot write {}", tmp.string());
+      return;
+    }
+  }
+  fs::rename(tmp, path);
+}
+
+}  // namespace
+
+struct Coordinator::Impl {
+  struct Segment {
+    int config = -1;
+    std::vector<int> ranks;
+    double start_s = 0, end_s = -1;
+    std::int64_t start_step = 0, end_step = 0;
+    std::string end_status;
+  };
+  struct JobState {
+    const JobSpec* spec = nullptr;
+    int planning_index = -1;  // into setup.planning.jobs (-1: finished before this run)
+    Status status = Status::kPending;
+    std::int64_t steps_done = 0;
+    // Current assignment from the adopted plan.
+    int config = -1;
+    std::vector<int> devices;
+    double planned_start_s = 0, planned_end_s = 0;
+    double predicted_s = 0;  // first plan's duration for this job in this run
+    std::vector<Segment> segments;
+    std::string reason;
+    // Progress.
+    double loss = NAN, val_loss = NAN, tokens_per_s = 0;
+    double step_time_s = 0;  // measured, smoothed
+    // measured / estimated step time of the running configuration: scales re-plan estimates.
+    double correction = 1.0;
+    bool stop_sent = false;
+    bool move_after_stop = false;
+  };
+
+  CoordinatorSetup setup;
+  std::vector<JobState> jobs;
+  MPI_Comm control = MPI_COMM_NULL;
+  int world_size = 0;
+  std::set<int> idle;  // ranks waiting for a command
+  Clock::time_point t0 = Clock::now();
+  double last_replan_s = 0, last_print_s = -1e9;
+  int plan_index = 0;
+  int launches = 0;
+  bool stopping = false;
+  int stop_signal = 0;
+  solver::Problem problem;  // the problem the current plan was made for
+  solver::Plan plan;
+  double initial_predicted_makespan_s = 0;
+  std::ofstream timeline;
+
+  explicit Impl(CoordinatorSetup s) : setup(std::move(s)) {
+    const auto& wj = setup.workload->jobs;
+    jobs.resize(wj.size());
+    for (std::size_t j = 0; j < wj.size(); ++j) {
+      jobs[j].spec = &wj[j];
+      jobs[j].steps_done = setup.steps_done.empty() ? 0 : setup.steps_done[j];
+      if (!setup.finished.empty() && setup.finished[j]) jobs[j].status = Status::kFinished;
+    }
+    for (std::size_t p = 0; p < setup.planning.jobs.size(); ++p) {
+      for (std::size_t j = 0; j < wj.size(); ++j)
+        if (wj[j].id == setup.planning.jobs[p].id) jobs[j].planning_index = static_cast<int>(p);
+    }
+    plan_index = setup.next_plan_index;
+    timeline.open(setup.run_dir / "timeline.jsonl", std::ios::app);
+  }
+
+  double now() const {
+    return setup.elapsed_before_s + std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+
+  void event(nlohmann::json e) {
+    e["t"] = now();
+    timeline << e.dump() << '\n';
+    timeline.flush();
+  }
+
+  std::int64_t remaining_steps(const JobState& js) const {
+    return std::max<std::int64_t>(0, js.spec->train.steps - js.steps_done);
+  }
+
+  // Step time of config c of job j: the estimate (or trial) scaled by what the job measured.
+  double step_time(const JobState& js, int c) const {
+    const auto& sj = setup.planning.jobs[static_cast<std::size_t>(js.planning_index)];
+    const auto& cfg = sj.configs[static_cast<std::size_t>(c)];
+    const double base = sj.steps > 0 ? cfg.time_s / static_cast<double>(sj.steps) : cfg.time_s;
+    return base * js.correction;
+  }
+
+  // The remaining work as a solver problem. Running jobs: `allow_moves` adds, besides keeping
+  // their devices (pinned, remaining time), every other configuration at a restart cost.
+  // `keep_choices`: pending jobs may only use their current configuration (re-timing the
+  // current plan rather than re-planning). map[k] = (job index, config index in planning).
+  solver::Problem build_problem(bool allow_moves, bool keep_choices,
+                                std::vector<std::pair<int, std::vector<int>>>* map) const {
+    solver::Problem p;
+    p.cluster = setup.ranks.cluster;
+    for (std::size_t j = 0; j < jobs.size(); ++j) {
+      const JobState& js = jobs[j];
+      if (js.status != Status::kPending && js.status != Status::kRunning &&
+          js.status != Status::kStopping)
+        continue;
+      if (js.planning_index < 0) continue;
+      const auto& sj = setup.planning.jobs[static_cast<std::size_t>(js.planning_index)];
+      solver::Job job;
+      job.id = sj.id;
+      job.steps = remaining_steps(js);
+      std::vector<int> cmap;
+      const bool running = js.status != Status::kPending;
+      if (running) {
+        solver::Config keep = sj.configs[static_cast<std::size_t>(js.config)];
+        const double measured = js.step_time_s > 0 ? js.step_time_s : step_time(js, js.config);
+        keep.time_s = std::max(1e-3, measured * static_cast<double>(job.steps));
+        keep.pinned_devices = js.devices;
+        job.configs.push_back(keep);
+        cmap.push_back(js.config);
+      }
+      if (!running || allow_moves) {
+        for (std::size_t c = 0; c < sj.configs.size(); ++c) {
+          if (keep_choices && !running && static_cast<int>(c) != js.config && js.config >= 0)
+            continue;
+          solver::Config cfg = sj.configs[c];
+          cfg.pinned_devices.clear();
+          cfg.time_s =
+              std::max(1e-3, step_time(js, static_cast<int>(c)) * static_cast<double>(job.steps) +
+                                 (running ? setup.restart_cost_s : 0.0));
+          job.configs.push_back(cfg);
+          cmap.push_back(static_cast<int>(c));
+        }
+      }
+      p.jobs.push_back(job);
+      map->emplace_back(static_cast<int>(j), cmap);
+    }
+    return p;
+  }
+
+  // Adopts `np` (made for problem `pr` with `map`) as the current plan.
+  void adopt(const solver::Problem& pr, const solver::Plan& np,
+             const std::vector<std::pair<int, std::vector<int>>>& map, const std::string& why,
+             bool write_file) {
+    const double t = now();
+    for (std::size_t k = 0; k < map.size(); ++k) {
+      JobState& js = jobs[static_cast<std::size_t>(map[k].first)];
+      const auto& sched = np.jobs[k];
+      const int config = map[k].second[static_cast<std::size_t>(sched.config)];
+      const bool running = js.status == Status::kRunning;
+      const bool moved = running && (config != js.config || sched.devices != js.devices);
+      js.planned_start_s = t + sched.start_s;
+      js.planned_end_s = t + sched.end_s;
+      if (running && !moved) continue;
+      js.config = config;
+      js.devices = sched.devices;
+      if (moved) {
+        js.move_after_stop = true;
+        request_stop(js, "re-plan");
+      }
+    }
+    problem = pr;
+    plan = np;
+    if (write_file) {
+      nlohmann::json pj = solver::plan_to_json(pr, np);
+      pj["created_s"] = t;
+      pj["reason"] = why;
+      for (std::size_t k = 0; k < pj["jobs"].size(); ++k) {
+        const JobState& js = jobs[static_cast<std::size_t>(map[k].first)];
+        auto& jj = pj["jobs"][k];
+        jj["ranks"] = setup.ranks.ranks_of(js.devices);
+        jj["start_s"] = js.planned_start_s;
+        jj["end_s"] = js.planned_end_s;
+        const auto& detail = setup.planning.details[static_cast<std::size_t>(js.planning_index)]
+                                                   [static_cast<std::size_t>(js.config)];
+        jj["knobs"] = detail.knobs;
+      }
+      pj["makespan_s"] = t + np.makespan_s;
+      const fs::path dir = setup.run_dir / "plans";
+      fs::create_directories(dir);
+      write_atomic(dir / fmt::format("plan-{:03}.json", plan_index), pj.dump(2));
+      event({{"event", plan_index == setup.next_plan_index ? "plan" : "replan"},
+             {"plan", plan_index},
+             {"reason", why},
+             {"makespan_s", t + np.makespan_s},
+             {"lower_bound_s", t + np.lower_bound_s}});
+      ++plan_index;
+    }
+  }
+
+  void initial_plan() {
+    std::vector<std::pair<int, std::vector<int>>> map;
+    solver::Problem pr = build_problem(false, false, &map);
+    if (pr.jobs.empty()) return;
+    solver::SolveReport report;
+    solver::Plan np = solver::plan_jobs(pr.cluster, pr.jobs, setup.solve, &report);
+    solver::check_plan(pr, np);
+    adopt(pr, np, map, "initial", true);
+    initial_predicted_makespan_s = now() + np.makespan_s;
+    for (const auto& [j, cm] : map) {
+      JobState& js = jobs[static_cast<std::size_t>(j)];
+      js.predicted_s = js.planned_end_s - js.planned_start_s;
+    }
+    if (!setup.quiet) {
+      log::info("plan ({} {}, {:.1f} s): makespan {} , lower bound {}, gap {:.1f}%",
+                np.solver.method, solver::to_string(np.solver.status), np.solver.solve_time_s,
+                hms(np.makespan_s), hms(np.lower_bound_s), 100 * np.solver.gap);
+      std::fputs(solver::plan_table(pr, np).c_str(), stderr);
+      std::fputs(solver::gantt_chart(pr, np, 64).c_str(), stderr);
+    }
+  }
+
+  // Re-plan with what was measured; adopt a plan that moves running jobs only when it beats
+  // re-timing the current choices by the threshold.
+  void replan(const std::string& why) {
+    last_replan_s = now();
+    if (stopping) return;
+    std::vector<std::pair<int, std::vector<int>>> keep_map, move_map;
+    solver::Problem keep = build_problem(false, true, &keep_map);
+    if (keep.jobs.empty()) return;
+    solver::SolveOptions opts = setup.solve;
+    opts.time_limit_s = std::min(opts.time_limit_s, 5.0);
+    try {
+      solver::Plan kp = solver::plan_jobs(keep.cluster, keep.jobs, opts);
+      solver::Problem move = build_problem(true, false, &move_map);
+      solver::Plan mp = solver::plan_jobs(move.cluster, move.jobs, opts);
+      const bool better = mp.makespan_s < kp.makespan_s * (1.0 - setup.replan_threshold);
+      if (better) {
+        adopt(move, mp, move_map, why, true);
+      } else {
+        // Re-timed current choices: devices of pending jobs may change (a job that ended early
+        // frees its devices), configurations do not.
+        bool changed = false;
+        for (std::size_t k = 0; k < keep_map.size(); ++k) {
+          const JobState& js = jobs[static_cast<std::size_t>(keep_map[k].first)];
+          if (js.status == Status::kPending && kp.jobs[k].devices != js.devices) changed = true;
+        }
+        adopt(keep, kp, keep_map, why + " (re-timed)", changed);
+      }
+    } catch (const std::exception& e) {
+      log::warn("re-plan failed, keeping the current plan: {}", e.what());
+    }
+  }
+
+  void request_stop(JobState& js, const std::string& why) {
+    if (js.status != Status::kRunning || js.stop_sent) return;
+    send_json(control, js.segments.back().ranks.front(), kTagStop, {{"reason", why}});
+    js.stop_sent = true;
+    js.status = Status::kStopping;
+  }
+
+  bool ranks_idle(const std::vector<int>& ranks, const std::set<int>& reserved) const {
+    for (int r : ranks)
+      if (!idle.count(r) || reserved.count(r)) return false;
+    return true;
+  }
+
+  void dispatch() {
+    if (stopping) return;
+    std::vector<int> order;
+    for (std::size_t j = 0; j < jobs.size(); ++j)
+      if (jobs[j].status == Status::kPending && jobs[j].config >= 0)
+        order.push_back(static_cast<int>(j));
+    std::sort(order.begin(), order.end(), [&](int a, int b) {
+      return jobs[static_cast<std::size_t>(a)].planned_start_s <
+             jobs[static_cast<std::size_t>(b)].planned_start_s;
+    });
+    std::set<int> reserved;
+    for (int j : order) {
+      JobState& js = jobs[static_cast<std::size_t>(j)];
+      std::vector<int> ranks = setup.ranks.ranks_of(js.devices);
+      std::sort(ranks.begin(), ranks.end());
+      if (ranks_idle(ranks, reserved)) {
+        launch(js, ranks);
+      } else {
+        reserved.insert(ranks.begin(), ranks.end());  // keep plan order: later jobs wait
+      }
+    }
+  }
+
+  void launch(JobState& js, const std::vector<int>& ranks) {
+    const auto& detail = setup.planning.details[static_cast<std::size_t>(js.planning_index)]
+                                               [static_cast<std::size_t>(js.config)];
+    SegmentLaunch l;
+    l.job_id = js.spec->id;
+    l.strategy = detail.strategy;
+    l.knobs = detail.knobs;
+    l.ranks = ranks;
+    l.segment = static_cast<int>(js.segments.size());
+    l.tag = 1 + (launches++ % 30000);
+    const nlohmann::json cmd = {{"type", "launch"}, {"launch", l.to_json()}};
+    for (int r : ranks) {
+      idle.erase(r);
+      send_json(control, r, kTagCommand, cmd);
+    }
+    Segment seg;
+    seg.config = js.config;
+    seg.ranks = ranks;
+    seg.start_s = now();
+    seg.start_step = js.steps_done;
+    js.segments.push_back(seg);
+    js.status = Status::kRunning;
+    js.stop_sent = false;
+    js.move_after_stop = false;
+    js.step_time_s = 0;
+    event({{"event", "job_start"},
+           {"job", js.spec->id},
+           {"strategy", detail.strategy},
+           {"knobs", detail.knobs},
+           {"devices", static_cast<int>(ranks.size())},
+           {"ranks", ranks},
+           {"step", js.steps_done},
+           {"segment", l.segment}});
+  }
+
+  JobState* find(const std::string& id) {
+    for (auto& js : jobs)
+      if (js.spec->id == id) return &js;
+    return nullptr;
+  }
+
+  void on_progress(const nlohmann::json& m) {
+    JobState* js = find(m.at("job").get<std::string>());
+    if (js == nullptr) return;
+    js->steps_done = m.at("step").get<std::int64_t>();
+    js->loss = m.value("loss", js->loss);
+    if (m.contains("val_loss")) js->val_loss = m["val_loss"].get<double>();
+    js->tokens_per_s = m.value("tokens_per_s", js->tokens_per_s);
+    const double st = m.value("step_time_s", 0.0);
+    if (st > 0) {
+      js->step_time_s = js->step_time_s > 0 ? 0.7 * js->step_time_s + 0.3 * st : st;
+      const double est = step_time_unscaled(*js);
+      if (est > 0) js->correction = js->step_time_s / est;
+    }
+  }
+
+  double step_time_unscaled(const JobState& js) const {
+    if (js.planning_index < 0 || js.config < 0) return 0;
+    const auto& sj = setup.planning.jobs[static_cast<std::size_t>(js.planning_index)];
+    const auto& cfg = sj.configs[static_cast<std::size_t>(js.config)];
+    return sj.steps > 0 ? cfg.time_s / static_cast<double>(sj.steps) : 0;
+  }
+
+  void on_report(const nlohmann::json& m) {
+    JobState* js = find(m.at("job").get<std::string>());
+    if (js == nullptr) return;
+    const auto& o = m.at("outcome");
+    const std::string status = o.at("status").get<std::string>();
+    js->steps_done = o.value("step", js->steps_done);
+    if (o.value("has_val", false)) js->val_loss = o.at("val_loss").get<double>();
+    Segment& seg = js->segments.back();
+    seg.end_s = now();
+    seg.end_step = js->steps_done;
+    seg.end_status = status;
+    nlohmann::json e = {{"job", js->spec->id},
+                        {"step", js->steps_done},
+                        {"segment", static_cast<int>(js->segments.size()) - 1}};
+    if (status == "finished") {
+      js->status = Status::kFinished;
+      e["event"] = "job_end";
+      if (!std::isnan(js->val_loss)) e["val_loss"] = js->val_loss;
+      event(e);
+      replan("job " + js->spec->id + " finished");
+    } else if (status == "failed") {
+      js->status = Status::kFailed;
+      js->reason = o.value("reason", "unknown");
+      e["event"] = "failure";
+      e["reason"] = js->reason;
+      event(e);
+      log::error("job {} failed: {}", js->spec->id, js->reason);
+      replan("job " + js->spec->id + " failed");
+    } else {  // stopped
+      e["event"] = "job_stop";
+      e["reason"] = o.value("reason", "");
+      event(e);
+      const bool by_signal = o.value("reason", "").rfind("signal", 0) == 0;
+      if (by_signal && !stopping) enter_stopping(o.value("signal", 10));
+      js->status = stopping ? Status::kStopped : Status::kPending;
+      if (js->move_after_stop && !stopping) js->status = Status::kPending;
+    }
+  }
+
+  void enter_stopping(int sig) {
+    if (stopping) return;
+    stopping = true;
+    stop_signal = sig;
+    event({{"event", "signal"}, {"signal", sig}});
+    log::warn("signal {} received: checkpointing every running job, then exiting with code 99",
+              sig);
+    for (auto& js : jobs) request_stop(js, fmt::format("signal {}", sig));
+  }
+
+  bool all_done() const {
+    for (const auto& js : jobs)
+      if (js.status == Status::kRunning || js.status == Status::kStopping) return false;
+    if (stopping) return true;
+    for (const auto& js : jobs)
+      if (js.status == Status::kPending) return false;
+    return true;
+  }
+
+  int exit_code() const {
+    bool failed = false, unfinished = false;
+    for (const auto& js : jobs) {
+      if (js.status == Status::kFailed) failed = true;
+      if (js.status == Status::kPending || js.status == Status::kStopped) unfinished = true;
+    }
+    if (unfinished) return 99;
+    return failed ? 1 : 0;
+  }
+
+  void print_progress(bool force) {
+    const double t = now();
+    const bool tty = isatty(STDERR_FILENO) != 0;
+    const double interval = tty ? 1.0 : setup.progress_interval_s;
+    if (setup.quiet || (!force && t - last_print_s < interval)) return;
+    last_print_s = t;
+    int done = 0, running = 0, failed = 0;
+    double eta = 0;
+    for (const auto& js : jobs) {
+      if (js.status == Status::kFinished) ++done;
+      if (js.status == Status::kRunning || js.status == Status::kStopping) ++running;
+      if (js.status == Status::kFailed) ++failed;
+      if (js.status != Status::kFinished && js.status != Status::kFailed)
+        eta = std::max(eta, js.planned_end_s - t);
+    }
+    std::string out = fmt::format(
+        "batch: {}/{} jobs done, {} running{} | elapsed {} | ETA {}\n", done, jobs.size(), running,
+        failed ? fmt::format(", {} failed", failed) : "", hms(t), hms(eta));
+    out += fmt::format("  {:<28} {:<16} {:>13} {:>7} {:>7} {:>8} {:>8}\n", "job", "strategy",
+                       "step", "loss", "val", "tok/s", "ETA");
+    for (const auto& js : jobs) {
+      if (js.status != Status::kRunning && js.status != Status::kStopping) continue;
+      const auto& seg = js.segments.back();
+      const auto& detail = setup.planning.details[static_cast<std::size_t>(js.planning_index)]
+                                                 [static_cast<std::size_t>(seg.config)];
+      const double job_eta = js.step_time_s * static_cast<double>(remaining_steps(js));
+      out += fmt::format("  {:<28} {:<16} {:>13} {:>7.4f} {:>7} {:>8.0f} {:>8}\n",
+                         js.spec->id.substr(0, 28),
+                         fmt::format("{} x{}", detail.strategy, seg.ranks.size()),
+                         fmt::format("{}/{}", js.steps_done, js.spec->train.steps), js.loss,
+                         std::isnan(js.val_loss) ? "-" : fmt::format("{:.4f}", js.val_loss),
+                         js.tokens_per_s, js.step_time_s > 0 ? hms(job_eta) : "?");
+    }
+    std::fputs(out.c_str(), stderr);
+    std::fflush(stderr);
+  }
+
+  // What `--resume` needs besides checkpoints: wall time so far, the next plan number, and the
+  // data files as absolute paths (the run directory's workload copy has relative ones).
+  void write_run_state(double elapsed_s) {
+    write_atomic(setup.run_dir / "run_state.json",
+                 nlohmann::json{{"elapsed_s", elapsed_s},
+                                {"next_plan", plan_index},
+                                {"train_data", fs::absolute(setup.workload->train_data).string()},
+                                {"val_data", fs::absolute(setup.workload->val_data).string()}}
+                     .dump(2));
+  }
+
+  void write_summary() {
+    nlohmann::json jl = nlohmann::json::array();
+    double best = INFINITY;
+    std::string best_id;
+    for (const auto& js : jobs) {
+      nlohmann::json segs = nlohmann::json::array();
+      double actual = 0;
+      for (const auto& s : js.segments) {
+        const auto& d = setup.planning.details[static_cast<std::size_t>(js.planning_index)]
+                                              [static_cast<std::size_t>(s.config)];
+        const double end = s.end_s >= 0 ? s.end_s : now();
+        actual += end - s.start_s;
+        segs.push_back({{"strategy", d.strategy},
+                        {"knobs", d.knobs},
+                        {"devices", static_cast<int>(s.ranks.size())},
+                        {"ranks", s.ranks},
+                        {"start_s", s.start_s},
+                        {"end_s", end},
+                        {"start_step", s.start_step},
+                        {"end_step", s.end_step},
+                        {"status", s.end_status}});
+      }
+      nlohmann::json j = {{"id", js.spec->id},
+                          {"model", js.spec->model_name},
+                          {"lr", js.spec->train.optimizer.lr},
+                          {"batch_size", js.spec->train.batch_size},
+                          {"steps", js.spec->train.steps},
+                          {"steps_done", js.steps_done},
+                          {"status", status_name(js.status)},
+                          {"segments", segs},
+                          {"predicted_s", js.predicted_s},
+                          {"actual_s", actual}};
+      if (!js.reason.empty()) j["reason"] = js.reason;
+      if (!std::isnan(js.val_loss)) {
+        j["final_val_loss"] = js.val_loss;
+        if (js.status == Status::kFinished && js.val_loss < best) {
+          best = js.val_loss;
+          best_id = js.spec->id;
+        }
+      }
+      jl.push_back(j);
+    }
+    const double makespan = now();
+    nlohmann::json s = {{"workload", setup.workload->name},
+                        {"makespan_s", makespan},
+                        {"predicted_makespan_s", initial_predicted_makespan_s},
+                        {"prediction_error", initial_predicted_makespan_s > 0
+                                                 ? (makespan - initial_predicted_makespan_s) /
+                                                       initial_predicted_makespan_s
+                                                 : 0.0},
+                        {"lower_bound_s", plan.lower_bound_s},
+                        {"exit_code", exit_code()},
+                        {"plans", plan_index},
+                        {"devices", setup.ranks.cluster.total_devices()},
+                        {"jobs", jl}};
+    if (!best_id.empty()) s["best_job"] = {{"id", best_id}, {"val_loss", best}};
+    write_atomic(setup.run_dir / "summary.json", s.dump(2));
+    write_run_state(makespan);
+  }
+
+  int run() {
+    write_run_state(now());
+    initial_plan();
+    bool sent_exit = false;
+    int exited = 0;
+    while (exited < world_size) {
+      bool busy = false;
+      int from = -1;
+      while (auto m = try_recv_json(control, MPI_ANY_SOURCE, kTagReady, &from)) {
+        busy = true;
+        if (m->value("type", "") == "signal") {
+          enter_stopping(m->value("signal", 10));
+          continue;
+        }
+        idle.insert(from);
+      }
+      while (auto m = try_recv_json(control, MPI_ANY_SOURCE, kTagProgress, &from)) {
+        busy = true;
+        on_progress(*m);
+      }
+      while (auto m = try_recv_json(control, MPI_ANY_SOURCE, kTagReport, &from)) {
+        busy = true;
+        on_report(*m);
+      }
+      if (int sig = stop_signal_received(); sig != 0 && !stopping) enter_stopping(sig);
+      if (!stopping && now() - last_replan_s >= setup.replan_interval_s) replan("interval");
+      if (!sent_exit) dispatch();
+      if (!sent_exit && all_done() && static_cast<int>(idle.size()) == world_size) {
+        write_summary();
+        const int code = exit_code();
+        for (int r = 0; r < world_size; ++r)
+          send_json(control, r, kTagCommand, {{"type", "exit"}, {"code", code}});
+        exited = world_size;
+        sent_exit = true;
+        print_progress(true);
+        event({{"event", "run_end"}, {"exit_code", code}});
+        return code;
+      }
+      print_progress(false);
+      if (!busy) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return exit_code();
+  }
+};
+
+Coordinator::Coordinator(CoordinatorSetup setup)
+    : impl_(std::make_unique<Impl>(std::move(setup))) {}
+Coordinator::~Coordinator() = default;
+
+int Coordinator::run(MPI_Comm control) {
+  impl_->control = control;
+  MPI_Comm_size(control, &impl_->world_size);
+  impl_->last_replan_s = impl_->now();
+  return impl_->run();
+}
+
+}  // namespace saturn::exec

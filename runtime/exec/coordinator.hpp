@@ -1,0 +1,68 @@
+// The coordinator of `saturn run`: a thread on rank 0 that owns the plan. It dispatches job
+// segments to ranks as they become free (in plan order), follows progress, re-plans at the
+// configured interval and whenever a job ends (moving running jobs through checkpoints when the
+// new plan is better by the threshold), turns a stop signal into "checkpoint everything, exit
+// 99", and writes the run directory's plans, timeline and summary. Rank 0's main thread trains
+// like every other rank.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/exec/cluster.hpp"
+#include "runtime/profile/profiler.hpp"
+#include "runtime/workload/workload.hpp"
+#include "solver/problem.hpp"
+#include "solver/solve.hpp"
+
+namespace saturn::exec {
+
+// How to run configuration c of a job (strategy, knobs) and where its numbers came from; the
+// solver itself only sees labels.
+using ConfigDetail = profile::ConfigDetail;
+
+// The remaining work, as the solver sees it: one solver::Job per workload job that is not yet
+// finished (id = workload job id), times covering its remaining steps.
+struct PlanningInput {
+  std::vector<solver::Job> jobs;
+  std::vector<std::vector<ConfigDetail>> details;  // [job][config]
+};
+
+struct CoordinatorSetup {
+  std::filesystem::path run_dir;
+  const Workload* workload = nullptr;
+  RankMap ranks;
+  PlanningInput planning;
+  std::vector<std::int64_t> steps_done;  // per workload job (resume)
+  std::vector<bool> finished;            // per workload job (resume: final.h5 exists)
+  solver::SolveOptions solve;
+  double replan_interval_s = 600;
+  double replan_threshold = 0.05;
+  double restart_cost_s = 5;    // checkpoint + reload charged to a job the re-plan would move
+  double elapsed_before_s = 0;  // wall time of earlier, interrupted runs of this directory
+  int next_plan_index = 0;
+  double progress_interval_s = 5;
+  bool quiet = false;
+};
+
+class Coordinator {
+ public:
+  explicit Coordinator(CoordinatorSetup setup);
+  ~Coordinator();
+  Coordinator(const Coordinator&) = delete;
+  Coordinator& operator=(const Coordinator&) = delete;
+  // Runs until every rank has been sent its exit command; returns the batch's exit code
+  // (0 all finished, 1 some job failed, 99 stopped by a signal with work left).
+  int run(MPI_Comm control);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace saturn::exec

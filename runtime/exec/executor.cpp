@@ -1,0 +1,233 @@
+#include "runtime/exec/executor.hpp"
+
+#include <fmt/format.h>
+#include <mpi.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <thread>
+
+#include "runtime/checkpoint/store.hpp"
+#include "runtime/comm/agree.hpp"
+#include "runtime/comm/mpi_communicator.hpp"
+#include "runtime/core/error.hpp"
+#include "runtime/core/log.hpp"
+#include "runtime/exec/cluster.hpp"
+#include "runtime/exec/coordinator.hpp"
+#include "runtime/exec/job_runner.hpp"
+#include "runtime/exec/messages.hpp"
+#include "runtime/exec/planning.hpp"
+#include "runtime/exec/signals.hpp"
+
+namespace saturn::exec {
+namespace {
+
+namespace fs = std::filesystem;
+
+// What an earlier, interrupted run of this directory left: jobs finished (final.h5), steps
+// done (newest checkpoint's step), wall time spent, plans written.
+struct ResumeState {
+  std::vector<std::int64_t> steps_done;
+  std::vector<bool> finished;
+  double elapsed_s = 0;
+  int next_plan = 0;
+};
+
+ResumeState read_resume_state(const Workload& w, const fs::path& run_dir) {
+  ResumeState s;
+  for (const auto& job : w.jobs) {
+    const fs::path job_dir = run_dir / "jobs" / job.id;
+    const bool done = fs::exists(ckpt::final_path(job_dir));
+    std::int64_t step = 0;
+    if (done) {
+      step = job.train.steps;
+    } else {
+      for (const auto& f : ckpt::list_checkpoints(job_dir))
+        if (auto n = ckpt::parse_step_file_name(f.filename().string())) step = std::max(step, *n);
+    }
+    s.finished.push_back(done);
+    s.steps_done.push_back(step);
+  }
+  std::ifstream in(run_dir / "run_state.json");
+  if (in) {
+    const auto j = nlohmann::json::parse(in, nullptr, false);
+    if (!j.is_discarded()) {
+      s.elapsed_s = j.value("elapsed_s", 0.0);
+      s.next_plan = j.value("next_plan", 0);
+    }
+  }
+  return s;
+}
+
+// Every rank: ask the coordinator for work, run it, report, until told to exit.
+int worker_loop(const RunContext& ctx) {
+  const int rank = [&] {
+    int r = 0;
+    MPI_Comm_rank(ctx.world, &r);
+    return r;
+  }();
+  bool signal_sent = false;
+  send_json(ctx.control, 0, kTagReady, {{"type", "ready"}});
+  for (;;) {
+    std::optional<nlohmann::json> cmd;
+    auto pause = std::chrono::microseconds(200);
+    while (!(cmd = try_recv_json(ctx.control, 0, kTagCommand))) {
+      if (!signal_sent && stop_signal_received() != 0) {
+        send_json(ctx.control, 0, kTagReady,
+                  {{"type", "signal"}, {"signal", stop_signal_received()}});
+        signal_sent = true;
+      }
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::microseconds(20000));
+    }
+    if ((*cmd)["type"] == "exit") return (*cmd)["code"].get<int>();
+    const SegmentLaunch launch = SegmentLaunch::from_json((*cmd)["launch"]);
+    MPI_Group world_group, group;
+    MPI_Comm_group(ctx.world, &world_group);
+    MPI_Group_incl(world_group, static_cast<int>(launch.ranks.size()), launch.ranks.data(), &group);
+    MPI_Comm job_comm = MPI_COMM_NULL;
+    MPI_Comm_create_group(ctx.world, group, launch.tag, &job_comm);
+    MPI_Group_free(&group);
+    MPI_Group_free(&world_group);
+    const SegmentOutcome outcome = run_segment(ctx, launch, job_comm);
+    MPI_Comm_free(&job_comm);
+    if (rank == launch.ranks.front())
+      send_json(ctx.control, 0, kTagReport,
+                {{"job", launch.job_id}, {"outcome", outcome.to_json()}});
+    send_json(ctx.control, 0, kTagReady, {{"type", "ready"}});
+  }
+}
+
+}  // namespace
+
+int run_batch(const RunOptions& options) {
+  auto world = comm::MpiCommunicator::world();
+  const int rank = world->rank();
+  if (world->size() > 1) log::set_rank(rank);
+  install_stop_signal_handlers();
+  Workload w;
+  fs::path run_dir;
+  std::size_t capacity = 0;
+  ResumeState resume;
+  RankMap ranks;
+  PlanningInput planning;
+  try {
+    // Everything about the input is checked before any rank trains or anything is written.
+    comm::agree_on(*world, [&] {
+      // A resumed run reads the run directory's copy of the workload, whose relative data
+      // paths meant the original file's directory: run_state.json recorded them absolute.
+      LoadOptions lo;
+      std::optional<nlohmann::json> state;
+      if (options.resume && !options.run_dir.empty()) {
+        std::ifstream in(options.run_dir / "run_state.json");
+        if (in) state = nlohmann::json::parse(in, nullptr, false);
+        if (state && (state->is_discarded() || !state->contains("train_data"))) state.reset();
+        if (state) lo.check_data_files = false;
+      }
+      w = load_workload(options.workload, lo);
+      if (state) {
+        w.train_data = (*state)["train_data"].get<std::string>();
+        w.val_data = (*state)["val_data"].get<std::string>();
+        for (const auto& f : {w.train_data, w.val_data})
+          if (!fs::exists(f))
+            throw InputError(
+                fmt::format("--resume: the run's data file {} no longer exists", f.string()));
+      }
+      run_dir = options.run_dir.empty() ? fs::path("runs") / w.name : options.run_dir;
+      capacity = parse_bytes(options.device_memory, "--device-memory");
+      const bool has_run = fs::exists(run_dir / "timeline.jsonl");
+      if (has_run && !options.resume)
+        throw InputError(
+            fmt::format("{} already holds a run; continue it with `saturn run "
+                        "--resume {}` or choose another --run-dir",
+                        run_dir.string(), run_dir.string()));
+      if (options.resume && !has_run)
+        throw InputError(fmt::format("--resume: {} holds no run to resume (no timeline.jsonl)",
+                                     run_dir.string()));
+      if (options.resume) resume = read_resume_state(w, run_dir);
+    });
+    comm::agree_on(*world, [&] { ranks = discover_cluster(MPI_COMM_WORLD, w.cluster, capacity); });
+    if (rank == 0 && !options.quiet)
+      log::info("{}: {} jobs on {} ({} ranks){}", w.name, w.jobs.size(),
+                solver::format_cluster(ranks.cluster), world->size(),
+                options.resume ? fmt::format(", resuming {}", run_dir.string()) : "");
+    comm::agree_on(*world, [&] {
+      if (rank != 0) return;
+      fs::create_directories(run_dir / "jobs");
+      if (!options.resume || !fs::exists(run_dir / "workload.yaml"))
+        fs::copy_file(options.workload, run_dir / "workload.yaml",
+                      fs::copy_options::overwrite_existing);
+      std::ofstream(run_dir / "cluster.json") << ranks.to_json().dump(2) << '\n';
+    });
+    PlanningRequest req;
+    req.workload = &w;
+    req.ranks = &ranks;
+    req.store = options.store.empty() ? run_dir / "profiles.h5" : options.store;
+    req.device_capacity = capacity;
+    req.trials = options.trials;
+    for (std::size_t j = 0; j < w.jobs.size(); ++j) {
+      const bool done = !resume.finished.empty() && resume.finished[j];
+      const std::int64_t did = resume.steps_done.empty() ? 0 : resume.steps_done[j];
+      req.remaining_steps.push_back(done ? 0 : w.jobs[j].train.steps - did);
+    }
+    comm::agree_on(*world, [&] { planning = build_planning_input(req, *world); });
+  } catch (const comm::AgreedFailure& e) {
+    if (rank != 0) return e.exit_code();
+    if (e.exit_code() == kExitBadInput) throw InputError(e.what());
+    throw Error(e.what());
+  }
+
+  MPI_Comm control = MPI_COMM_NULL;
+  MPI_Comm_dup(MPI_COMM_WORLD, &control);
+  RunContext ctx;
+  ctx.world = MPI_COMM_WORLD;
+  ctx.control = control;
+  ctx.run_dir = run_dir;
+  ctx.workload = &w;
+  ctx.device_capacity = capacity;
+  ctx.progress_interval_s = 1.0;
+
+  int coordinator_code = 0;
+  std::thread coordinator;
+  if (rank == 0) {
+    CoordinatorSetup cs;
+    cs.run_dir = run_dir;
+    cs.workload = &w;
+    cs.ranks = ranks;
+    cs.planning = planning;
+    cs.steps_done = resume.steps_done;
+    cs.finished = resume.finished;
+    cs.solve.time_limit_s = w.solver.time_limit_s;
+    cs.solve.backend = w.solver.backend == "cbc" ? solver::Backend::cbc : solver::Backend::glpk;
+    cs.replan_interval_s = w.solver.introspection.interval_s;
+    cs.replan_threshold = w.solver.introspection.threshold;
+    cs.elapsed_before_s = resume.elapsed_s;
+    cs.next_plan_index = resume.next_plan;
+    cs.progress_interval_s = options.progress_interval_s;
+    cs.quiet = options.quiet;
+    coordinator = std::thread([&coordinator_code, cs = std::move(cs), control]() mutable {
+      try {
+        Coordinator c(std::move(cs));
+        coordinator_code = c.run(control);
+      } catch (const std::exception& e) {
+        // The coordinator cannot recover its view of the batch: stop the whole MPI job, whose
+        // checkpoints let `saturn run --resume` continue.
+        log::error("coordinator: {}", e.what());
+        MPI_Abort(MPI_COMM_WORLD, kExitFailure);
+      }
+    });
+  }
+  const int code = worker_loop(ctx);
+  if (coordinator.joinable()) coordinator.join();
+  MPI_Comm_free(&control);
+  if (rank == 0 && !options.quiet) {
+    if (code == kExitCheckpointed)
+      log::warn("stopped with work left; continue with: saturn run --resume {}", run_dir.string());
+    log::info("summary: {}", (run_dir / "summary.json").string());
+  }
+  (void)coordinator_code;
+  return code;
+}
+
+}  // namespace saturn::exec

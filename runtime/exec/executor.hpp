@@ -1,0 +1,26 @@
+// `saturn run`: the whole batch on every rank of MPI_COMM_WORLD. Rank 0 validates the workload,
+// gathers the cluster, the trial runner fills the profiles, rank 0 plans and coordinates (in a
+// thread) while every rank — rank 0 too — trains the job segments it is given.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+namespace saturn::exec {
+
+struct RunOptions {
+  std::filesystem::path workload;  // WORKLOAD.yaml (resume: the run directory's copy)
+  std::filesystem::path run_dir;   // default runs/<workload name>
+  bool resume = false;
+  std::string device_memory = "0";  // per device (rank), e.g. 2GiB; 0: unlimited
+  std::filesystem::path store;      // profile store (default RUN_DIR/profiles.h5)
+  bool trials = true;               // real trials (false: analytic estimates only)
+  bool quiet = false;
+  double progress_interval_s = 5;
+};
+
+// Collective over MPI_COMM_WORLD (MPI already initialised with MPI_THREAD_MULTIPLE). Returns
+// this rank's exit code: 0 done, 1 some job failed, 2 bad input, 99 checkpointed by a signal.
+int run_batch(const RunOptions& options);
+
+}  // namespace saturn::exec

@@ -1,0 +1,144 @@
+#include "runtime/exec/job_runner.hpp"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdlib>
+
+#include "runtime/comm/agree.hpp"
+#include "runtime/comm/mpi_communicator.hpp"
+#include "runtime/core/error.hpp"
+#include "runtime/core/log.hpp"
+#include "runtime/exec/messages.hpp"
+#include "runtime/exec/signals.hpp"
+#include "runtime/parallel/strategy.hpp"
+#include "runtime/train/parallel_trainer.hpp"
+
+namespace saturn::exec {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Fault injection for tests: SATURN_FAIL_JOB=<job-id>:<step> makes the job's last rank fail
+// while preparing that step (the group must agree on the failure and carry on without it).
+bool injected_failure(const std::string& job_id, std::int64_t step) {
+  const char* spec = std::getenv("SATURN_FAIL_JOB");
+  if (spec == nullptr) return false;
+  const std::string s(spec);
+  const auto colon = s.rfind(':');
+  if (colon == std::string::npos || s.substr(0, colon) != job_id) return false;
+  return std::atoll(s.c_str() + colon + 1) == step;
+}
+
+}  // namespace
+
+nlohmann::json SegmentLaunch::to_json() const {
+  return {{"job", job_id},  {"strategy", strategy}, {"knobs", knobs},
+          {"ranks", ranks}, {"segment", segment},   {"tag", tag}};
+}
+
+SegmentLaunch SegmentLaunch::from_json(const nlohmann::json& j) {
+  SegmentLaunch l;
+  l.job_id = j.at("job").get<std::string>();
+  l.strategy = j.at("strategy").get<std::string>();
+  l.knobs = j.at("knobs").get<std::vector<std::string>>();
+  l.ranks = j.at("ranks").get<std::vector<int>>();
+  l.segment = j.at("segment").get<int>();
+  l.tag = j.at("tag").get<int>();
+  return l;
+}
+
+nlohmann::json SegmentOutcome::to_json() const {
+  nlohmann::json j = {{"status", status},
+                      {"step", step},
+                      {"reason", reason},
+                      {"has_val", has_val},
+                      {"peak_device_bytes", peak_device_bytes}};
+  if (has_val) j["val_loss"] = val_loss;
+  return j;
+}
+
+SegmentOutcome run_segment(const RunContext& ctx, const SegmentLaunch& launch, MPI_Comm group) {
+  const auto comm_ptr = comm::MpiCommunicator::borrow(group);
+  comm::Communicator& comm = *comm_ptr;
+  const bool leader = comm.rank() == 0;
+  const JobSpec& spec = find_job(*ctx.workload, launch.job_id);
+  TrainJob job{spec.id, spec.model, spec.train, ctx.workload->train_data, ctx.workload->val_data};
+  TrainOptions opt;
+  opt.job_dir = ctx.run_dir / "jobs" / job.id;
+  opt.device_capacity = ctx.device_capacity;
+  opt.quiet = true;   // the coordinator prints the batch's progress
+  opt.resume = true;  // continue from the job's newest checkpoint when it has one
+  ParallelOptions par;
+  par.strategy = launch.strategy;
+  par.degree = static_cast<int>(launch.ranks.size());
+  SegmentOutcome out;
+  std::string stop_reason;
+  auto last_progress = Clock::now() - std::chrono::hours(1);
+  auto last_step_end = Clock::now();
+  par.after_step = [&](const StepRecord& r) {
+    // The step's wall time as the coordinator sees it (evaluation and checkpoints included).
+    const auto now = Clock::now();
+    const double step_time = std::chrono::duration<double>(now - last_step_end).count();
+    last_step_end = now;
+    std::int32_t flags = 0;  // 1: stop requested (coordinator or signal), 2: failure injected
+    if (leader) {
+      if (auto m = try_recv_json(ctx.control, 0, kTagStop)) {
+        flags |= 1;
+        stop_reason = m->value("reason", "re-plan");
+      }
+      if (r.has_val || r.step == job.train.steps ||
+          std::chrono::duration<double>(now - last_progress).count() >= ctx.progress_interval_s) {
+        nlohmann::json p = {{"job", job.id},
+                            {"step", r.step},
+                            {"loss", r.loss},
+                            {"tokens_per_s", r.tokens_per_s},
+                            {"step_time_s", step_time}};
+        if (r.has_val) p["val_loss"] = r.val_loss;
+        send_json(ctx.control, 0, kTagProgress, p);
+        last_progress = now;
+      }
+    }
+    if (const int sig = stop_signal_received(); sig != 0) {
+      flags |= 1;
+      if (stop_reason.empty()) stop_reason = fmt::format("signal {}", sig);
+    }
+    if (comm.rank() == comm.size() - 1 && injected_failure(job.id, r.step)) flags |= 2;
+    comm.allreduce(&flags, 1, comm::ReduceOp::kMax);
+    if (flags & 2)
+      throw comm::AgreedFailure(
+          fmt::format("injected failure at step {} (SATURN_FAIL_JOB)", r.step), kExitFailure,
+          comm.size() - 1);
+    if ((flags & 1) && stop_reason.empty()) stop_reason = "stop requested";
+    return (flags & 1) != 0;
+  };
+  try {
+    par.knobs = parallel::parse_knobs(launch.knobs);
+    const TrainResult result = train_with_strategy(job, opt, par, comm);
+    out.step = result.steps_done;
+    out.peak_device_bytes = static_cast<double>(result.peak_device_bytes);
+    if (!result.steps.empty() && result.steps.back().has_val) {
+      out.has_val = true;
+      out.val_loss = result.steps.back().val_loss;
+    }
+    if (result.stopped) {
+      out.status = "stopped";
+      out.reason = stop_reason;
+    } else {
+      out.status = "finished";
+    }
+  } catch (const comm::AgreedFailure& e) {
+    out.status = "failed";
+    out.reason = e.what();
+  } catch (const std::exception& e) {
+    // A failure on this rank alone after set-up: the others may wait in a collective, so the
+    // MPI job cannot continue. Its checkpoints let `saturn run --resume` go on.
+    log::error("job {}: {} (rank-local failure inside a collective step: stopping the run)", job.id,
+               e.what());
+    MPI_Abort(MPI_COMM_WORLD, kExitFailure);
+  }
+  if (out.status == "failed" && leader) log::warn("job {} failed: {}", job.id, out.reason);
+  return out;
+}
+
+}  // namespace saturn::exec

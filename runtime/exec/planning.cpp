@@ -1,0 +1,33 @@
+#include "runtime/exec/planning.hpp"
+
+#include "runtime/core/log.hpp"
+
+namespace saturn::exec {
+
+PlanningInput build_planning_input(const PlanningRequest& request, comm::Communicator& world) {
+  profile::ProfileRequest pr;
+  pr.workload = request.workload;
+  pr.cluster = request.ranks->cluster;
+  pr.device_rank = request.ranks->device_rank;
+  pr.steps = request.remaining_steps;
+  pr.device_capacity = request.device_capacity;
+  profile::ProfileOptions opts;
+  opts.store = request.store;
+  opts.trials = request.trials;
+  opts.quiet = world.rank() != 0;
+  const profile::ProfileResult result = profile::profile_workload(pr, world, opts);
+  if (world.rank() == 0) {
+    const auto& st = result.stats;
+    log::info(
+        "profiles: {} configurations estimated for {} job shapes, {} trials run ({} "
+        "infeasible in reality), {} reused from {} in {:.1f} s",
+        st.configs, st.signatures, st.trials_run, st.trials_failed, st.trials_reused,
+        request.store.string(), st.total_s);
+  }
+  PlanningInput in;
+  in.jobs = result.jobs;
+  in.details = result.details;
+  return in;
+}
+
+}  // namespace saturn::exec

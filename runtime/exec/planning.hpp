@@ -1,0 +1,31 @@
+// What the planner needs for the remaining work of a batch: each unfinished job's candidate
+// configurations (strategy, devices, nodes, time for its remaining steps, memory) from the
+// trial runner's profiles, and how to run each one (strategy name and knobs).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <vector>
+
+#include "runtime/comm/communicator.hpp"
+#include "runtime/exec/cluster.hpp"
+#include "runtime/exec/coordinator.hpp"
+#include "runtime/workload/workload.hpp"
+
+namespace saturn::exec {
+
+struct PlanningRequest {
+  const Workload* workload = nullptr;
+  const RankMap* ranks = nullptr;
+  std::vector<std::int64_t> remaining_steps;  // per workload job; 0 = finished (left out)
+  std::filesystem::path store;                // profile store (HDF5)
+  std::size_t device_capacity = 0;
+  bool trials = true;
+};
+
+// Collective over `world`: trials run on disjoint rank groups, results land in the store.
+// The result is valid on rank 0 (other ranks get an empty one). Throws InputError when a job
+// fits no configuration on the cluster.
+PlanningInput build_planning_input(const PlanningRequest& request, comm::Communicator& world);
+
+}  // namespace saturn::exec
