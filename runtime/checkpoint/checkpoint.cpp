@@ -418,7 +418,8 @@ bool any_slices(const std::vector<std::vector<Desc>>& descs) {
 // ---------------------------------------------------------------------------------------------
 // HDF5 file access
 
-h5::Handle file_access(MPI_Comm comm) {
+// meta_block: bytes of metadata to allocate together when creating a file (0: HDF5's default).
+h5::Handle file_access(MPI_Comm comm, std::size_t meta_block = 0) {
   h5::Handle fapl = h5::plist(check(H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate"));
   check_err(H5Pset_fapl_mpio(fapl.get(), comm, MPI_INFO_NULL), "H5Pset_fapl_mpio");
   // Metadata is read by one rank and broadcast, and written collectively: every rank sees the
@@ -429,6 +430,12 @@ h5::Handle file_access(MPI_Comm comm) {
   // too; h5py and every HDF5 >= 1.8 read it.
   check_err(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_V110),
             "H5Pset_libver_bounds");
+  // Object headers and attributes of hundreds of datasets are allocated together instead of
+  // between the datasets' data: a cold open then reads them with a few sequential I/Os
+  // (readahead) rather than hundreds of scattered small ones (strace: 700 reads of 0.5-3 KiB
+  // spread over a 1.5 GB file before, within its first MiB after).
+  if (meta_block > 0)
+    check_err(H5Pset_meta_block_size(fapl.get(), meta_block), "H5Pset_meta_block_size");
   return fapl;
 }
 
@@ -655,7 +662,11 @@ void write_checkpoint(MPI_Comm comm, const fs::path& path, const CheckpointMeta&
   try {
     h5::Handle file;
     attempt(st, "", [&] {
-      h5::Handle fapl = file_access(comm);
+      // About 2 KiB of headers and attributes per dataset (three per tensor).
+      const std::size_t datasets = 3 * ParameterLayout(m.model).tensors().size();
+      const std::size_t block =
+          std::clamp<std::size_t>(datasets * 2048, std::size_t{64} << 10, std::size_t{4} << 20);
+      h5::Handle fapl = file_access(comm, block);
       file = h5::file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()));
       if (!file) h5_fail(fmt::format("cannot create {}", tmp.string()));
     });
