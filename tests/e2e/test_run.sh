@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `saturn run` end to end on 4 local ranks (issue acceptance):
-#  1. a sweep of 8 jobs (2 models x 2 learning rates x 2 batch sizes) runs to completion under
-#     under the strategies the solver chooses (at least two here); val losses fall; the run dir is
+#  1. a sweep of 8 jobs (2 models x 2 learning rates x 2 batch sizes) runs to completion
+#     with the strategies the solver chooses (at least two here); val losses fall; the run dir is
 #     complete;
 #  2. SIGUSR1 mid-run -> exit 99 -> `--resume` on another rank count -> the same final weights
 #     as the uninterrupted run (bit-exact where the configuration did not change, 1e-5 otherwise);
