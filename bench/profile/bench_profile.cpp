@@ -62,7 +62,7 @@ int main(int argc, char** argv) {
     const bool root = world->rank() == 0;
     CLI::App app{"Trial runner benchmark: estimates vs measurements, repeatability, overhead"};
     std::string workload_path = "examples/sweep.yaml", store_path, cluster;
-    int trials = 2, steps = 2;
+    int trials = 1, steps = 2;
     bool interference = true, quick = false;
     app.add_option("--workload", workload_path, "Workload file");
     app.add_option("--store", store_path, "Profile store (default: a fresh temporary file)");
@@ -126,9 +126,10 @@ int main(int argc, char** argv) {
         fmt::print("# bench_profile: {} on {} ranks\n", workload_path, world->size());
         fmt::print("hardware: {}\n", first.hardware.describe());
         fmt::print("{}", format_profile_summary(first));
-        fmt::print("\n{:<11} {:<26} {:>3} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7}\n",
-                   "shape", "config", "dev", "est s", "trial s", "err", "again s", "repeat",
-                   "est MiB", "peak MiB", "mem err", "comm %");
+        fmt::print(
+            "\n{:<11} {:<26} {:>3} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>7}\n",
+            "shape", "config", "dev", "est s", "trial s", "err", "again s", "repeat", "est MiB",
+            "peak MiB", "mem err", "comm %", "wall s");
         std::vector<double> est_err, raw_err, rep_err, mem_err;
         const auto again_rows = tried(third);
         const double load = first.stats.load_factor;
@@ -149,12 +150,12 @@ int main(int argc, char** argv) {
           }
           fmt::print(
               "{:<11} {:<26} {:>3} {:>8.4f} {:>8.4f} {:>8} {:>8} {:>8} {:>8.2f} {:>8.2f} "
-              "{:>8} {:>6.0f}%\n",
+              "{:>8} {:>6.0f}% {:>7.2f}\n",
               row->model_name, row->config.label(), row->config.degree, row->estimate.step_s,
               m.step_s, pct(e), again_s, rep,
               static_cast<double>(row->estimate.device_bytes) / (1 << 20),
               static_cast<double>(m.peak_device_bytes) / (1 << 20), pct(me),
-              100.0 * m.comm_s / m.step_s);
+              100.0 * m.comm_s / m.step_s, m.wall_s);
         }
         fmt::print("\n{:<58} {:>10} {:>8}\n", "metric", "value", "target");
         fmt::print("{:<58} {:>10} {:>8}\n", "median |error| analytic step time vs trial",

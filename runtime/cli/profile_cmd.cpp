@@ -26,7 +26,7 @@ namespace {
 
 struct ProfileArgs {
   std::string workload, cluster, store, output, device_memory = "0";
-  int trials = 2, trial_steps = 2, warmup_steps = 1;
+  int trials = 1, trial_steps = 2, warmup_steps = 1;
   bool no_trials = false, serial = false, no_ballast = false, refresh = false, recalibrate = false,
        quick_calibration = false, all = false, quiet = false, verbose = false;
 };

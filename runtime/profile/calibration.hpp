@@ -93,14 +93,14 @@ Calibration nominal_calibration();
 
 struct CalibrationOptions {
   int repeats = 3;         // timed windows per measurement (median)
-  double window_s = 0.03;  // each window at least this long (spans scheduler time slices)
+  double window_s = 0.02;  // each window at least this long (spans scheduler time slices)
   bool quick = false;      // fewer shapes and sizes (tests)
 };
 
 // The current speed of this machine, every rank computing at once: the median rate of one
 // fixed GEMM (FLOP/s). Calibration records it; a later run compares, so a node slowed down (or
 // sped up) since calibrating is accounted for (Calibration::load_factor).
-double probe_speed(comm::Communicator& world, double window_s = 0.03);
+double probe_speed(comm::Communicator& world, double window_s = 0.02);
 
 // Collective over `world`: measures everything above. node_of_rank[r] is rank r's node index
 // (as detect_hardware found it); groups never mix nodes except for the inter-node fits.

@@ -517,7 +517,9 @@ ProfileResult profile_workload(const ProfileRequest& request, comm::Communicator
     pre.calibration_s = cal.seconds;
   }
 
-  if (!pre.calibrated && cal.probe_flops_per_s > 0) {
+  // The machine's speed now against the calibration's (also right after calibrating: the load
+  // of a shared node moves in seconds).
+  if (cal.probe_flops_per_s > 0) {
     cal.load_factor = cal.probe_flops_per_s / probe_speed(world, options.calibration.window_s);
     pre.load_factor = cal.load_factor;
   }
@@ -745,7 +747,7 @@ std::string format_profile_summary(const ProfileResult& r) {
       s.trials_reused);
   out += fmt::format("time: calibration {:.2f} s{}, trials {:.2f} s, total {:.2f} s\n",
                      s.calibration_s, s.calibrated ? "" : " (stored)", s.trials_s, s.total_s);
-  if (!s.calibrated && s.load_factor != 1.0)
+  if (std::abs(s.load_factor - 1.0) > 0.005)
     out += fmt::format("load: this node runs {:.2f}x {} than when calibrated (estimates scaled)\n",
                        s.load_factor >= 1 ? s.load_factor : 1.0 / s.load_factor,
                        s.load_factor >= 1 ? "slower" : "faster");

@@ -35,7 +35,7 @@ namespace saturn::profile {
 struct ProfileOptions {
   std::filesystem::path store;  // the profile store (HDF5); empty: nothing read or written
   bool trials = true;           // false: estimates and stored measurements only
-  int trials_per_degree = 2;    // at most this many configurations per (shape, device count)...
+  int trials_per_degree = 1;    // at most this many configurations per (shape, device count)...
   double trial_window = 0.10;   // ...among those within this fraction of the best estimate
   // A device count whose best estimate is this much slower than a smaller count's is not tried
   // (using more devices for longer never helps the makespan).

@@ -190,13 +190,23 @@ Measurement run_one_trial(const TrialRequest& trial, comm::Communicator& group,
 
 namespace {
 
-// Keeps this idle rank computing until `done` completes (the other ranks finished the round).
+// Keeps this rank computing until `done` completes (every rank finished its part of the round).
+// MPI_Test yields the processor when ranks are oversubscribed, so it is called only between
+// bursts of about 20 ms of GEMMs: a rank that tested after every small GEMM would sit idle.
 void ballast_until(comm::Request& done) {
   constexpr int n = 128;
   std::vector<float> a(n * n, 0.5f), w(n * n, 0.25f), out(n * n);
-  while (!done.test())
-    cpu::linear_forward(out.data(), a.data(), w.data(), nullptr, n, n, n,
-                        cpu::WeightLayout::kInOut);
+  const auto t0 = Clock::now();
+  long gemms = 0;
+  do {
+    const auto burst = Clock::now();
+    while (seconds_since(burst) < 0.02) {
+      cpu::linear_forward(out.data(), a.data(), w.data(), nullptr, n, n, n,
+                          cpu::WeightLayout::kInOut);
+      ++gemms;
+    }
+  } while (!done.test());
+  log::debug("ballast: {} GEMMs in {:.2f} s", gemms, seconds_since(t0));
 }
 
 }  // namespace
@@ -229,14 +239,11 @@ std::vector<Measurement> run_trials(const std::vector<TrialRequest>& trials,
         result = nlohmann::json{{"trial", p.trial}, {"m", measurement_to_json(m)}}.dump();
     }
     if (options.ballast) {
-      // A non-blocking allreduce as a barrier that idle ranks can poll between GEMMs.
+      // A non-blocking allreduce as a barrier that ranks poll between bursts of ballast: idle
+      // ranks, and those whose trial ended first, keep computing until the round is over.
       std::int32_t token = 1;
       comm::Request done = world.iallreduce(&token, 1, comm::ReduceOp::kSum);
-      if (group) {
-        done.wait();
-      } else {
-        ballast_until(done);
-      }
+      ballast_until(done);
     }
     for (const auto& text : all_gather_text(world, result)) {
       if (text.empty()) continue;
