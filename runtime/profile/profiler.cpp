@@ -536,7 +536,9 @@ ProfileResult profile_workload(const ProfileRequest& request, comm::Communicator
       run_trials(p.requests(chosen), topology, world, options.trial, &ts);
   p.record(chosen, results);
   p.stats().trial_rounds = ts.rounds;
-  p.stats().trials_s = ts.seconds;
+  double trials_s = ts.seconds;  // rank 0's, like every number of the result
+  world.broadcast(&trials_s, 1, 0);
+  p.stats().trials_s = trials_s;
 
   comm::agree_on(world, [&] {
     if (world.rank() == 0 && !options.store.empty()) p.store().save(options.store);
