@@ -45,4 +45,14 @@ Bounds compute_bounds(const Prepared& prepared, double lp_time_limit_s = 2.0);
 // could not be computed within the time limit.
 double configuration_lp_bound(const Prepared& prepared, double from, double time_limit_s);
 
+// The node-assignment bound solved exactly rather than through dual-feasible functions: in a
+// plan of makespan T every single-node job puts at least its least node-time (devices/node
+// devices x time, over options no longer than T) on one node, and a whole-node job its time on
+// each of its nodes, so these items must pack into the nodes with at most T each. A search
+// decides that packing for trial values of T between `lower` and `upper` (bisection); T is
+// proven a bound only when the search shows no packing exists, so running out of time or
+// search nodes never overstates the bound. Returns the best bound (at least `lower`).
+double packing_search_bound(const Prepared& prepared, double lower, double upper,
+                            double time_limit_s);
+
 }  // namespace saturn::solver

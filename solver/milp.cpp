@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "solver/bounds.hpp"
+#include "solver/heuristic.hpp"
 
 namespace saturn::solver {
 
@@ -85,10 +86,16 @@ int discrete_lower_bound(const Prepared& p, double slot) {
     for (Config& c : job.configs)
       c.time_s = std::max(1.0, std::ceil(c.time_s / slot - 1e-9)) * slot;
   const Prepared q = prepare(rounded);
-  return static_cast<int>(std::ceil(compute_bounds(q).best / slot - 1e-9));
+  return static_cast<int>(std::ceil(compute_bounds(q, 0.0).best / slot - 1e-9));
 }
 
 }  // namespace
+
+double exact_slot(const Prepared& p, const Schedule& warm, int max_slots) {
+  const double g = gcd_of_times(p);
+  if (!(g > 0) || !warm.complete()) return 0.0;
+  return discretise(p, warm, g).makespan <= max_slots ? g : 0.0;
+}
 
 MilpResult solve_milp(const Prepared& p, const Schedule& warm, double lower_bound_s,
                       const MilpOptions& opts) {
@@ -110,38 +117,40 @@ MilpResult solve_milp(const Prepared& p, const Schedule& warm, double lower_boun
     exact = all_multiples(p, slot);
     dw = discretise(p, warm, slot);
   } else {
-    const double g = gcd_of_times(p);
+    const double g = exact_slot(p, warm, opts.max_slots);
     if (g > 0) {
       dw = discretise(p, warm, g);
-      if (dw.makespan <= opts.max_slots) {
-        slot = g;
-        exact = true;
-      }
+      slot = g;
+      exact = true;
     }
     if (!exact) {
       slot = warm.makespan / std::max(4, opts.target_slots);
       dw = discretise(p, warm, slot);
     }
   }
-  // Coarsen until the model is small enough.
+  // Coarsen until the model is small enough, but not below a useful resolution: with fewer
+  // slots than this the rounding, not the search, decides the result.
+  constexpr int kMinSlots = 24;
   for (int round = 0; round < 20; ++round) {
     const long cols = TimeIndexedModel::estimate_columns(p, slot, static_cast<int>(dw.makespan));
     if (cols <= opts.max_columns) break;
-    if (dw.makespan <= 8) break;
-    slot *=
+    const double factor =
         std::max(1.1, std::sqrt(static_cast<double>(cols) / static_cast<double>(opts.max_columns)));
+    if (dw.makespan / factor < kMinSlots) break;
+    slot *= factor;
     exact = all_multiples(p, slot);
     dw = discretise(p, warm, slot);
   }
   const int H = static_cast<int>(dw.makespan);
+  const long cols = TimeIndexedModel::estimate_columns(p, slot, H);
+  if (cols > opts.max_columns) {
+    r.status = fmt::format("skipped: model too large ({} columns at {} slots; limit {})", cols, H,
+                           opts.max_columns);
+    return r;
+  }
   r.slot_s = slot;
   r.exact = exact;
   r.horizon = H;
-  const long cols = TimeIndexedModel::estimate_columns(p, slot, H);
-  if (cols > opts.max_columns) {
-    r.status = fmt::format("skipped: model too large ({} columns at {} slots)", cols, H);
-    return r;
-  }
   const int L = std::min(H, std::max(static_cast<int>(std::ceil(lower_bound_s / slot - 1e-9)),
                                      discrete_lower_bound(p, slot)));
   r.bound_slots = L;
@@ -205,6 +214,46 @@ MilpResult solve_milp(const Prepared& p, const Schedule& warm, double lower_boun
   }
   r.seconds = elapsed();
   return r;
+}
+
+RelaxedBound relaxed_lower_bound(const Prepared& p, double slot, const MilpOptions& opts) {
+  const auto t0 = Clock::now();
+  RelaxedBound out;
+  out.slot_s = slot;
+  if (!(slot > 0)) {
+    out.status = "skipped: no slot";
+    return out;
+  }
+  Problem relaxed;
+  relaxed.cluster = p.cluster();
+  for (size_t j = 0; j < p.num_jobs(); ++j) {
+    bool instant = false;
+    for (const Option& o : p.options[j]) instant = instant || o.time_s < slot;
+    if (instant) continue;  // it could take no slot at all: leave it out
+    Job job = p.problem->jobs[j];
+    for (Config& c : job.configs)
+      c.time_s = std::max(1.0, std::floor(c.time_s / slot + 1e-9)) * slot;
+    relaxed.jobs.push_back(std::move(job));
+  }
+  if (relaxed.jobs.empty()) {
+    out.status = "skipped: every job is shorter than a slot";
+    return out;
+  }
+  const Prepared rp = prepare(relaxed);
+  const Bounds b = compute_bounds(rp, 0.0);
+  HeuristicOptions ho;
+  ho.local_search = false;
+  const HeuristicResult h = heuristic_schedule(rp, b.best, ho);
+  MilpOptions mo = opts;
+  mo.slot_s = slot;
+  mo.time_limit_s =
+      std::max(0.1, opts.time_limit_s - std::chrono::duration<double>(Clock::now() - t0).count());
+  const MilpResult r = solve_milp(rp, h.schedule, b.best, mo);
+  out.status = r.status;
+  if (r.exact && r.status.rfind("skipped", 0) != 0 && r.status.rfind("error", 0) != 0)
+    out.bound_s = std::max(b.best, r.bound_slots * slot);
+  out.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return out;
 }
 
 }  // namespace saturn::solver

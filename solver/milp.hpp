@@ -61,6 +61,24 @@ struct MilpResult {
   double seconds = 0.0;
 };
 
+// A lower bound from the MILP on a relaxation of the instance: every duration rounded *down*
+// to whole slots of `slot` seconds, jobs that could finish within one slot dropped. Any plan of
+// the instance, its starts rounded down to slots, is a plan of the relaxation no longer than
+// the original (in slots), so the relaxation's proven bound times the slot bounds the instance
+// whatever its durations. The slot model of the relaxation is exact. bound_s is 0 when the
+// model is too large or the solver proved nothing beyond the combinatorial bounds.
+struct RelaxedBound {
+  double bound_s = 0.0;
+  double slot_s = 0.0;
+  std::string status;
+  double seconds = 0.0;
+};
+RelaxedBound relaxed_lower_bound(const Prepared& prepared, double slot, const MilpOptions& options);
+
+// The slot that makes the model exact (the greatest common divisor of all durations), when the
+// warm schedule fits within max_slots of it; 0 otherwise.
+double exact_slot(const Prepared& prepared, const Schedule& warm, int max_slots);
+
 // warm: a continuous schedule (the heuristic's); it sets the horizon and the warm start.
 // lower_bound_s: a valid lower bound, turned into the model's lower bound in slots.
 MilpResult solve_milp(const Prepared& prepared, const Schedule& warm, double lower_bound_s,

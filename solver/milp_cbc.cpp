@@ -51,6 +51,12 @@ MipResult solve_with_cbc(const LinearModel& m, const MipParams& params) {
   // The objective is integral: a gap below one unit is optimality.
   Cbc_setAllowableGap(model, 1.0 - 1e-6);
   Cbc_setParameter(model, "threads", "1");
+  // Wall-clock, not CPU, seconds: on a busy machine CPU time lags and the limit would overrun.
+  Cbc_setParameter(model, "timeMode", "elapsed");
+  // CBC 2.10's preprocessing crashes in CglPreProcess::postProcess on some of these models
+  // (seen when the time limit ends a search on a preprocessed model); the models are small and
+  // already tight, so it is off.
+  Cbc_setParameter(model, "preprocess", "off");
   if (params.warm) {
     std::vector<int> idx(static_cast<size_t>(nc));
     std::iota(idx.begin(), idx.end(), 0);

@@ -16,6 +16,7 @@ namespace saturn::solver {
 namespace {
 
 struct Callback {
+  std::chrono::steady_clock::time_point deadline;
   const std::vector<double>* warm = nullptr;
   bool warm_given = false;
   double bound = -std::numeric_limits<double>::infinity();
@@ -34,6 +35,12 @@ void on_event(glp_tree* tree, void* info) {
   if (best != 0) {
     const double b = glp_ios_node_bound(tree, best);
     if (std::isfinite(b) && std::fabs(b) < 1e300) cb->bound = std::max(cb->bound, b);
+  }
+  // GLPK checks its own time limit only between subproblems; check the wall clock at every
+  // callback too.
+  if (std::chrono::steady_clock::now() > cb->deadline) {
+    glp_ios_terminate(tree);
+    return;
   }
   // The objective is integral: an incumbent within one unit of the bound is optimal.
   glp_prob* prob = glp_ios_get_prob(tree);
@@ -103,6 +110,7 @@ MipResult solve_with_glpk(const LinearModel& m, const MipParams& params) {
     return out;
   }
   Callback cb;
+  cb.deadline = t0 + std::chrono::microseconds(static_cast<long long>(params.time_limit_s * 1e6));
   cb.warm = params.warm;
   cb.bound = glp_get_obj_val(lp);
   glp_iocp iocp;
@@ -114,7 +122,7 @@ MipResult solve_with_glpk(const LinearModel& m, const MipParams& params) {
   iocp.mir_cuts = GLP_ON;
   iocp.cov_cuts = GLP_ON;
   iocp.clq_cuts = GLP_ON;
-  iocp.br_tech = GLP_BR_PCH;
+  iocp.br_tech = GLP_BR_DTH;
   iocp.bt_tech = GLP_BT_BLB;
   const double left = params.time_limit_s - elapsed();
   iocp.tm_lim = static_cast<int>(std::max(1.0, left * 1000.0));
@@ -128,14 +136,13 @@ MipResult solve_with_glpk(const LinearModel& m, const MipParams& params) {
         (rc == 0 && st == GLP_OPT) || std::ceil(cb.bound - 1e-6) >= out.objective - 1e-6;
     out.status = proven ? MipResult::Status::optimal : MipResult::Status::feasible;
     out.bound = proven ? out.objective : std::ceil(cb.bound - 1e-6);
-    out.detail = rc == GLP_ETMLIM  ? "time limit"
-                 : rc == GLP_ESTOP ? "stopped at proven optimum"
-                                   : "";
+    out.detail = proven ? "" : "time limit";
   } else {
     out.status = MipResult::Status::no_solution;
     out.bound = std::ceil(cb.bound - 1e-6);
-    out.detail =
-        rc == GLP_ETMLIM ? "time limit reached without an integer solution" : "no integer solution";
+    out.detail = rc == GLP_ETMLIM || rc == GLP_ESTOP
+                     ? "time limit reached without an integer solution"
+                     : "no integer solution";
   }
   out.seconds = elapsed();
   glp_delete_prob(lp);

@@ -33,7 +33,7 @@ Plan solve(const Problem& problem, const SolveOptions& options, SolveReport* rep
   // the share comes back after the MILP.
   const double share = std::max(0.0, options.time_limit_s * options.heuristic_share);
   ho.time_limit_s = std::min(share, 0.5 + 0.01 * static_cast<double>(problem.jobs.size()));
-  ho.stop_at = lower;
+  ho.stop_at = lower * (1 + std::max(1e-9, options.gap_tolerance));
   HeuristicResult h = heuristic_schedule(prepared, lower, ho);
   rep.heuristic_makespan_s = h.schedule.makespan;
   rep.heuristic_method = h.method;
@@ -41,17 +41,28 @@ Plan solve(const Problem& problem, const SolveOptions& options, SolveReport* rep
 
   Schedule best = h.schedule;
   std::string method = h.method;
+  // With a plan in hand, the exact node-packing bound can search between the bounds.
+  if (best.makespan > lower * (1 + std::max(1e-9, options.gap_tolerance))) {
+    lower = std::max(lower, packing_search_bound(prepared, lower, best.makespan,
+                                                 std::min(1.0, 0.1 * options.time_limit_s)));
+    rep.packing_bound_s = lower;
+  }
   bool milp_solution = false;
-  const auto proven = [&](double makespan) { return makespan <= lower * (1 + 1e-9); };
+  const auto proven = [&](double makespan) {
+    return makespan <= lower * (1 + std::max(1e-9, options.gap_tolerance));
+  };
   if (options.use_milp && !proven(best.makespan)) {
     // Rounds of the MILP at finer and finer slots, each warm-started from the best plan so
     // far, while a round proves its (discretised) optimum with time to spare.
     MilpOptions mo = options.milp;
     mo.backend = options.backend;
+    const bool exact = mo.slot_s > 0 || exact_slot(prepared, best, mo.max_slots) > 0;
     for (int round = 0; round < 6 && !proven(best.makespan); ++round) {
       const double left = options.time_limit_s - elapsed();
       if (left < 0.2) break;
-      mo.time_limit_s = 0.7 * left;
+      // An exact slot model can prove the optimum: give it most of the time. Otherwise keep
+      // time for the bound round below and for local search, which improves plans faster.
+      mo.time_limit_s = (exact ? 0.9 : round == 0 ? 0.25 : 0.4) * left;
       MilpResult r = solve_milp(prepared, best, lower, mo);
       const bool ran = r.status.rfind("skipped", 0) != 0 && r.status.rfind("error", 0) != 0;
       if (round == 0 || ran) {
@@ -70,8 +81,30 @@ Plan solve(const Problem& problem, const SolveOptions& options, SolveReport* rep
       // A bound proven for the discretised model is a bound for the instance only when every
       // duration is a whole number of slots.
       if (r.exact) lower = std::max(lower, r.bound_slots * r.slot_s);
-      if (r.status != "optimal" || r.exact || options.milp.slot_s > 0) break;
+      // Refine only after a quick proof: GLPK's time limit is checked between subproblems, so
+      // a bigger model can overrun it by the length of one LP.
+      if (r.status != "optimal" || r.exact || options.milp.slot_s > 0 ||
+          r.seconds > 0.25 * mo.time_limit_s)
+        break;
       mo.target_slots = static_cast<int>(mo.target_slots * 1.6);
+      mo.max_columns = options.milp.max_columns / 2;
+    }
+    // When the slots are not exact, the MILP proves a bound for the instance only through a
+    // relaxation: durations rounded down. Try it at a fine slot that keeps the model small.
+    const double left = options.time_limit_s - elapsed();
+    if (rep.milp_ran && !rep.milp.exact && !proven(best.makespan) && left > 0.3) {
+      MilpOptions bo = options.milp;
+      bo.backend = options.backend;
+      bo.time_limit_s = 0.5 * left;
+      for (const int slots : {2 * bo.target_slots, 3 * bo.target_slots / 2, bo.target_slots}) {
+        const double slot = best.makespan / slots;
+        if (TimeIndexedModel::estimate_columns(prepared, slot, slots + 1, Rounding::down) >
+            bo.max_columns)
+          continue;
+        rep.relaxed = relaxed_lower_bound(prepared, slot, bo);
+        lower = std::max(lower, rep.relaxed.bound_s);
+        break;
+      }
     }
   }
   // Time left goes to more local search from the best plan.
@@ -81,7 +114,7 @@ Plan solve(const Problem& problem, const SolveOptions& options, SolveReport* rep
     HeuristicOptions more = ho;
     more.time_limit_s = left;
     more.seed = options.seed + 1;
-    more.stop_at = lower;
+    more.stop_at = lower * (1 + std::max(1e-9, options.gap_tolerance));
     HeuristicResult start;
     start.schedule = best;
     start.method = method;
@@ -103,7 +136,8 @@ Plan solve(const Problem& problem, const SolveOptions& options, SolveReport* rep
   info.backend = rep.milp_ran ? to_string(options.backend) : "none";
   info.method = method;
   info.gap = plan.makespan_s > 0 ? (plan.makespan_s - plan.lower_bound_s) / plan.makespan_s : 0.0;
-  if (info.gap < 1e-9) info.gap = 0.0;
+  // Bounds found by bisection stop a hair below the makespan they prove optimal.
+  if (info.gap < 1e-7) info.gap = 0.0;
   if (info.gap == 0.0)
     info.status = SolveStatus::optimal;
   else if (milp_solution)

@@ -18,6 +18,9 @@ struct SolveOptions {
   // the MILP leaves unused goes back to local search.
   double heuristic_share = 0.25;
   MilpOptions milp;  // slot and size settings (its time limit is set by solve)
+  // Stop searching once the plan is within this fraction of the lower bound (the status is
+  // "optimal" only for a zero gap).
+  double gap_tolerance = 1e-4;
   unsigned seed = 1;
 };
 
@@ -31,6 +34,8 @@ struct SolveReport {
   MilpResult milp;  // the last MILP round that ran (or why none did)
   bool milp_ran = false;
   int milp_rounds = 0;
+  RelaxedBound relaxed;          // the MILP bound round on durations rounded down, if it ran
+  double packing_bound_s = 0.0;  // after the node-packing search, if it ran
 };
 
 // Throws SolverError on a bad instance (see check_problem). The plan passes check_plan.

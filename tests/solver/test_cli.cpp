@@ -101,9 +101,9 @@ TEST_F(PlanCli, BadInputIsExitCodeTwoWithAClearMessage) {
       fmt::format("{} plan --instance {} --cluster 1x4", saturn_, (dir_ / "inst.json").string()));
   EXPECT_EQ(r.rc, 2);
   EXPECT_NE(r.out.find("job 'gptj' has no configuration that fits"), std::string::npos) << r.out;
-  r = execute(fmt::format("{} plan workload.yaml --cluster 2x8", saturn_));
+  r = execute(fmt::format("{} plan {} --cluster 2x8", saturn_, (dir_ / "no-such.yaml").string()));
   EXPECT_EQ(r.rc, 2);
-  EXPECT_NE(r.out.find("needs each job's candidate configurations"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("no-such.yaml"), std::string::npos) << r.out;
   r = execute(fmt::format("{} plan --instance {}", saturn_, (dir_ / "missing.json").string()));
   EXPECT_EQ(r.rc, 2);
   EXPECT_NE(r.out.find("cannot open"), std::string::npos) << r.out;

@@ -47,7 +47,7 @@ void check_instance(const Problem& p, Backend backend, const std::string& label,
   SCOPED_TRACE(label);
   const Prepared pr = prepare(p);
   const Bounds b = compute_bounds(pr);
-  const HeuristicResult h = heuristic_schedule(pr, b.best, HeuristicOptions{0.05, 1, true, 0, 0.0});
+  const HeuristicResult h = heuristic_schedule(pr, b.best, HeuristicOptions{0.0, 1, false, 0, 0.0});
   const Prepared all = prepare(p, /*pareto=*/false);
   BruteForce bf(all);
   const double opt = bf.solve(h.schedule.makespan);
@@ -80,7 +80,9 @@ void check_instance(const Problem& p, Backend backend, const std::string& label,
   const Plan plan = solve(p, so, &rep);
   EXPECT_TRUE(validate_plan(p, plan).empty());
   EXPECT_NEAR(plan.makespan_s, opt, 1e-6 * opt);
-  EXPECT_EQ(plan.solver.status, SolveStatus::optimal);
+  EXPECT_EQ(plan.solver.status, SolveStatus::optimal)
+      << "milp: " << rep.milp.status << ", rounds " << rep.milp_rounds << ", bound "
+      << plan.lower_bound_s << " vs " << opt;
   EXPECT_NEAR(plan.lower_bound_s, opt, 1e-6 * opt);
   EXPECT_LE(plan.lower_bound_s, plan.makespan_s);
   EXPECT_LE(plan.makespan_s, rep.heuristic_makespan_s * (1 + 1e-12));
