@@ -7,6 +7,7 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "runtime/comm/agree.hpp"
 #include "runtime/core/error.hpp"
@@ -347,7 +348,7 @@ class Profiler {
 
   double step_of(const Candidate& c) const {
     if (c.measured) return c.measured->step_s;
-    return c.est.step_s * correction_for(c.config.strategy);
+    return c.est.step_s * correction_for(c);
   }
 
   std::size_t memory_of(const Candidate& c) const {
@@ -370,8 +371,10 @@ class Profiler {
     return true;
   }
 
-  // Median measured/estimated step ratio per strategy on this hardware (over the whole store),
-  // applied to configurations that were not tried; all strategies together as the fallback.
+  // Corrections for configurations that were not tried: the median measured/estimated step
+  // ratio of the tried ones of the same shape and device count (they ran the same work, on the
+  // same ranks, under the same load), else of the same strategy on this hardware (whole
+  // store), else of everything measured on it.
   void corrections() {
     std::map<std::string, std::vector<double>> ratios;
     std::vector<double> all;
@@ -387,10 +390,21 @@ class Profiler {
       const auto it = ratios.find(name);
       correction_[name] = it == ratios.end() ? overall : median(it->second);
     }
+    std::map<std::tuple<std::size_t, int, int>, std::vector<double>> local;
+    for (const auto& c : cands_)
+      if (c.measured && c.measured->feasible && c.est.feasible && c.est.step_s > 0)
+        local[group_of(c)].push_back(c.measured->step_s / c.est.step_s);
+    for (const auto& [g, r] : local) group_correction_[g] = median(r);
   }
 
-  double correction_for(const std::string& strategy) const {
-    const auto it = correction_.find(strategy);
+  static std::tuple<std::size_t, int, int> group_of(const Candidate& c) {
+    return {c.shape, c.config.degree, c.config.nodes};
+  }
+
+  double correction_for(const Candidate& c) const {
+    if (const auto it = group_correction_.find(group_of(c)); it != group_correction_.end())
+      return it->second;
+    const auto it = correction_.find(c.config.strategy);
     return it == correction_.end() ? 1.0 : it->second;
   }
 
@@ -412,7 +426,7 @@ class Profiler {
                                         : 0.0;
       d.source = "trial";
     } else {
-      d.correction = correction_for(c.config.strategy);
+      d.correction = correction_for(c);
       d.step_s = c.est.step_s * d.correction;
       d.eval_s = c.est.eval_s * d.correction;
       d.source = "estimate";
@@ -445,6 +459,7 @@ class Profiler {
   std::vector<Shape> shapes_;
   std::vector<Candidate> cands_;
   std::map<std::string, double> correction_;
+  std::map<std::tuple<std::size_t, int, int>, double> group_correction_;
   ProfileStats stats_;
 };
 

@@ -13,6 +13,7 @@
 #include "runtime/comm/mpi_communicator.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/profile/profiler.hpp"
+#include "runtime/profile/util.hpp"
 #include "runtime/workload/workload.hpp"
 
 namespace fs = std::filesystem;
@@ -25,9 +26,9 @@ namespace {
 constexpr const char* kWorkload = R"(
 name: profile-test
 data: {train: data/train.bin, val: data/val.bin}
-defaults: {seq_len: 16, steps: 20, eval_every: 10, eval_batches: 1}
+defaults: {seq_len: 32, steps: 20, eval_every: 10, eval_batches: 1}
 models:
-  tiny: {arch: gpt2, n_layer: 2, n_head: 2, d_model: 32}
+  tiny: {arch: gpt2, n_layer: 2, n_head: 2, d_model: 64}
 jobs:
   - sweep: {model: [tiny], lr: [1e-3, 3e-3], batch_size: [8]}
 strategies: [ddp, fsdp, pipeline, tensor]
@@ -93,21 +94,25 @@ TEST_F(Profiler, TriesOnceReusesTheStoreAndSharesProfilesAcrossLearningRates) {
   ASSERT_EQ(first.jobs.size(), 2u);
   EXPECT_EQ(times(first, 0), times(first, 1));  // same steps, same profile
   std::map<int, int> tried_per_degree;
+  std::vector<double> ratios;
   for (const auto& row : first.rows) {
     EXPECT_EQ(row.jobs.size(), 2u);
     if (!row.tried_now) continue;
     EXPECT_TRUE(row.estimate.feasible) << row.config.label() << ": infeasible ones are not tried";
     ++tried_per_degree[row.config.degree];
     ASSERT_TRUE(row.measured && row.measured->feasible) << row.config.label();
-    // Sanity of the estimates: the memory model mirrors the allocations; the time model is
-    // at least of the right order on any machine.
+    // The memory model mirrors the allocations.
     const double peak = static_cast<double>(row.measured->peak_device_bytes);
     EXPECT_NEAR(static_cast<double>(row.estimate.device_bytes), peak, 0.15 * peak)
         << row.config.label();
     EXPECT_GT(row.measured->step_s, 0);
-    EXPECT_LT(row.estimate.step_s, 20 * row.measured->step_s) << row.config.label();
-    EXPECT_GT(row.estimate.step_s, row.measured->step_s / 20) << row.config.label();
+    ratios.push_back(row.estimate.step_s / row.measured->step_s);
   }
+  // The time model is of the right order on any machine (the median over the trials: one
+  // trial of a few steps can lose a whole scheduler slice on a loaded node).
+  ASSERT_FALSE(ratios.empty());
+  EXPECT_GT(median(ratios), 0.1);
+  EXPECT_LT(median(ratios), 10.0);
   for (const auto& [degree, n] : tried_per_degree)
     EXPECT_LE(n, opt.trials_per_degree) << "degree " << degree;
   // Every rank returns the same result.
