@@ -58,6 +58,13 @@ class Packing {
               [&](size_t a, size_t b) { return items_[a].least > items_[b].least; });
     remaining_ = 0;
     for (const Item& it : items_) remaining_ += it.least;
+    // Only the big items are placed; the small ones count by their total node-time against
+    // the total slack (a relaxation, so a refutation stays valid). Keeps many-job searches
+    // short without losing what makes packings infeasible: the big jobs.
+    depth_limit_ = 0;
+    while (depth_limit_ < order_.size() && depth_limit_ < 24 &&
+           items_[order_[depth_limit_]].least >= 0.05 * T)
+      ++depth_limit_;
   }
 
   // 1: a packing exists; 0: none exists; -1: undecided (limits).
@@ -86,7 +93,11 @@ class Packing {
   }
 
   int search(size_t depth) {
-    if (depth == order_.size()) return 1;
+    if (depth == depth_limit_) {
+      double slack = 0;
+      for (double l : load_) slack += std::max(0.0, T_ - l);
+      return remaining_ <= slack * (1 + 1e-12) ? 1 : 0;
+    }
     if (out_of_budget()) {
       aborted_ = true;
       return 0;
@@ -154,6 +165,7 @@ class Packing {
   std::vector<int> type_;
   std::vector<Item> items_;
   std::vector<size_t> order_;
+  size_t depth_limit_ = 0;
   double remaining_ = 0;
 };
 

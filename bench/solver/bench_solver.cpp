@@ -137,8 +137,9 @@ int main(int argc, char** argv) {
       }
     }
     std::printf(
-        "\nbound: the best of the longest job, area, packing, node-assignment and "
-        "configuration-LP bounds, and the MILP's bound when its slots are exact.\n");
+        "\nbound: the best of the combinatorial bounds (longest job, area, packing, node "
+        "assignment, configuration LP), the node-packing search, and MILP bounds (exact slots, "
+        "or durations rounded down).\n");
     std::printf(
         "status optimal: makespan equals the bound. MILP rounds run only while the model "
         "has at most %ld columns.\n\n",
