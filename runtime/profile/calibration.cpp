@@ -121,6 +121,18 @@ double Calibration::comm_seconds(CollOp op, int group, bool inter_node, double c
   return calls * a + bytes * b;
 }
 
+double Calibration::sync_seconds(int group, bool inter_node, double points) const {
+  if (group <= 1 || points <= 0) return 0;
+  const auto it = links.find(coll_op_name(CollOp::kAllreduce));
+  if (it == links.end()) return 0;
+  const LinkFit* best = nullptr;
+  for (const auto& l : it->second)
+    if (l.inter_node == (inter_node && has_inter_node()) &&
+        (!best || std::abs(l.group - group) < std::abs(best->group - group)))
+      best = &l;
+  return best ? points * best->sync_s : 0.0;
+}
+
 // ---- serialisation ----------------------------------------------------------------------------
 
 nlohmann::json Calibration::to_json() const {
@@ -134,7 +146,8 @@ nlohmann::json Calibration::to_json() const {
                      {"inter_node", f.inter_node},
                      {"alpha_s", f.alpha_s},
                      {"beta_s_per_byte", f.beta_s_per_byte},
-                     {"fit_error", f.fit_error}});
+                     {"fit_error", f.fit_error},
+                     {"sync_s", f.sync_s}});
     l[op] = arr;
   }
   return {{"hardware_id", hardware_id},
@@ -169,9 +182,10 @@ Calibration Calibration::from_json(const nlohmann::json& j) {
     c.probe_flops_per_s = j.value("probe_flops_per_s", 0.0);
     for (const auto& [op, arr] : j.at("links").items())
       for (const auto& f : arr)
-        c.links[op].push_back(LinkFit{
-            f.at("group").get<int>(), f.at("inter_node").get<bool>(), f.at("alpha_s").get<double>(),
-            f.at("beta_s_per_byte").get<double>(), f.at("fit_error").get<double>()});
+        c.links[op].push_back(LinkFit{f.at("group").get<int>(), f.at("inter_node").get<bool>(),
+                                      f.at("alpha_s").get<double>(),
+                                      f.at("beta_s_per_byte").get<double>(),
+                                      f.at("fit_error").get<double>(), f.value("sync_s", 0.0)});
   } catch (const nlohmann::json::exception& e) {
     throw InputError(fmt::format("calibration record: {}", e.what()));
   }
@@ -617,6 +631,32 @@ void measure_links(comm::Communicator& world, Calibration& cal, int color, int g
     }
     cal.links[coll_op_name(op)].push_back(fit_link(xs, ts, group, inter));
   }
+  // Synchronisation: in a training step ranks reach a collective at different times (their
+  // compute jitters, and on an oversubscribed node a partner may be descheduled), and the
+  // early ones wait. Measured as the mean time inside a tiny allreduce that follows a few
+  // milliseconds of compute, minus its latency.
+  double sync = -1;
+  if (g) {
+    Gemm work(256, 128, 128);
+    float x = 1.0f;
+    work();
+    g->allreduce(&x, 1, comm::ReduceOp::kSum);
+    const int calls = o.quick ? 4 : 12;
+    double inside = 0;
+    g->barrier();
+    for (int c = 0; c < calls; ++c) {
+      work();
+      const auto t0 = Clock::now();
+      g->allreduce(&x, 1, comm::ReduceOp::kSum);
+      inside += seconds_since(t0);
+    }
+    sync = inside / calls;
+    g->allreduce(&sync, 1, comm::ReduceOp::kSum);
+    sync /= g->size();
+  }
+  const double waited = world_median(world, sync);
+  const double alpha = cal.links[coll_op_name(CollOp::kAllreduce)].back().alpha_s;
+  cal.links[coll_op_name(CollOp::kAllreduce)].back().sync_s = std::max(waited - alpha, 0.0);
 }
 
 }  // namespace

@@ -34,6 +34,9 @@ struct LinkFit {
   double alpha_s = 0;
   double beta_s_per_byte = 0;
   double fit_error = 0;  // median relative error of the fit over the measured sizes
+  // allreduce fits only: extra wait per synchronisation point in a step (ranks arriving at
+  // different times), beyond alpha.
+  double sync_s = 0;
 };
 
 // Collectives the cost model knows (CommStats byte conventions: allreduce and reduce-scatter
@@ -81,6 +84,9 @@ struct Calibration {
   // Seconds of `calls` calls of `op` on a group of `group` ranks moving `bytes` in all: the
   // nearest measured group size, scaled to `group` as a ring algorithm scales.
   double comm_seconds(CollOp op, int group, bool inter_node, double calls, double bytes) const;
+  // Seconds ranks of a group of `group` wait for each other at `points` synchronisation points
+  // of a step (LinkFit::sync_s of the nearest measured group size).
+  double sync_seconds(int group, bool inter_node, double points) const;
   bool has_inter_node() const;
 
   nlohmann::json to_json() const;

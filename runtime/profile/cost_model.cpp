@@ -109,12 +109,14 @@ CostEstimate estimate_cost(const ModelConfig& model, const TrainConfig& train,
     if (tp > 1) {
       const double calls = (4.0 + (k.recompute ? 2.0 : 0.0)) * L * m;
       tp_bytes = calls * micro * T * model.d_model * sizeof(float);
-      c.comm_s += cal.comm_seconds(CollOp::kAllreduce, tp, false, calls, tp_bytes);
+      c.comm_s += cal.comm_seconds(CollOp::kAllreduce, tp, false, calls, tp_bytes) +
+                  cal.sync_seconds(tp, false, calls);
     }
     const double dp_bytes = std::max(bytes - tp_bytes, 0.0);
     const double calls =
         k.bucket_bytes > 0 ? std::ceil(dp_bytes / static_cast<double>(k.bucket_bytes)) : groups;
-    c.comm_s += overlapped * cal.comm_seconds(CollOp::kAllreduce, dp, inter, calls, dp_bytes);
+    c.comm_s += overlapped * cal.comm_seconds(CollOp::kAllreduce, dp, inter, calls, dp_bytes) +
+                cal.sync_seconds(dp, inter, 1);  // replicas meet once, at the last bucket
   } else if (name == "fsdp") {
     const int n = config.degree;
     const double tied = model.arch == Arch::kGpt2 ? 1 : 0;
@@ -127,12 +129,14 @@ CostEstimate estimate_cost(const ModelConfig& model, const TrainConfig& train,
                                                   m * (2 * groups - 1 + tied), ag_bytes);
     c.comm_s += overlapped *
                 cal.comm_seconds(CollOp::kReduceScatter, n, inter, m * (groups + tied), rs_bytes);
+    c.comm_s += cal.sync_seconds(n, inter, m * (2 * groups - 1));  // every gather is waited for
   } else if (name == "pipeline" || name == "ddp+pipeline") {
     const double nc = static_cast<double>(micro) * T * model.d_model * sizeof(float);
     const double links = pp > 2 ? 2 : (pp > 1 ? 1 : 0);
     const double p2p_calls = m * 2 * links;
     const double p2p_bytes = std::min(p2p_calls * nc, bytes);
-    c.comm_s += cal.comm_seconds(CollOp::kSendRecv, 2, inter, p2p_calls, p2p_bytes);
+    c.comm_s += cal.comm_seconds(CollOp::kSendRecv, 2, inter, p2p_calls, p2p_bytes) +
+                cal.sync_seconds(2, inter, p2p_calls);
     const double rest = bytes - p2p_bytes;
     if (rest > 0) {
       const double calls = (model.arch == Arch::kGpt2 ? 1.0 : 0.0) +
@@ -142,7 +146,8 @@ CostEstimate estimate_cost(const ModelConfig& model, const TrainConfig& train,
     }
   } else if (name == "offload") {
     c.comm_s +=
-        overlapped * cal.comm_seconds(CollOp::kAllreduce, config.degree, inter, groups, bytes);
+        overlapped * cal.comm_seconds(CollOp::kAllreduce, config.degree, inter, groups, bytes) +
+        cal.sync_seconds(config.degree, inter, 1);
   } else {
     throw InputError(fmt::format("cost model: no communication pattern for strategy '{}'", name));
   }

@@ -14,7 +14,9 @@
 //   bubble    = compute × (p − 1)/m for a pipeline of p stages and m micro-batches (the idle
 //               share (p − 1)/(m + p − 1) of the step);
 //   comm      = Σ over the strategy's collectives of calls·α + bytes·β (calibrated per
-//               collective and group size), × (1 − overlap) for reductions a strategy overlaps;
+//               collective and group size), × (1 − overlap) for reductions a strategy overlaps,
+//               + the calibrated wait per synchronisation point (ranks arriving at different
+//               times) × the points a step has;
 //   transfers = host<->device bytes / copy bandwidth (offload);
 //   optimizer = AdamW + clipping + zeroing per local parameter.
 #pragma once
