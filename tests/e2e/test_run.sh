@@ -36,7 +36,7 @@ models:
   small: {arch: gpt2, n_layer: 2, n_head: 2, d_model: 32}
   wide: {arch: llama, n_layer: 4, n_head: 4, d_model: 128, d_ff: 256}
 jobs:
-  - sweep: {model: [small, wide], lr: [3e-3, 1e-2], batch_size: [8, 16]}
+  - sweep: {model: [small, wide], lr: [1e-3, 3e-3], batch_size: [8, 16]}
 solver: {time_limit: 3, introspection: {interval: 5, threshold: 0.05}}
 YAML
 
@@ -131,7 +131,7 @@ then ok "resumed run's final weights equal the uninterrupted run's"
 else bad "final weights after resume"; fi
 
 # 3. A job that diverges fails alone.
-sed 's/lr: \[3e-3, 1e-2\]/lr: [3e-3, 1e4]/' "$work/sweep.yaml" > "$work/diverge.yaml"
+sed 's/lr: \[1e-3, 3e-3\]/lr: [1e-3, 1e4]/' "$work/sweep.yaml" > "$work/diverge.yaml"
 run "$work/diverge.yaml" --np 4 --run-dir "$work/div" > "$work/div.log" 2>&1; rc=$?
 if $py - "$work/div" <<'PY'
 import json, os, sys
