@@ -159,7 +159,11 @@ TEST_F(Profiler, TrialOutOfMemoryMarksOnlyThatConfiguration) {
   ProfileRequest req;
   req.workload = &w;
   ProfileOptions opt = quick_options(store_path(*world_, "oom"));
-  opt.trials_per_degree = 2;
+  // Try every configuration: which ones pruning keeps depends on timings, and this test needs
+  // both a replica that does not fit and a sharded one that does to be tried, on any load.
+  opt.trials_per_degree = 1000;
+  opt.trial_window = 1e9;
+  opt.dominance_margin = 1e9;
   // A device smaller than one whole replica but larger than a sharded one: ddp on one rank
   // must fail, fsdp over every rank must fit. The estimate does not know the limit (the
   // cluster states no memory), so both are tried for real.
