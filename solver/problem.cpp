@@ -273,6 +273,36 @@ void check_problem(const Problem& problem) {
       throw SolverError(fmt::format("job '{}' has no configuration that fits the cluster {}:{}",
                                     job.id, format_cluster(cluster), reasons));
   }
+  // A pinned configuration says the job is running on those devices now. Two jobs cannot both
+  // be running on one device (nor beside a job that holds whole nodes): such an instance
+  // describes a state that cannot exist, and no plan could keep both running from time 0.
+  const int total = cluster.total_devices();
+  std::vector<int> holder(static_cast<size_t>(total), -1);
+  for (size_t j = 0; j < problem.jobs.size(); ++j) {
+    std::set<int> held;
+    for (const Config& config : problem.jobs[j].configs) {
+      if (!config.pinned() || !infeasibility_reason(cluster, config).empty()) continue;
+      if (config.nodes > 1) {
+        for (int n : eligible_nodes(cluster, config))
+          for (int d = cluster.first_device(n);
+               d < cluster.first_device(n) + cluster.nodes[static_cast<size_t>(n)].devices; ++d)
+            held.insert(d);
+      } else {
+        held.insert(config.pinned_devices.begin(), config.pinned_devices.end());
+      }
+    }
+    for (int d : held) {
+      int& h = holder[static_cast<size_t>(d)];
+      if (h >= 0)
+        throw SolverError(fmt::format(
+            "jobs '{}' and '{}' are both kept running on device {} (node {}): a pinned "
+            "configuration must give the devices the job runs on now, and no two running jobs "
+            "share a device",
+            problem.jobs[static_cast<size_t>(h)].id, problem.jobs[j].id, d,
+            cluster.nodes[static_cast<size_t>(cluster.node_of_device(d))].name));
+      h = static_cast<int>(j);
+    }
+  }
 }
 
 }  // namespace saturn::solver

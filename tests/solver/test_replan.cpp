@@ -172,3 +172,98 @@ TEST(Simulator, ReplanningRunsUnderError) {
   for (size_t j = 0; j < p.jobs.size(); ++j)
     EXPECT_EQ(x.jobs[j].configs[0].time_s, y.jobs[j].configs[0].time_s);
 }
+
+namespace {
+
+// A re-plan instance as the executor builds it (runtime/exec/coordinator.cpp): running jobs
+// keep their devices (pinned, measured remaining time) or restart anywhere at a cost; pending
+// jobs take any configuration.
+Problem running_and_pending(bool restarts) {
+  Problem p;
+  p.cluster = parse_cluster_spec("2x4");
+  auto running = [&](const std::string& id, long long steps_left, Config keep,
+                     std::vector<int> devices) {
+    Job j{id, {}, steps_left};
+    keep.pinned_devices = std::move(devices);
+    j.configs.push_back(keep);
+    if (restarts)
+      for (int g : {1, 2, 4}) j.configs.push_back(cfg("fsdp", g, 1, 3600.0 / g + 120.0));
+    p.jobs.push_back(j);
+  };
+  running("a", 300, cfg("fsdp", 4, 1, 900.0), {0, 1, 2, 3});
+  running("b", 100, cfg("ddp", 2, 1, 250.0), {5, 6});
+  running("c", 500, cfg("fsdp", 1, 1, 1700.0), {7});
+  for (int i = 0; i < 4; ++i) {
+    Job j{fmt::format("p{}", i), {}, 1000};
+    for (int g : {1, 2, 4}) j.configs.push_back(cfg("fsdp", g, 1, (2000.0 + 300 * i) / g + 50));
+    j.configs.push_back(cfg("fsdp", 8, 2, (2000.0 + 300 * i) / 6));
+    p.jobs.push_back(j);
+  }
+  return p;
+}
+
+}  // namespace
+
+TEST(Replan, PinnedJobsContinueAtTimeZeroUnderEveryMethod) {
+  for (bool restarts : {false, true}) {
+    const Problem p = running_and_pending(restarts);
+    std::vector<SolveOptions> methods(2, quick());
+    methods[1].use_milp = true;
+    methods[1].time_limit_s = 1;
+    if (backend_available(Backend::cbc)) {
+      methods.push_back(methods[1]);
+      methods.back().backend = Backend::cbc;
+    }
+    for (const SolveOptions& o : methods) {
+      const Plan plan = solve(p, o);
+      EXPECT_TRUE(validate_plan(p, plan).empty());
+      for (size_t j = 0; j < 3; ++j) {
+        const ScheduledJob& sj = plan.jobs[j];
+        if (p.jobs[j].configs[static_cast<size_t>(sj.config)].pinned()) {
+          EXPECT_EQ(sj.start_s, 0.0) << p.jobs[j].id;
+        } else {
+          EXPECT_TRUE(restarts) << p.jobs[j].id << " left its devices without a restart option";
+        }
+      }
+    }
+  }
+}
+
+// The executor once pinned a job it was stopping (to move it) to the devices of its *next*
+// placement, which another running job still held. Two jobs kept running on one device cannot
+// both start at time 0, and the solver returned a plan the validator rejected ("kept running
+// but does not continue at time 0"). Such an instance is now a clear input error.
+TEST(Replan, TwoJobsKeptRunningOnOneDeviceIsABadInstance) {
+  for (bool restarts : {false, true}) {
+    Problem p = running_and_pending(restarts);
+    Job moving{"m", {}, 200};
+    Config next = cfg("fsdp", 2, 1, 600.0);
+    next.pinned_devices = {2, 3};  // 'a' runs there
+    moving.configs.push_back(next);
+    p.jobs.push_back(moving);
+    try {
+      solve(p, quick());
+      ADD_FAILURE() << "conflicting pins were accepted";
+    } catch (const SolverError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("'a' and 'm' are both kept running on device 2"), std::string::npos)
+          << what;
+    }
+  }
+  // Whole-node pins hold every device of their nodes.
+  Problem p = running_and_pending(false);
+  p.jobs.erase(p.jobs.begin());  // node 0 is free without 'a'
+  Job wide{"w", {}, 200};
+  Config whole = cfg("fsdp", 2, 2, 600.0);
+  whole.pinned_devices = {0, 4};  // device 4 is free, but 'w' holds all of node 1
+  wide.configs.push_back(whole);
+  p.jobs.insert(p.jobs.begin(), wide);
+  try {
+    solve(p, quick());
+    ADD_FAILURE() << "a whole-node pin beside other running jobs was accepted";
+  } catch (const SolverError& e) {
+    EXPECT_NE(std::string(e.what()).find("'w' and 'b' are both kept running on device 5"),
+              std::string::npos)
+        << e.what();
+  }
+}
