@@ -12,10 +12,28 @@
 
 namespace saturn {
 
+// Where a pool's bytes live. Without one a pool uses host memory; the CUDA backend supplies a
+// caching device allocator (runtime/backend/cuda/allocator.hpp), so device buffers go through
+// the same accounting (peaks, capacity, per-tag bytes) that the profiler and solver read.
+class BackingAllocator {
+ public:
+  virtual ~BackingAllocator() = default;
+  // nullptr when the backing store itself is exhausted (the pool then throws OutOfMemoryError).
+  virtual void* allocate(std::size_t bytes) = 0;
+  virtual void release(void* ptr, std::size_t bytes) noexcept = 0;
+  // Sets `bytes` at `ptr` to zero (the host cannot memset device memory).
+  virtual void zero(void* ptr, std::size_t bytes) = 0;
+  // Whether the host may dereference the memory (Buffer::operator[] is host-only).
+  virtual bool host_accessible() const = 0;
+  virtual const char* describe() const = 0;
+};
+
 class MemoryPool {
  public:
-  // capacity 0 means unlimited (accounting only).
-  explicit MemoryPool(std::string name, std::size_t capacity = 0);
+  // capacity 0 means unlimited (accounting only). backing: nullptr for host memory; otherwise
+  // it must outlive the pool.
+  explicit MemoryPool(std::string name, std::size_t capacity = 0,
+                      BackingAllocator* backing = nullptr);
   MemoryPool(const MemoryPool&) = delete;
   MemoryPool& operator=(const MemoryPool&) = delete;
   ~MemoryPool();
@@ -24,6 +42,10 @@ class MemoryPool {
   // when the allocation would exceed the capacity; nothing is allocated then.
   void* allocate(std::size_t bytes, std::string_view tag);
   void release(void* ptr, std::size_t bytes, std::string_view tag) noexcept;
+  // Zeroes memory this pool handed out (memset on the host, the backing allocator otherwise).
+  void zero(void* ptr, std::size_t bytes);
+  bool host_accessible() const { return backing_ == nullptr || backing_->host_accessible(); }
+  BackingAllocator* backing() const { return backing_; }
 
   const std::string& name() const { return name_; }
   std::size_t capacity() const { return capacity_; }
@@ -37,12 +59,14 @@ class MemoryPool {
  private:
   std::string name_;
   std::size_t capacity_;
+  BackingAllocator* backing_;
   std::size_t in_use_ = 0;
   std::size_t peak_ = 0;
   std::map<std::string, std::size_t, std::less<>> by_tag_;
 };
 
-// An owning, move-only array of T allocated from a pool.
+// An owning, move-only array of T allocated from a pool. operator[] dereferences on the host:
+// only for pools whose memory is host-accessible.
 template <typename T>
 class Buffer {
  public:
@@ -69,7 +93,7 @@ class Buffer {
     count_ = 0;
   }
   void zero() {
-    if (data_) std::memset(static_cast<void*>(data_), 0, count_ * sizeof(T));
+    if (data_) pool_->zero(static_cast<void*>(data_), count_ * sizeof(T));
   }
   T* data() { return data_; }
   const T* data() const { return data_; }

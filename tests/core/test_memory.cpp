@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <new>
+
 #include "runtime/core/error.hpp"
 #include "runtime/core/memory.hpp"
 
@@ -40,6 +43,51 @@ TEST(MemoryPool, BufferMoveKeepsAccounting) {
   Buffer<double> b = std::move(a);
   EXPECT_EQ(pool.in_use(), 80u);
   b.reset();
+  EXPECT_EQ(pool.in_use(), 0u);
+}
+
+// A backing allocator that records what the pool asks of it (host memory underneath).
+class RecordingBacking final : public BackingAllocator {
+ public:
+  void* allocate(std::size_t bytes) override {
+    if (fail_next) return nullptr;
+    allocated += bytes;
+    return ::operator new(bytes == 0 ? 1 : bytes);
+  }
+  void release(void* ptr, std::size_t bytes) noexcept override {
+    released += bytes;
+    ::operator delete(ptr);
+  }
+  void zero(void* ptr, std::size_t bytes) override {
+    zeroed += bytes;
+    std::memset(ptr, 0, bytes);
+  }
+  bool host_accessible() const override { return false; }
+  const char* describe() const override { return "recording"; }
+  std::size_t allocated = 0, released = 0, zeroed = 0;
+  bool fail_next = false;
+};
+
+TEST(MemoryPool, BackingAllocatorGetsTheSameAccounting) {
+  RecordingBacking backing;
+  MemoryPool pool("cuda:0", 0, &backing);
+  EXPECT_FALSE(pool.host_accessible());
+  {
+    Buffer<float> a(pool, 100, "parameters");
+    a.zero();
+    EXPECT_EQ(backing.allocated, 400u);
+    EXPECT_EQ(backing.zeroed, 400u);
+    EXPECT_EQ(pool.in_use_by_tag().at("parameters"), 400u);
+  }
+  EXPECT_EQ(backing.released, 400u);
+  EXPECT_EQ(pool.peak(), 400u);
+  backing.fail_next = true;
+  try {
+    Buffer<float> b(pool, 10, "activations");
+    FAIL() << "expected OutOfMemoryError";
+  } catch (const OutOfMemoryError& e) {
+    EXPECT_NE(std::string(e.what()).find("recording"), std::string::npos) << e.what();
+  }
   EXPECT_EQ(pool.in_use(), 0u);
 }
 

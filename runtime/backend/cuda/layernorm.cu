@@ -1,0 +1,108 @@
+#include "runtime/backend/cuda/common.cuh"
+#include "runtime/backend/cuda/ops.hpp"
+
+namespace saturn::cuda {
+namespace {
+
+using namespace detail;
+
+// Rows per block of the weight/bias gradient kernel: each thread owns one channel over this many
+// rows and adds its partial sum with one atomic.
+constexpr int kRowsPerChunk = 128;
+
+// One block per row; two passes (mean, then squared deviations) as on the CPU.
+__global__ void layernorm_forward_kernel(bf16* out, float* mean, float* rstd, const bf16* inp,
+                                         const bf16* weight, const bf16* bias, int C, float eps) {
+  const std::size_t row = blockIdx.x;
+  const bf16* x = inp + row * C;
+  bf16* o = out + row * C;
+  float s = 0.0f;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) s += to_f(x[c]);
+  const float m = block_sum(s) / static_cast<float>(C);
+  float sq = 0.0f;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    const float d = to_f(x[c]) - m;
+    sq += d * d;
+  }
+  const float r = rsqrtf(block_sum(sq) / static_cast<float>(C) + eps);
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    float y = (to_f(x[c]) - m) * r * to_f(weight[c]);
+    if (bias != nullptr) y += to_f(bias[c]);
+    o[c] = to_bf(y);
+  }
+  if (threadIdx.x == 0) {
+    if (mean != nullptr) mean[row] = m;
+    if (rstd != nullptr) rstd[row] = r;
+  }
+}
+
+__global__ void layernorm_backward_input_kernel(bf16* dinp, const bf16* dout, const bf16* inp,
+                                                const bf16* weight, const float* mean,
+                                                const float* rstd, int C) {
+  const std::size_t row = blockIdx.x;
+  const bf16* x = inp + row * C;
+  const bf16* g = dout + row * C;
+  const float m = mean[row], r = rstd[row];
+  float sum_dn = 0.0f, sum_dn_norm = 0.0f;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    const float dn = to_f(weight[c]) * to_f(g[c]);
+    sum_dn += dn;
+    sum_dn_norm += dn * (to_f(x[c]) - m) * r;
+  }
+  const float mean_dn = block_sum(sum_dn) / static_cast<float>(C);
+  const float mean_dn_norm = block_sum(sum_dn_norm) / static_cast<float>(C);
+  bf16* dx = dinp + row * C;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    const float norm = (to_f(x[c]) - m) * r;
+    const float d = (to_f(weight[c]) * to_f(g[c]) - mean_dn - norm * mean_dn_norm) * r;
+    dx[c] = to_bf(to_f(dx[c]) + d);
+  }
+}
+
+// grid: (channel blocks, row chunks).
+__global__ void layernorm_backward_params_kernel(float* dweight, float* dbias, const bf16* dout,
+                                                 const bf16* inp, const float* mean,
+                                                 const float* rstd, int N, int C) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  const int r0 = blockIdx.y * kRowsPerChunk;
+  const int r1 = min(N, r0 + kRowsPerChunk);
+  float w = 0.0f, b = 0.0f;
+  for (int n = r0; n < r1; ++n) {
+    const std::size_t i = static_cast<std::size_t>(n) * C + c;
+    const float g = to_f(dout[i]);
+    w += g * (to_f(inp[i]) - mean[n]) * rstd[n];
+    b += g;
+  }
+  if (dweight != nullptr) atomicAdd(&dweight[c], w);
+  if (dbias != nullptr) atomicAdd(&dbias[c], b);
+}
+
+}  // namespace
+
+void layernorm_forward(Context& ctx, bf16* out, float* mean, float* rstd, const bf16* inp,
+                       const bf16* weight, const bf16* bias, int N, int C, float eps) {
+  if (N == 0) return;
+  layernorm_forward_kernel<<<static_cast<unsigned>(N), kThreads, 0, ctx.stream()>>>(
+      out, mean, rstd, inp, weight, bias, C, eps);
+  SATURN_CUDA_LAUNCH_CHECK("layernorm_forward_kernel");
+}
+
+void layernorm_backward(Context& ctx, bf16* dinp, float* dweight, float* dbias, const bf16* dout,
+                        const bf16* inp, const bf16* weight, const float* mean, const float* rstd,
+                        int N, int C) {
+  if (N == 0) return;
+  if (dinp != nullptr) {
+    layernorm_backward_input_kernel<<<static_cast<unsigned>(N), kThreads, 0, ctx.stream()>>>(
+        dinp, dout, inp, weight, mean, rstd, C);
+    SATURN_CUDA_LAUNCH_CHECK("layernorm_backward_input_kernel");
+  }
+  if (dweight != nullptr || dbias != nullptr) {
+    const dim3 grid((C + kThreads - 1) / kThreads, (N + kRowsPerChunk - 1) / kRowsPerChunk);
+    layernorm_backward_params_kernel<<<grid, kThreads, 0, ctx.stream()>>>(dweight, dbias, dout, inp,
+                                                                          mean, rstd, N, C);
+    SATURN_CUDA_LAUNCH_CHECK("layernorm_backward_params_kernel");
+  }
+}
+
+}  // namespace saturn::cuda

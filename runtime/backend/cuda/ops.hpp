@@ -1,0 +1,129 @@
+// CUDA kernels, one op per file (runtime/backend/cuda/<op>.cu), mirroring the CPU backend
+// (runtime/backend/cpu/ops.hpp) op for op so tests can hold each against it. All pointers are
+// device pointers; every op is enqueued on ctx.stream() and returns without waiting.
+//
+// Precision: activations, weights and activation gradients are bf16; parameter gradients,
+// master weights, optimizer moments, norm statistics, softmax statistics and losses are fp32;
+// all arithmetic inside a kernel is fp32 (GEMMs accumulate in fp32 through cuBLASLt).
+//
+// As on the CPU, every backward ACCUMULATES (+=) into its gradient outputs and a null gradient
+// pointer means "not needed". Parameter-gradient sums over rows use fp32 atomics, so their
+// rounding (not their value) varies from run to run.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "runtime/backend/cuda/context.hpp"
+
+namespace saturn::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// ---- embedding.cu ----------------------------------------------------------------------------
+// out[b,t,:] = wte[tokens[b,t],:] (+ wpe[t,:] when wpe != nullptr). Token ids must be in range
+// (the model checks them on the host before uploading).
+void embedding_forward(Context& ctx, bf16* out, const std::int32_t* tokens, const bf16* wte,
+                       const bf16* wpe, int B, int T, int C);
+void embedding_backward(Context& ctx, float* dwte, float* dwpe, const bf16* dout,
+                        const std::int32_t* tokens, int B, int T, int C);
+
+// ---- layernorm.cu ----------------------------------------------------------------------------
+void layernorm_forward(Context& ctx, bf16* out, float* mean, float* rstd, const bf16* inp,
+                       const bf16* weight, const bf16* bias, int N, int C, float eps);
+void layernorm_backward(Context& ctx, bf16* dinp, float* dweight, float* dbias, const bf16* dout,
+                        const bf16* inp, const bf16* weight, const float* mean, const float* rstd,
+                        int N, int C);
+
+// ---- rmsnorm.cu ------------------------------------------------------------------------------
+void rmsnorm_forward(Context& ctx, bf16* out, float* rstd, const bf16* inp, const bf16* weight,
+                     int N, int C, float eps);
+void rmsnorm_backward(Context& ctx, bf16* dinp, float* dweight, const bf16* dout, const bf16* inp,
+                      const bf16* weight, const float* rstd, int N, int C);
+
+// ---- linear.cpp (cuBLASLt) -------------------------------------------------------------------
+enum class WeightLayout {
+  kOutIn,  // torch.nn.Linear: W is [OC, C], out = inp · Wᵀ
+  kInOut,  // GPT-2 Conv1D: W is [C, OC], out = inp · W
+};
+// out[N,OC] = inp[N,C] · W + bias (bias through the GEMM's epilogue).
+void linear_forward(Context& ctx, bf16* out, const bf16* inp, const bf16* weight, const bf16* bias,
+                    int N, int C, int OC, WeightLayout layout);
+// dinp[N,C] += dout · W; dweight (fp32) += the weight gradient; dbias (fp32) += column sums.
+void linear_backward(Context& ctx, bf16* dinp, float* dweight, float* dbias, const bf16* dout,
+                     const bf16* inp, const bf16* weight, int N, int C, int OC,
+                     WeightLayout layout);
+
+// ---- rotary.cu -------------------------------------------------------------------------------
+// As cpu::rotary_forward (Hugging Face rotate_half convention; out and inp may alias).
+void rotary_forward(Context& ctx, bf16* out, const bf16* inp, int B, int T, int H, int hd,
+                    int stride, float theta_base);
+// dinp += rotation by -angle of dout (dinp and dout must not alias).
+void rotary_backward(Context& ctx, bf16* dinp, const bf16* dout, int B, int T, int H, int hd,
+                     int stride, float theta_base);
+
+// ---- attention.cu ----------------------------------------------------------------------------
+// Causal multi-head attention, flash-style: no [T, T] matrix is ever stored. q, k, v are rows of
+// `stride` elements as in cpu::attention_forward; out is [B, T, H*hd]; lse [B, H, T] (fp32)
+// saves each query row's log-sum-exp of the scaled scores for backward. hd <= 128.
+constexpr int kAttentionMaxHeadDim = 128;
+void attention_forward(Context& ctx, bf16* out, float* lse, const bf16* q, const bf16* k,
+                       const bf16* v, int stride, int B, int T, int H, int hd);
+// dq, dk, dv (rows of `stride`, may share one packed buffer) += gradients. out and lse are the
+// forward's; delta_scratch is [B, H, T] fp32 workspace, overwritten.
+void attention_backward(Context& ctx, bf16* dq, bf16* dk, bf16* dv, float* delta_scratch,
+                        const bf16* dout, const bf16* out, const float* lse, const bf16* q,
+                        const bf16* k, const bf16* v, int stride, int B, int T, int H, int hd);
+
+// ---- gelu.cu ---------------------------------------------------------------------------------
+void gelu_forward(Context& ctx, bf16* out, const bf16* inp, std::size_t n);
+void gelu_backward(Context& ctx, bf16* dinp, const bf16* inp, const bf16* dout, std::size_t n);
+
+// ---- swiglu.cu -------------------------------------------------------------------------------
+void swiglu_forward(Context& ctx, bf16* out, const bf16* gate, const bf16* up, std::size_t n);
+void swiglu_backward(Context& ctx, bf16* dgate, bf16* dup, const bf16* dout, const bf16* gate,
+                     const bf16* up, std::size_t n);
+
+// ---- residual.cu -----------------------------------------------------------------------------
+void residual_forward(Context& ctx, bf16* out, const bf16* a, const bf16* b, std::size_t n);
+void residual_backward(Context& ctx, bf16* da, bf16* db, const bf16* dout, std::size_t n);
+
+// ---- crossentropy.cu -------------------------------------------------------------------------
+// The classifier's loss, fused with the softmax: losses[N] (fp32) = -log softmax(logits)[target]
+// computed in fp32 from the bf16 logits; targets < 0 give loss 0. Targets must be < V.
+void crossentropy_forward(Context& ctx, float* losses, const bf16* logits,
+                          const std::int32_t* targets, int N, int V);
+// Overwrites the logits with dloss * (softmax - onehot(target)) (zero rows for ignored targets)
+// in one pass; losses may be null or receive the loss again.
+void crossentropy_backward(Context& ctx, bf16* logits_to_dlogits, float* losses,
+                           const std::int32_t* targets, float dloss, int N, int V);
+
+// ---- adamw.cu --------------------------------------------------------------------------------
+struct AdamWParams {
+  float lr;
+  float beta1;
+  float beta2;
+  float eps;
+  float weight_decay;
+  int step;  // 1-based
+};
+// As cpu::adamw_update on the fp32 master weights `param`; also writes their bf16 copy
+// `param_bf16` (the weights the kernels read) when not null.
+void adamw_update(Context& ctx, float* param, bf16* param_bf16, const float* grad, float* m,
+                  float* v, std::size_t n, const AdamWParams& p, float grad_scale);
+
+// ---- reduce.cu -------------------------------------------------------------------------------
+// Sum of squares (fp64 accumulation, fixed reduction order: the same value every run), for the
+// global gradient norm. Waits for the stream.
+double sum_of_squares(Context& ctx, const float* x, std::size_t n);
+// dst[c] += sum over rows of src[n, c] (bias gradients).
+void column_sum_accumulate(Context& ctx, float* dst, const bf16* src, int N, int C);
+void convert(Context& ctx, bf16* dst, const float* src, std::size_t n);
+void convert(Context& ctx, float* dst, const bf16* src, std::size_t n);
+// Fills with one value (tests poison outputs with NaN to catch unwritten elements).
+void fill(Context& ctx, bf16* dst, float value, std::size_t n);
+void fill(Context& ctx, float* dst, float value, std::size_t n);
+
+}  // namespace saturn::cuda

@@ -1,0 +1,85 @@
+#include "runtime/backend/cuda/common.cuh"
+#include "runtime/backend/cuda/ops.hpp"
+
+namespace saturn::cuda {
+namespace {
+
+using namespace detail;
+
+constexpr int kRowsPerChunk = 128;  // as in layernorm.cu
+
+__global__ void rmsnorm_forward_kernel(bf16* out, float* rstd, const bf16* inp, const bf16* weight,
+                                       int C, float eps) {
+  const std::size_t row = blockIdx.x;
+  const bf16* x = inp + row * C;
+  float sq = 0.0f;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    const float v = to_f(x[c]);
+    sq += v * v;
+  }
+  const float r = rsqrtf(block_sum(sq) / static_cast<float>(C) + eps);
+  // Hugging Face LlamaRMSNorm order: weight * (x * rstd).
+  for (int c = threadIdx.x; c < C; c += blockDim.x)
+    out[row * C + c] = to_bf(to_f(weight[c]) * (to_f(x[c]) * r));
+  if (threadIdx.x == 0 && rstd != nullptr) rstd[row] = r;
+}
+
+__global__ void rmsnorm_backward_input_kernel(bf16* dinp, const bf16* dout, const bf16* inp,
+                                              const bf16* weight, const float* rstd, int C) {
+  const std::size_t row = blockIdx.x;
+  const bf16* x = inp + row * C;
+  const bf16* g = dout + row * C;
+  const float r = rstd[row];
+  float dot = 0.0f;
+  for (int c = threadIdx.x; c < C; c += blockDim.x)
+    dot += to_f(g[c]) * to_f(weight[c]) * to_f(x[c]);
+  // y = w*x*r with r = (mean(x^2)+eps)^-1/2, dr/dx_i = -r^3 x_i / C.
+  const float k = block_sum(dot) * r * r * r / static_cast<float>(C);
+  bf16* dx = dinp + row * C;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    const float d = r * to_f(weight[c]) * to_f(g[c]) - k * to_f(x[c]);
+    dx[c] = to_bf(to_f(dx[c]) + d);
+  }
+}
+
+__global__ void rmsnorm_backward_weight_kernel(float* dweight, const bf16* dout, const bf16* inp,
+                                               const float* rstd, int N, int C) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  const int r0 = blockIdx.y * kRowsPerChunk;
+  const int r1 = min(N, r0 + kRowsPerChunk);
+  float w = 0.0f;
+  for (int n = r0; n < r1; ++n) {
+    const std::size_t i = static_cast<std::size_t>(n) * C + c;
+    w += to_f(dout[i]) * (to_f(inp[i]) * rstd[n]);
+  }
+  atomicAdd(&dweight[c], w);
+}
+
+}  // namespace
+
+void rmsnorm_forward(Context& ctx, bf16* out, float* rstd, const bf16* inp, const bf16* weight,
+                     int N, int C, float eps) {
+  if (N == 0) return;
+  rmsnorm_forward_kernel<<<static_cast<unsigned>(N), kThreads, 0, ctx.stream()>>>(out, rstd, inp,
+                                                                                  weight, C, eps);
+  SATURN_CUDA_LAUNCH_CHECK("rmsnorm_forward_kernel");
+}
+
+void rmsnorm_backward(Context& ctx, bf16* dinp, float* dweight, const bf16* dout, const bf16* inp,
+                      const bf16* weight, const float* rstd, int N, int C) {
+  if (N == 0) return;
+  if (dinp != nullptr) {
+    rmsnorm_backward_input_kernel<<<static_cast<unsigned>(N), kThreads, 0, ctx.stream()>>>(
+        dinp, dout, inp, weight, rstd, C);
+    SATURN_CUDA_LAUNCH_CHECK("rmsnorm_backward_input_kernel");
+  }
+  if (dweight != nullptr) {
+    const dim3 grid((C + kThreads - 1) / kThreads, (N + kRowsPerChunk - 1) / kRowsPerChunk);
+    rmsnorm_backward_weight_kernel<<<grid, kThreads, 0, ctx.stream()>>>(dweight, dout, inp, rstd, N,
+                                                                        C);
+    SATURN_CUDA_LAUNCH_CHECK("rmsnorm_backward_weight_kernel");
+  }
+}
+
+}  // namespace saturn::cuda
