@@ -27,6 +27,7 @@ namespace {
 struct ProfileArgs {
   std::string workload, cluster, store, output, device_memory = "0";
   int trials = 1, trial_steps = 2, warmup_steps = 1;
+  double trial_time_limit = 60;
   bool no_trials = false, serial = false, no_ballast = false, refresh = false, recalibrate = false,
        quick_calibration = false, all = false, quiet = false, verbose = false;
 };
@@ -76,6 +77,7 @@ int run_profile(const ProfileArgs& a) {
       opt.calibration.quick = a.quick_calibration;
       opt.trial.measure_steps = a.trial_steps;
       opt.trial.warmup_steps = a.warmup_steps;
+      opt.trial.time_limit_s = a.trial_time_limit;
       opt.trial.serialize = a.serial;
       opt.trial.ballast = !a.no_ballast && !a.serial;
       opt.trial.device_capacity = parse_bytes(a.device_memory, "--device-memory");
@@ -131,6 +133,10 @@ void add_profile_command(CLI::App& root, Action* action) {
       ->check(CLI::Range(1, 1000));
   cmd->add_option("--warmup-steps", args->warmup_steps, "Untimed steps before them")
       ->check(CLI::Range(0, 1000));
+  cmd->add_option("--trial-time-limit", args->trial_time_limit,
+                  "Seconds one trial may take (0: no limit); a slower one keeps the steps it "
+                  "measured")
+      ->check(CLI::Range(0.0, 1e6));
   cmd->add_flag("--serial-trials", args->serial,
                 "One trial at a time, the other ranks idle (uncontended measurements)");
   cmd->add_flag("--no-ballast", args->no_ballast,

@@ -237,7 +237,9 @@ class Profiler {
       Candidate& c = cands_[chosen[k]];
       c.measured = results[k];
       c.tried_now = true;
-      c.status = results[k].feasible ? "tried" : "failed: " + results[k].reason;
+      c.status = !results[k].feasible        ? "failed: " + results[k].reason
+                 : results[k].reason.empty() ? std::string("tried")
+                                             : "tried (" + results[k].reason + ")";
       ++stats_.trials_run;
       if (!results[k].feasible) ++stats_.trials_failed;
       ProfileEntry e = *store_.find(c.key_id);

@@ -45,7 +45,7 @@ struct ProfileKey {
 // A real trial's outcome.
 struct Measurement {
   bool feasible = true;
-  std::string reason;  // the failure (out of memory, an error) when not feasible
+  std::string reason;  // the failure (out of memory, an error), or why a feasible trial ended early
   double step_s = 0;   // median over the measured steps (slowest rank of each step)
   double step_min_s = 0;
   double step_max_s = 0;

@@ -153,22 +153,47 @@ Measurement run_one_trial(const TrialRequest& trial, comm::Communicator& group,
     const TrainConfig& tc = trial.train;
     const data::Batch batch = synthetic_batch(tc.batch_size, tc.seq_len, trial.model.vocab_size, 1);
     std::int64_t step = 0;
-    for (int w = 0; w < o.warmup_steps; ++w)
+    // Every rank of the group takes the same branch: the elapsed time is agreed (max) first.
+    const auto over_limit = [&] {
+      return o.time_limit_s > 0 && max_over(group, seconds_since(t0)) > o.time_limit_s;
+    };
+    std::vector<double> warm_times, times;
+    bool stopped_early = false;
+    for (int w = 0; w < o.warmup_steps; ++w) {
+      const auto ts = Clock::now();
       comm::agree_on(group, [&] { s->train_step(batch, step++); });
+      warm_times.push_back(max_over(group, seconds_since(ts)));
+      if (over_limit()) {
+        stopped_early = true;
+        break;
+      }
+    }
     s->reset_stats();
-    std::vector<double> times;
-    for (int i = 0; i < std::max(o.measure_steps, 1); ++i) {
+    for (int i = 0; !stopped_early && i < std::max(o.measure_steps, 1); ++i) {
       group.barrier();
       const auto ts = Clock::now();
       comm::agree_on(group, [&] { s->train_step(batch, step++); });
       times.push_back(max_over(group, seconds_since(ts)));
+      if (i + 1 < o.measure_steps && over_limit()) stopped_early = true;
+    }
+    if (times.empty()) {
+      // Out of time during warm-up: its steps (first-touch included, so an over-estimate) are
+      // all there is, and they still tell the solver this configuration is slow.
+      times = warm_times;
+      m.reason = fmt::format(
+          "trial time limit of {:.0f} s reached during warm-up; step time from {} warm-up "
+          "step(s), an over-estimate",
+          o.time_limit_s, warm_times.size());
+    } else if (stopped_early) {
+      m.reason = fmt::format("trial time limit of {:.0f} s reached after {} of {} timed steps",
+                             o.time_limit_s, times.size(), o.measure_steps);
     }
     m.steps = static_cast<int>(times.size());
     m.step_s = median(times);
     m.step_min_s = *std::min_element(times.begin(), times.end());
     m.step_max_s = *std::max_element(times.begin(), times.end());
     m.comm_s = max_over(group, s->stats().comm.seconds) / static_cast<double>(m.steps);
-    if (o.measure_eval) {
+    if (o.measure_eval && !stopped_early) {
       const data::Batch val = synthetic_batch(eval_rows(tc), tc.seq_len, trial.model.vocab_size, 2);
       group.barrier();
       const auto te = Clock::now();

@@ -36,6 +36,10 @@ struct TrialOptions {
   bool measure_eval = false;        // also time one evaluation (else Measurement::eval_s = 0)
   std::size_t device_capacity = 0;  // bytes of each trial rank's device pool (0: unlimited)
   std::size_t host_capacity = 0;    // and of its host pool (offload)
+  // Wall-clock budget of one trial in seconds (0: none). A configuration so slow that its
+  // steps overrun it is not worth more trial time: the steps done so far are the measurement
+  // (Measurement::reason says so), and the round's other groups are not held up much longer.
+  double time_limit_s = 60;
 };
 
 // The world's ranks by node (the trials' placement): a single-node configuration of degree d

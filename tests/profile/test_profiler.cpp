@@ -242,3 +242,36 @@ TEST(TrialPlacement, PacksDisjointGroupsIntoRounds) {
   EXPECT_FALSE(two.fits(big[0].config));
   EXPECT_THROW(schedule_trials(big, two, false), Error);
 }
+
+TEST_F(Profiler, TrialTimeLimitKeepsTheStepsMeasuredSoFar) {
+  const Workload w = workload();
+  const JobSpec& job = w.jobs.front();
+  const TrialRequest trial{job.model, job.train, ConfigSpec{"ddp", {}, world_->size(), 1}};
+  TrialOptions o;
+  o.measure_steps = 3;
+
+  // No limit: every timed step, no remark.
+  o.warmup_steps = 1;
+  o.time_limit_s = 0;
+  Measurement m = run_one_trial(trial, *world_, o);
+  ASSERT_TRUE(m.feasible) << m.reason;
+  EXPECT_EQ(m.steps, 3);
+  EXPECT_TRUE(m.reason.empty()) << m.reason;
+
+  // Over the limit after the first timed step: that step is the measurement.
+  o.warmup_steps = 0;
+  o.time_limit_s = 1e-9;
+  m = run_one_trial(trial, *world_, o);
+  ASSERT_TRUE(m.feasible) << m.reason;
+  EXPECT_EQ(m.steps, 1);
+  EXPECT_GT(m.step_s, 0);
+  EXPECT_NE(m.reason.find("after 1 of 3 timed steps"), std::string::npos) << m.reason;
+
+  // Over the limit during warm-up: the warm-up step stands in, and the reason says so.
+  o.warmup_steps = 2;
+  m = run_one_trial(trial, *world_, o);
+  ASSERT_TRUE(m.feasible) << m.reason;
+  EXPECT_EQ(m.steps, 1);
+  EXPECT_GT(m.step_s, 0);
+  EXPECT_NE(m.reason.find("during warm-up"), std::string::npos) << m.reason;
+}
