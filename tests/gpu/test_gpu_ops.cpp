@@ -1,0 +1,424 @@
+// Every CUDA op against the CPU backend on fresh random inputs: both sides start from the same
+// bf16-representable values, outputs are poisoned with NaN before each forward kernel (an
+// unwritten element fails), and gradient outputs start from random values so the accumulate
+// (+=) contract is checked too. Thresholds by precision (gpu_test_util.hpp).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "runtime/backend/cpu/ops.hpp"
+#include "tests/gpu/gpu_test_util.hpp"
+
+namespace saturn::gpu_test {
+namespace {
+
+class GpuOps : public GpuTest {};
+
+Vec plus(const Vec& a, const Vec& b) {
+  Vec r(a.size());
+  for (std::size_t i = 0; i < a.size(); ++i) r[i] = a[i] + b[i];
+  return r;
+}
+
+TEST_F(GpuOps, Embedding) {
+  const int B = 3, T = 37, C = 96, V = 50;
+  const std::size_t N = static_cast<std::size_t>(B) * T;
+  const auto tokens = random_ints(N, 0, V);
+  const Vec wte = random_bf16(static_cast<std::size_t>(V) * C);
+  const Vec wpe = random_bf16(static_cast<std::size_t>(T) * C);
+  for (bool with_wpe : {true, false}) {
+    Vec want(N * C);
+    cpu::embedding_forward(want.data(), tokens.data(), wte.data(), with_wpe ? wpe.data() : nullptr,
+                           B, T, C);
+    bf16* out = poisoned_bf16(N * C);
+    const std::int32_t* d_tok = upload_i32(tokens);
+    cuda::embedding_forward(ctx(), out, d_tok, upload_bf16(wte),
+                            with_wpe ? upload_bf16(wpe) : nullptr, B, T, C);
+    SATURN_EXPECT_CLOSE(download(out, N * C), want, kTolBf16);
+  }
+  const Vec dout = random_bf16(N * C);
+  Vec dwte = random(static_cast<std::size_t>(V) * C),
+      dwpe = random(static_cast<std::size_t>(T) * C);
+  float* d_dwte = upload_f32(dwte);
+  float* d_dwpe = upload_f32(dwpe);
+  cpu::embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
+  cuda::embedding_backward(ctx(), d_dwte, d_dwpe, upload_bf16(dout), upload_i32(tokens), B, T, C);
+  SATURN_EXPECT_CLOSE(download(d_dwte, dwte.size()), dwte, kTolF32);
+  SATURN_EXPECT_CLOSE(download(d_dwpe, dwpe.size()), dwpe, kTolF32);
+}
+
+TEST_F(GpuOps, LayerNorm) {
+  const int N = 70, C = 300;  // C not a multiple of the block size
+  const std::size_t NC = static_cast<std::size_t>(N) * C;
+  const Vec x = random_bf16(NC, -2.0f, 3.0f), w = random_bf16(C), b = random_bf16(C);
+  Vec out(NC), mean(N), rstd(N);
+  cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C,
+                         1e-5f);
+  const bf16* dx_in = upload_bf16(x);
+  const bf16* dw = upload_bf16(w);
+  bf16* d_out = poisoned_bf16(NC);
+  float* d_mean = poisoned_f32(N);
+  float* d_rstd = poisoned_f32(N);
+  cuda::layernorm_forward(ctx(), d_out, d_mean, d_rstd, dx_in, dw, upload_bf16(b), N, C, 1e-5f);
+  SATURN_EXPECT_CLOSE(download(d_out, NC), out, kTolBf16);
+  SATURN_EXPECT_CLOSE(download(d_mean, N), mean, kTolF32);
+  SATURN_EXPECT_CLOSE(download(d_rstd, N), rstd, kTolF32);
+
+  const Vec dout = random_bf16(NC);
+  Vec dinp = random_bf16(NC), dweight = random(C), dbias = random(C);
+  bf16* d_dinp = upload_bf16(dinp);
+  float* d_dw = upload_f32(dweight);
+  float* d_db = upload_f32(dbias);
+  cpu::layernorm_backward(dinp.data(), dweight.data(), dbias.data(), dout.data(), x.data(),
+                          w.data(), mean.data(), rstd.data(), N, C);
+  cuda::layernorm_backward(ctx(), d_dinp, d_dw, d_db, upload_bf16(dout), dx_in, dw, d_mean, d_rstd,
+                           N, C);
+  SATURN_EXPECT_CLOSE(download(d_dinp, NC), dinp, kTolBf16);
+  SATURN_EXPECT_CLOSE(download(d_dw, C), dweight, kTolF32);
+  SATURN_EXPECT_CLOSE(download(d_db, C), dbias, kTolF32);
+}
+
+TEST_F(GpuOps, RmsNorm) {
+  const int N = 45, C = 520;
+  const std::size_t NC = static_cast<std::size_t>(N) * C;
+  const Vec x = random_bf16(NC, -2.0f, 2.0f), w = random_bf16(C);
+  Vec out(NC), rstd(N);
+  cpu::rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5f);
+  const bf16* dx_in = upload_bf16(x);
+  const bf16* dw = upload_bf16(w);
+  bf16* d_out = poisoned_bf16(NC);
+  float* d_rstd = poisoned_f32(N);
+  cuda::rmsnorm_forward(ctx(), d_out, d_rstd, dx_in, dw, N, C, 1e-5f);
+  SATURN_EXPECT_CLOSE(download(d_out, NC), out, kTolBf16);
+  SATURN_EXPECT_CLOSE(download(d_rstd, N), rstd, kTolF32);
+
+  const Vec dout = random_bf16(NC);
+  Vec dinp = random_bf16(NC), dweight = random(C);
+  bf16* d_dinp = upload_bf16(dinp);
+  float* d_dw = upload_f32(dweight);
+  cpu::rmsnorm_backward(dinp.data(), dweight.data(), dout.data(), x.data(), w.data(), rstd.data(),
+                        N, C);
+  cuda::rmsnorm_backward(ctx(), d_dinp, d_dw, upload_bf16(dout), dx_in, dw, d_rstd, N, C);
+  SATURN_EXPECT_CLOSE(download(d_dinp, NC), dinp, kTolBf16);
+  SATURN_EXPECT_CLOSE(download(d_dw, C), dweight, kTolF32);
+}
+
+TEST_F(GpuOps, LinearBothLayoutsWithAndWithoutBias) {
+  const int N = 77, C = 136, OC = 200;
+  for (auto layout : {cpu::WeightLayout::kOutIn, cpu::WeightLayout::kInOut}) {
+    for (bool with_bias : {true, false}) {
+      SCOPED_TRACE(std::string(layout == cpu::WeightLayout::kOutIn ? "out-in" : "in-out") +
+                   (with_bias ? ", bias" : ", no bias"));
+      const auto glayout = layout == cpu::WeightLayout::kOutIn ? cuda::WeightLayout::kOutIn
+                                                               : cuda::WeightLayout::kInOut;
+      const Vec x = random_bf16(static_cast<std::size_t>(N) * C);
+      const Vec w = random_bf16(static_cast<std::size_t>(C) * OC);
+      const Vec b = random_bf16(OC);
+      Vec out(static_cast<std::size_t>(N) * OC);
+      cpu::linear_forward(out.data(), x.data(), w.data(), with_bias ? b.data() : nullptr, N, C, OC,
+                          layout);
+      const bf16* d_x = upload_bf16(x);
+      const bf16* d_w = upload_bf16(w);
+      bf16* d_out = poisoned_bf16(out.size());
+      cuda::linear_forward(ctx(), d_out, d_x, d_w, with_bias ? upload_bf16(b) : nullptr, N, C, OC,
+                           glayout);
+      SATURN_EXPECT_CLOSE(download(d_out, out.size()), out, kTolBf16);
+
+      const Vec dout = random_bf16(out.size());
+      Vec dinp = random_bf16(x.size()), dweight = random(w.size()), dbias = random(OC);
+      bf16* d_dinp = upload_bf16(dinp);
+      float* d_dw = upload_f32(dweight);
+      float* d_db = upload_f32(dbias);
+      cpu::linear_backward(dinp.data(), dweight.data(), dbias.data(), dout.data(), x.data(),
+                           w.data(), N, C, OC, layout);
+      cuda::linear_backward(ctx(), d_dinp, d_dw, d_db, upload_bf16(dout), d_x, d_w, N, C, OC,
+                            glayout);
+      SATURN_EXPECT_CLOSE(download(d_dinp, dinp.size()), dinp, kTolBf16);
+      // fp32 accumulation of bf16 products: only summation order differs.
+      SATURN_EXPECT_CLOSE(download(d_dw, dweight.size()), dweight, 1e-3);
+      SATURN_EXPECT_CLOSE(download(d_db, OC), dbias, kTolF32);
+    }
+  }
+}
+
+TEST_F(GpuOps, LinearMisalignedOperands) {
+  // Weights at odd element offsets (as inside a flat parameter buffer without padding):
+  // cuBLASLt must be told the real alignment, or it fails or reads wrongly.
+  const int N = 33, C = 64, OC = 48;
+  const Vec x = random_bf16(static_cast<std::size_t>(N) * C);
+  const Vec w = random_bf16(static_cast<std::size_t>(OC) * C + 1);
+  Vec out(static_cast<std::size_t>(N) * OC);
+  cpu::linear_forward(out.data(), x.data(), w.data() + 1, nullptr, N, C, OC,
+                      cpu::WeightLayout::kOutIn);
+  bf16* d_out = poisoned_bf16(out.size());
+  cuda::linear_forward(ctx(), d_out, upload_bf16(x), upload_bf16(w) + 1, nullptr, N, C, OC,
+                       cuda::WeightLayout::kOutIn);
+  SATURN_EXPECT_CLOSE(download(d_out, out.size()), out, kTolBf16);
+}
+
+TEST_F(GpuOps, RotaryStridedAndInPlace) {
+  const int B = 2, T = 19, H = 3, hd = 16, stride = 3 * H * hd;
+  const std::size_t n = static_cast<std::size_t>(B) * T * stride;
+  const Vec x = random_bf16(n);
+  Vec want(n, 0.0f);
+  cpu::rotary_forward(want.data(), x.data(), B, T, H, hd, stride, 10000.0f);
+  // Only the first H*hd of each row is rotated; compare those, the rest must stay as it was.
+  bf16* d = upload_bf16(x);
+  cuda::rotary_forward(ctx(), d, d, B, T, H, hd, stride, 10000.0f);  // in place
+  Vec got = download(d, n);
+  Vec want_inplace = x;
+  for (std::size_t r = 0; r < static_cast<std::size_t>(B) * T; ++r)
+    for (int c = 0; c < H * hd; ++c) want_inplace[r * stride + c] = want[r * stride + c];
+  SATURN_EXPECT_CLOSE(got, want_inplace, kTolBf16);
+
+  const Vec dout = random_bf16(n);
+  Vec dinp = random_bf16(n);
+  bf16* d_dinp = upload_bf16(dinp);
+  cpu::rotary_backward(dinp.data(), dout.data(), B, T, H, hd, stride, 10000.0f);
+  cuda::rotary_backward(ctx(), d_dinp, upload_bf16(dout), B, T, H, hd, stride, 10000.0f);
+  SATURN_EXPECT_CLOSE(download(d_dinp, n), dinp, kTolBf16);
+}
+
+void attention_case(GpuOps& t, int B, int T, int H, int hd) {
+  SCOPED_TRACE("B=" + std::to_string(B) + " T=" + std::to_string(T) + " H=" + std::to_string(H) +
+               " hd=" + std::to_string(hd));
+  const int C = H * hd, stride = 3 * C;
+  const std::size_t N = static_cast<std::size_t>(B) * T;
+  const Vec qkv = t.random_bf16(N * stride, -2.0f, 2.0f);
+  Vec out(N * C), att(static_cast<std::size_t>(B) * H * T * T);
+  cpu::attention_forward(out.data(), att.data(), qkv.data(), qkv.data() + C, qkv.data() + 2 * C,
+                         stride, B, T, H, hd);
+  const bf16* d_qkv = t.upload_bf16(qkv);
+  bf16* d_out = t.poisoned_bf16(N * C);
+  float* d_lse = t.poisoned_f32(static_cast<std::size_t>(B) * H * T);
+  cuda::attention_forward(t.ctx(), d_out, d_lse, d_qkv, d_qkv + C, d_qkv + 2 * C, stride, B, T, H,
+                          hd);
+  SATURN_EXPECT_CLOSE(t.download(d_out, out.size()), out, kTolBf16);
+  EXPECT_EQ(first_non_finite(t.download(d_lse, static_cast<std::size_t>(B) * H * T)), -1);
+
+  // Backward from the GPU's own (bf16) forward output, as the model does; the CPU gets the
+  // same dout. The CPU backward needs P, which it saved.
+  const Vec dout = t.random_bf16(N * C);
+  Vec dqkv = t.random_bf16(N * stride);
+  Vec scratch(att.size());
+  bf16* d_dqkv = t.upload_bf16(dqkv);
+  cpu::attention_backward(dqkv.data(), dqkv.data() + C, dqkv.data() + 2 * C, scratch.data(),
+                          dout.data(), qkv.data(), qkv.data() + C, qkv.data() + 2 * C, att.data(),
+                          stride, B, T, H, hd);
+  float* delta = t.poisoned_f32(static_cast<std::size_t>(B) * H * T);
+  cuda::attention_backward(t.ctx(), d_dqkv, d_dqkv + C, d_dqkv + 2 * C, delta, t.upload_bf16(dout),
+                           d_out, d_lse, d_qkv, d_qkv + C, d_qkv + 2 * C, stride, B, T, H, hd);
+  const Vec got = t.download(d_dqkv, dqkv.size());
+  // Compare q, k and v gradients separately (each has its own scale).
+  for (int part = 0; part < 3; ++part) {
+    Vec g, w;
+    for (std::size_t r = 0; r < N; ++r)
+      for (int c = 0; c < C; ++c) {
+        g.push_back(got[r * stride + part * C + c]);
+        w.push_back(dqkv[r * stride + part * C + c]);
+      }
+    SCOPED_TRACE(part == 0 ? "dq" : part == 1 ? "dk" : "dv");
+    SATURN_EXPECT_CLOSE(g, w, kTolBf16);
+  }
+}
+
+TEST_F(GpuOps, AttentionForwardBackward) {
+  attention_case(*this, 2, 67, 3, 64);   // T not a multiple of the tiles
+  attention_case(*this, 1, 130, 2, 16);  // head dim below a warp
+  attention_case(*this, 2, 40, 2, 128);  // the largest head dim
+  attention_case(*this, 1, 1, 1, 32);    // one token
+}
+
+TEST_F(GpuOps, AttentionIsCausal) {
+  // Changing the last token's k and v must not change any earlier output row.
+  const int B = 1, T = 50, H = 2, hd = 32, C = H * hd, stride = 3 * C;
+  Vec qkv = random_bf16(static_cast<std::size_t>(T) * stride);
+  bf16* d_out = poisoned_bf16(static_cast<std::size_t>(T) * C);
+  float* lse = alloc<float>(static_cast<std::size_t>(H) * T);
+  const bf16* d1 = upload_bf16(qkv);
+  cuda::attention_forward(ctx(), d_out, lse, d1, d1 + C, d1 + 2 * C, stride, B, T, H, hd);
+  const Vec a = download(d_out, static_cast<std::size_t>(T) * C);
+  for (int c = C; c < 3 * C; ++c) qkv[static_cast<std::size_t>(T - 1) * stride + c] += 0.5f;
+  const bf16* d2 = upload_bf16(qkv);
+  cuda::attention_forward(ctx(), d_out, lse, d2, d2 + C, d2 + 2 * C, stride, B, T, H, hd);
+  const Vec b = download(d_out, static_cast<std::size_t>(T) * C);
+  for (std::size_t i = 0; i < static_cast<std::size_t>(T - 1) * C; ++i) ASSERT_EQ(a[i], b[i]) << i;
+  bool last_changed = false;
+  for (std::size_t i = static_cast<std::size_t>(T - 1) * C; i < a.size(); ++i)
+    last_changed |= a[i] != b[i];
+  EXPECT_TRUE(last_changed);
+}
+
+TEST_F(GpuOps, Elementwise) {
+  const std::size_t n = 100003;
+  const Vec x = random_bf16(n, -4.0f, 4.0f), y = random_bf16(n, -3.0f, 3.0f);
+  const Vec dout = random_bf16(n);
+  const bf16* d_x = upload_bf16(x);
+  const bf16* d_y = upload_bf16(y);
+  const bf16* d_dout = upload_bf16(dout);
+  {  // GELU
+    Vec out(n);
+    cpu::gelu_forward(out.data(), x.data(), n);
+    bf16* d_out = poisoned_bf16(n);
+    cuda::gelu_forward(ctx(), d_out, d_x, n);
+    SATURN_EXPECT_CLOSE(download(d_out, n), out, kTolBf16);
+    Vec dinp = random_bf16(n);
+    bf16* d_dinp = upload_bf16(dinp);
+    cpu::gelu_backward(dinp.data(), x.data(), dout.data(), n);
+    cuda::gelu_backward(ctx(), d_dinp, d_x, d_dout, n);
+    SATURN_EXPECT_CLOSE(download(d_dinp, n), dinp, kTolBf16);
+  }
+  {  // SwiGLU
+    Vec out(n);
+    cpu::swiglu_forward(out.data(), x.data(), y.data(), n);
+    bf16* d_out = poisoned_bf16(n);
+    cuda::swiglu_forward(ctx(), d_out, d_x, d_y, n);
+    SATURN_EXPECT_CLOSE(download(d_out, n), out, kTolBf16);
+    Vec dg = random_bf16(n), du = random_bf16(n);
+    bf16* d_dg = upload_bf16(dg);
+    bf16* d_du = upload_bf16(du);
+    cpu::swiglu_backward(dg.data(), du.data(), dout.data(), x.data(), y.data(), n);
+    cuda::swiglu_backward(ctx(), d_dg, d_du, d_dout, d_x, d_y, n);
+    SATURN_EXPECT_CLOSE(download(d_dg, n), dg, kTolBf16);
+    SATURN_EXPECT_CLOSE(download(d_du, n), du, kTolBf16);
+  }
+  {  // residual
+    Vec out(n);
+    cpu::residual_forward(out.data(), x.data(), y.data(), n);
+    bf16* d_out = poisoned_bf16(n);
+    cuda::residual_forward(ctx(), d_out, d_x, d_y, n);
+    SATURN_EXPECT_CLOSE(download(d_out, n), out, kTolBf16);
+    Vec da = random_bf16(n), db = random_bf16(n);
+    bf16* d_da = upload_bf16(da);
+    bf16* d_db = upload_bf16(db);
+    cpu::residual_backward(da.data(), db.data(), dout.data(), n);
+    cuda::residual_backward(ctx(), d_da, d_db, d_dout, n);
+    SATURN_EXPECT_CLOSE(download(d_da, n), da, kTolBf16);
+    SATURN_EXPECT_CLOSE(download(d_db, n), db, kTolBf16);
+  }
+}
+
+TEST_F(GpuOps, CrossEntropyFused) {
+  const int N = 41, V = 50257;  // GPT-2's vocabulary: not a multiple of anything useful
+  const Vec logits = random_bf16(static_cast<std::size_t>(N) * V, -6.0f, 6.0f);
+  auto targets = random_ints(static_cast<std::size_t>(N), 0, V);
+  targets[3] = -1;  // ignored position
+  Vec losses(N), probs(logits.size());
+  cpu::softmax_crossentropy_forward(losses.data(), probs.data(), logits.data(), targets.data(), N,
+                                    V);
+  const std::int32_t* d_t = upload_i32(targets);
+  bf16* d_logits = upload_bf16(logits);
+  float* d_losses = poisoned_f32(N);
+  cuda::crossentropy_forward(ctx(), d_losses, d_logits, d_t, N, V);
+  SATURN_EXPECT_CLOSE(download(d_losses, N), losses, 1e-4);
+  // The forward must leave the logits alone.
+  SATURN_EXPECT_CLOSE(download(d_logits, logits.size()), logits, 1e-7);
+
+  const float dloss = 1.0f / 37.0f;
+  Vec dlogits(logits.size(), 0.0f);
+  cpu::softmax_crossentropy_backward(dlogits.data(), probs.data(), targets.data(), dloss, N, V);
+  float* d_losses2 = poisoned_f32(N);
+  cuda::crossentropy_backward(ctx(), d_logits, d_losses2, d_t, dloss, N, V);
+  SATURN_EXPECT_CLOSE(download(d_losses2, N), losses, 1e-4);
+  SATURN_EXPECT_CLOSE(download(d_logits, logits.size()), dlogits, kTolBf16);
+}
+
+TEST_F(GpuOps, AdamWMatchesCpu) {
+  const std::size_t n = 300001;
+  Vec param = random(n), grad = random(n, -0.1f, 0.1f), m = random(n, -0.01f, 0.01f),
+      v = random(n, 0.0f, 1e-4f);
+  float* d_p = upload_f32(param);
+  bf16* d_pb = poisoned_bf16(n);
+  float* d_m = upload_f32(m);
+  float* d_v = upload_f32(v);
+  const float* d_g = upload_f32(grad);
+  for (float wd : {0.1f, 0.0f}) {
+    for (int step = 1; step <= 3; ++step) {
+      const cpu::AdamWParams pc{3e-4f, 0.9f, 0.95f, 1e-8f, wd, step};
+      const cuda::AdamWParams pg{3e-4f, 0.9f, 0.95f, 1e-8f, wd, step};
+      cpu::adamw_update(param.data(), grad.data(), m.data(), v.data(), n, pc, 0.7f);
+      cuda::adamw_update(ctx(), d_p, d_pb, d_g, d_m, d_v, n, pg, 0.7f);
+    }
+  }
+  // fp32 on both sides; the GPU may fuse multiply-adds the CPU does not.
+  SATURN_EXPECT_CLOSE(download(d_p, n), param, 1e-6);
+  SATURN_EXPECT_CLOSE(download(d_m, n), m, 1e-6);
+  SATURN_EXPECT_CLOSE(download(d_v, n), v, 1e-6);
+  // The bf16 copy is the rounded master weight, element for element.
+  const Vec master = download(d_p, n), copy = download(d_pb, n);
+  for (std::size_t i = 0; i < n; ++i)
+    ASSERT_EQ(copy[i], __bfloat162float(__float2bfloat16(master[i]))) << i;
+}
+
+TEST_F(GpuOps, SumOfSquaresIsExactAndRepeatable) {
+  const std::size_t n = 1234567;
+  const Vec x = random(n);
+  const float* d = upload_f32(x);
+  const double want = cpu::sum_of_squares(x.data(), n);
+  const double got = cuda::sum_of_squares(ctx(), d, n);
+  EXPECT_NEAR(got, want, 1e-10 * want);
+  EXPECT_EQ(cuda::sum_of_squares(ctx(), d, n), got);  // fixed order: bit-identical
+  EXPECT_EQ(cuda::sum_of_squares(ctx(), d, 0), 0.0);
+}
+
+TEST_F(GpuOps, ConvertAndFill) {
+  const std::size_t n = 5000;
+  const Vec x = random(n, -100.0f, 100.0f);
+  const float* d = upload_f32(x);
+  bf16* b = poisoned_bf16(n);
+  cuda::convert(ctx(), b, d, n);
+  float* back = poisoned_f32(n);
+  cuda::convert(ctx(), back, b, n);
+  const Vec got = download(back, n);
+  for (std::size_t i = 0; i < n; ++i)
+    ASSERT_EQ(got[i], __bfloat162float(__float2bfloat16(x[i]))) << i;
+}
+
+// ---- the caching allocator and the accounting ------------------------------------------------
+TEST_F(GpuOps, AllocatorCachesAndAccounts) {
+  const std::size_t before_in_use = pool().in_use();
+  const std::size_t reserved0 = allocator().reserved();
+  void* first = nullptr;
+  {
+    Buffer<float> a(pool(), (3u << 20) + 5, "activations");  // rounded to 2 MiB granules
+    first = a.data();
+    EXPECT_EQ(pool().in_use(), before_in_use + a.bytes());
+    EXPECT_EQ(allocator().reserved(), reserved0 + cuda::CachingDeviceAllocator::round(a.bytes()));
+    a.zero();
+    const Vec z = download(a.data(), 1000);
+    EXPECT_TRUE(std::all_of(z.begin(), z.end(), [](float v) { return v == 0.0f; }));
+  }
+  EXPECT_EQ(pool().in_use(), before_in_use);
+  EXPECT_GT(allocator().cached(), 0u);
+  Buffer<float> b(pool(), (3u << 20) + 5, "activations");
+  EXPECT_EQ(b.data(), first);  // the cached block comes back
+  EXPECT_EQ(allocator().cached(), 0u);
+}
+
+TEST_F(GpuOps, PoolCapacityIsEnforcedBeforeTheDevice) {
+  MemoryPool small("cuda:0 (capped)", 1 << 20, &allocator());
+  Buffer<float> a(small, 1000, "parameters");
+  EXPECT_THROW(Buffer<float>(small, 1 << 20, "activations"), OutOfMemoryError);
+  EXPECT_EQ(small.in_use(), a.bytes());
+}
+
+TEST_F(GpuOps, ErrorsNameTheCall) {
+  try {
+    SATURN_CUDA_CHECK(cudaSetDevice(1 << 20));  // no such device; not a sticky error
+    FAIL() << "expected CudaError";
+  } catch (const cuda::CudaError& e) {
+    EXPECT_NE(std::string(e.what()).find("cudaSetDevice"), std::string::npos) << e.what();
+  }
+  cudaGetLastError();
+  SATURN_CUDA_CHECK(cudaSetDevice(0));
+  try {
+    cuda::attention_forward(ctx(), nullptr, nullptr, nullptr, nullptr, nullptr, 3 * 256, 1, 4, 1,
+                            256);
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("head dimensions"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace saturn::gpu_test
