@@ -89,6 +89,46 @@ int discrete_lower_bound(const Prepared& p, double slot) {
   return static_cast<int>(std::ceil(compute_bounds(q, 0.0).best / slot - 1e-9));
 }
 
+// The options an improver model keeps (see MilpOptions::option_slack), as a Prepared of its
+// own; to_orig[j][o] is option o's index in `p`. Identical jobs keep identical options (the
+// union of what the warm start gives the class), so classes stay valid.
+Prepared restrict_options(const Prepared& p, const Schedule& warm, double slack,
+                          std::vector<std::vector<int>>* to_orig) {
+  Prepared q = p;
+  to_orig->assign(p.num_jobs(), {});
+  std::vector<std::vector<char>> used(static_cast<size_t>(p.num_classes));
+  for (size_t j = 0; j < p.num_jobs(); ++j) {
+    auto& u = used[static_cast<size_t>(p.job_class[j])];
+    u.resize(p.options[j].size(), 0);
+    u[static_cast<size_t>(warm.jobs[j].option)] = 1;
+  }
+  for (size_t j = 0; j < p.num_jobs(); ++j) {
+    const auto& opts = p.options[j];
+    double least = kInfinity, fastest = kInfinity;
+    for (const Option& o : opts) {
+      least = std::min(least, o.min_area);
+      fastest = std::min(fastest, o.time_s);
+    }
+    const auto& u = used[static_cast<size_t>(p.job_class[j])];
+    q.options[j].clear();
+    for (size_t o = 0; o < opts.size(); ++o) {
+      if (opts[o].min_area <= least * (1 + slack) || opts[o].time_s <= fastest || u[o] ||
+          opts[o].pinned) {
+        q.options[j].push_back(opts[o]);
+        (*to_orig)[j].push_back(static_cast<int>(o));
+      }
+    }
+  }
+  return q;
+}
+
+// A schedule's option indices mapped through `map` (per job: index -> index).
+Schedule remap_options(Schedule s, const std::vector<std::vector<int>>& map) {
+  for (size_t j = 0; j < s.jobs.size(); ++j)
+    s.jobs[j].option = map[j][static_cast<size_t>(s.jobs[j].option)];
+  return s;
+}
+
 }  // namespace
 
 double exact_slot(const Prepared& p, const Schedule& warm, int max_slots) {
@@ -128,21 +168,40 @@ MilpResult solve_milp(const Prepared& p, const Schedule& warm, double lower_boun
       dw = discretise(p, warm, slot);
     }
   }
+  // Not exact: the model only improves plans, and may leave out options (see option_slack).
+  // `mp` is the model's view; `mwarm` the warm start in its option indices.
+  Prepared restricted;
+  std::vector<std::vector<int>> to_orig;
+  const Prepared* mp = &p;
+  Schedule mwarm = warm;
+  if (!exact && opts.option_slack > 0) {
+    restricted = restrict_options(p, warm, opts.option_slack, &to_orig);
+    std::vector<std::vector<int>> from_orig(p.num_jobs());
+    for (size_t j = 0; j < p.num_jobs(); ++j) {
+      from_orig[j].assign(p.options[j].size(), -1);
+      for (size_t o = 0; o < to_orig[j].size(); ++o)
+        from_orig[j][static_cast<size_t>(to_orig[j][o])] = static_cast<int>(o);
+    }
+    mp = &restricted;
+    mwarm = remap_options(warm, from_orig);
+    dw = discretise(*mp, mwarm, slot);
+  }
+  const bool restricting = mp != &p;
   // Coarsen until the model is small enough, but not below a useful resolution: with fewer
   // slots than this the rounding, not the search, decides the result.
   constexpr int kMinSlots = 24;
   for (int round = 0; round < 20; ++round) {
-    const long cols = TimeIndexedModel::estimate_columns(p, slot, static_cast<int>(dw.makespan));
+    const long cols = TimeIndexedModel::estimate_columns(*mp, slot, static_cast<int>(dw.makespan));
     if (cols <= opts.max_columns) break;
     const double factor =
         std::max(1.1, std::sqrt(static_cast<double>(cols) / static_cast<double>(opts.max_columns)));
     if (dw.makespan / factor < kMinSlots) break;
     slot *= factor;
-    exact = all_multiples(p, slot);
-    dw = discretise(p, warm, slot);
+    exact = !restricting && all_multiples(p, slot);
+    dw = discretise(*mp, mwarm, slot);
   }
   const int H = static_cast<int>(dw.makespan);
-  const long cols = TimeIndexedModel::estimate_columns(p, slot, H);
+  const long cols = TimeIndexedModel::estimate_columns(*mp, slot, H);
   if (cols > opts.max_columns) {
     r.status = fmt::format("skipped: model too large ({} columns at {} slots; limit {})", cols, H,
                            opts.max_columns);
@@ -164,7 +223,7 @@ MilpResult solve_milp(const Prepared& p, const Schedule& warm, double lower_boun
     r.seconds = elapsed();
     return r;
   }
-  const TimeIndexedModel model(p, slot, H, L);
+  const TimeIndexedModel model(*mp, slot, H, L);
   r.columns = model.model().num_cols();
   r.rows = model.model().num_rows();
   SlotSchedule start;
@@ -207,6 +266,7 @@ MilpResult solve_milp(const Prepared& p, const Schedule& warm, double lower_boun
       pl.end *= slot;
     }
     in_seconds.makespan = s.makespan * slot;
+    if (restricting) in_seconds = remap_options(std::move(in_seconds), to_orig);
     r.schedule = compact(p, in_seconds);
     r.has_solution = r.schedule.complete() && std::isfinite(r.schedule.makespan);
     if (r.has_solution && r.schedule.makespan > in_seconds.makespan * (1 + 1e-9))

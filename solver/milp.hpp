@@ -45,6 +45,11 @@ struct MilpOptions {
   int target_slots = 60;
   int max_slots = 400;
   long max_columns = 20000;  // larger models are skipped (the heuristic stands)
+  // When the slots are not exact the MILP is an improver only (its bound is not used), so it
+  // may leave out options: it keeps, per job, those within (1 + option_slack) of the job's
+  // least work, its fastest, and those the warm start uses. Fewer columns buy finer slots.
+  // 0 keeps every option.
+  double option_slack = 0.3;
   bool verbose = false;
 };
 

@@ -51,6 +51,9 @@ Plan solve(const Problem& problem, const SolveOptions& options, SolveReport* rep
   const auto proven = [&](double makespan) {
     return makespan <= lower * (1 + std::max(1e-9, options.gap_tolerance));
   };
+  // The MILP phases end by this time: a backend overruns its limit by up to one LP solve (GLPK
+  // checks its clock between subproblems), and mapping and validation follow.
+  const double milp_deadline = 0.93 * options.time_limit_s;
   if (options.use_milp && !proven(best.makespan)) {
     // Rounds of the MILP at finer and finer slots, each warm-started from the best plan so
     // far, while a round proves its (discretised) optimum with time to spare.
@@ -58,7 +61,7 @@ Plan solve(const Problem& problem, const SolveOptions& options, SolveReport* rep
     mo.backend = options.backend;
     const bool exact = mo.slot_s > 0 || exact_slot(prepared, best, mo.max_slots) > 0;
     for (int round = 0; round < 6 && !proven(best.makespan); ++round) {
-      const double left = options.time_limit_s - elapsed();
+      const double left = milp_deadline - elapsed();
       if (left < 0.2) break;
       // An exact slot model can prove the optimum: give it most of the time. Otherwise keep
       // time for the bound round below and for local search, which improves plans faster.
@@ -91,7 +94,7 @@ Plan solve(const Problem& problem, const SolveOptions& options, SolveReport* rep
     }
     // When the slots are not exact, the MILP proves a bound for the instance only through a
     // relaxation: durations rounded down. Try it at a fine slot that keeps the model small.
-    const double left = options.time_limit_s - elapsed();
+    const double left = milp_deadline - elapsed();
     if (rep.milp_ran && !rep.milp.exact && !proven(best.makespan) && left > 0.3) {
       MilpOptions bo = options.milp;
       bo.backend = options.backend;
