@@ -20,5 +20,7 @@ void add_sbatch_command(CLI::App& root, Action* action);  // sbatch_cmd.cpp
 // run_cmd.cpp; argv is what --np relaunches under mpirun.
 void add_run_command(CLI::App& root, Action* action, int argc, char** argv);
 void add_profile_command(CLI::App& root, Action* action);  // profile_cmd.cpp
+void add_report_command(CLI::App& root, Action* action);   // report_cmd.cpp
+void add_status_command(CLI::App& root, Action* action);   // status_cmd.cpp
 
 }  // namespace saturn::cli

@@ -22,6 +22,8 @@ int main(int argc, char** argv) {
   saturn::cli::add_run_command(app, &action, argc, argv);
   saturn::cli::add_profile_command(app, &action);
   saturn::cli::add_plan_command(app, &action);
+  saturn::cli::add_status_command(app, &action);
+  saturn::cli::add_report_command(app, &action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

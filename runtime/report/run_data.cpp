@@ -1,0 +1,498 @@
+#include "runtime/report/run_data.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "runtime/core/error.hpp"
+#include "runtime/workload/workload.hpp"
+#include "solver/gantt.hpp"
+
+namespace saturn::report {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+[[noreturn]] void fail(const fs::path& file, const std::string& what) {
+  throw InputError(fmt::format("{}: {}", file.string(), what));
+}
+
+json read_json_file(const fs::path& file) {
+  std::ifstream in(file);
+  if (!in) fail(file, "cannot be read");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  try {
+    return json::parse(ss.str());
+  } catch (const json::parse_error& e) {
+    fail(file, fmt::format("not valid JSON ({})", e.what()));
+  }
+}
+
+// Field access with the file, line and field in every message.
+struct Where {
+  const fs::path& file;
+  int line = 0;  // 0: the whole file
+  std::string prefix;
+
+  std::string at(const std::string& field) const {
+    std::string s = file.string();
+    if (line > 0) s += fmt::format(":{}", line);
+    return fmt::format("{}: {}{}", s, prefix, field);
+  }
+  const json& need(const json& j, const std::string& field) const {
+    if (!j.is_object() || !j.contains(field)) throw InputError(at(field) + ": missing");
+    return j[field];
+  }
+  double number(const json& j, const std::string& field) const {
+    const json& v = need(j, field);
+    if (!v.is_number()) throw InputError(at(field) + ": expected a number, got " + v.dump());
+    return v.get<double>();
+  }
+  double number_or(const json& j, const std::string& field, double fallback) const {
+    if (!j.contains(field) || j[field].is_null()) return fallback;
+    return number(j, field);
+  }
+  std::int64_t integer(const json& j, const std::string& field) const {
+    const json& v = need(j, field);
+    if (!v.is_number_integer())
+      throw InputError(at(field) + ": expected an integer, got " + v.dump());
+    return v.get<std::int64_t>();
+  }
+  std::string text(const json& j, const std::string& field) const {
+    const json& v = need(j, field);
+    if (!v.is_string()) throw InputError(at(field) + ": expected a string, got " + v.dump());
+    return v.get<std::string>();
+  }
+  std::string text_or(const json& j, const std::string& field) const {
+    if (!j.contains(field) || j[field].is_null()) return "";
+    return text(j, field);
+  }
+  std::vector<int> ranks(const json& j, const std::string& field) const {
+    const json& v = need(j, field);
+    if (!v.is_array()) throw InputError(at(field) + ": expected an array of ranks");
+    std::vector<int> r;
+    for (const auto& x : v) {
+      if (!x.is_number_integer() || x.get<int>() < 0)
+        throw InputError(at(field) + ": expected non-negative integer ranks, got " + v.dump());
+      r.push_back(x.get<int>());
+    }
+    return r;
+  }
+};
+
+std::vector<MetricPoint> read_metrics(const fs::path& file) {
+  std::vector<MetricPoint> points;
+  if (!fs::exists(file)) return points;
+  for (const auto& [line, j] : read_jsonl(file)) {
+    const Where w{file, line, ""};
+    MetricPoint p;
+    p.step = w.integer(j, "step");
+    // A non-finite value is written as null by the JSON library: no value.
+    p.loss = w.number_or(j, "loss", kNaN);
+    p.val_loss = w.number_or(j, "val_loss", kNaN);
+    p.lr = w.number_or(j, "lr", kNaN);
+    p.tokens_per_s = w.number_or(j, "tokens_per_s", 0.0);
+    p.time_s = w.number_or(j, "time_s", 0.0);
+    points.push_back(p);
+  }
+  // One point per step, the newest line winning (a resumed segment rewrote what came after its
+  // checkpoint).
+  std::stable_sort(points.begin(), points.end(),
+                   [](const MetricPoint& a, const MetricPoint& b) { return a.step < b.step; });
+  std::vector<MetricPoint> out;
+  for (const auto& p : points) {
+    if (!out.empty() && out.back().step == p.step)
+      out.back() = p;
+    else
+      out.push_back(p);
+  }
+  return out;
+}
+
+PlanInfo read_plan(const fs::path& file, int index) {
+  const json j = read_json_file(file);
+  if (!j.is_object()) fail(file, "expected a JSON object (a plan)");
+  const Where w{file, 0, ""};
+  PlanInfo p;
+  p.index = index;
+  p.file = (fs::path("plans") / file.filename()).string();
+  p.created_s = w.number_or(j, "created_s", 0.0);
+  p.makespan_s = w.number(j, "makespan_s");
+  p.lower_bound_s = p.created_s + w.number_or(j, "lower_bound_s", 0.0);
+  p.reason = w.text_or(j, "reason");
+  if (j.contains("solver") && j["solver"].is_object()) {
+    const Where ws{file, 0, "solver."};
+    p.solver_status = ws.text_or(j["solver"], "status");
+    p.gap = ws.number_or(j["solver"], "gap", 0.0);
+  }
+  const json& jobs = w.need(j, "jobs");
+  if (!jobs.is_array()) fail(file, "jobs: expected an array");
+  for (std::size_t k = 0; k < jobs.size(); ++k) {
+    const Where wj{file, 0, fmt::format("jobs[{}].", k)};
+    PlannedJob pj;
+    pj.id = wj.text(jobs[k], "id");
+    pj.strategy = wj.text(jobs[k], "strategy");
+    pj.ranks = wj.ranks(jobs[k], "ranks");
+    pj.devices = static_cast<int>(pj.ranks.size());
+    pj.start_s = wj.number(jobs[k], "start_s");
+    pj.end_s = wj.number(jobs[k], "end_s");
+    if (pj.end_s < pj.start_s) throw InputError(wj.at("end_s") + ": before start_s");
+    p.jobs.push_back(pj);
+  }
+  return p;
+}
+
+// Where a segment that never reported got to: its start plus the training time its newest
+// metrics line recorded (metrics time_s counts from the segment's start of training).
+double reached_s(const Segment& seg, const std::vector<MetricPoint>& metrics) {
+  double t = seg.start_s;
+  for (auto it = metrics.rbegin(); it != metrics.rend() && it->step > seg.start_step; ++it)
+    t = std::max(t, seg.start_s + it->time_s);
+  return t;
+}
+
+double file_age_s(const fs::path& file) {
+  std::error_code ec;
+  const auto m = fs::last_write_time(file, ec);
+  if (ec) return -1;
+  return std::chrono::duration<double>(fs::file_time_type::clock::now() - m).count();
+}
+
+}  // namespace
+
+std::vector<JsonLine> read_jsonl(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) fail(file, "cannot be read");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string text = ss.str();
+  std::vector<JsonLine> out;
+  std::size_t pos = 0;
+  int line = 0;
+  while (pos < text.size()) {
+    ++line;
+    const std::size_t nl = text.find('\n', pos);
+    const bool complete = nl != std::string::npos;
+    const std::string s = text.substr(pos, complete ? nl - pos : std::string::npos);
+    pos = complete ? nl + 1 : text.size();
+    const bool last = pos >= text.size();
+    if (s.find_first_not_of(" \t\r") == std::string::npos) continue;
+    // The writer is still on this line (or was killed on it): not a record yet.
+    if (!complete) break;
+    json j = json::parse(s, nullptr, false);
+    if (j.is_discarded()) {
+      if (last) break;
+      throw InputError(fmt::format("{}:{}: not valid JSON: {}", file.string(), line,
+                                   s.size() > 80 ? s.substr(0, 80) + "..." : s));
+    }
+    if (!j.is_object())
+      throw InputError(fmt::format("{}:{}: expected a JSON object, got {}", file.string(), line,
+                                   s.size() > 80 ? s.substr(0, 80) + "..." : s));
+    out.push_back({line, std::move(j)});
+  }
+  return out;
+}
+
+std::string format_seconds(double s) {
+  if (!(s >= 0)) return "-";
+  return solver::format_duration(s);
+}
+
+RunData read_run(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::exists(dir, ec))
+    throw InputError(fmt::format("{}: no such run directory", dir.string()));
+  if (!fs::is_directory(dir, ec))
+    throw InputError(
+        fmt::format("{}: not a directory (give the run directory of `saturn run`)", dir.string()));
+  const fs::path workload_file = dir / "workload.yaml";
+  const fs::path timeline_file = dir / "timeline.jsonl";
+  if (!fs::exists(workload_file))
+    throw InputError(fmt::format(
+        "{}: missing, so {} is not a run directory of `saturn run` (it holds workload.yaml, "
+        "cluster.json, plans/, timeline.jsonl, jobs/)",
+        workload_file.string(), dir.string()));
+
+  RunData run;
+  run.dir = dir;
+  LoadOptions lo;
+  lo.check_data_files = false;  // the copy's relative data paths meant the original's directory
+  const Workload w = load_workload(workload_file, lo);
+  run.name = w.name;
+  std::map<std::string, std::size_t> index;
+  for (const auto& spec : w.jobs) {
+    JobInfo j;
+    j.id = spec.id;
+    j.model = spec.model_name;
+    j.lr = spec.train.optimizer.lr;
+    j.batch_size = spec.train.batch_size;
+    j.steps = spec.train.steps;
+    j.metrics = read_metrics(dir / "jobs" / spec.id / "metrics.jsonl");
+    index[j.id] = run.jobs.size();
+    run.jobs.push_back(std::move(j));
+  }
+  auto job_at = [&](const fs::path& file, int line, const std::string& id) -> JobInfo& {
+    auto it = index.find(id);
+    if (it == index.end())
+      throw InputError(fmt::format("{}:{}: job '{}' is not a job of {}", file.string(), line, id,
+                                   workload_file.string()));
+    return run.jobs[it->second];
+  };
+
+  // Devices: cluster.json (the latest run's cluster) names each rank's node.
+  std::map<int, std::string> node_of_rank;
+  const fs::path cluster_file = dir / "cluster.json";
+  if (fs::exists(cluster_file)) {
+    const json c = read_json_file(cluster_file);
+    const Where wc{cluster_file, 0, ""};
+    const json& nodes = wc.need(c, "nodes");
+    if (!nodes.is_array()) fail(cluster_file, "nodes: expected an array");
+    int devices = 0;
+    for (std::size_t n = 0; n < nodes.size(); ++n) {
+      const Where wn{cluster_file, 0, fmt::format("nodes[{}].", n)};
+      const std::string name = wn.text(nodes[n], "name");
+      devices += static_cast<int>(wn.integer(nodes[n], "devices"));
+      if (nodes[n].contains("ranks"))
+        for (int r : wn.ranks(nodes[n], "ranks")) node_of_rank[r] = name;
+    }
+    run.devices = devices;
+  }
+
+  // Plans, in order of their index.
+  const fs::path plans_dir = dir / "plans";
+  if (fs::is_directory(plans_dir)) {
+    std::map<int, fs::path> files;
+    for (const auto& e : fs::directory_iterator(plans_dir)) {
+      const std::string f = e.path().filename().string();
+      int k = 0;
+      // plan-NNN.json only; the coordinator's plan-NNN.json.tmp is a write in progress.
+      if (f.size() > 10 && f.rfind("plan-", 0) == 0 && f.substr(f.size() - 5) == ".json" &&
+          std::sscanf(f.c_str(), "plan-%d.json", &k) == 1)
+        files[k] = e.path();
+    }
+    for (const auto& [k, f] : files) run.plans.push_back(read_plan(f, k));
+    for (std::size_t p = 0; p + 1 < run.plans.size(); ++p)
+      run.plans[p].valid_until_s = run.plans[p + 1].created_s;
+  }
+  for (const auto& p : run.plans)
+    for (const auto& pj : p.jobs) {
+      JobInfo& j = job_at(dir / p.file, 0, pj.id);
+      if (j.predicted_s < 0) j.predicted_s = pj.end_s - pj.start_s;
+    }
+
+  // The timeline: every run of this directory appended its events.
+  std::vector<Segment*> open(run.jobs.size(), nullptr);
+  auto close = [&](std::size_t j, double t, std::int64_t step, const std::string& end,
+                   const std::string& reason) {
+    Segment* s = open[j];
+    if (s == nullptr) return;
+    s->end_s = std::max(s->start_s, t);
+    s->end_step = std::max(s->start_step, step);
+    s->end = end;
+    s->reason = reason;
+    open[j] = nullptr;
+  };
+  // Segments still open when their run ended or restarted were lost with the process.
+  auto lose = [&](std::size_t j, double t) {
+    if (open[j] == nullptr) return;
+    const double reached = std::min(t, reached_s(*open[j], run.jobs[j].metrics));
+    std::int64_t step = open[j]->start_step;
+    for (const auto& m : run.jobs[j].metrics)
+      if (m.step > step && open[j]->start_s + m.time_s <= reached + 1e-9) step = m.step;
+    close(j, reached, step, "lost", "no report from its ranks (the run was killed?)");
+    run.jobs[j].status = "interrupted";
+  };
+  auto close_lost = [&](double t) {
+    for (std::size_t j = 0; j < run.jobs.size(); ++j) lose(j, t);
+  };
+  if (fs::exists(timeline_file)) {
+    run.started = true;
+    for (const auto& [line, e] : read_jsonl(timeline_file)) {
+      const Where we{timeline_file, line, ""};
+      const double t = we.number(e, "t");
+      const std::string ev = we.text(e, "event");
+      run.now_s = std::max(run.now_s, t);
+      if (ev == "plan") {  // the first plan of a run: a new run of this directory
+        close_lost(t);
+        ++run.runs;
+        run.ended = false;
+        if (run.runs > 1) run.markers.push_back({t, "resume", "resumed", ""});
+      } else if (ev == "replan") {
+        run.markers.push_back(
+            {t, "replan",
+             fmt::format("plan {}: {}", e.contains("plan") ? we.integer(e, "plan") : -1,
+                         we.text_or(e, "reason")),
+             ""});
+      } else if (ev == "job_start") {
+        JobInfo& j = job_at(timeline_file, line, we.text(e, "job"));
+        const std::size_t k = static_cast<std::size_t>(&j - run.jobs.data());
+        lose(k, t);  // an open segment here means its run restarted without a plan event
+        Segment s;
+        s.strategy = we.text(e, "strategy");
+        if (e.contains("knobs") && e["knobs"].is_array())
+          for (const auto& x : e["knobs"])
+            if (x.is_string()) s.knobs.push_back(x.get<std::string>());
+        s.ranks = we.ranks(e, "ranks");
+        s.start_s = t;
+        s.end_s = t;
+        s.start_step = we.integer(e, "step");
+        s.end_step = s.start_step;
+        s.end = "running";
+        j.segments.push_back(s);
+        open[k] = &j.segments.back();
+        j.status = "running";
+      } else if (ev == "job_end" || ev == "failure" || ev == "job_stop") {
+        JobInfo& j = job_at(timeline_file, line, we.text(e, "job"));
+        const std::size_t k = static_cast<std::size_t>(&j - run.jobs.data());
+        const std::int64_t step = e.contains("step") ? we.integer(e, "step") : 0;
+        const std::string reason = we.text_or(e, "reason");
+        if (open[k] == nullptr)
+          throw InputError(fmt::format("{}:{}: {} of job '{}' without its job_start",
+                                       timeline_file.string(), line, ev, j.id));
+        if (ev == "job_end") {
+          close(k, t, step, "finished", "");
+          j.status = "finished";
+          if (e.contains("val_loss") && e["val_loss"].is_number())
+            j.final_val_loss = e["val_loss"].get<double>();
+        } else if (ev == "failure") {
+          close(k, t, step, "failed", reason);
+          j.status = "failed";
+          j.reason = reason;
+          run.markers.push_back({t, "failure", "failed: " + j.id, j.id});
+        } else {
+          close(k, t, step, "stopped", reason);
+          // Moved by a re-plan: waits for its new devices. By a signal: for --resume.
+          j.status = reason.rfind("signal", 0) == 0 ? "stopped" : "pending";
+        }
+      } else if (ev == "signal") {
+        run.markers.push_back(
+            {t, "signal",
+             fmt::format("signal {}", e.contains("signal") ? we.integer(e, "signal") : 0), ""});
+      } else if (ev == "run_end") {
+        close_lost(t);
+        run.ended = true;
+        run.exit_code = static_cast<int>(we.integer(e, "exit_code"));
+        for (auto& j : run.jobs)
+          if (j.status == "pending" || j.status == "running") j.status = "stopped";
+      }
+      // Other events (checkpoints, future kinds) do not change the picture.
+    }
+  }
+  // Segments still running: up to where their metrics got.
+  for (std::size_t j = 0; j < run.jobs.size(); ++j)
+    if (open[j] != nullptr) {
+      open[j]->end_s = reached_s(*open[j], run.jobs[j].metrics);
+      run.now_s = std::max(run.now_s, open[j]->end_s);
+    }
+
+  // Per job: progress, times, losses.
+  std::set<int> ranks;
+  for (const auto& p : run.plans)
+    for (const auto& pj : p.jobs) ranks.insert(pj.ranks.begin(), pj.ranks.end());
+  for (auto& j : run.jobs) {
+    for (const auto& s : j.segments) {
+      ranks.insert(s.ranks.begin(), s.ranks.end());
+      j.actual_s += s.end_s - s.start_s;
+      run.busy_device_s += (s.end_s - s.start_s) * static_cast<double>(s.ranks.size());
+      j.steps_done = std::max(j.steps_done, s.end_step);
+    }
+    if (!j.metrics.empty()) {
+      j.steps_done = std::max(j.steps_done, j.metrics.back().step);
+      j.tokens_per_s = j.metrics.back().tokens_per_s;
+      for (auto it = j.metrics.rbegin(); it != j.metrics.rend(); ++it)
+        if (std::isfinite(it->loss)) {
+          j.last_loss = it->loss;
+          break;
+        }
+      if (!std::isfinite(j.final_val_loss))
+        for (auto it = j.metrics.rbegin(); it != j.metrics.rend(); ++it)
+          if (std::isfinite(it->val_loss)) {
+            j.final_val_loss = it->val_loss;
+            break;
+          }
+    }
+    if (j.status == "finished") j.steps_done = j.steps;
+    // Recent seconds per step: the newest stretch of metrics of the latest segment.
+    if (!j.segments.empty()) {
+      const Segment& s = j.segments.back();
+      std::vector<const MetricPoint*> seg;
+      for (const auto& m : j.metrics)
+        if (m.step > s.start_step && (s.end == "running" || m.step <= s.end_step))
+          seg.push_back(&m);
+      if (seg.size() >= 2) {
+        const std::size_t first = seg.size() > 20 ? seg.size() - 20 : 0;
+        const double dt = seg.back()->time_s - seg[first]->time_s;
+        const double ds = static_cast<double>(seg.back()->step - seg[first]->step);
+        if (dt > 0 && ds > 0) j.step_time_s = dt / ds;
+      } else if (seg.size() == 1 && seg[0]->time_s > 0) {
+        j.step_time_s = seg[0]->time_s / static_cast<double>(seg[0]->step - s.start_step);
+      }
+    }
+  }
+  for (int r : ranks) {
+    run.ranks.push_back(r);
+    auto it = node_of_rank.find(r);
+    run.rank_labels.push_back(it == node_of_rank.end() ? fmt::format("rank {}", r)
+                                                       : fmt::format("{} r{}", it->second, r));
+  }
+  run.devices = std::max(run.devices, static_cast<int>(run.ranks.size()));
+
+  // ETAs: running jobs at their measured pace; waiting ones where the latest plan puts them.
+  const PlanInfo* latest = run.plans.empty() ? nullptr : &run.plans.back();
+  run.eta_s = run.ended ? 0.0 : -1.0;
+  for (auto& j : run.jobs) {
+    if (j.status == "finished" || j.status == "failed") {
+      j.eta_s = 0;
+      continue;
+    }
+    const double left = static_cast<double>(std::max<std::int64_t>(0, j.steps - j.steps_done));
+    if (j.status == "running" && j.step_time_s > 0) {
+      j.eta_s = left * j.step_time_s;
+    } else if (latest != nullptr && !run.ended) {
+      for (const auto& pj : latest->jobs)
+        if (pj.id == j.id) j.eta_s = std::max(pj.end_s - run.now_s, pj.end_s - pj.start_s);
+    }
+    if (!run.ended && j.eta_s >= 0) run.eta_s = std::max(run.eta_s, j.eta_s);
+  }
+
+  run.makespan_s = run.now_s;
+  if (!run.plans.empty()) {
+    run.predicted_makespan_s = run.plans.front().makespan_s;
+    run.lower_bound_s = run.plans.front().lower_bound_s;
+  }
+  if (run.devices > 0 && run.makespan_s > 0)
+    run.utilisation = run.busy_device_s / (static_cast<double>(run.devices) * run.makespan_s);
+
+  // The best job: lowest final val loss among finished jobs, else the lowest so far.
+  double best = INFINITY;
+  for (int pass = 0; pass < 2 && run.best_job.empty(); ++pass) {
+    for (const auto& j : run.jobs) {
+      if (pass == 0 && j.status != "finished") continue;
+      if (std::isfinite(j.final_val_loss) && j.final_val_loss < best) {
+        best = j.final_val_loss;
+        run.best_job = j.id;
+        run.best_is_final = pass == 0;
+      }
+    }
+  }
+  for (auto& j : run.jobs) j.best = j.id == run.best_job;
+
+  // How fresh the files are: tells a live run from one that stopped without a run_end.
+  double age = file_age_s(timeline_file);
+  for (const auto& j : run.jobs) {
+    const double a = file_age_s(dir / "jobs" / j.id / "metrics.jsonl");
+    if (a >= 0 && (age < 0 || a < age)) age = a;
+  }
+  run.seconds_since_update = age;
+  return run;
+}
+
+}  // namespace saturn::report
