@@ -124,11 +124,14 @@ TrainResult train_with_strategy(const TrainJob& job, const TrainOptions& options
     const auto t0 = Clock::now();
     batch = train_loader->next_batch(tc.batch_size);
     const parallel::StepResult sr = strategy->train_step(batch, step);
-    // The loss is reduced over the ranks, so every rank sees the same value: an agreed failure.
-    if (!std::isfinite(sr.loss))
+    // The loss and the global gradient norm are reduced over the ranks, so every rank sees the
+    // same values: an agreed failure. A non-finite norm poisons the update (the clip scale times
+    // an infinite gradient) even while the loss still looks finite.
+    if (!std::isfinite(sr.loss) || !std::isfinite(sr.grad_norm))
       throw comm::AgreedFailure(
-          fmt::format("job {}: loss became {} at step {} (lower the learning rate?)", job.id,
-                      sr.loss, step + 1),
+          fmt::format("job {}: {} became {} at step {} (lower the learning rate?)", job.id,
+                      std::isfinite(sr.loss) ? "gradient norm" : "loss",
+                      std::isfinite(sr.loss) ? sr.grad_norm : sr.loss, step + 1),
           kExitFailure, 0);
     const double dt = seconds_since(t0);
     train_time += dt;

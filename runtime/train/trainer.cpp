@@ -156,6 +156,10 @@ TrainResult train_single_device(const TrainJob& job, const TrainOptions& options
       throw Error(fmt::format("job {}: loss became {} at step {} (lower the learning rate?)",
                               job.id, loss, step + 1));
     const double grad_norm = std::sqrt(cpu::sum_of_squares(s.model.grads(), s.model.num_params()));
+    if (!std::isfinite(grad_norm))
+      throw Error(
+          fmt::format("job {}: gradient norm became {} at step {} (lower the learning rate?)",
+                      job.id, grad_norm, step + 1));
     const double lr = scheduled_lr(tc.optimizer, tc.schedule, step, tc.steps);
     s.optimizer.step(s.model.params(), s.model.grads(), lr,
                      clip_scale(grad_norm, tc.optimizer.grad_clip), step + 1);

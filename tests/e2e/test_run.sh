@@ -4,8 +4,10 @@
 #     with the strategies the solver chooses; val losses fall; the run directory is
 #     complete;
 #  2. SIGUSR1 mid-run -> exit 99 -> `--resume` on another rank count -> the same final weights
-#     as the uninterrupted run (1e-5 where the configuration did not change, 5e-5 otherwise);
-#  3. a job forced to fail (divergent learning rate) fails alone, with its reason in summary.json.
+#     as the uninterrupted run (bit-identical where the job kept one configuration throughout,
+#     else within 1e-6 relative);
+#  3. a job forced to fail (one rank fails mid-run) fails alone, with its reason in
+#     summary.json; divergent jobs fail with theirs.
 # Usage: test_run.sh SATURN_EXE
 set -uo pipefail
 saturn="$1"
@@ -42,7 +44,11 @@ jobs:
 solver: {time_limit: 3, introspection: {interval: 5, threshold: 0.05}}
 YAML
 
-run() { "$saturn" run "$@" --progress-interval 5; }
+# Devices of 10.5 MiB: a "small" replica fits one, a "wide" one (21 MiB with Adam state at batch
+# 16) does not, so the solver must shard, offload or pipeline the wide jobs while the small ones
+# run data parallel: a sweep whose plan mixes strategies, as on a real cluster.
+cap=10.5MiB
+run() { "$saturn" run "$@" --device-memory $cap --progress-interval 5; }
 
 # 1. The whole sweep.
 if run "$work/sweep.yaml" --np 4 --run-dir "$work/full" > "$work/full.log" 2>&1; then
@@ -68,12 +74,14 @@ for j in s["jobs"]:
     assert vals[-1] < vals[0], (j["id"], vals)
     assert os.listdir(os.path.join(jd, "checkpoints")), jd
     strategies |= {seg["strategy"] for seg in j["segments"]}
+    if j["model"] == "wide":  # its replica does not fit the device: never plain ddp
+        assert all(seg["strategy"] != "ddp" for seg in j["segments"]), (j["id"], j["segments"])
     assert j["actual_s"] > 0 and j["predicted_s"] > 0
 assert "best_job" in s and s["makespan_s"] > 0 and s["predicted_makespan_s"] > 0
-print("strategies used:", sorted(strategies), "makespan", round(s["makespan_s"], 1),
+print(len(strategies), "strategies used:", sorted(strategies), "makespan", round(s["makespan_s"], 1),
       "predicted", round(s["predicted_makespan_s"], 1))
-# Which strategies the solver picks depends on measured speeds (on an idle machine it chose ddp
-# for every job); each executed segment must run a real strategy the plan offered.
+# Which strategies win among the feasible ones depends on measured speeds (this machine's runs
+# used two to four); each executed segment must run a real strategy the plan offered.
 known = {"ddp", "fsdp", "pipeline", "tensor", "offload", "ddp+pipeline", "ddp+tensor"}
 assert strategies and strategies <= known, sorted(strategies)
 plan = json.load(open(os.path.join(d, "plans", "plan-000.json")))
@@ -86,7 +94,7 @@ else bad "run directory / strategies"; fi
 
 # 2. Interrupt with SIGUSR1, resume on 2 ranks, compare final weights.
 # The saturn process itself (it forwards the signal to mpirun, which forwards it to the ranks).
-"$saturn" run "$work/sweep.yaml" --np 4 --run-dir "$work/cut" > "$work/cut.log" 2>&1 &
+"$saturn" run "$work/sweep.yaml" --np 4 --run-dir "$work/cut" --device-memory $cap > "$work/cut.log" 2>&1 &
 pid=$!
 for _ in $(seq 1 600); do
   if grep -qs '"event":"checkpoint"\|"step":8' "$work"/cut/jobs/*/metrics.jsonl 2>/dev/null; then break; fi
@@ -108,49 +116,77 @@ try:
 except ImportError:
     print("h5py absent: final weights not compared"); sys.exit(0)
 full, cut = sys.argv[1:]
+
+def configs(run):
+    # Every segment a job ran, across the interrupted run and its resume: timeline.jsonl is
+    # appended to by both.
+    out = {}
+    for line in open(os.path.join(run, "timeline.jsonl")):
+        e = json.loads(line)
+        if e.get("event") == "job_start":
+            out.setdefault(e["job"], set()).add((e["strategy"], tuple(e["knobs"]), e["devices"]))
+    return out
+
+cf, cc = configs(full), configs(cut)
 s = json.load(open(os.path.join(cut, "summary.json")))
-f = {j["id"]: j for j in json.load(open(os.path.join(full, "summary.json")))["jobs"]}
-worst_same, worst_changed = 0.0, 0.0
+worst_same, worst_changed, same_jobs = 0.0, 0.0, 0
 for j in s["jobs"]:
     assert j["status"] == "finished", (j["id"], j["status"])
-    # Same strategy and degree in every segment of both runs: within 1e-5 (bit-exact is the
-    # goal; differences up to 7.9e-7 were seen and are not explained yet). Otherwise reductions
-    # ran in another order: fp32
-    # round-off, amplified by Adam over the remaining steps: within 5e-5 relative.
-    configs = {(g["strategy"], g["devices"]) for g in j["segments"] + f[j["id"]]["segments"]}
-    same = len(configs) == 1
+    # One configuration throughout both runs: the same arithmetic in the same order, so the
+    # resumed weights must be bit-identical. Otherwise reductions ran in another order (fp32
+    # round-off, carried through the remaining Adam steps): relative difference of the whole
+    # parameter vector, ||a - b|| / ||a||, within 1e-6.
+    same = len(cf[j["id"]] | cc[j["id"]]) == 1
     a = h5py.File(os.path.join(full, "jobs", j["id"], "final.h5"))
     b = h5py.File(os.path.join(cut, "jobs", j["id"], "final.h5"))
+    num = den = 0.0
     for name, ds in a["model"].items():
-        x, y = ds[()], b["model"][name][()]
-        err = float(np.abs(x - y).max() / max(np.abs(x).max(), 1e-30))
+        x, y = ds[()].astype(np.float64), b["model"][name][()].astype(np.float64)
         if same:
-            worst_same = max(worst_same, err)
-            assert err <= 1e-5, (j["id"], name, err, configs)
-        else:
-            worst_changed = max(worst_changed, err)
-            assert err <= 5e-5, (j["id"], name, err, configs)
-print(f"final weights vs uninterrupted run: same configuration worst {worst_same:.1e}, "
-      f"changed configuration worst {worst_changed:.1e}")
+            assert np.array_equal(x, y), (j["id"], name, float(np.abs(x - y).max()))
+        num += float(((x - y) ** 2).sum())
+        den += float((x ** 2).sum())
+    rel = (num / den) ** 0.5
+    if same:
+        same_jobs += 1
+        worst_same = max(worst_same, rel)
+    else:
+        worst_changed = max(worst_changed, rel)
+        assert rel <= 1e-6, (j["id"], rel, cf[j["id"]], cc[j["id"]])
+print(f"final weights vs uninterrupted run: {same_jobs} jobs on one configuration bit-identical; "
+      f"changed configuration worst relative difference {worst_changed:.1e}")
 PY
 then ok "resumed run's final weights equal the uninterrupted run's"
 else bad "final weights after resume"; fi
 
-# 3. A job that diverges fails alone.
+# 3. Failing jobs fail alone: one rank of a normal job fails at step 5 (fault injection; its
+# group must agree on the failure), and jobs at a divergent learning rate fail when their loss
+# or gradient norm stops being finite (whether that happens within 24 steps depends on the
+# strategy's arithmetic, so those are checked only for their reason).
 sed 's/lr: \[1e-3, 3e-3\]/lr: [1e-3, 1e4]/' "$work/sweep.yaml" > "$work/diverge.yaml"
-run "$work/diverge.yaml" --np 4 --run-dir "$work/div" > "$work/div.log" 2>&1; rc=$?
-if $py - "$work/div" <<'PY'
+SATURN_FAIL_JOB=wide-lr1e-3-bs16:5 run "$work/diverge.yaml" --np 4 --run-dir "$work/div" \
+  > "$work/div.log" 2>&1; rc=$?
+if [ $rc -eq 1 ] && $py - "$work/div" <<'PY'
 import json, os, sys
 s = json.load(open(os.path.join(sys.argv[1], "summary.json")))
-bad = [j for j in s["jobs"] if j["status"] == "failed"]
-good = [j for j in s["jobs"] if j["status"] == "finished"]
-assert bad and all(j["lr"] > 1e3 for j in bad), [(j["id"], j["status"]) for j in s["jobs"]]
-assert all("loss" in j["reason"] for j in bad), [j.get("reason") for j in bad]
-assert len(good) + len(bad) == 8, len(good)
-print(f"{len(bad)} failed alone ({bad[0]['reason'][:60]}...), {len(good)} finished")
+jobs = {j["id"]: j for j in s["jobs"]}
+assert len(jobs) == 8, sorted(jobs)
+forced = jobs.pop("wide-lr1e-3-bs16")
+assert forced["status"] == "failed", forced
+assert "injected failure at step 5" in forced["reason"], forced["reason"]
+for j in jobs.values():
+    if j["lr"] < 1:
+        assert j["status"] == "finished", (j["id"], j["status"], j.get("reason"))
+    elif j["status"] == "failed":
+        assert "became" in j["reason"], (j["id"], j["reason"])
+    else:
+        assert j["status"] == "finished", (j["id"], j["status"])
+diverged = [j["id"] for j in jobs.values() if j["status"] == "failed"]
+print(f"forced failure alone ({forced['reason']}); diverged and failed: {diverged or 'none'}; "
+      "the other jobs finished")
 PY
-then ok "divergent jobs fail alone with their reason (exit $rc)"
-else bad "failing job isolation"; tail -20 "$work/div.log"; fi
+then ok "failing jobs fail alone with their reason in summary.json (exit 1)"
+else bad "failing job isolation (exit $rc)"; tail -20 "$work/div.log"; fi
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
