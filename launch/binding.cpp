@@ -157,8 +157,10 @@ DeviceChoice choose_device(DeviceKind kind, int local_rank,
     DeviceChoice c;
     c.device = fmt::format("cpu:{}", local_rank);
     c.ordinal = local_rank;
-    c.reason = fmt::format("local rank {} of {} -> {} (CPU backend: one device per rank)",
-                           local_rank, local_size, c.device);
+    c.reason = fmt::format(
+        "local rank {} of {} -> {} (CPU backend: binding is a no-op, each rank computes on its "
+        "own threads)",
+        local_rank, local_size, c.device);
     return c;
   }
 
@@ -261,9 +263,19 @@ DeviceChoice bind_device(MPI_Comm comm, const Environment& env, const BindOption
   const int my_fail = error.empty() ? INT_MAX : world_rank;
   int first_fail = INT_MAX;
   MPI_Allreduce(&my_fail, &first_fail, 1, MPI_INT, MPI_MIN, comm);
-  if (!error.empty()) throw InputError(error);
-  if (first_fail != INT_MAX)
-    throw InputError(fmt::format("device binding failed on rank {} (see its message)", first_fail));
+  if (first_fail != INT_MAX) {
+    // Every rank throws the first failing rank's own message, so whichever rank reports it
+    // (rank 0, usually) says what went wrong, not just where.
+    int len = world_rank == first_fail ? static_cast<int>(error.size()) : 0;
+    MPI_Bcast(&len, 1, MPI_INT, first_fail, comm);
+    std::string text =
+        world_rank == first_fail ? error : std::string(static_cast<std::size_t>(len), ' ');
+    MPI_Bcast(text.data(), len, MPI_CHAR, first_fail, comm);
+    int world_size = 1;
+    MPI_Comm_size(comm, &world_size);
+    if (world_size == 1) throw InputError(text);
+    throw InputError(fmt::format("device binding failed on rank {}: {}", first_fail, text));
+  }
 
   std::string extra;
   if (options.kind == DeviceKind::kCuda) {
@@ -276,6 +288,13 @@ DeviceChoice bind_device(MPI_Comm comm, const Environment& env, const BindOption
       extra += fmt::format(", CUDA ordinal {}", d.ordinal);
     }
     if (!d.global_id.empty()) extra += fmt::format(", global GPU {} (SLURM_JOB_GPUS)", d.global_id);
+  } else {
+    // GPUs allocated to a CPU run are worth a word: they idle.
+    for (const char* name : {"CUDA_VISIBLE_DEVICES", "SLURM_JOB_GPUS"})
+      if (const std::string* v = env_get(env, name); v != nullptr && !v->empty()) {
+        extra = fmt::format("; GPUs {}={} are not used", name, *v);
+        break;
+      }
   }
   try {
     if (const std::optional<LocalRank> from_env = local_rank_from_env(env);

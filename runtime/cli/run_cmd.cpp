@@ -7,8 +7,11 @@
 #include <filesystem>
 #include <memory>
 
+#include "launch/binding.hpp"
 #include "launch/self_launch.hpp"
+#include "runtime/backend/cuda/device_info.hpp"
 #include "runtime/cli/commands.hpp"
+#include "runtime/comm/agree.hpp"
 #include "runtime/comm/mpi_communicator.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/log.hpp"
@@ -27,7 +30,48 @@ struct RunArgs {
   std::string run_dir;
   std::string store;
   bool no_trials = false;
+  std::string device = "cpu";
+  bool oversubscribe_devices = false;
 };
+
+// Collective, once per rank before any work: each rank picks its device from its node-local
+// rank and the devices it sees, and logs the choice (launch/binding.hpp, docs/slurm.md). On
+// the CPU backend that is a logged no-op. Returns kExitOk when every rank has its device;
+// otherwise rank 0 throws the reason and the other ranks return its exit code quietly.
+int bind_rank_device(const RunArgs& a) {
+  auto world = comm::MpiCommunicator::world();
+  if (world->size() > 1) log::set_rank(world->rank());
+  launch::BindOptions b;
+  b.kind = a.device == "cuda" ? launch::DeviceKind::kCuda : launch::DeviceKind::kCpu;
+  b.allow_oversubscribe = a.oversubscribe_devices;
+  try {
+    comm::agree_on(*world, [&] {
+#ifdef SATURN_HAVE_CUDA
+      if (b.kind == launch::DeviceKind::kCuda) {
+        const cuda::DeviceQuery q = cuda::query_devices();
+        b.physical_count = q.error.empty() ? static_cast<int>(q.devices.size()) : -1;
+      }
+#endif
+      launch::bind_device(MPI_COMM_WORLD, launch::current_environment(), b);
+      // The CUDA binding is real (and tested under Slurm); training on it is not there yet.
+      if (b.kind != launch::DeviceKind::kCuda) return;
+#ifdef SATURN_HAVE_CUDA
+      throw InputError(
+          "--device cuda: every rank has its GPU (see the 'device:' lines), but this build's "
+          "CUDA backend has no training kernels yet; use --device cpu");
+#else
+      throw InputError(
+          "--device cuda: this build has no CUDA backend (nvcc was not found when it was "
+          "configured; see INSTALL.md); use --device cpu");
+#endif
+    });
+  } catch (const comm::AgreedFailure& e) {
+    if (world->rank() != 0) return e.exit_code();
+    if (e.exit_code() == kExitBadInput) throw InputError(e.what());
+    throw Error(e.what());
+  }
+  return kExitOk;
+}
 
 int run_run(RunArgs a, int argc, char** argv) {
   namespace fs = std::filesystem;
@@ -61,7 +105,8 @@ int run_run(RunArgs a, int argc, char** argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     if (a.np > 0 && size != a.np)
       throw InputError(fmt::format("--np {} but this launcher started {} ranks", a.np, size));
-    code = exec::run_batch(a.options);
+    code = bind_rank_device(a);
+    if (code == kExitOk) code = exec::run_batch(a.options);
   } catch (...) {
     comm::finalize_mpi();
     throw;
@@ -91,6 +136,13 @@ void add_run_command(CLI::App& root, Action* action, int argc, char** argv) {
                   "Memory capacity of each device (rank), e.g. 2GiB; 0: unlimited");
   cmd->add_option("--store", args->store, "Profile store (default RUN_DIR/profiles.h5)");
   cmd->add_flag("--no-trials", args->no_trials, "Plan from analytic estimates only");
+  cmd->add_option("--device", args->device,
+                  "cpu, or cuda: each rank binds the GPU of its node-local rank")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  cmd->add_flag("--oversubscribe-devices", args->oversubscribe_devices,
+                "Let several ranks of a node share a GPU (else an error; also "
+                "SATURN_OVERSUBSCRIBE_DEVICES=1)");
   cmd->add_option("--progress-interval", args->options.progress_interval_s,
                   "Seconds between progress tables when the output is not a terminal");
   cmd->add_flag("--quiet", args->options.quiet, "No progress output");

@@ -76,6 +76,8 @@ TEST(BindMpi, OneRankFailingStopsAll) {
               std::string::npos)
         << msg;
   }
+  // Every rank carries the failing rank's reason, so rank 0 alone can report it.
+  EXPECT_NE(msg.find("sees no CUDA device"), std::string::npos) << msg;
 }
 
 TEST(BindMpi, SlurmJobGpusWithoutCudaVisibleDevices) {
