@@ -137,20 +137,25 @@ std::vector<int> lpt_order(const Prepared& p, const std::vector<int>& option) {
 
 HeuristicResult local_search(const Prepared& p, HeuristicResult start,
                              const HeuristicOptions& opts) {
-  // Iterated local search: descend with critical-job and random moves until a local stall,
-  // then restart from the best found with a few random moves applied, until the time limit or
-  // a long stall of the best.
+  // Iterated local search in epochs: descend with critical-job and random moves until a local
+  // stall, then restart from the epoch's best with a few random moves applied. An epoch that
+  // stops improving ends; the next starts from the overall best with a bigger kick (searches
+  // from one start settle in different local optima, measured on the 12-job families). Until
+  // the time limit or a long stall of the overall best.
   const auto t0 = Clock::now();
   const size_t J = p.num_jobs();
   if (J == 0) return start;
   std::mt19937 rng(opts.seed);
   const long local_stall = 100 + 2 * static_cast<long>(J);
-  const long global_stall = opts.stall_limit > 0 ? opts.stall_limit : 500000;
+  const long global_stall = opts.stall_limit > 0 ? opts.stall_limit : 5000000;
+  const long epoch_stall = 20000 + 200 * static_cast<long>(J);
   HeuristicResult best = start;
   Key best_key = key_of(best.schedule);
+  HeuristicResult epoch_best = start;
+  Key epoch_key = best_key;
   HeuristicResult cur = std::move(start);
   Key cur_key = best_key;
-  long evaluations = cur.evaluations, since_best = 0;
+  long evaluations = cur.evaluations, since_best = 0, since_epoch_best = 0;
   bool improved_any = false;
   std::uniform_int_distribution<size_t> pick(0, J - 1);
   auto random_move = [&](std::vector<int>& option, std::vector<int>& order) {
@@ -176,6 +181,7 @@ HeuristicResult local_search(const Prepared& p, HeuristicResult start,
     Schedule s = list_schedule(p, option, order);
     ++evaluations;
     ++since_best;
+    ++since_epoch_best;
     const Key k = key_of(s);
     if (!k.better_than(cur_key)) {
       ++stall;
@@ -186,6 +192,13 @@ HeuristicResult local_search(const Prepared& p, HeuristicResult start,
     cur.order = order;
     cur.schedule = std::move(s);
     stall = 0;
+    if (cur_key.better_than(epoch_key)) {
+      epoch_key = cur_key;
+      epoch_best.option = cur.option;
+      epoch_best.order = cur.order;
+      epoch_best.schedule = cur.schedule;
+      since_epoch_best = 0;
+    }
     if (cur_key.better_than(best_key)) {
       best_key = cur_key;
       best.option = cur.option;
@@ -199,10 +212,22 @@ HeuristicResult local_search(const Prepared& p, HeuristicResult start,
   std::vector<size_t> pos(J);
   auto at_bound = [&] { return best.schedule.makespan <= opts.stop_at * (1 + 1e-9); };
   while (seconds_since(t0) < opts.time_limit_s && since_best < global_stall && !at_bound()) {
+    if (since_epoch_best >= epoch_stall) {
+      // New epoch: from the overall best with a bigger kick.
+      epoch_best.option = best.option;
+      epoch_best.order = best.order;
+      const int kicks = 3 + static_cast<int>(rng() % (1 + J / 3));
+      for (int i = 0; i < kicks; ++i) random_move(epoch_best.option, epoch_best.order);
+      epoch_best.schedule = list_schedule(p, epoch_best.option, epoch_best.order);
+      ++evaluations;
+      epoch_key = key_of(epoch_best.schedule);
+      since_epoch_best = 0;
+      stall = local_stall;  // start the epoch with a kick from its (new) best
+    }
     if (stall >= local_stall) {
-      // Kick: restart from the best with 2-4 random moves, accepted whatever they do.
-      cur.option = best.option;
-      cur.order = best.order;
+      // Kick: restart from the epoch's best with 2-4 random moves, accepted whatever they do.
+      cur.option = epoch_best.option;
+      cur.order = epoch_best.order;
       const int kicks = 2 + static_cast<int>(rng() % 3);
       for (int i = 0; i < kicks; ++i) random_move(cur.option, cur.order);
       cur.schedule = list_schedule(p, cur.option, cur.order);
