@@ -188,10 +188,8 @@ std::string render_sbatch_script(const SbatchOptions& o) {
   line("}");
   line("trap forward_usr1 USR1");
   const std::string run_command =
-      o.command.empty()
-          ? fmt::format("{} run {} --run-dir \"$run_dir\"", shell_quote(o.saturn.string()),
-                        shell_quote(o.workload.string()))
-          : o.command;
+      fmt::format("{} run {} --run-dir \"$run_dir\"", shell_quote(o.saturn.string()),
+                  shell_quote(o.workload.string()));
   if (o.launcher == BatchLauncher::kMpirun) {
     // Under Slurm, mpirun takes the nodes and slots (ntasks-per-node) from the allocation.
     line(fmt::format("{} -np \"$SLURM_NTASKS\" {} $resume &", shell_quote(o.mpirun), run_command));

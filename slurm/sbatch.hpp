@@ -50,9 +50,6 @@ struct SbatchOptions {
   BatchLauncher launcher = BatchLauncher::kMpirun;
   int signal_lead_s = kDefaultSignalLead;
   int cpus_per_task = 0;  // 0: not requested
-  // Tests only: shell text that replaces "SATURN run WORKLOAD --run-dir RUN_DIR" in the launch
-  // line (the launcher before it and the --resume after it stay).
-  std::string command;
 };
 
 // Checks every option; InputError naming the option (--time, --nodes, ...) on the first problem.

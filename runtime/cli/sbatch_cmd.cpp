@@ -30,7 +30,6 @@ struct SbatchArgs {
   int signal_lead = slurm::kDefaultSignalLead;
   int cpus_per_task = 0;
   bool dry_run = false;
-  std::string command;
 };
 
 int run_sbatch(const SbatchArgs& a) {
@@ -53,7 +52,6 @@ int run_sbatch(const SbatchArgs& a) {
   o.launcher = slurm::parse_launcher(a.launcher);
   o.signal_lead_s = a.signal_lead;
   o.cpus_per_task = a.cpus_per_task;
-  o.command = a.command;
   if (o.launcher == slurm::BatchLauncher::kMpirun) {
     try {
       o.mpirun = launch::find_mpirun(env);
@@ -104,8 +102,6 @@ void add_sbatch_command(CLI::App& root, Action* action) {
   cmd->add_option("--cpus-per-task,-c", a->cpus_per_task,
                   "CPUs per rank (sets OMP_NUM_THREADS in the job)");
   cmd->add_flag("--dry-run", a->dry_run, "Print the batch script; write and submit nothing");
-  // Tests only: replaces "saturn run WORKLOAD --run-dir DIR" in the script (hidden: no group).
-  cmd->add_option("--command", a->command)->group("");
   cmd->callback([action, a] { *action = [a] { return run_sbatch(*a); }; });
 }
 

@@ -1,7 +1,7 @@
 // Hostlist expansion and compression. The expected outputs were recorded from Slurm 22.05's
 // `scontrol show hostnames` / `scontrol show hostlist` (local-slurm.sh cluster); the
 // HostlistScontrol test compares with a live scontrol when one works (the ctest
-// launch_local_slurm test runs it with a cluster up).
+// launch_local_slurm_run test runs it with a cluster up).
 #include <gtest/gtest.h>
 
 #include <array>

@@ -1,22 +1,32 @@
 #!/usr/bin/env bash
-# On a real single-node Slurm (slurm/local-slurm.sh, 127.0.0.1, fake GPUs), with scripts that
-# `saturn sbatch` generates:
-#  1. hostlists: our parser against the live `scontrol show hostnames/hostlist`;
-#  2. a job through --launcher mpirun and one through --launcher srun complete, one rank per GPU;
-#  3. for both launchers, and for slurm/templates/saturn.sbatch: USR1 to the batch shell (`scancel --batch --signal=USR1`, the stand-in
-#     for --signal=B:USR1@LEAD) -> ranks checkpoint -> exit 99 -> scontrol requeue ->
-#     SLURM_RESTART_COUNT=1 -> --resume -> the ranks finish from their checkpoint.
-# `saturn run` does not exist yet, so the script's run command is replaced (hidden --command) by
-# a stand-in rank program with the same contract: USR1 -> save state, exit 99; --resume -> load.
-# Then the cluster stops and nothing of it may be left running.
-# Usage: test_local_slurm.sh SATURN_EXE TEST_LAUNCH_EXE    (exit 77: skipped)
+# Saturn on a real single-node Slurm (slurm/local-slurm.sh: munged, slurmctld and slurmd from
+# Debian on 127.0.0.1, config in a temporary directory, fake GPUs as character devices). Every
+# job runs the real `saturn run` on a small workload (2 jobs, 2 ranks on CPU; the fake GPUs only
+# exercise gres and binding).
+#
+# Usage: test_local_slurm.sh run|requeue SATURN_EXE TEST_LAUNCH_EXE    (exit 77: skipped)
+#  run      hostlists: our parser against the live `scontrol`; `saturn sbatch` with
+#           --launcher mpirun and with --launcher srun (--mpi=pmix): the batch completes, every
+#           job finished in summary.json with its final.h5, each rank logged its device; device
+#           binding of `saturn run --device cuda` under srun (per-node and per-task GPUs,
+#           oversubscription refused unless asked) and under mpirun in a batch job.
+#  requeue  the same workload through `saturn sbatch --launcher mpirun`, `--launcher srun` and
+#           slurm/templates/saturn.sbatch, each signalled mid-run with
+#           `scancel --batch --signal=USR1` (what --signal=B:USR1@LEAD sends): checkpoint ->
+#           exit 99 -> scontrol requeue -> SLURM_RESTART_COUNT=1 -> --resume -> complete, with
+#           the final weights of an uninterrupted run of the same workload (also through Slurm).
+# The cluster is stopped on every exit (trap), and nothing of it may be left running.
 set -uo pipefail
-saturn=$1
-test_launch=$2
+mode=$1
+saturn=$2
+test_launch=$3
 here=$(cd "$(dirname "$0")" && pwd)
 harness="$here/../../slurm/local-slurm.sh"
+template="$here/../../slurm/templates/saturn.sbatch"
+py=/usr/bin/python3
+case "$mode" in run | requeue) ;; *) echo "usage: $0 run|requeue SATURN TEST_LAUNCH" >&2; exit 2 ;; esac
 
-for tool in munged mungekey slurmctld slurmd sbatch squeue scontrol scancel mpirun; do
+for tool in munged mungekey slurmctld slurmd sbatch srun squeue scontrol scancel mpirun; do
   if ! command -v "$tool" >/dev/null 2>&1; then
     echo "SKIP: $tool is not installed (scripts/install-deps.sh --tests installs Slurm and munge)"
     exit 77
@@ -26,17 +36,23 @@ if [[ $(id -u) -ne 0 ]]; then
   echo "SKIP: the local Slurm runs its daemons as root and makes fake GPU devices with mknod"
   exit 77
 fi
+if ! $py -c 'import h5py, numpy' 2>/dev/null; then
+  echo "SKIP: $py lacks h5py/numpy (scripts/install-deps.sh --tests installs python3-h5py)"
+  exit 77
+fi
 
 work=$(mktemp -d /tmp/saturn-slurm-test.XXXXXX)
-chmod 755 "$work"  # munged wants every directory above its socket world-executable
-export SATURN_SLURM_DIR=$work/slurm SATURN_SLURM_GPUS=10 SATURN_SLURM_CPUS=16
+chmod 755 "$work" # munged wants every directory above its socket world-executable
+export SATURN_SLURM_DIR=$work/slurm SATURN_SLURM_GPUS=8 SATURN_SLURM_CPUS=16
 # A port block of our own (controller, slurmd, srun range: PORT..PORT+299), so a cluster someone
 # runs by hand on the default ports does not collide.
 export SATURN_SLURM_PORT=$((30000 + (RANDOM % 100) * 300))
 export SLURM_CONF=$SATURN_SLURM_DIR/slurm.conf
-# Test-box settings the jobs inherit (sbatch exports the submitting environment).
+# Test-box settings the jobs inherit (sbatch exports the submitting environment): root, more
+# ranks than cores, one BLAS thread per rank.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_btl=self,vader OMPI_MCA_oob_tcp_if_include=lo OMPI_MCA_rmaps_base_oversubscribe=1
+export OMP_NUM_THREADS=1
 passed=0
 failed=0
 ok() { echo "ok: $1"; passed=$((passed + 1)); }
@@ -45,7 +61,7 @@ bad() { echo "FAIL: $1"; failed=$((failed + 1)); }
 cleanup() {
   local rc=$?
   "$harness" stop
-  # Nothing of the cluster may be left: no daemon and no job step mentioning our directory.
+  # Nothing of the cluster may be left: no daemon, no job step, no rank (all name $work).
   local left
   left=$(ps -eo pid=,args= | grep -F "$work" | grep -v grep || true)
   if [[ -n "$left" ]]; then
@@ -64,73 +80,47 @@ if ! "$harness" start; then
   exit 1
 fi
 
-# 1. Hostlists against the live scontrol.
-out=$("$test_launch" --gtest_filter='HostlistScontrol.*' 2>&1)
-if grep -q '\[  PASSED  \] 1 test' <<<"$out" && ! grep -q SKIPPED <<<"$out"; then
-  ok "hostlists match scontrol"
-else
-  bad "hostlists vs scontrol"
-  echo "$out"
+# srun --mpi=pmix needs Slurm's pmix plugin (Debian's slurm-wlm-basic-plugins has pmix_v4).
+have_pmix=1
+if ! srun --mpi=list 2>&1 | grep -qw pmix; then
+  have_pmix=0
+  echo "SKIP (srun parts only): srun --mpi=list offers no pmix plugin here:"
+  srun --mpi=list 2>&1 | sed 's/^/    /'
 fi
+launchers=(mpirun)
+[[ $have_pmix == 1 ]] && launchers+=(srun)
 
-# A workload for saturn sbatch to validate (its data files only need to exist here).
-mkdir -p "$work/data"
-head -c 4096 /dev/urandom >"$work/data/train.bin"
-cp "$work/data/train.bin" "$work/data/val.bin"
-cat >"$work/w.yaml" <<'YAML'
+# The workload: 2 small jobs (one per rank), data from license texts.
+for _ in $(seq 1 20); do cat /usr/share/common-licenses/BSD; done >"$work/text.txt"
+"$saturn" data prepare --input "$work/text.txt" --output "$work/data" >/dev/null ||
+  { bad "saturn data prepare"; exit 1; }
+steps=60
+[[ $mode == requeue ]] && steps=400 # long enough to be signalled mid-run
+cat >"$work/w.yaml" <<YAML
 name: slurm-test
 data: {train: data/train.bin, val: data/val.bin}
-defaults: {seq_len: 16, steps: 10}
-models: {m: {arch: gpt2, n_layer: 1, n_head: 2, d_model: 32}}
+defaults:
+  seq_len: 32
+  steps: $steps
+  eval_every: 50
+  eval_batches: 1
+  checkpoint_every: 100
+  optimizer: {weight_decay: 0.0, eps: 1e-6}
+  seed: 5
+models: {m: {arch: gpt2, n_layer: 2, n_head: 2, d_model: 64}}
 jobs:
-  - {model: m, lr: 1e-3, batch_size: 4}
+  - sweep: {model: [m], lr: [1e-3, 3e-3], batch_size: [4]}
+strategies: [ddp]
+solver: {time_limit: 2}
 YAML
 
-# The stand-in for `saturn run WORKLOAD --run-dir DIR [--resume]`: STEPS steps of 0.1 s; on
-# USR1 it saves its step and exits 99; with --resume it starts from the saved step.
-standin=$work/standin.sh
-cat >"$standin" <<'EOF'
-#!/bin/bash
-steps=$1 dir=$2
-shift 2
-stop=0
-trap 'stop=1' USR1
-rank=${OMPI_COMM_WORLD_RANK:-${SLURM_PROCID:-0}}
-ntasks=${OMPI_COMM_WORLD_SIZE:-${SLURM_NTASKS:-1}}
-local_rank=${OMPI_COMM_WORLD_LOCAL_RANK:-${SLURM_LOCALID:-?}}
-resume=0
-for a in "$@"; do [[ $a == --resume ]] && resume=1; done
-start=0
-[[ $resume == 1 && -f $dir/state.$rank ]] && start=$(cat "$dir/state.$rank")
-echo "rank $rank local $local_rank cvd=${CUDA_VISIBLE_DEVICES:-unset} restart=${SLURM_RESTART_COUNT:-0} resume=$resume start=$start"
-step=$start
-while ((step < steps)); do
-  if [[ $stop == 1 ]]; then
-    echo "$step" >"$dir/state.$rank"
-    echo "rank $rank checkpointed at $step"
-    # Like saturn's ranks, leave only once every rank has saved: mpirun kills the other ranks
-    # as soon as one exits with a non-zero status.
-    touch "$dir/saved.${SLURM_RESTART_COUNT:-0}.$rank"
-    while (($(ls "$dir" | grep -c "^saved\.${SLURM_RESTART_COUNT:-0}\.") < ntasks)); do sleep 0.05; done
-    exit 99
-  fi
-  sleep 0.1
-  step=$((step + 1))
-done
-echo "rank $rank finished at $step (resumed from $start)"
-EOF
-chmod +x "$standin"
-
-# submit NAME LAUNCHER STEPS: prints the job id.
+# submit NAME LAUNCHER: `saturn sbatch` into $work/NAME; prints the job id.
 submit() {
-  local name=$1 launcher=$2 steps=$3 run=$work/$1
-  mkdir -p "$run"
   "$saturn" sbatch "$work/w.yaml" --nodes 1 --gpus-per-node 2 --time 00:10:00 \
-    --launcher "$launcher" --run-dir "$run" --command "$standin $steps $run" |
-    sed -n 's/^submitted batch job //p'
+    --launcher "$2" --run-dir "$work/$1" | sed -n 's/^submitted batch job //p'
 }
 
-wait_gone() {  # wait_gone JOBID SECONDS: until squeue no longer lists the job
+wait_gone() { # wait_gone JOBID SECONDS: until squeue no longer lists the job
   local _
   for _ in $(seq 1 $(($2 * 4))); do
     [[ -z "$(squeue -h -j "$1" 2>/dev/null)" ]] && return 0
@@ -139,92 +129,246 @@ wait_gone() {  # wait_gone JOBID SECONDS: until squeue no longer lists the job
   return 1
 }
 
-job_field() {  # job_field JOBID FIELD: from scontrol show job
+job_field() { # job_field JOBID FIELD: from scontrol show job (kept MinJobAge=300 s)
   scontrol show job "$1" | tr ' ' '\n' | sed -n "s/^$2=//p" | head -n 1
 }
 
-# 3 (started first: the requeue delay dominates). All at once: 10 fake GPUs.
-declare -A requeue_job
-for launcher in mpirun srun; do
-  requeue_job[$launcher]=$(submit "requeue-$launcher" "$launcher" 60)
-  [[ -n "${requeue_job[$launcher]}" ]] || bad "submit requeue-$launcher"
-done
-# The template, with a saturn-like front (run WORKLOAD --run-dir DIR [--resume]) for the stand-in.
-front=$work/saturn-front.sh
-cat >"$front" <<FRONT
-#!/bin/bash
-dir=\$4
-shift 4
-exec "$standin" 60 "\$dir" "\$@"
-FRONT
-chmod +x "$front"
-mkdir -p "$work/requeue-template"
-requeue_job[template]=$(WORKLOAD=$work/w.yaml RUN_DIR=$work/requeue-template SATURN=$front \
-  sbatch --parsable --nodes=1 --ntasks-per-node=2 --gpus-per-node=2 --cpus-per-task=1 \
-  --time=00:10:00 --output="$work/requeue-template/slurm-%j.out" \
-  "$here/../../slurm/templates/saturn.sbatch")
-[[ -n "${requeue_job[template]}" ]] || bad "submit the template"
-# 2. Plain runs.
-declare -A plain_job
-for launcher in mpirun srun; do
-  plain_job[$launcher]=$(submit "plain-$launcher" "$launcher" 3)
-  [[ -n "${plain_job[$launcher]}" ]] || bad "submit plain-$launcher"
-done
+last_step() { # last_step RUN_DIR: the highest step any job of the run has logged
+  cat "$1"/jobs/*/metrics.jsonl 2>/dev/null | grep -o '"step":[0-9]*' | cut -d: -f2 | sort -n |
+    tail -n 1
+}
 
-# Signal each requeue job once both of its ranks run their loop.
-for launcher in mpirun srun template; do
-  id=${requeue_job[$launcher]}
-  log=$work/requeue-$launcher/slurm-$id.out
-  for _ in $(seq 1 240); do
-    [[ $(grep -c '^rank .* start=0' "$log" 2>/dev/null) -ge 2 ]] && break
-    sleep 0.25
+# check_run RUN_DIR: every job finished all its steps, with a final.h5 and metrics.
+check_run() {
+  $py - "$1" "$steps" <<'PY'
+import json, os, sys
+d, steps = sys.argv[1], int(sys.argv[2])
+s = json.load(open(os.path.join(d, "summary.json")))
+assert len(s["jobs"]) == 2, [j["id"] for j in s["jobs"]]
+for j in s["jobs"]:
+    assert j["status"] == "finished", (j["id"], j["status"], j.get("reason"))
+    assert j["steps_done"] == steps, (j["id"], j["steps_done"])
+    jd = os.path.join(d, "jobs", j["id"])
+    assert os.path.getsize(os.path.join(jd, "final.h5")) > 0, jd
+    rows = [json.loads(l) for l in open(os.path.join(jd, "metrics.jsonl"))]
+    assert rows[-1]["step"] == steps, (j["id"], rows[-1])
+PY
+}
+
+# devices_logged LOG RANKS: each rank logged its (CPU, no-op) binding, naming the idle GPUs.
+devices_logged() {
+  local r
+  for ((r = 0; r < $2; r++)); do
+    grep -qE "^\[saturn r$r\] device: local rank $r of $2 -> cpu:$r \(CPU backend: binding is a no-op.*GPUs CUDA_VISIBLE_DEVICES=[0-9],[0-9] are not used" "$1" ||
+      return 1
   done
-  sleep 1
-  scancel --batch --signal=USR1 "$id"
-done
+}
 
-for launcher in mpirun srun; do
-  id=${plain_job[$launcher]}
-  log=$work/plain-$launcher/slurm-$id.out
-  if wait_gone "$id" 60 || [[ $(job_field "$id" JobState) == COMPLETED ]]; then :; fi
-  state=$(job_field "$id" JobState)
-  if [[ $state == COMPLETED && $(grep -c '^rank [01] finished at 3' "$log") == 2 ]] &&
-    grep -qE '^rank 0 local 0 cvd=[0-9],[0-9] ' "$log" &&
-    grep -qE '^rank 1 local 1 cvd=[0-9],[0-9] ' "$log" &&
-    grep -q 'launcher exited with 0' "$log"; then
-    ok "sbatch --launcher $launcher: 2 ranks, one per GPU, completed"
+if [[ $mode == run ]]; then
+  # 1. Hostlists against the live scontrol.
+  out=$("$test_launch" --gtest_filter='HostlistScontrol.*' 2>&1)
+  if grep -q '\[  PASSED  \] 1 test' <<<"$out" && ! grep -q SKIPPED <<<"$out"; then
+    ok "hostlists match scontrol"
   else
-    bad "sbatch --launcher $launcher (state $state)"
-    cat "$log"
+    bad "hostlists vs scontrol"
+    echo "$out"
   fi
-done
 
-for launcher in mpirun srun template; do
-  id=${requeue_job[$launcher]}
-  log=$work/requeue-$launcher/slurm-$id.out
-  wait_gone "$id" 120 || true
-  state=$(job_field "$id" JobState)
-  restarts=$(job_field "$id" Restarts)
-  if [[ $state == COMPLETED && $restarts == 1 ]] &&
-    [[ $(grep -c '^rank [01] checkpointed at [1-9]' "$log") == 2 ]] &&
-    grep -q 'launcher exited with 99' "$log" &&
-    grep -q 'restart_count=1 --resume' "$log" &&
-    [[ $(grep -cE '^rank [01] local [01] cvd=[0-9],[0-9] restart=1 resume=1 start=[1-9]' "$log") == 2 ]] &&
-    [[ $(grep -c '^rank [01] finished at 60 (resumed from [1-9]' "$log") == 2 ]]; then
-    ok "$launcher: USR1 -> checkpoint -> exit 99 -> requeue -> restart 1 -> resume -> done"
+  # 2. The workload through saturn sbatch, with each launcher.
+  declare -A job
+  for launcher in "${launchers[@]}"; do
+    job[$launcher]=$(submit "run-$launcher" "$launcher")
+    [[ -n "${job[$launcher]}" ]] || bad "saturn sbatch --launcher $launcher: no job id"
+  done
+
+  # 3. Device binding of `saturn run --device cuda` on the fake GPUs (binding is real; the run
+  # then stops with exit 2, as this build trains on the CPU only). One batch job, one step each.
+  cuda_run="$saturn run $work/w.yaml --run-dir $work/cuda --device cuda"
+  if [[ $have_pmix == 1 ]]; then
+    bind_job=$(sbatch --parsable --nodes=1 --ntasks=3 --gpus-per-node=2 --time=00:05:00 \
+      --output="$work/bind-%j.out" --wrap "
+echo '== srun 2 tasks, GPUs per node'; srun --mpi=pmix -n 2 $cuda_run; echo \"rc=\$?\"
+echo '== srun 2 tasks, a GPU per task'; srun --mpi=pmix -n 2 --gpus-per-task=1 $cuda_run; echo \"rc=\$?\"
+echo '== srun 3 tasks on 2 GPUs'; srun --mpi=pmix -n 3 $cuda_run; echo \"rc=\$?\"
+echo '== srun 3 tasks on 2 GPUs, allowed'; srun --mpi=pmix -n 3 $cuda_run --oversubscribe-devices; echo \"rc=\$?\"
+echo '== mpirun 2 ranks'; mpirun -np 2 $cuda_run; echo \"rc=\$?\"
+echo '== end'")
   else
-    bad "$launcher: requeue flow (state $state, restarts $restarts)"
-    cat "$log"
+    bind_job=$(sbatch --parsable --nodes=1 --ntasks=2 --gpus-per-node=2 --time=00:05:00 \
+      --output="$work/bind-%j.out" --wrap "
+echo '== mpirun 2 ranks'; mpirun -np 2 $cuda_run; echo \"rc=\$?\"
+echo '== end'")
   fi
-done
+  [[ -n "$bind_job" ]] || bad "submit the binding job"
 
-# The script `saturn sbatch` wrote is the one --dry-run prints.
-dry=$("$saturn" sbatch "$work/w.yaml" --nodes 1 --gpus-per-node 2 --time 00:10:00 \
-  --launcher mpirun --run-dir "$work/plain-mpirun" --command "$standin 3 $work/plain-mpirun" --dry-run)
-if [[ -n "$dry" && "$dry" == "$(cat "$work/plain-mpirun/saturn.sbatch" 2>/dev/null)" ]]; then
-  ok "--dry-run prints the submitted script"
-else
-  bad "--dry-run differs from the written script"
+  for launcher in "${launchers[@]}"; do
+    id=${job[$launcher]}
+    run=$work/run-$launcher
+    log=$run/slurm-$id.out
+    wait_gone "$id" 240 || true
+    state=$(job_field "$id" JobState)
+    if [[ $state == COMPLETED ]] && grep -q 'launcher exited with 0' "$log" &&
+      devices_logged "$log" 2 && check_run "$run"; then
+      ok "saturn sbatch --launcher $launcher: 2 ranks completed the workload (summary, final.h5 per job)"
+    else
+      bad "saturn sbatch --launcher $launcher (state $state)"
+      cat "$log"
+    fi
+  done
+
+  wait_gone "$bind_job" 120 || true
+  blog=$work/bind-$bind_job.out
+  section() { sed -n "/^== $1\$/,/^== /p" "$blog"; }
+  # section TITLE must show each pattern that follows.
+  expect() {
+    local title=$1 s p
+    shift
+    s=$(section "$title")
+    for p in "$@"; do
+      if ! grep -qE -- "$p" <<<"$s"; then
+        bad "binding, $title: no line matching: $p"
+        echo "$s"
+        return
+      fi
+    done
+    ok "binding, $title"
+  }
+  kernels='no training kernels yet|has no CUDA backend'
+  # Without cgroups a job's GPU ids are global (CUDA_VISIBLE_DEVICES=4,5 for a second job), so
+  # the patterns match the id and require the choice to be that same id in the list.
+  g='([0-9])'
+  if [[ $have_pmix == 1 ]]; then
+    expect "srun 2 tasks, GPUs per node" \
+      "^\[saturn r0\] device: local rank 0 of 2 -> cuda:0 \(visible GPU $g of \[\1,[0-9]\].*global GPU \1 \(SLURM_JOB_GPUS\)" \
+      "^\[saturn r1\] device: local rank 1 of 2 -> cuda:1 \(visible GPU $g of \[[0-9],\1\].*global GPU \1 \(SLURM_JOB_GPUS\)" \
+      "$kernels" '^rc=2$'
+    expect "srun 2 tasks, a GPU per task" \
+      "^\[saturn r0\] device: local rank 0 of 2 -> cuda:0 \(visible GPU $g of \[\1\]" \
+      "^\[saturn r1\] device: local rank 1 of 2 -> cuda:0 \(visible GPU $g of \[\1\]" \
+      "$kernels" '^rc=2$'
+    expect "srun 3 tasks on 2 GPUs" \
+      "device binding failed on rank 0: .*2 ranks on this node would share GPU $g \(3 local ranks, 2 visible GPU\(s\) \[\1,[0-9]\]\)" \
+      '^rc=2$'
+    if section "srun 3 tasks on 2 GPUs" | grep -qE "$kernels|\] device:"; then
+      bad "binding, srun 3 tasks on 2 GPUs: went past the refused binding"
+    fi
+    expect "srun 3 tasks on 2 GPUs, allowed" \
+      "^\[saturn r2\] device: local rank 2 of 3 -> cuda:0 \(visible GPU $g of \[\1,[0-9]\].*oversubscribed: 2 ranks on it" \
+      "$kernels" '^rc=2$'
+  fi
+  expect "mpirun 2 ranks" \
+    "^\[saturn r0\] device: local rank 0 of 2 -> cuda:0 \(visible GPU $g of \[\1,[0-9]\]" \
+    "^\[saturn r1\] device: local rank 1 of 2 -> cuda:1 \(visible GPU $g of \[[0-9],\1\]" \
+    "$kernels" '^rc=2$'
+  [[ -e $work/cuda ]] && bad "--device cuda wrote a run directory before failing"
+fi
+
+if [[ $mode == requeue ]]; then
+  # The uninterrupted reference, and the same workload cut by USR1 three ways.
+  declare -A job
+  ref=$(submit ref mpirun)
+  [[ -n "$ref" ]] || bad "submit the reference run"
+  cuts=()
+  for launcher in "${launchers[@]}"; do
+    job[$launcher]=$(submit "cut-$launcher" "$launcher")
+    [[ -n "${job[$launcher]}" ]] && cuts+=("$launcher") || bad "submit cut-$launcher"
+  done
+  # The template, the way its header says to submit it (the launcher it uses: srun when PMIx
+  # is there, so both launch lines of the template run somewhere in this file's tests).
+  tl=mpirun
+  [[ $have_pmix == 1 ]] && tl=srun
+  mkdir -p "$work/cut-template"
+  job[template]=$(WORKLOAD=$work/w.yaml RUN_DIR=$work/cut-template SATURN=$saturn LAUNCHER=$tl \
+    sbatch --parsable --nodes=1 --ntasks-per-node=2 --gpus-per-node=2 --cpus-per-task=1 \
+    --time=00:10:00 --output="$work/cut-template/slurm-%j.out" "$template")
+  [[ -n "${job[template]}" ]] && cuts+=(template) || bad "submit the template"
+
+  # Signal each once its ranks train (a logged step well before the end).
+  for c in "${cuts[@]}"; do
+    id=${job[$c]}
+    for _ in $(seq 1 600); do
+      s=$(last_step "$work/cut-$c")
+      [[ ${s:-0} -ge 40 ]] && break
+      [[ -z "$(squeue -h -j "$id" 2>/dev/null)" ]] && break
+      sleep 0.25
+    done
+    echo "signalling $c (job $id) at step ${s:-none} of $steps"
+    scancel --batch --signal=USR1 "$id"
+  done
+
+  wait_gone "$ref" 240 || true
+  if [[ $(job_field "$ref" JobState) == COMPLETED ]] && check_run "$work/ref"; then
+    ok "uninterrupted reference run completed"
+  else
+    bad "reference run (state $(job_field "$ref" JobState))"
+    cat "$work/ref/slurm-$ref.out"
+  fi
+
+  for c in "${cuts[@]}"; do
+    id=${job[$c]}
+    run=$work/cut-$c
+    log=$run/slurm-$id.out
+    wait_gone "$id" 240 || true
+    state=$(job_field "$id" JobState)
+    restarts=$(job_field "$id" Restarts)
+    why=
+    [[ $state == COMPLETED && $restarts == 1 ]] || why="state $state, restarts $restarts"
+    # The first start: USR1 reached the ranks, each job checkpointed, the launcher exited 99.
+    grep -q 'warning: signal 10 received: checkpointing every running job' "$log" ||
+      why+=" [no signal in the ranks]"
+    first=$(sed -n '1,/launcher exited with 99/p' "$log")
+    for j in m-lr1e-3-bs4 m-lr3e-3-bs4; do
+      grep -qE "^\[saturn r[01]\] job $j: checkpoint .*/step-[0-9]{8}\.h5" <<<"$first" ||
+        why+=" [no checkpoint of $j before exit 99]"
+    done
+    grep -q 'launcher exited with 99' "$log" || why+=" [no exit 99]"
+    # The second start: SLURM_RESTART_COUNT=1, --resume, the run continued and finished.
+    grep -q 'restart_count=1 --resume' "$log" || why+=" [no restart 1 with --resume]"
+    grep -q "^\[saturn r0\] slurm-test: 2 jobs on .*resuming $run" "$log" || why+=" [not resumed]"
+    grep -q 'launcher exited with 0' "$log" || why+=" [no exit 0 after the requeue]"
+    [[ $(grep -c '^\[saturn r[01]\] device: ' "$log") == 4 ]] || why+=" [not 2 bindings per start]"
+    check_run "$run" || why+=" [run incomplete]"
+    if [[ -z "$why" ]]; then
+      ok "$c: USR1 -> checkpoint -> exit 99 -> requeue -> SLURM_RESTART_COUNT=1 -> --resume -> done"
+    else
+      bad "$c: requeue flow:$why"
+      cat "$log"
+    fi
+  done
+
+  # Final weights against the reference: bit-exact where a job ran one strategy at one degree
+  # in both runs (as measured: the usual plan here is ddp on 1 rank per job); where a re-plan
+  # changed it, reductions run in another order: 1e-5 relative for now (tests/e2e has seen up
+  # to 7.9e-7 after a resume, not explained yet).
+  for c in "${cuts[@]}"; do
+    if $py - "$work/ref" "$work/cut-$c" "$c" <<'PY'; then
+import json, os, sys
+import h5py, numpy as np
+ref, cut, name = sys.argv[1:]
+r = {j["id"]: j for j in json.load(open(os.path.join(ref, "summary.json")))["jobs"]}
+worst = 0.0
+for j in json.load(open(os.path.join(cut, "summary.json")))["jobs"]:
+    configs = {(g["strategy"], g["devices"]) for g in j["segments"] + r[j["id"]]["segments"]}
+    a = h5py.File(os.path.join(ref, "jobs", j["id"], "final.h5"), "r")
+    b = h5py.File(os.path.join(cut, "jobs", j["id"], "final.h5"), "r")
+    assert set(a["model"]) == set(b["model"]), j["id"]
+    exact = True
+    for key, ds in a["model"].items():
+        x, y = ds[()], b["model"][key][()]
+        exact = exact and np.array_equal(x, y)
+        err = float(np.abs(x - y).max() / max(np.abs(x).max(), 1e-30))
+        worst = max(worst, err)
+        assert err <= 1e-5, (j["id"], key, err, sorted(configs))
+        assert len(configs) > 1 or np.array_equal(x, y), (j["id"], key, err, sorted(configs))
+    print(f"  {name} {j['id']}: {'bit-exact' if exact else 'differs'} vs the uninterrupted run"
+          f" (configurations {sorted(configs)})")
+print(f"  {name}: max relative difference {worst:.2e}")
+PY
+      ok "$c: final weights equal the uninterrupted run's"
+    else
+      bad "$c: final weights differ from the uninterrupted run's"
+    fi
+  done
 fi
 
 echo "passed $passed, failed $failed"

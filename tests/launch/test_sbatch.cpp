@@ -114,12 +114,6 @@ TEST(SbatchScript, LaunchLines) {
                        "'/home/u/sweep.yaml' --run-dir \"$run_dir\" $resume &"))
       << s;
   EXPECT_EQ(s.find("mpirun"), std::string::npos);
-  o.command = "/tmp/stand-in.sh --steps 5";
-  s = render_sbatch_script(o);
-  EXPECT_TRUE(has_line(s,
-                       "srun --mpi=pmix --kill-on-bad-exit=1 /tmp/stand-in.sh --steps 5 "
-                       "$resume &"))
-      << s;
 }
 
 TEST(SbatchScript, SignalRequeueResume) {
