@@ -158,23 +158,31 @@ HeuristicResult local_search(const Prepared& p, HeuristicResult start,
   long evaluations = cur.evaluations, since_best = 0, since_epoch_best = 0;
   bool improved_any = false;
   std::uniform_int_distribution<size_t> pick(0, J - 1);
+  // A random change of the list; false when it cannot change the schedule (the same position,
+  // or two identical jobs in the same option trading places), so no evaluation is spent on it.
   auto random_move = [&](std::vector<int>& option, std::vector<int>& order) {
     const int kind = static_cast<int>(rng() % 3);
     if (kind == 0) {
       const size_t j = pick(rng);
-      if (p.options[j].size() < 2) return;
+      if (p.options[j].size() < 2) return false;
       std::uniform_int_distribution<int> po(0, static_cast<int>(p.options[j].size()) - 1);
       int o = po(rng);
       if (o == option[j]) o = (o + 1) % static_cast<int>(p.options[j].size());
       option[j] = o;
-    } else if (kind == 1) {
-      std::swap(order[pick(rng)], order[pick(rng)]);
+      return true;
+    }
+    const size_t a = pick(rng), b = pick(rng);
+    const size_t ja = static_cast<size_t>(order[a]), jb = static_cast<size_t>(order[b]);
+    const bool twins = p.job_class[ja] == p.job_class[jb] && option[ja] == option[jb];
+    if (a == b || (twins && (kind == 1 || std::max(a, b) - std::min(a, b) == 1))) return false;
+    if (kind == 1) {
+      std::swap(order[a], order[b]);
     } else {
-      const size_t a = pick(rng), b = pick(rng);
       const int j = order[std::max(a, b)];
       order.erase(order.begin() + static_cast<std::ptrdiff_t>(std::max(a, b)));
       order.insert(order.begin() + static_cast<std::ptrdiff_t>(std::min(a, b)), j);
     }
+    return true;
   };
   long stall = 0;
   auto try_candidate = [&](std::vector<int>& option, std::vector<int>& order) {
@@ -265,7 +273,7 @@ HeuristicResult local_search(const Prepared& p, HeuristicResult start,
     // Random moves: change one job's option, swap two jobs, or move a job earlier.
     for (int tries = 0; tries < 16 && !progress && stall < local_stall; ++tries) {
       std::vector<int> option = cur.option, order = cur.order;
-      random_move(option, order);
+      if (!random_move(option, order)) continue;
       progress = try_candidate(option, order);
     }
   }

@@ -80,14 +80,18 @@ Problem actual_problem(const Problem& estimated, const SimOptions& options) {
   return apply(estimated, draw_truth(estimated, options));
 }
 
-SimResult simulate(const Problem& estimated, const SimOptions& o) {
+SimResult simulate(const Problem& estimated, const SimOptions& o, const Plan* initial) {
   const Truth truth = draw_truth(estimated, o);
   const Problem actual = apply(estimated, truth);
   const Cluster& cluster = estimated.cluster;
   const size_t J = estimated.jobs.size();
   SimResult res;
   Plan plan = o.policy == SimOptions::Policy::oracle ? solve(actual, o.initial)
+              : initial                              ? *initial
                                                      : solve(estimated, o.initial);
+  if (initial && o.policy != SimOptions::Policy::oracle && plan.jobs.size() != J)
+    throw SolverError(fmt::format("simulator: the initial plan places {} jobs, the instance has {}",
+                                  plan.jobs.size(), J));
   res.planned_makespan_s = plan.makespan_s;
   res.solve_time_s += plan.solver.solve_time_s;
   const int max_replans = o.max_replans > 0 ? o.max_replans : 4 * static_cast<int>(J);

@@ -50,6 +50,9 @@ const char* to_string(SimOptions::Policy p);
 // draw), for tests and the oracle.
 Problem actual_problem(const Problem& estimated, const SimOptions& options);
 
-SimResult simulate(const Problem& estimated, const SimOptions& options);
+// `initial`, when given, is the first plan (made for `estimated`) instead of a fresh solve, so
+// that policies are compared on the same plan; the oracle always plans with the actual times.
+SimResult simulate(const Problem& estimated, const SimOptions& options,
+                   const Plan* initial = nullptr);
 
 }  // namespace saturn::solver

@@ -133,6 +133,24 @@ TEST(Simulator, ExactEstimatesReproduceThePlan) {
   EXPECT_NEAR(r.makespan_s, s.makespan_s, 1e-6 * s.makespan_s);
 }
 
+TEST(Simulator, StartsFromAGivenPlan) {
+  const Problem p = sweep();
+  const Plan first = baseline_plan(p, Baseline::min);
+  SimOptions o;
+  o.error = 0;
+  o.config_error = 0;
+  o.policy = SimOptions::Policy::static_plan;
+  const SimResult r = simulate(p, o, &first);
+  EXPECT_EQ(r.planned_makespan_s, first.makespan_s);
+  EXPECT_EQ(r.solve_time_s, first.solver.solve_time_s);
+  // Exact estimates: the plan runs as made (a job may only start earlier, never later).
+  EXPECT_LE(r.makespan_s, first.makespan_s * (1 + 1e-9));
+  EXPECT_GE(r.makespan_s, 0.99 * first.makespan_s);
+  Plan wrong = first;
+  wrong.jobs.pop_back();
+  EXPECT_THROW(simulate(p, o, &wrong), SolverError);
+}
+
 TEST(Simulator, OracleExecutesItsPlanExactly) {
   const Problem p = synthetic::family("txt", parse_cluster_spec("1x8:40GiB"), 12, 1);
   SimOptions o;
