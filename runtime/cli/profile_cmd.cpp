@@ -28,6 +28,7 @@ struct ProfileArgs {
   std::string workload, cluster, store, output, device_memory = "0";
   int trials = 1, trial_steps = 2, warmup_steps = 1;
   double trial_time_limit = 60;
+  std::string calibration_cache;  // empty: profile::default_calibration_cache()
   bool no_trials = false, serial = false, no_ballast = false, refresh = false, recalibrate = false,
        quick_calibration = false, all = false, quiet = false, verbose = false;
 };
@@ -74,6 +75,10 @@ int run_profile(const ProfileArgs& a) {
       opt.trials_per_degree = a.trials;
       opt.refresh = a.refresh;
       opt.recalibrate = a.recalibrate;
+      opt.calibration_cache = a.calibration_cache.empty() ? profile::default_calibration_cache()
+                              : a.calibration_cache == "none"
+                                  ? std::filesystem::path()
+                                  : std::filesystem::path(a.calibration_cache);
       opt.calibration.quick = a.quick_calibration;
       opt.trial.measure_steps = a.trial_steps;
       opt.trial.warmup_steps = a.warmup_steps;
@@ -144,6 +149,9 @@ void add_profile_command(CLI::App& root, Action* action) {
                 "contention of a full batch)");
   cmd->add_flag("--refresh", args->refresh, "Measure again what the store already holds");
   cmd->add_flag("--recalibrate", args->recalibrate, "Calibrate this hardware again");
+  cmd->add_option("--calibration-cache", args->calibration_cache,
+                  "Calibrations shared by all runs, once per hardware ('none': no cache; "
+                  "default $SATURN_CALIBRATION_CACHE, else ~/.cache/saturn/calibration.h5)");
   cmd->add_flag("--quick-calibration", args->quick_calibration,
                 "Fewer shapes and sizes when calibrating (smoke tests; coarser estimates)");
   cmd->add_option("--device-memory", args->device_memory,

@@ -14,6 +14,9 @@ PlanningInput build_planning_input(const PlanningRequest& request, comm::Communi
   profile::ProfileOptions opts;
   opts.store = request.store;
   opts.trials = request.trials;
+  // Calibrate once per hardware, not once per run directory (SATURN_CALIBRATION_CACHE=none
+  // turns the shared cache off).
+  opts.calibration_cache = profile::default_calibration_cache();
   opts.quiet = world.rank() != 0;
   const profile::ProfileResult result = profile::profile_workload(pr, world, opts);
   if (world.rank() == 0) {

@@ -153,6 +153,7 @@ nlohmann::json Calibration::to_json() const {
   return {{"hardware_id", hardware_id},
           {"created_utc", created_utc},
           {"seconds", seconds},
+          {"quick", quick},
           {"gemm_rate", gemm},
           {"gemm_scale", gemm_scale},
           {"attn_s_per_flop", attn_s_per_flop},
@@ -171,6 +172,7 @@ Calibration Calibration::from_json(const nlohmann::json& j) {
     c.hardware_id = j.at("hardware_id").get<std::string>();
     c.created_utc = j.at("created_utc").get<std::string>();
     c.seconds = j.at("seconds").get<double>();
+    c.quick = j.value("quick", false);  // absent in stores written before the flag
     for (const auto& p : j.at("gemm_rate")) c.gemm_rate.emplace_back(p.at(0), p.at(1));
     c.gemm_scale = j.at("gemm_scale").get<double>();
     c.attn_s_per_flop = j.at("attn_s_per_flop").get<double>();
@@ -673,6 +675,7 @@ Calibration calibrate(comm::Communicator& world, const Hardware& hardware,
   Calibration cal;
   cal.hardware_id = hardware.id();
   cal.created_utc = utc_now();
+  cal.quick = options.quick;
   world.barrier();
   // Compute is measured against the probe GEMM (see ratio_to_probe) and converted to seconds
   // at the probe's speed now.

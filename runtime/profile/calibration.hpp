@@ -56,6 +56,7 @@ struct Calibration {
   std::string hardware_id;
   std::string created_utc;
   double seconds = 0;  // how long calibrating took
+  bool quick = false;  // from CalibrationOptions::quick: coarser, never shared through the cache
 
   // Achieved GEMM rate (FLOP/s per rank) at increasing GEMM sizes (FLOPs of one call).
   std::vector<std::pair<double, double>> gemm_rate;

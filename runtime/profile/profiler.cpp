@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <map>
 #include <set>
@@ -504,6 +505,18 @@ RankTopology topology_of(const ProfileRequest& request, const std::vector<int>& 
   return t;
 }
 
+std::filesystem::path default_calibration_cache() {
+  if (const char* v = std::getenv("SATURN_CALIBRATION_CACHE")) {
+    const std::string s(v);
+    return s.empty() || s == "none" ? std::filesystem::path() : std::filesystem::path(s);
+  }
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  if (xdg && *xdg) return std::filesystem::path(xdg) / "saturn" / "calibration.h5";
+  const char* home = std::getenv("HOME");
+  if (home && *home) return std::filesystem::path(home) / ".cache" / "saturn" / "calibration.h5";
+  return {};
+}
+
 ProfileResult profile_workload(const ProfileRequest& request, comm::Communicator& world,
                                const ProfileOptions& options) {
   const auto t0 = Clock::now();
@@ -512,11 +525,30 @@ ProfileResult profile_workload(const ProfileRequest& request, comm::Communicator
   const Hardware hw = detect_hardware(world, &node_of_rank);
   const ProfileRequest req = with_cluster(request, hw);
 
-  // Rank 0 reads the store; everyone works from the same copy.
+  // Rank 0 reads the store (and, when it lacks this hardware, the shared calibration cache);
+  // everyone works from the same copy.
   ProfileStore store;
+  bool cal_from_cache = false;
   comm::agree_on(world, [&] {
-    if (world.rank() == 0 && !options.store.empty()) store = ProfileStore::load(options.store);
+    if (world.rank() != 0) return;
+    if (!options.store.empty()) store = ProfileStore::load(options.store);
+    const HardwareRecord* own = store.hardware(hw.id());
+    if (options.recalibrate || options.calibration_cache.empty() || (own && own->calibration))
+      return;
+    try {
+      const ProfileStore cache = ProfileStore::load(options.calibration_cache);
+      if (const HardwareRecord* r = cache.hardware(hw.id());
+          r && r->calibration && !r->calibration->quick) {
+        store.put_hardware(*r);
+        cal_from_cache = true;
+      }
+    } catch (const IoError& e) {
+      log::warn("calibration cache {} not used: {}", options.calibration_cache.string(), e.what());
+    }
   });
+  if (talk && cal_from_cache)
+    log::info("calibration of {} from the shared cache {}", hw.describe(),
+              options.calibration_cache.string());
   std::string text = world.rank() == 0 ? store.to_text() : std::string();
   broadcast_text(world, text, 0);
   store = ProfileStore::from_text(text);
@@ -532,6 +564,16 @@ ProfileResult profile_workload(const ProfileRequest& request, comm::Communicator
     store.put_hardware(HardwareRecord{hw, cal});
     pre.calibrated = true;
     pre.calibration_s = cal.seconds;
+    if (world.rank() == 0 && !options.calibration_cache.empty() && !options.calibration.quick) {
+      // Best effort: the cache saves later runs the calibration, and losing it costs only that.
+      try {
+        ProfileStore only_calibration;
+        only_calibration.put_hardware(HardwareRecord{hw, cal});
+        only_calibration.save(options.calibration_cache);
+      } catch (const std::exception& e) {
+        log::warn("calibration not cached in {}: {}", options.calibration_cache.string(), e.what());
+      }
+    }
   }
 
   // The machine's speed now against the calibration's (also right after calibrating: the load

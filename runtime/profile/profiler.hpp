@@ -42,6 +42,10 @@ struct ProfileOptions {
   double dominance_margin = 0.10;
   bool refresh = false;      // measure again what the store already holds
   bool recalibrate = false;  // calibrate again even if the store has this hardware
+  // A store shared by every run of this user that keeps only calibrations (once per hardware,
+  // not once per run directory). Read when `store` lacks this hardware; a full (not quick)
+  // calibration is added to it. Empty: none.
+  std::filesystem::path calibration_cache;
   TrialOptions trial;
   CalibrationOptions calibration;
   // profile_from_store: the stored hardware to plan for ("" = this machine's, or the store's
@@ -49,6 +53,10 @@ struct ProfileOptions {
   std::string hardware_id;
   bool quiet = true;  // progress lines on rank 0 when false
 };
+
+// SATURN_CALIBRATION_CACHE when set ("" or "none": no cache), else
+// ${XDG_CACHE_HOME:-$HOME/.cache}/saturn/calibration.h5 (empty when neither is set).
+std::filesystem::path default_calibration_cache();
 
 struct ProfileRequest {
   const Workload* workload = nullptr;

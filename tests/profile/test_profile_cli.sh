@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # saturn profile and saturn plan WORKLOAD end to end: a first run calibrates and tries, a second
-# run with the same store tries nothing, plan reads the store (also for a bigger cluster than
-# the one profiled), and bad input is exit code 2.
+# run with the same store tries nothing, a full calibration is shared with later runs through the
+# calibration cache, plan reads the store (also for a bigger cluster than the one profiled), and
+# bad input is exit code 2.
 #   test_profile_cli.sh SATURN MPIEXEC SOURCE_DIR
 set -euo pipefail
 saturn=$1
@@ -35,6 +36,19 @@ tried=$(sed -n 's/.*; \([0-9]*\) tried in.*/\1/p' "$dir/out1")
 run2 profile "$dir/w.yaml" "${flags[@]}" > "$dir/out2" 2>&1 || { cat "$dir/out2"; fail "second run"; }
 grep -q "; 0 tried in" "$dir/out2" || { cat "$dir/out2"; fail "the second run tried again"; }
 grep -q "calibration .* (stored)" "$dir/out2" || { cat "$dir/out2"; fail "recalibrated"; }
+
+# The shared calibration cache: a full calibration lands in it, and a run with a new store takes
+# it from there instead of calibrating again (quick calibrations, like the ones above, are
+# never cached: the cache file does not exist until now).
+[ ! -e "$dir/cal.h5" ] || fail "a quick calibration was cached"
+cache=(--calibration-cache "$dir/cal.h5" --no-trials)
+run2 profile "$dir/w.yaml" --store "$dir/c1.h5" "${cache[@]}" > "$dir/out3" 2>&1 ||
+  { cat "$dir/out3"; fail "full calibration"; }
+[ -s "$dir/cal.h5" ] || { cat "$dir/out3"; fail "calibration not cached"; }
+run2 profile "$dir/w.yaml" --store "$dir/c2.h5" "${cache[@]}" > "$dir/out4" 2>&1 ||
+  { cat "$dir/out4"; fail "run with the cache"; }
+grep -q "from the shared cache" "$dir/out4" || { cat "$dir/out4"; fail "cache not used"; }
+grep -q "calibration .* (stored)" "$dir/out4" || { cat "$dir/out4"; fail "calibrated again"; }
 
 "$saturn" plan "$dir/w.yaml" --store "$dir/p.h5" --time-limit 2 > "$dir/plan" 2>&1 ||
   { cat "$dir/plan"; fail "plan from the store"; }
