@@ -118,7 +118,8 @@ h2{font-size:17px;margin:28px 0 8px}
 #totals{display:grid;grid-template-columns:repeat(auto-fill,minmax(190px,1fr));gap:10px}
 .card{background:#fff;border:1px solid #e2e5ea;border-radius:8px;padding:10px 14px}
 .card .k{color:#5a6372;font-size:12px;text-transform:uppercase;letter-spacing:.04em}
-.card .v{font-size:20px;font-weight:600;margin-top:2px}
+.card .v{font-size:20px;font-weight:600;margin-top:2px;overflow-wrap:anywhere}
+.card .v.long{font-size:15px}
 .card .n{color:#5a6372;font-size:12px}
 .panel{background:#fff;border:1px solid #e2e5ea;border-radius:8px;padding:10px;overflow-x:auto}
 svg text{font-family:inherit}
@@ -145,7 +146,8 @@ svg text{font-family:inherit}
 .key{display:inline-block;width:22px;height:10px;vertical-align:0;margin-right:5px;border-radius:2px}
 table{border-collapse:collapse;width:100%;background:#fff;border:1px solid #e2e5ea;font-size:13px}
 th,td{padding:5px 8px;border-bottom:1px solid #eceef2;text-align:left;vertical-align:top}
-th{background:#f0f2f5;font-weight:600}
+th{background:#f0f2f5;font-weight:600;white-space:nowrap}
+td.r,td.id{white-space:nowrap}
 td.r,th.r{text-align:right;font-variant-numeric:tabular-nums}
 tr.best td{background:#fff8e1}
 .st-finished{color:#1e6b34}.st-failed{color:#9b1c1c;font-weight:600}.st-running{color:#1d4f91}
@@ -214,9 +216,9 @@ std::string totals(const RunData& run) {
                        fmt::format("final val loss {}", loss_text(j.final_val_loss))});
   std::string o = R"(<section id="totals">)";
   for (const auto& c : cards)
-    o += fmt::format(R"(<div class="card"><div class="k">{}</div><div class="v">{}</div>)"
+    o += fmt::format(R"(<div class="card"><div class="k">{}</div><div class="v{}">{}</div>)"
                      R"(<div class="n">{}</div></div>)",
-                     c.key, c.value, c.note);
+                     c.key, c.value.size() > 14 ? " long" : "", c.value, c.note);
   return o + "</section>\n";
 }
 
@@ -332,7 +334,7 @@ std::string gantt(const RunData& run, const std::map<std::string, std::size_t>& 
 // One loss chart (train or val): every job on the same axes as the other chart.
 std::string loss_chart(const RunData& run, const std::map<std::string, std::size_t>& index,
                        bool val, double y_lo, double y_hi, double x_hi) {
-  const double W = 600, H = 360, left = 52, right = 12, top = 28, bottom = 36;
+  const double W = 600, H = 360, left = 52, right = 20, top = 28, bottom = 36;
   const double pw = W - left - right, ph = H - top - bottom;
   auto x = [&](double s) { return left + pw * s / x_hi; };
   auto y = [&](double v) { return top + ph * (1.0 - (v - y_lo) / (y_hi - y_lo)); };
@@ -340,9 +342,10 @@ std::string loss_chart(const RunData& run, const std::map<std::string, std::size
   std::string o = fmt::format(
       R"(<svg id="{0}" width="100%" viewBox="0 0 {1} {2}" role="img" aria-label="{3} loss by step">)",
       id, num(W), num(H), val ? "validation" : "training");
+  // The clip leaves room for the points at the chart's edges.
   o += fmt::format(R"(<defs><clipPath id="{}-clip"><rect x="{}" y="{}" width="{}" height="{}"/>)"
                    R"(</clipPath></defs>)",
-                   id, num(left), num(top), num(pw), num(ph));
+                   id, num(left - 5), num(top - 5), num(pw + 10), num(ph + 10));
   o += fmt::format(R"(<text x="{}" y="17" font-size="13" font-weight="600">{}</text>)", num(left),
                    val ? "validation loss" : "training loss");
   o += R"(<g class="axis">)";
@@ -351,7 +354,7 @@ std::string loss_chart(const RunData& run, const std::map<std::string, std::size
     o += fmt::format(R"(<line class="grid" x1="{0}" x2="{1}" y1="{2}" y2="{2}"/>)", num(left),
                      num(left + pw), num(y(v)));
     o += fmt::format(R"(<text x="{}" y="{}" text-anchor="end">{}</text>)", num(left - 5),
-                     num(y(v) + 4), fmt::format("{:g}", std::round(v / ys) * ys));
+                     num(y(v) + 4), fmt::format("{:g}", std::round(v / ys) * ys + 0.0));  // no "-0"
   }
   const double xs = nice_step(x_hi, 8);
   for (double s = 0; s <= x_hi + 1e-9; s += xs) {
@@ -402,22 +405,24 @@ std::string loss_chart(const RunData& run, const std::map<std::string, std::size
 }
 
 std::string curves(const RunData& run, const std::map<std::string, std::size_t>& index) {
-  std::vector<double> values;
+  // The value axis is fitted to the jobs that did not fail: a diverging job would flatten
+  // everyone else's curves (its own are clipped at the top). All jobs when every one failed.
+  std::vector<double> values, failed_values;
   double x_hi = 1;
   for (const auto& j : run.jobs) {
     x_hi = std::max(x_hi, static_cast<double>(j.steps));
     for (const auto& m : j.metrics) {
       x_hi = std::max(x_hi, static_cast<double>(m.step));
       for (double v : {m.loss, m.val_loss})
-        if (std::isfinite(v)) values.push_back(v);
+        if (std::isfinite(v)) (j.status == "failed" ? failed_values : values).push_back(v);
     }
   }
+  if (values.empty()) values = failed_values;
   if (values.empty())
     return R"(<p class="sub" id="no-curves">No metrics yet: no job has finished a step.</p>)";
   std::sort(values.begin(), values.end());
   double lo = values.front(), hi = values.back();
-  // A diverging job would flatten everyone else's curves: cut the axis at the 98th percentile
-  // (with room) and let the chart clip that job's spike.
+  // A spike (an unstable step) would do the same: cut the axis above the 98th percentile.
   const double p98 =
       values[static_cast<std::size_t>(0.98 * static_cast<double>(values.size() - 1))];
   if (hi > p98 + 1.5 * (p98 - lo)) hi = p98 + 0.5 * (p98 - lo);
@@ -467,7 +472,7 @@ std::string jobs_table(const RunData& run, const std::map<std::string, std::size
         fmt::format(R"(<span class="st-{}">{}</span>)", esc(j.status), esc(j.status));
     if (!j.reason.empty()) status += fmt::format(R"(<div class="why">{}</div>)", esc(j.reason));
     o += fmt::format(
-        R"(<tr data-job="{}"{}><td>{}</td><td><span class="sw" style="background:{}"></span>{}{}</td>)"
+        R"(<tr data-job="{}"{}><td>{}</td><td class="id"><span class="sw" style="background:{}"></span>{}{}</td>)"
         R"(<td>{}</td><td class="r">{}</td><td class="r">{}</td><td class="r">{}/{}</td><td>{}</td>)"
         R"(<td class="r">{}</td><td class="r">{}</td><td class="r">{}</td><td class="r">{}</td><td>{}</td></tr>)",
         esc(j.id), j.best ? R"( class="best")" : "", k + 1, job_color(k), esc(j.id),
