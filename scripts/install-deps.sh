@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages Saturn builds, runs and tests with — only those missing.
-# Usage: scripts/install-deps.sh [--tests]   (--tests adds PyTorch, h5py: the test peers)
+# Usage: scripts/install-deps.sh [--tests]   (--tests adds PyTorch, h5py, Slurm, Chromium: the
+# test peers; Chromium renders `saturn report` headless)
 set -euo pipefail
 
 packages=(build-essential cmake pkg-config git
@@ -10,7 +11,7 @@ packages=(build-essential cmake pkg-config git
   googletest libgtest-dev libbenchmark-dev)
 if [[ "${1:-}" == "--tests" ]]; then
   # Test and benchmark peers only; the runtime never needs Python.
-  packages+=(python3 python3-numpy python3-torch python3-h5py slurmctld slurmd munge)
+  packages+=(python3 python3-numpy python3-torch python3-h5py slurmctld slurmd munge chromium)
 fi
 
 missing=()
