@@ -119,9 +119,13 @@ int run_train(const TrainArgs& a) {
 #ifdef SATURN_HAVE_CUDA
     const auto q = cuda::query_devices();
     if (q.devices.empty()) throw InputError(fmt::format("--device cuda: {}", q.error));
+    // The CUDA backend and model exist (runtime/backend/cuda, CudaGptModel; bench_engine
+    // --device cuda trains with them) but the training loop, checkpoints and strategies still
+    // run on the CPU model: see docs/cuda.md.
     throw InputError(
-        fmt::format("--device cuda: {} CUDA device(s) found ({}), but this build's "
-                    "CUDA backend has no training kernels yet; use --device cpu",
+        fmt::format("--device cuda: {} CUDA device(s) found ({}), but `saturn train` does not "
+                    "drive the CUDA backend yet (the loop, checkpoints and strategies run on the "
+                    "CPU model; see docs/cuda.md); use --device cpu",
                     q.devices.size(), q.devices.front().name));
 #else
     throw InputError(

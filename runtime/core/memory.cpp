@@ -13,13 +13,14 @@ MemoryPool::MemoryPool(std::string name, std::size_t capacity, BackingAllocator*
 
 MemoryPool::~MemoryPool() = default;
 
-void* MemoryPool::allocate(std::size_t bytes, std::string_view tag) {
+void* MemoryPool::allocate(std::size_t requested, std::string_view tag) {
+  const std::size_t bytes = backing_ != nullptr ? backing_->footprint(requested) : requested;
   if (capacity_ != 0 && in_use_ + bytes > capacity_) {
     throw OutOfMemoryError(name_, std::string(tag), bytes, in_use_, peak_, capacity_);
   }
   void* p = nullptr;
   if (backing_ != nullptr) {
-    p = backing_->allocate(bytes);
+    p = backing_->allocate(requested);
   } else {
     constexpr std::size_t kAlign = 64;
     const std::size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
@@ -40,9 +41,11 @@ void* MemoryPool::allocate(std::size_t bytes, std::string_view tag) {
   return p;
 }
 
-void MemoryPool::release(void* ptr, std::size_t bytes, std::string_view tag) noexcept {
+void MemoryPool::release(void* ptr, std::size_t requested, std::string_view tag) noexcept {
+  std::size_t bytes = requested;
   if (backing_ != nullptr) {
-    backing_->release(ptr, bytes);
+    backing_->release(ptr, requested);
+    bytes = backing_->footprint(requested);
   } else {
     std::free(ptr);
   }

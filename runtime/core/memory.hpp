@@ -26,6 +26,9 @@ class BackingAllocator {
   // Whether the host may dereference the memory (Buffer::operator[] is host-only).
   virtual bool host_accessible() const = 0;
   virtual const char* describe() const = 0;
+  // Bytes an allocation of `bytes` really occupies (the allocator's rounding): what the pool
+  // counts, so its peak is what the device gives up.
+  virtual std::size_t footprint(std::size_t bytes) const { return bytes; }
 };
 
 class MemoryPool {

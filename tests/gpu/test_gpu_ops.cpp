@@ -382,7 +382,9 @@ TEST_F(GpuOps, AllocatorCachesAndAccounts) {
   {
     Buffer<float> a(pool(), (3u << 20) + 5, "activations");  // rounded to 2 MiB granules
     first = a.data();
-    EXPECT_EQ(pool().in_use(), before_in_use + a.bytes());
+    // The pool counts what the block really occupies (2 MiB granules at this size).
+    EXPECT_EQ(pool().in_use(), before_in_use + cuda::CachingDeviceAllocator::round(a.bytes()));
+    EXPECT_EQ(cuda::CachingDeviceAllocator::round(a.bytes()), std::size_t{14} << 20);
     EXPECT_EQ(allocator().reserved(), reserved0 + cuda::CachingDeviceAllocator::round(a.bytes()));
     a.zero();
     const Vec z = download(a.data(), 1000);

@@ -29,6 +29,8 @@ class CachingDeviceAllocator final : public BackingAllocator {
   void zero(void* ptr, std::size_t bytes) override;
   bool host_accessible() const override { return false; }
   const char* describe() const override { return "cudaMalloc"; }
+  // The pool counts rounded sizes, so its peak matches the device memory really taken.
+  std::size_t footprint(std::size_t bytes) const override { return round(bytes); }
 
   // Bytes held from the driver: live blocks plus cached ones, each rounded (see round()).
   std::size_t reserved() const;
