@@ -184,12 +184,15 @@ std::string totals(const RunData& run) {
     running += j.status == "running";
   }
   std::vector<Card> cards;
-  cards.push_back({run.ended ? "makespan" : "elapsed", format_seconds(run.makespan_s),
-                   run.ended ? "wall time of the batch (all runs)"
-                             : fmt::format("ETA {}", format_seconds(run.eta_s))});
+  // Until every job finished or failed, the time so far is no makespan to compare.
+  const bool done = run.complete;
+  cards.push_back({done ? "makespan" : "elapsed", format_seconds(run.makespan_s),
+                   done        ? "wall time of the batch (all runs)"
+                   : run.ended ? "work left: resume the run"
+                               : fmt::format("ETA {}", format_seconds(run.eta_s))});
   if (run.predicted_makespan_s > 0) {
     std::string note = "plan 0";
-    if (run.ended)
+    if (done)
       note = fmt::format(
           "plan 0; actual {:+.1f}%",
           100.0 * (run.makespan_s - run.predicted_makespan_s) / run.predicted_makespan_s);
@@ -197,19 +200,17 @@ std::string totals(const RunData& run) {
   }
   if (run.lower_bound_s > 0)
     cards.push_back({"lower bound", format_seconds(run.lower_bound_s),
-                     run.ended ? fmt::format("makespan is {:.2f}x the bound",
-                                             run.makespan_s / run.lower_bound_s)
-                               : "plan 0's bound on the makespan"});
+                     done ? fmt::format("makespan is {:.2f}x plan 0's bound",
+                                        run.makespan_s / run.lower_bound_s)
+                          : "plan 0's bound on the makespan"});
   cards.push_back({"device utilisation", fmt::format("{:.0f}%", 100.0 * run.utilisation),
                    fmt::format("busy device time / ({} devices x {})", run.devices,
-                               run.ended ? "makespan" : "elapsed")});
+                               done ? "makespan" : "elapsed")});
   cards.push_back({"jobs", fmt::format("{} / {} finished", finished, run.jobs.size()),
                    fmt::format("{} failed, {} running", failed, running)});
-  cards.push_back(
-      {"plans", fmt::format("{}", run.plans.size()),
-       fmt::format("{} re-plan{}; {} run{}", run.plans.empty() ? 0 : run.plans.size() - 1,
-                   run.plans.size() == 2 ? "" : "s", run.runs,
-                   run.runs == 1 ? "" : "s (resumed)")});
+  cards.push_back({"plans", fmt::format("{}", run.plans.size()),
+                   fmt::format("{} re-plan{}; {} run{}", run.replans, run.replans == 1 ? "" : "s",
+                               run.runs, run.runs == 1 ? "" : "s (resumed)")});
   for (const auto& j : run.jobs)
     if (j.best)
       cards.push_back({run.best_is_final ? "best job" : "leading so far", esc(j.id),

@@ -326,6 +326,7 @@ RunData read_run(const fs::path& dir) {
         run.ended = false;
         if (run.runs > 1) run.markers.push_back({t, "resume", "resumed", ""});
       } else if (ev == "replan") {
+        ++run.replans;
         run.markers.push_back(
             {t, "replan",
              fmt::format("plan {}: {}", e.contains("plan") ? we.integer(e, "plan") : -1,
@@ -464,6 +465,9 @@ RunData read_run(const fs::path& dir) {
   }
 
   run.makespan_s = run.now_s;
+  run.complete = run.ended;
+  for (const auto& j : run.jobs)
+    if (j.status != "finished" && j.status != "failed") run.complete = false;
   if (!run.plans.empty()) {
     run.predicted_makespan_s = run.plans.front().makespan_s;
     run.lower_bound_s = run.plans.front().lower_bound_s;

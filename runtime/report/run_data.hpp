@@ -107,8 +107,10 @@ struct RunData {
   std::vector<std::string> rank_labels;  // same order: "n0 r2"
   int devices = 0;        // devices of the cluster (cluster.json), at least the ranks seen
   int runs = 0;           // how many times `saturn run` started on this directory
+  int replans = 0;        // plans adopted during a run (not the first plan of each run)
   bool started = false;   // timeline.jsonl exists (profiling and planning are over)
   bool ended = false;     // the latest run ended (run_end event)
+  bool complete = false;  // ended, and every job finished or failed: the makespan is final
   int exit_code = -1;     // of the latest run when it ended
   double now_s = 0;       // batch time of the newest thing the files show
   double makespan_s = 0;  // now_s once ended; elapsed so far otherwise

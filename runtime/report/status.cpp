@@ -84,14 +84,14 @@ std::string render_status(const RunData& run) {
   }
   if (!run.plans.empty()) {
     std::string pred = format_seconds(run.predicted_makespan_s);
-    if (run.ended && run.predicted_makespan_s > 0)
+    if (run.complete && run.predicted_makespan_s > 0)
       pred += fmt::format(
           " ({:+.1f}% actual vs predicted)",
           100.0 * (run.makespan_s - run.predicted_makespan_s) / run.predicted_makespan_s);
     out += fmt::format(
         "{} {} | predicted (plan 0) {} | lower bound {} | device utilisation {:.0f}% of {} "
         "devices\n",
-        run.ended ? "makespan" : "elapsed", format_seconds(run.makespan_s), pred,
+        run.complete ? "makespan" : "elapsed", format_seconds(run.makespan_s), pred,
         format_seconds(run.lower_bound_s), 100.0 * run.utilisation, run.devices);
   }
   return out;

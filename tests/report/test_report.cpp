@@ -136,7 +136,9 @@ TEST_F(ReportTest, RebuildsJobsSegmentsAndRunsFromTheTimeline) {
   ASSERT_EQ(r.jobs.size(), 3u);
   EXPECT_TRUE(r.started);
   EXPECT_FALSE(r.ended);  // run 2 is going
+  EXPECT_FALSE(r.complete);
   EXPECT_EQ(r.runs, 2);
+  EXPECT_EQ(r.replans, 1);  // plan 2 is the resumed run's first plan, not a re-plan
   ASSERT_EQ(r.plans.size(), 3u);
   EXPECT_DOUBLE_EQ(r.plans[0].valid_until_s, 5.0);
   EXPECT_DOUBLE_EQ(r.plans[1].valid_until_s, 12.6);
@@ -251,6 +253,7 @@ TEST_F(ReportTest, EndedRunIsFinishedWithMakespan) {
       << "\n";
   const RunData r = read_run(dir);
   EXPECT_TRUE(r.ended);
+  EXPECT_TRUE(r.complete);
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_DOUBLE_EQ(r.makespan_s, 14.1);
   EXPECT_EQ(job(r, "b").status, "finished");
@@ -260,6 +263,29 @@ TEST_F(ReportTest, EndedRunIsFinishedWithMakespan) {
   EXPECT_NE(s.find("ended with failed jobs (exit 1)"), std::string::npos) << s;
   EXPECT_NE(s.find("makespan 14.1s"), std::string::npos) << s;
   EXPECT_EQ(saturn::report::render_html(r).find("marker now"), std::string::npos);
+}
+
+TEST_F(ReportTest, RunStoppedWithWorkLeftHasNoMakespanYet) {
+  // Only run 1: it ended by the signal, exit 99, b checkpointed at step 7.
+  std::ifstream in(dir / "timeline.jsonl");
+  std::string line, kept;
+  for (int n = 0; n < 12 && std::getline(in, line); ++n) kept += line + "\n";
+  in.close();
+  write(dir / "timeline.jsonl", kept);
+  fs::remove(dir / "plans/plan-002.json");
+  const RunData r = read_run(dir);
+  EXPECT_TRUE(r.ended);
+  EXPECT_FALSE(r.complete);
+  EXPECT_EQ(r.exit_code, 99);
+  EXPECT_EQ(job(r, "b").status, "stopped");
+  const std::string s = saturn::report::render_status(r);
+  EXPECT_NE(s.find("stopped with work left (exit 99)"), std::string::npos) << s;
+  EXPECT_NE(s.find("--resume"), std::string::npos) << s;
+  EXPECT_NE(s.find("\nelapsed 12.6s"), std::string::npos) << s;
+  EXPECT_EQ(s.find("actual vs predicted"), std::string::npos) << s;
+  const std::string html = saturn::report::render_html(r);
+  EXPECT_NE(html.find("work left: resume the run"), std::string::npos);
+  EXPECT_EQ(html.find(">makespan<"), std::string::npos);
 }
 
 TEST_F(ReportTest, SegmentOfAKilledRunIsLostAtItsLastMetrics) {
