@@ -56,7 +56,8 @@ void add_status_command(CLI::App& root, Action* action) {
       "batch's elapsed time and ETA.");
   cmd->add_option("run_dir", args->run_dir, "Run directory of `saturn run`")->required();
   cmd->add_option("--watch", args->watch_s,
-                  "Refresh every SECONDS until the run ends (Ctrl-C to leave)");
+                  "Refresh every SECONDS until the run ends (Ctrl-C to leave)")
+      ->type_name("SECONDS");
   cmd->callback([args, action] { *action = [args] { return run_status(*args); }; });
 }
 

@@ -242,7 +242,8 @@ RunData read_run(const fs::path& dir) {
   auto job_at = [&](const fs::path& file, int line, const std::string& id) -> JobInfo& {
     auto it = index.find(id);
     if (it == index.end())
-      throw InputError(fmt::format("{}:{}: job '{}' is not a job of {}", file.string(), line, id,
+      throw InputError(fmt::format("{}{}: job '{}' is not a job of {}", file.string(),
+                                   line > 0 ? fmt::format(":{}", line) : "", id,
                                    workload_file.string()));
     return run.jobs[it->second];
   };
