@@ -190,7 +190,8 @@ DeviceChoice choose_device(DeviceKind kind, int local_rank,
     throw InputError(fmt::format(
         "device binding: {} ranks on this node would share GPU {} ({} local ranks, {} visible "
         "GPU(s) [{}]); start at most one rank per GPU (sbatch --ntasks-per-node equal to "
-        "--gpus-per-node, or mpirun -np <= GPUs), or set {}=1 to share GPUs on purpose",
+        "--gpus-per-node, or mpirun -np <= GPUs), or share GPUs on purpose with saturn run "
+        "--oversubscribe-devices or {}=1",
         sharers, id, local_size, mine.size(), join_ids(mine), kOversubscribeVar));
   DeviceChoice c;
   c.ordinal = static_cast<int>(std::find(mine.begin(), mine.end(), id) - mine.begin());

@@ -90,7 +90,11 @@ fi
 launchers=(mpirun)
 [[ $have_pmix == 1 ]] && launchers+=(srun)
 
-# The workload: 2 small jobs (one per rank), data from license texts.
+# The workload: 2 small jobs, data from license texts. batch_size 3 leaves one configuration
+# (ddp on 1 rank: 3 sequences do not split over 2 replicas), so the plans of the reference and
+# of the interrupted runs are the same whatever the trials measure under load. (A job that ran
+# ddp x2 instead differs by 2.5e-5 relative after 1 step and 0.7 after 400 from ddp x1: Adam
+# amplifies the fp32 round-off of another reduction order. Measured 2026-11-30.)
 for _ in $(seq 1 20); do cat /usr/share/common-licenses/BSD; done >"$work/text.txt"
 "$saturn" data prepare --input "$work/text.txt" --output "$work/data" >/dev/null ||
   { bad "saturn data prepare"; exit 1; }
@@ -109,7 +113,7 @@ defaults:
   seed: 5
 models: {m: {arch: gpt2, n_layer: 2, n_head: 2, d_model: 64}}
 jobs:
-  - sweep: {model: [m], lr: [1e-3, 3e-3], batch_size: [4]}
+  - sweep: {model: [m], lr: [1e-3, 3e-3], batch_size: [3]}
 strategies: [ddp]
 solver: {time_limit: 2}
 YAML
@@ -317,7 +321,7 @@ if [[ $mode == requeue ]]; then
     grep -q 'warning: signal 10 received: checkpointing every running job' "$log" ||
       why+=" [no signal in the ranks]"
     first=$(sed -n '1,/launcher exited with 99/p' "$log")
-    for j in m-lr1e-3-bs4 m-lr3e-3-bs4; do
+    for j in m-lr1e-3-bs3 m-lr3e-3-bs3; do
       grep -qE "^\[saturn r[01]\] job $j: checkpoint .*/step-[0-9]{8}\.h5" <<<"$first" ||
         why+=" [no checkpoint of $j before exit 99]"
     done
@@ -336,10 +340,8 @@ if [[ $mode == requeue ]]; then
     fi
   done
 
-  # Final weights against the reference: bit-exact where a job ran one strategy at one degree
-  # in both runs (as measured: the usual plan here is ddp on 1 rank per job); where a re-plan
-  # changed it, reductions run in another order: 1e-5 relative for now (tests/e2e has seen up
-  # to 7.9e-7 after a resume, not explained yet).
+  # Final weights against the reference: every job ran ddp on 1 rank in both runs (the only
+  # configuration), so a resume must give the same bits as not stopping.
   for c in "${cuts[@]}"; do
     if $py - "$work/ref" "$work/cut-$c" "$c" <<'PY'; then
 import json, os, sys
@@ -358,8 +360,8 @@ for j in json.load(open(os.path.join(cut, "summary.json")))["jobs"]:
         exact = exact and np.array_equal(x, y)
         err = float(np.abs(x - y).max() / max(np.abs(x).max(), 1e-30))
         worst = max(worst, err)
-        assert err <= 1e-5, (j["id"], key, err, sorted(configs))
-        assert len(configs) > 1 or np.array_equal(x, y), (j["id"], key, err, sorted(configs))
+    assert configs == {("ddp", 1)}, (j["id"], sorted(configs))
+    assert exact, (j["id"], "max relative difference", worst)
     print(f"  {name} {j['id']}: {'bit-exact' if exact else 'differs'} vs the uninterrupted run"
           f" (configurations {sorted(configs)})")
 print(f"  {name}: max relative difference {worst:.2e}")
