@@ -213,8 +213,10 @@ std::string totals(const RunData& run) {
                                run.runs, run.runs == 1 ? "" : "s (resumed)")});
   for (const auto& j : run.jobs)
     if (j.best)
-      cards.push_back({run.best_is_final ? "best job" : "leading so far", esc(j.id),
-                       fmt::format("final val loss {}", loss_text(j.final_val_loss))});
+      cards.push_back(
+          {run.best_is_final ? "best job" : "leading so far", esc(j.id),
+           fmt::format("{} {}", run.best_is_final ? "final val loss" : "val loss so far",
+                       loss_text(j.final_val_loss))});
   std::string o = R"(<section id="totals">)";
   for (const auto& c : cards)
     o += fmt::format(R"(<div class="card"><div class="k">{}</div><div class="v{}">{}</div>)"
