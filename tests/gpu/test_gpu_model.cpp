@@ -100,7 +100,7 @@ void training_case(GpuModel& t, Arch arch) {
       targets[static_cast<std::size_t>(b) * T + i] = seq[static_cast<std::size_t>(i) + 1];
     }
   OptimizerConfig oc;
-  oc.lr = 2e-3;
+  oc.lr = 5e-4;  // smooth: losses fall from 5.5 to about 1.8 in 30 steps on the CPU
   oc.grad_clip = 1.0;
   MemoryPool cpu_pool("cpu:0");
   GptModel cpu(cfg, cpu_pool);
