@@ -120,6 +120,10 @@ if "$saturn" report "$dir" && [ -s "$html" ]; then ok "saturn report wrote $html
   bad "saturn report"
   finish
 fi
+# -o writes the same page elsewhere (the run has ended: nothing in it depends on the clock).
+if "$saturn" report "$dir" -o "$dir/copy.html" >/dev/null && cmp -s "$html" "$dir/copy.html"; then
+  ok "report -o FILE writes the same page"
+else bad "report -o FILE"; fi
 if grep -q -e "<script" -e "http" -e "<link" -e "<img" "$html"; then
   bad "report is not self-contained (script, link or URL found)"
 else ok "report is self-contained (no script, no link, no URL)"; fi
