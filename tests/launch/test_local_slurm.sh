@@ -73,6 +73,10 @@ cleanup() {
   exit "$rc"
 }
 trap cleanup EXIT
+# A signal (ctest's timeout, Ctrl-C) exits through the same cleanup.
+trap 'echo "FAIL: interrupted"; exit 1' INT TERM HUP
+# Every wait below ends by this time, so the cleanup runs well within ctest's TIMEOUT (420 s).
+deadline=$((SECONDS + 330))
 
 if ! "$harness" start; then
   echo "FAIL: the local Slurm did not start; logs:"
@@ -128,6 +132,7 @@ wait_gone() { # wait_gone JOBID SECONDS: until squeue no longer lists the job
   local _
   for _ in $(seq 1 $(($2 * 4))); do
     [[ -z "$(squeue -h -j "$1" 2>/dev/null)" ]] && return 0
+    ((SECONDS < deadline)) || { echo "test deadline passed waiting for job $1"; return 1; }
     sleep 0.25
   done
   return 1
@@ -294,6 +299,7 @@ if [[ $mode == requeue ]]; then
       s=$(last_step "$work/cut-$c")
       [[ ${s:-0} -ge 40 ]] && break
       [[ -z "$(squeue -h -j "$id" 2>/dev/null)" ]] && break
+      ((SECONDS < deadline)) || break
       sleep 0.25
     done
     echo "signalling $c (job $id) at step ${s:-none} of $steps"
