@@ -24,6 +24,7 @@
 #include "runtime/optim/adamw.hpp"
 #ifdef SATURN_HAVE_CUDA
 #include "runtime/backend/cuda/allocator.hpp"
+#include "runtime/backend/cuda/check.hpp"
 #include "runtime/backend/cuda/device_info.hpp"
 #include "runtime/model/gpt_cuda.hpp"
 #include "runtime/optim/adamw_cuda.hpp"
@@ -59,8 +60,119 @@ double bf16_peak_flops(const std::string& name) {
   return 0.0;
 }
 
+// Median time in seconds of `reps` runs of f() on the context's stream (CUDA events), after one
+// warm-up run.
+template <typename F>
+double gpu_median(saturn::cuda::Context& ctx, int reps, F&& f) {
+  using namespace saturn;
+  cudaEvent_t a = nullptr, b = nullptr;
+  SATURN_CUDA_CHECK(cudaEventCreate(&a));
+  SATURN_CUDA_CHECK(cudaEventCreate(&b));
+  f();
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    SATURN_CUDA_CHECK(cudaEventRecord(a, ctx.stream()));
+    f();
+    SATURN_CUDA_CHECK(cudaEventRecord(b, ctx.stream()));
+    SATURN_CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    SATURN_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms * 1e-3);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return median(t);
+}
+
+// Where a step's time goes: the main ops alone at this model's shapes (one layer's worth, on
+// random data), each with the FLOPs it must do, so the next optimisation targets the largest.
+void op_breakdown(saturn::cuda::Context& ctx, saturn::MemoryPool& pool,
+                  const saturn::ModelConfig& mc, int B, int T) {
+  using namespace saturn;
+  using cuda::bf16;
+  const int C = mc.d_model, F = mc.ffn_dim(), H = mc.n_head, hd = mc.head_dim(), V = mc.vocab_size;
+  const std::size_t N = static_cast<std::size_t>(B) * T;
+  auto buf = [&](std::size_t n, float value) {
+    Buffer<bf16> b(pool, n, "benchmark");
+    cuda::fill(ctx, b.data(), value, n);
+    return b;
+  };
+  Buffer<bf16> qkv = buf(N * 3 * C, 0.01f), out = buf(N * C, 0.0f), dout = buf(N * C, 0.001f),
+               dqkv = buf(N * 3 * C, 0.0f), x = buf(N * std::max(C, F), 0.01f),
+               y = buf(N * std::max(3 * C, F), 0.0f),
+               w = buf(static_cast<std::size_t>(F) * 3 * C, 0.01f), logits = buf(N * V, 0.01f),
+               head_w = buf(static_cast<std::size_t>(V) * C, 0.01f);
+  Buffer<float> lse(pool, static_cast<std::size_t>(B) * H * T, "benchmark"),
+      delta(pool, static_cast<std::size_t>(B) * H * T, "benchmark"),
+      dw(pool, static_cast<std::size_t>(F) * 3 * C, "benchmark"), losses(pool, N, "benchmark");
+  Buffer<std::int32_t> targets(pool, N, "benchmark");
+  SATURN_CUDA_CHECK(cudaMemsetAsync(targets.data(), 0, targets.bytes(), ctx.stream()));
+  const int reps = 10;
+  // Causal attention: QKᵀ and PV over the lower triangle, 2 FLOPs per multiply-add.
+  const double att_flops = 2.0 * 2.0 * B * H * (static_cast<double>(T) * (T + 1) / 2) * hd;
+  auto report = [&](const char* op, double seconds, double flops) {
+    fmt::print("{}\n", nlohmann::json{{"kind", "op"},
+                                      {"op", op},
+                                      {"ms", seconds * 1e3},
+                                      {"tflops", flops > 0 ? flops / seconds / 1e12 : 0.0}}
+                           .dump());
+  };
+  const bf16* q = qkv.data();
+  report("attention forward",
+         gpu_median(ctx, reps,
+                    [&] {
+                      cuda::attention_forward(ctx, out.data(), lse.data(), q, q + C, q + 2 * C,
+                                              3 * C, B, T, H, hd);
+                    }),
+         att_flops);
+  report("attention backward",
+         gpu_median(ctx, reps,
+                    [&] {
+                      bf16* d = dqkv.data();
+                      cuda::attention_backward(ctx, d, d + C, d + 2 * C, delta.data(), dout.data(),
+                                               out.data(), lse.data(), q, q + C, q + 2 * C, 3 * C,
+                                               B, T, H, hd);
+                    }),
+         2.0 * att_flops);
+  const double qkv_flops = 2.0 * static_cast<double>(N) * C * 3 * C;
+  report("linear forward N x C -> 3C",
+         gpu_median(ctx, reps,
+                    [&] {
+                      cuda::linear_forward(ctx, y.data(), x.data(), w.data(), nullptr,
+                                           static_cast<int>(N), C, 3 * C,
+                                           cuda::WeightLayout::kInOut);
+                    }),
+         qkv_flops);
+  report("linear backward N x C -> 3C",
+         gpu_median(ctx, reps,
+                    [&] {
+                      cuda::linear_backward(ctx, x.data(), dw.data(), nullptr, y.data(), x.data(),
+                                            w.data(), static_cast<int>(N), C, 3 * C,
+                                            cuda::WeightLayout::kInOut);
+                    }),
+         2.0 * qkv_flops);
+  const double head_flops = 2.0 * static_cast<double>(N) * C * V;
+  report("classifier cross-entropy fwd+bwd",
+         gpu_median(ctx, reps,
+                    [&] {
+                      cuda::crossentropy_forward(ctx, losses.data(), logits.data(), targets.data(),
+                                                 static_cast<int>(N), V);
+                      cuda::crossentropy_backward(ctx, logits.data(), nullptr, targets.data(),
+                                                  1e-4f, static_cast<int>(N), V);
+                    }),
+         0.0);
+  report("head GEMM forward N x C -> V",
+         gpu_median(ctx, reps,
+                    [&] {
+                      cuda::linear_forward(ctx, logits.data(), x.data(), head_w.data(), nullptr,
+                                           static_cast<int>(N), C, V, cuda::WeightLayout::kOutIn);
+                    }),
+         head_flops);
+  ctx.synchronize("op breakdown");
+}
+
 int run_cuda(const saturn::ModelConfig& mc, const std::string& arch, int batch, int seq, int steps,
-             double peak_tflops) {
+             double peak_tflops, bool ops) {
   using namespace saturn;
   const auto q = cuda::query_devices();
   if (q.devices.empty()) {
@@ -99,6 +211,7 @@ int run_cuda(const saturn::ModelConfig& mc, const std::string& arch, int batch, 
     dt = time_median(steps, one_step);
     params = model.num_params();
   }
+  std::size_t model_peak = pool.peak();
   const double tokens_per_s = static_cast<double>(batch) * seq / dt;
   const double flops_per_token =
       6.0 * static_cast<double>(params) + 12.0 * mc.n_layer * static_cast<double>(mc.d_model) * seq;
@@ -118,9 +231,13 @@ int run_cuda(const saturn::ModelConfig& mc, const std::string& arch, int batch, 
                         {"flops_per_token", flops_per_token},
                         {"peak_flops", peak},
                         {"mfu", peak > 0 ? flops_per_token * tokens_per_s / peak : 0.0},
-                        {"peak_bytes", pool.peak()},
+                        {"peak_bytes", model_peak},
                         {"reserved_bytes", allocator.peak_reserved()}};
   fmt::print("{}\n", out.dump());
+  if (ops) {
+    cuda::Context ctx(0, pool);
+    op_breakdown(ctx, pool, mc, batch, seq);
+  }
   return 0;
 }
 #endif
@@ -134,6 +251,8 @@ int main(int argc, char** argv) {
   int layers = 4, d_model = 256, heads = 4, seq = 128, batch = 8, steps = 5, vocab = 256;
   std::string device = "cpu";
   double peak_tflops = 0;
+  bool ops = false;
+  app.add_flag("--ops", ops, "cuda: also time the main ops alone at this shape");
   app.add_option("--device", device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--vocab", vocab, "vocabulary size");
   app.add_option("--peak-tflops", peak_tflops,
@@ -156,7 +275,7 @@ int main(int argc, char** argv) {
   mc.max_seq_len = seq;
   if (device == "cuda") {
 #ifdef SATURN_HAVE_CUDA
-    return run_cuda(mc, arch, batch, seq, steps, peak_tflops);
+    return run_cuda(mc, arch, batch, seq, steps, peak_tflops, ops);
 #else
     fmt::print(stderr,
                "bench_engine --device cuda: this build has no CUDA backend (nvcc was not found "

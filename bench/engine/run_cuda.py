@@ -122,7 +122,7 @@ def main():
         layers, d, heads = SHAPES[shape]
         cmd = [args.exe, "--device", "cuda", "--arch", "gpt2", "--layers", str(layers),
                "--d-model", str(d), "--heads", str(heads), "--seq", str(SEQ), "--vocab", str(VOCAB),
-               "--batch", str(args.batch), "--steps", str(args.steps)]
+               "--batch", str(args.batch), "--steps", str(args.steps), "--ops"]
         if args.peak_tflops:
             cmd += ["--peak-tflops", str(args.peak_tflops)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -131,9 +131,11 @@ def main():
                   file=sys.stderr)
             ours = None
         else:
-            ours = next(json.loads(l) for l in proc.stdout.splitlines() if l.startswith("{"))
+            lines = [json.loads(l) for l in proc.stdout.splitlines() if l.startswith("{")]
+            ours = next(l for l in lines if l["kind"] == "train")
             gpu = ours["gpu"]
-        row = {"shape": shape, "saturn": ours}
+        row = {"shape": shape, "saturn": ours,
+               "ops": [l for l in lines if l["kind"] == "op"] if ours else []}
         peak = ours["peak_flops"] if ours else peak_for(gpu, args.peak_tflops)
         for mode in ("eager", "compile"):
             if torch_version is None or (mode == "compile" and args.no_compile):
@@ -168,6 +170,13 @@ def main():
         print(f"| gpt2-{r['shape']} | {params} | {cell(s, 'tokens_per_s', '{:,.0f}')} | "
               f"{cell(s, 'mfu', '{:.1%}')} | {cell(e, 'tokens_per_s', '{:,.0f}')} | {cell(e, 'mfu', '{:.1%}')} | "
               f"{cell(c, 'tokens_per_s', '{:,.0f}')} | {cell(c, 'mfu', '{:.1%}')} | {ratio} |")
+    print("\nSaturn's ops alone at each shape (one layer's worth; median of 10 after warm-up):\n")
+    print("| model | op | ms | TFLOP/s |")
+    print("|---|---|---|---|")
+    for r in rows:
+        for o in r["ops"]:
+            tf = f"{o['tflops']:.1f}" if o["tflops"] else "-"
+            print(f"| gpt2-{r['shape']} | {o['op']} | {o['ms']:.3f} | {tf} |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -103,7 +103,7 @@ run() {
   echo "|---|---|---|---|"
   printf '%s\n' "${rows[@]}"
   echo "| bench (run_cuda.py) | $([ $bench_rc -eq 0 ] && echo done || echo "FAIL (rc $bench_rc)") | | $((SECONDS - t0)) s |"
-  grep -v '^$' "$out/bench.log" | tail -8
+  grep -v "^$" "$out/bench.log" | tail -24
 }
 
 case "$mode" in
