@@ -280,8 +280,6 @@ RunData read_run(const fs::path& dir) {
         files[k] = e.path();
     }
     for (const auto& [k, f] : files) run.plans.push_back(read_plan(f, k));
-    for (std::size_t p = 0; p + 1 < run.plans.size(); ++p)
-      run.plans[p].valid_until_s = run.plans[p + 1].created_s;
   }
   for (const auto& p : run.plans)
     for (const auto& pj : p.jobs) {
@@ -314,12 +312,29 @@ RunData read_run(const fs::path& dir) {
   auto close_lost = [&](double t) {
     for (std::size_t j = 0; j < run.jobs.size(); ++j) lose(j, t);
   };
+  // A run killed outright (SIGKILL, a lost node) never recorded its wall time, so the run that
+  // resumes it restarts the clock where the killed run started. Its events are shifted to
+  // begin where the killed run's segments got (by their metrics), keeping batch time monotonic.
+  double offset = 0;
+  std::map<int, double> plan_offset;  // plan index -> the shift of its run
   if (fs::exists(timeline_file)) {
     run.started = true;
     for (const auto& [line, e] : read_jsonl(timeline_file)) {
       const Where we{timeline_file, line, ""};
-      const double t = we.number(e, "t");
       const std::string ev = we.text(e, "event");
+      double t = we.number(e, "t") + offset;
+      if (ev == "plan" && run.runs > 0) {
+        double reached = run.now_s;
+        for (std::size_t j = 0; j < run.jobs.size(); ++j)
+          if (open[j] != nullptr)
+            reached = std::max(reached, reached_s(*open[j], run.jobs[j].metrics));
+        if (t < reached) {
+          offset += reached - t;
+          t = reached;
+        }
+      }
+      if ((ev == "plan" || ev == "replan") && e.contains("plan"))
+        plan_offset[static_cast<int>(we.integer(e, "plan"))] = offset;
       run.now_s = std::max(run.now_s, t);
       if (ev == "plan") {  // the first plan of a run: a new run of this directory
         close_lost(t);
@@ -388,6 +403,22 @@ RunData read_run(const fs::path& dir) {
       // Other events (checkpoints, future kinds) do not change the picture.
     }
   }
+  // Plans in the batch time of their run; each is the adopted one until the next.
+  for (auto& p : run.plans) {
+    double shift = 0;
+    for (const auto& [k, o] : plan_offset)
+      if (k <= p.index) shift = o;
+    p.created_s += shift;
+    p.makespan_s += shift;
+    p.lower_bound_s += shift;
+    for (auto& pj : p.jobs) {
+      pj.start_s += shift;
+      pj.end_s += shift;
+    }
+  }
+  for (std::size_t p = 0; p + 1 < run.plans.size(); ++p)
+    run.plans[p].valid_until_s = run.plans[p + 1].created_s;
+
   // Segments still running: up to where their metrics got.
   for (std::size_t j = 0; j < run.jobs.size(); ++j)
     if (open[j] != nullptr) {

@@ -306,6 +306,31 @@ TEST_F(ReportTest, SegmentOfAKilledRunIsLostAtItsLastMetrics) {
   EXPECT_EQ(r.runs, 3);
 }
 
+TEST_F(ReportTest, RunAfterAKillContinuesTheClockWhereTheKilledRunGot) {
+  // Run 2 (started at 12.6) was killed outright: run_state.json still said 12.6, so run 3's
+  // clock restarts there. Its events move to where run 2's segment got (13.7 by b's metrics).
+  write(dir / "plans/plan-003.json",
+        plan_json(12.65, 15.0, 2, "initial", pjob("b", "ddp", "[1]", 12.65, 15.0)));
+  std::ofstream(dir / "timeline.jsonl", std::ios::app)
+      << R"({"event":"plan","plan":3,"reason":"initial","makespan_s":15,"lower_bound_s":14.6,"t":12.6})"
+      << "\n"
+      << R"({"event":"job_start","job":"b","strategy":"ddp","knobs":[],"devices":1,"ranks":[1],"step":7,"segment":0,"t":12.7})"
+      << "\n";
+  const RunData r = read_run(dir);
+  const auto& b = job(r, "b");
+  ASSERT_EQ(b.segments.size(), 4u);
+  EXPECT_EQ(b.segments[2].end, "lost");
+  EXPECT_DOUBLE_EQ(b.segments[2].end_s, 13.7);
+  EXPECT_NEAR(b.segments[3].start_s, 12.7 + 1.1, 1e-9);
+  ASSERT_EQ(r.plans.size(), 4u);
+  EXPECT_NEAR(r.plans[3].created_s, 12.65 + 1.1, 1e-9);
+  EXPECT_NEAR(r.plans[3].jobs[0].end_s, 15.0 + 1.1, 1e-9);
+  EXPECT_NEAR(r.plans[2].valid_until_s, 12.65 + 1.1, 1e-9);
+  EXPECT_DOUBLE_EQ(r.plans[1].created_s, 5.0);  // earlier runs keep their times
+  EXPECT_DOUBLE_EQ(r.markers.back().t, 13.7);   // "resumed" where the killed run stopped
+  EXPECT_EQ(r.markers.back().kind, "resume");
+}
+
 TEST_F(ReportTest, RunStillProfilingHasNoTimeline) {
   fs::remove(dir / "timeline.jsonl");
   fs::remove_all(dir / "plans");
