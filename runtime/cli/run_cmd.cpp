@@ -15,6 +15,7 @@
 #include "runtime/comm/mpi_communicator.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/log.hpp"
+#include "runtime/exec/coordinator.hpp"
 #include "runtime/exec/executor.hpp"
 
 namespace saturn::cli {
@@ -30,6 +31,7 @@ struct RunArgs {
   std::string run_dir;
   std::string store;
   bool no_trials = false;
+  bool no_replan = false;
   std::string device = "cpu";
   bool oversubscribe_devices = false;
 };
@@ -89,6 +91,7 @@ int run_run(RunArgs a, int argc, char** argv) {
   if (!a.run_dir.empty()) a.options.run_dir = a.run_dir;
   if (!a.store.empty()) a.options.store = a.store;
   a.options.trials = !a.no_trials;
+  a.options.replan = !a.no_replan;
 
   if (a.np > 0) {
     // Outside a launcher: run this very command under mpirun (the child keeps --np and sees
@@ -143,6 +146,22 @@ void add_run_command(CLI::App& root, Action* action, int argc, char** argv) {
   cmd->add_flag("--oversubscribe-devices", args->oversubscribe_devices,
                 "Let several ranks of a node share a GPU (else an error; also "
                 "SATURN_OVERSUBSCRIBE_DEVICES=1)");
+  cmd->add_option("--policy", args->options.policy,
+                  "Who plans: saturn (the solver), or a baseline to compare against: "
+                  "current-practice, optimus-greedy, min (these never re-plan)")
+      ->check([](const std::string& name) {
+        try {
+          exec::parse_policy(name);
+          return std::string();
+        } catch (const std::exception& e) {
+          return std::string(e.what());
+        }
+      });
+  cmd->add_flag("--no-replan", args->no_replan,
+                "Execute the first plan as made: no re-planning at intervals or job ends");
+  cmd->add_option("--replan-interval", args->options.replan_interval_s,
+                  "Seconds between re-plans (overrides solver.introspection.interval)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--progress-interval", args->options.progress_interval_s,
                   "Seconds between progress tables when the output is not a terminal");
   cmd->add_flag("--quiet", args->options.quiet, "No progress output");

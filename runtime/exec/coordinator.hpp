@@ -11,12 +11,14 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "runtime/exec/cluster.hpp"
 #include "runtime/profile/profiler.hpp"
 #include "runtime/workload/workload.hpp"
+#include "solver/baselines.hpp"
 #include "solver/problem.hpp"
 #include "solver/solve.hpp"
 
@@ -33,6 +35,12 @@ struct PlanningInput {
   std::vector<std::vector<ConfigDetail>> details;  // [job][config]
 };
 
+// Who makes the plan: Saturn's solver, or one of the paper's baselines (solver/baselines.hpp)
+// executed on the same profiles by the same executor, for bench/makespan.
+// Policies: saturn, current-practice, optimus-greedy, min.
+// nullopt for "saturn"; InputError for a name that is not a policy.
+std::optional<solver::Baseline> parse_policy(const std::string& name);
+
 struct CoordinatorSetup {
   std::filesystem::path run_dir;
   const Workload* workload = nullptr;
@@ -41,6 +49,10 @@ struct CoordinatorSetup {
   std::vector<std::int64_t> steps_done;  // per workload job (resume)
   std::vector<bool> finished;            // per workload job (resume: final.h5 exists)
   solver::SolveOptions solve;
+  std::string policy = "saturn";  // one of kPolicies
+  // Re-plan at the interval and at job ends. Baselines never re-plan: they are fixed plans whose
+  // jobs start as their planned ranks free up, as a user's queue of jobs would.
+  bool replan = true;
   double replan_interval_s = 600;
   double replan_threshold = 0.05;
   double restart_cost_s = 5;    // checkpoint + reload charged to a job the re-plan would move

@@ -115,6 +115,7 @@ int run_batch(const RunOptions& options) {
   try {
     // Everything about the input is checked before any rank trains or anything is written.
     comm::agree_on(*world, [&] {
+      parse_policy(options.policy);
       // A resumed run reads the run directory's copy of the workload, whose relative data
       // paths meant the original file's directory: run_state.json recorded them absolute.
       LoadOptions lo;
@@ -200,7 +201,10 @@ int run_batch(const RunOptions& options) {
     cs.finished = resume.finished;
     cs.solve.time_limit_s = w.solver.time_limit_s;
     cs.solve.backend = w.solver.backend == "cbc" ? solver::Backend::cbc : solver::Backend::glpk;
-    cs.replan_interval_s = w.solver.introspection.interval_s;
+    cs.policy = options.policy;
+    cs.replan = options.replan && !parse_policy(options.policy);
+    cs.replan_interval_s = options.replan_interval_s > 0 ? options.replan_interval_s
+                                                         : w.solver.introspection.interval_s;
     cs.replan_threshold = w.solver.introspection.threshold;
     cs.elapsed_before_s = resume.elapsed_s;
     cs.next_plan_index = resume.next_plan;

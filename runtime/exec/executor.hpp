@@ -17,6 +17,11 @@ struct RunOptions {
   bool trials = true;               // real trials (false: analytic estimates only)
   bool quiet = false;
   double progress_interval_s = 5;
+  // Who plans: "saturn" (the SPASE solver) or a baseline (current-practice, optimus-greedy,
+  // min) on the same profiles and executor. Baselines never re-plan.
+  std::string policy = "saturn";
+  bool replan = true;             // false: execute the first plan as made (no introspection)
+  double replan_interval_s = -1;  // > 0 overrides the workload's introspection interval
 };
 
 // Collective over MPI_COMM_WORLD (MPI already initialised with MPI_THREAD_MULTIPLE). Returns

@@ -1,0 +1,160 @@
+#!/usr/bin/python3
+"""bench/makespan: the same workload on the same ranks under Saturn's plan and the baselines.
+
+Prepares the data once, fills one profile store once (profiling is shared and excluded from
+every makespan), then runs `saturn run --policy P` for each policy one after another on the
+same local ranks, and prints per policy the predicted makespan (the policy's plan from the
+profiles), the measured makespan (summary.json), the prediction error and the ratio to
+current practice. With --repeat N the policies are run N times in rotating order and medians
+are printed. Prints tables; never passes or fails on time.
+
+    bench/makespan/run.py --saturn build/saturn [--np 4] [--repeat 1] [--work DIR]
+"""
+import argparse
+import glob
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+POLICIES = ["current-practice", "optimus-greedy", "min", "saturn"]
+
+
+def load():
+    with open("/proc/loadavg") as f:
+        return float(f.read().split()[0])
+
+
+def sh(cmd, log, env):
+    with open(log, "w") as out:
+        rc = subprocess.call(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+    if rc != 0:
+        tail = open(log).read()[-3000:]
+        sys.exit(f"bench/makespan: {' '.join(cmd)} exited {rc} (log {log}):\n{tail}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--saturn", default="build/saturn", help="the saturn executable")
+    ap.add_argument("--workload", default=os.path.join(HERE, "sweep.yaml"))
+    ap.add_argument("--np", type=int, default=4, help="local ranks (every policy gets the same)")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per policy (medians printed)")
+    ap.add_argument("--policies", default=",".join(POLICIES),
+                    help="comma-separated subset of " + ",".join(POLICIES))
+    ap.add_argument("--no-replan", action="store_true",
+                    help="Saturn executes its first plan as made (baselines never re-plan)")
+    ap.add_argument("--work", default="runs/bench-makespan",
+                    help="work directory (data, profile store, one run directory per run)")
+    ap.add_argument("--keep", action="store_true", help="reuse WORK's data and profile store")
+    ap.add_argument("--json", help="also write every run's numbers to this file")
+    a = ap.parse_args()
+    policies = [p for p in a.policies.split(",") if p]
+    for p in policies:
+        if p not in POLICIES:
+            sys.exit(f"bench/makespan: unknown policy {p!r}; valid: {', '.join(POLICIES)}")
+    saturn = os.path.abspath(a.saturn)
+    if not os.access(saturn, os.X_OK):
+        sys.exit(f"bench/makespan: no saturn executable at {saturn} (--saturn)")
+
+    env = dict(os.environ)
+    # One BLAS thread per rank in the profile and in every run: the hardware fingerprint (and so
+    # the stored calibration and trials) depends on it.
+    env.setdefault("OMP_NUM_THREADS", "1")
+    work = os.path.abspath(a.work)
+    if not a.keep and os.path.exists(work):
+        shutil.rmtree(work)
+    os.makedirs(work, exist_ok=True)
+    workload = os.path.join(work, "workload.yaml")
+    shutil.copyfile(a.workload, workload)
+    store = os.path.join(work, "profiles.h5")
+    t_start = time.time()
+
+    if not os.path.exists(os.path.join(work, "data", "train.bin")):
+        texts = sorted(glob.glob("/usr/share/common-licenses/*"))
+        sh([saturn, "data", "prepare", "--input", *texts, "--output", os.path.join(work, "data")],
+           os.path.join(work, "data.log"), env)
+    t0 = time.time()
+    mpirun = ["mpirun", "--oversubscribe", "-np", str(a.np)]
+    if os.geteuid() == 0:
+        mpirun.insert(1, "--allow-run-as-root")
+    sh(mpirun + [saturn, "profile", workload, "--store", store],
+       os.path.join(work, "profile.log"), env)
+    print(f"profile store {store} filled in {time.time() - t0:.1f} s (shared by every run)",
+          flush=True)
+
+    runs = []
+    for rep in range(a.repeat):
+        # Rotate the order so that a slow spell of a shared machine does not always hit the
+        # same policy.
+        order = policies[rep % len(policies):] + policies[:rep % len(policies)]
+        for policy in order:
+            run_dir = os.path.join(work, f"run{rep}-{policy}")
+            shutil.rmtree(run_dir, ignore_errors=True)
+            log = run_dir + ".log"
+            cmd = [saturn, "run", workload, "--np", str(a.np), "--run-dir", run_dir, "--store",
+                   store, "--policy", policy, "--progress-interval", "30"]
+            if a.no_replan:
+                cmd.append("--no-replan")
+            load0 = load()
+            t0 = time.time()
+            sh(cmd, log, env)
+            wall = time.time() - t0
+            s = json.load(open(os.path.join(run_dir, "summary.json")))
+            text = open(log).read()
+            m = re.search(r"(\d+) trials run", text)
+            trials = int(m.group(1)) if m else -1
+            bad = [j["id"] for j in s["jobs"] if j["status"] != "finished"]
+            if bad:
+                sys.exit(f"bench/makespan: {policy}: jobs not finished: {bad} (log {log})")
+            plan = json.load(open(os.path.join(run_dir, "plans", "plan-000.json")))
+            configs = sorted({f"{j['strategy']}x{j['devices']}" for j in plan["jobs"]})
+            r = {"repeat": rep, "policy": policy, "predicted_s": s["predicted_makespan_s"],
+                 "measured_s": s["makespan_s"], "error": s["prediction_error"],
+                 "solve_s": s["solve_time_s"], "plans": s["plans"], "trials": trials,
+                 "wall_s": wall, "load_before": load0, "load_after": load(),
+                 "configs": configs}
+            runs.append(r)
+            print(f"  run {rep} {policy:<16} predicted {r['predicted_s']:7.1f} s  measured "
+                  f"{r['measured_s']:7.1f} s  error {100 * r['error']:+6.1f}%  "
+                  f"(load {load0:.1f}->{r['load_after']:.1f}, {', '.join(configs)})", flush=True)
+
+    print()
+    print(f"bench/makespan: {os.path.basename(a.workload)}, {a.np} ranks, {a.repeat} run(s) per "
+          f"policy, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, "
+          f"load average now {load():.1f}")
+    for rep in range(a.repeat):
+        cp = [r for r in runs if r["repeat"] == rep and r["policy"] == "current-practice"]
+        for r in runs:
+            if r["repeat"] == rep and cp:
+                r["ratio"] = r["measured_s"] / cp[0]["measured_s"]
+                r["predicted_ratio"] = r["predicted_s"] / cp[0]["predicted_s"]
+    print(f"| policy | predicted s | measured s | prediction error | measured / current practice "
+          f"| predicted / current practice | plans | solve s |")
+    print("|---|---|---|---|---|---|---|---|")
+    for policy in policies:
+        rs = [r for r in runs if r["policy"] == policy]
+        med = lambda k: statistics.median(r[k] for r in rs)
+        ratios = ["-", "-"]
+        if all("ratio" in r for r in rs):
+            ratios = [f"{med('ratio'):.2f}", f"{med('predicted_ratio'):.2f}"]
+        print(f"| {policy} | {med('predicted_s'):.1f} | {med('measured_s'):.1f} | "
+              f"{100 * med('error'):+.1f} % | {ratios[0]} | {ratios[1]} | {med('plans'):.0f} | "
+              f"{med('solve_s'):.2f} |")
+    if a.repeat > 1:
+        print("(medians over the repeats; ratios are taken within each repeat)")
+    if any(r["trials"] != 0 for r in runs):
+        print("note: some runs ran trials of their own:",
+              [(r["policy"], r["trials"]) for r in runs if r["trials"] != 0])
+    print(f"total {time.time() - t_start:.0f} s; run directories and logs under {work}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(runs, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
