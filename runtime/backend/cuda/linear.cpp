@@ -1,13 +1,12 @@
 // Linear layers through cuBLASLt: bf16 operands, fp32 accumulation (CUBLAS_COMPUTE_32F), bf16
-// activations out, fp32 weight gradients accumulated in place (beta = 1).
-//
-// Row-major [R, K] data read as column-major is its transpose, so each row-major product
-// Y = X · op(W) is issued as the column-major Yᵀ = op(W)ᵀ · Xᵀ.
+// activations out, fp32 weight gradients accumulated in place (beta = 1). The row-major to
+// column-major mapping is in linear_plan.hpp.
 #include <fmt/format.h>
 
 #include <cstdint>
 
 #include "runtime/backend/cuda/check.hpp"
+#include "runtime/backend/cuda/linear_plan.hpp"
 #include "runtime/backend/cuda/ops.hpp"
 
 namespace saturn::cuda {
@@ -22,16 +21,13 @@ int alignment(const void* p) {
   return align;
 }
 
-struct Operand {
-  const void* ptr;
-  cudaDataType_t type;
-  bool trans;          // column-major op
-  int rows, cols, ld;  // of the stored (column-major) matrix
-};
-
-// D[m, n] = alpha · op(A)[m, k] · op(B)[k, n] + beta · D (+ bias[m] broadcast over columns).
-void matmul(Context& ctx, void* D, cudaDataType_t d_type, int ldd, const Operand& A,
-            const Operand& B, int m, int n, int k, float beta, const void* bias) {
+// Runs one GemmPlan: A and B bf16, D of d_type, bias[m] (d_type) broadcast over columns.
+void matmul(Context& ctx, const GemmPlan& plan, cudaDataType_t d_type, const void* bias) {
+  const GemmOperand& A = plan.a;
+  const GemmOperand& B = plan.b;
+  void* D = plan.d;
+  const int m = plan.m, n = plan.n, k = plan.k, ldd = plan.ldd;
+  const float beta = plan.beta;
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a_layout = nullptr, b_layout = nullptr, d_layout = nullptr;
   cublasLtMatmulPreference_t pref = nullptr;
@@ -60,10 +56,10 @@ void matmul(Context& ctx, void* D, cudaDataType_t d_type, int ldd, const Operand
       SATURN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                          &bias, sizeof(bias)));
     }
-    SATURN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a_layout, A.type,
+    SATURN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a_layout, CUDA_R_16BF,
                                                    static_cast<std::uint64_t>(A.rows),
                                                    static_cast<std::uint64_t>(A.cols), A.ld));
-    SATURN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b_layout, B.type,
+    SATURN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b_layout, CUDA_R_16BF,
                                                    static_cast<std::uint64_t>(B.rows),
                                                    static_cast<std::uint64_t>(B.cols), B.ld));
     SATURN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d_layout, d_type, static_cast<std::uint64_t>(m),
@@ -119,45 +115,80 @@ void matmul(Context& ctx, void* D, cudaDataType_t d_type, int ldd, const Operand
 
 }  // namespace
 
+GemmPlan plan_linear_forward(void* out, const void* inp, const void* weight, int N, int C, int OC,
+                             WeightLayout layout) {
+  // outᵀ[OC, N] = W' · inpᵀ[C, N]. W [OC, C] row-major (kOutIn) is column-major C x OC with
+  // ld C: transposed. W [C, OC] row-major (kInOut) is column-major OC x C with ld OC: as is.
+  const bool out_in = layout == WeightLayout::kOutIn;
+  GemmPlan p{};
+  p.a = {weight, out_in, out_in ? C : OC, out_in ? OC : C, out_in ? C : OC};
+  p.b = {inp, false, C, N, C};
+  p.d = out;
+  p.m = OC;
+  p.n = N;
+  p.k = C;
+  p.ldd = OC;
+  p.beta = 0.0f;
+  return p;
+}
+
+GemmPlan plan_linear_backward_input(void* dinp, const void* dout, const void* weight, int N, int C,
+                                    int OC, WeightLayout layout) {
+  // dinpᵀ[C, N] += W''[C, OC] · doutᵀ[OC, N], W'' the transpose of W viewed as [OC, C]:
+  // kOutIn's column-major C x OC as is; kInOut's column-major OC x C transposed.
+  const bool out_in = layout == WeightLayout::kOutIn;
+  GemmPlan p{};
+  p.a = {weight, !out_in, out_in ? C : OC, out_in ? OC : C, out_in ? C : OC};
+  p.b = {dout, false, OC, N, OC};
+  p.d = dinp;
+  p.m = C;
+  p.n = N;
+  p.k = OC;
+  p.ldd = C;
+  p.beta = 1.0f;
+  return p;
+}
+
+GemmPlan plan_linear_backward_weight(void* dweight, const void* dout, const void* inp, int N, int C,
+                                     int OC, WeightLayout layout) {
+  GemmPlan p{};
+  p.d = dweight;
+  p.k = N;
+  p.beta = 1.0f;
+  if (layout == WeightLayout::kOutIn) {
+    // dW[OC, C] row-major = column-major C x OC: inp-col[C, N] · dout-colᵀ[N, OC].
+    p.a = {inp, false, C, N, C};
+    p.b = {dout, true, OC, N, OC};
+    p.m = C;
+    p.n = OC;
+    p.ldd = C;
+  } else {
+    // dW[C, OC] row-major = column-major OC x C: dout-col[OC, N] · inp-colᵀ[N, C].
+    p.a = {dout, false, OC, N, OC};
+    p.b = {inp, true, C, N, C};
+    p.m = OC;
+    p.n = C;
+    p.ldd = OC;
+  }
+  return p;
+}
+
 void linear_forward(Context& ctx, bf16* out, const bf16* inp, const bf16* weight, const bf16* bias,
                     int N, int C, int OC, WeightLayout layout) {
   if (N == 0 || OC == 0) return;
-  // outᵀ[OC, N] = Wᵀ-as-needed · inpᵀ[C, N]
-  const bool out_in = layout == WeightLayout::kOutIn;
-  // W [OC, C] row-major is column-major C x OC (ld C): transpose it. W [C, OC] row-major is
-  // column-major OC x C (ld OC): use as is.
-  const Operand A{weight, CUDA_R_16BF, out_in, out_in ? C : OC, out_in ? OC : C, out_in ? C : OC};
-  const Operand B{inp, CUDA_R_16BF, false, C, N, C};
-  matmul(ctx, out, CUDA_R_16BF, OC, A, B, OC, N, C, 0.0f, bias);
+  matmul(ctx, plan_linear_forward(out, inp, weight, N, C, OC, layout), CUDA_R_16BF, bias);
 }
 
 void linear_backward(Context& ctx, bf16* dinp, float* dweight, float* dbias, const bf16* dout,
                      const bf16* inp, const bf16* weight, int N, int C, int OC,
                      WeightLayout layout) {
   if (N == 0) return;
-  const bool out_in = layout == WeightLayout::kOutIn;
-  if (dinp != nullptr) {
-    // dinpᵀ[C, N] += W'[C, OC] · doutᵀ[OC, N], W' = W viewed as [OC, C] row-major, transposed.
-    // kOutIn: W row-major [OC, C] = column-major C x OC (ld C), no transpose.
-    // kInOut: W row-major [C, OC] = column-major OC x C (ld OC), transposed.
-    const Operand A{weight,          CUDA_R_16BF,     !out_in,
-                    out_in ? C : OC, out_in ? OC : C, out_in ? C : OC};
-    const Operand B{dout, CUDA_R_16BF, false, OC, N, OC};
-    matmul(ctx, dinp, CUDA_R_16BF, C, A, B, C, N, OC, 1.0f, nullptr);
-  }
-  if (dweight != nullptr) {
-    if (out_in) {
-      // dW[OC, C] row-major = column-major C x OC: inpᵀ-col[C, N] · dout-colᵀ[N, OC]
-      const Operand A{inp, CUDA_R_16BF, false, C, N, C};
-      const Operand B{dout, CUDA_R_16BF, true, OC, N, OC};
-      matmul(ctx, dweight, CUDA_R_32F, C, A, B, C, OC, N, 1.0f, nullptr);
-    } else {
-      // dW[C, OC] row-major = column-major OC x C: dout-col[OC, N] · inp-colᵀ[N, C]
-      const Operand A{dout, CUDA_R_16BF, false, OC, N, OC};
-      const Operand B{inp, CUDA_R_16BF, true, C, N, C};
-      matmul(ctx, dweight, CUDA_R_32F, OC, A, B, OC, C, N, 1.0f, nullptr);
-    }
-  }
+  if (dinp != nullptr)
+    matmul(ctx, plan_linear_backward_input(dinp, dout, weight, N, C, OC, layout), CUDA_R_16BF,
+           nullptr);
+  if (dweight != nullptr)
+    matmul(ctx, plan_linear_backward_weight(dweight, dout, inp, N, C, OC, layout), CUDA_R_32F,
+           nullptr);
   if (dbias != nullptr) column_sum_accumulate(ctx, dbias, dout, N, OC);
 }
 
