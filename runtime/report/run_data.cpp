@@ -20,6 +20,8 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
+constexpr std::int64_t kNoLimit = std::numeric_limits<std::int64_t>::max();
+
 [[noreturn]] void fail(const fs::path& file, const std::string& what) {
   throw InputError(fmt::format("{}: {}", file.string(), what));
 }
@@ -152,10 +154,13 @@ PlanInfo read_plan(const fs::path& file, int index) {
 
 // Where a segment that never reported got to: its start plus the training time its newest
 // metrics line recorded (metrics time_s counts from the segment's start of training).
-double reached_s(const Segment& seg, const std::vector<MetricPoint>& metrics) {
+// Only the lines up to the step the job's next segment started from are this segment's: a
+// resumed job rewrites its metrics after the checkpoint it resumed from.
+double reached_s(const Segment& seg, std::int64_t limit_step,
+                 const std::vector<MetricPoint>& metrics) {
   double t = seg.start_s;
-  for (auto it = metrics.rbegin(); it != metrics.rend() && it->step > seg.start_step; ++it)
-    t = std::max(t, seg.start_s + it->time_s);
+  for (const auto& m : metrics)
+    if (m.step > seg.start_step && m.step <= limit_step) t = std::max(t, seg.start_s + m.time_s);
   return t;
 }
 
@@ -289,6 +294,7 @@ RunData read_run(const fs::path& dir) {
 
   // The timeline: every run of this directory appended its events.
   std::vector<Segment*> open(run.jobs.size(), nullptr);
+  std::vector<std::int64_t> limit(run.jobs.size(), kNoLimit);  // of the open segment's metrics
   auto close = [&](std::size_t j, double t, std::int64_t step, const std::string& end,
                    const std::string& reason) {
     Segment* s = open[j];
@@ -302,10 +308,11 @@ RunData read_run(const fs::path& dir) {
   // Segments still open when their run ended or restarted were lost with the process.
   auto lose = [&](std::size_t j, double t) {
     if (open[j] == nullptr) return;
-    const double reached = std::min(t, reached_s(*open[j], run.jobs[j].metrics));
+    const double reached = std::min(t, reached_s(*open[j], limit[j], run.jobs[j].metrics));
     std::int64_t step = open[j]->start_step;
     for (const auto& m : run.jobs[j].metrics)
-      if (m.step > step && open[j]->start_s + m.time_s <= reached + 1e-9) step = m.step;
+      if (m.step > step && m.step <= limit[j] && open[j]->start_s + m.time_s <= reached + 1e-9)
+        step = m.step;
     close(j, reached, step, "lost", "no report from its ranks (the run was killed?)");
     run.jobs[j].status = "interrupted";
   };
@@ -319,7 +326,23 @@ RunData read_run(const fs::path& dir) {
   std::map<int, double> plan_offset;  // plan index -> the shift of its run
   if (fs::exists(timeline_file)) {
     run.started = true;
-    for (const auto& [line, e] : read_jsonl(timeline_file)) {
+    const std::vector<JsonLine> events = read_jsonl(timeline_file);
+    // For each job_start, the step the same job's next job_start resumed from (look-ahead).
+    std::vector<std::int64_t> next_start(events.size(), kNoLimit);
+    std::map<std::string, std::int64_t> later;
+    for (std::size_t i = events.size(); i-- > 0;) {
+      const json& e = events[i].value;
+      const bool start = e.contains("event") && e["event"] == "job_start";
+      if (!start || !e.contains("job") || !e["job"].is_string() || !e.contains("step") ||
+          !e["step"].is_number_integer())
+        continue;
+      const std::string id = e["job"].get<std::string>();
+      if (auto it = later.find(id); it != later.end()) next_start[i] = it->second;
+      later[id] = e["step"].get<std::int64_t>();
+    }
+    for (std::size_t i = 0; i < events.size(); ++i) {
+      const int line = events[i].line;
+      const json& e = events[i].value;
       const Where we{timeline_file, line, ""};
       const std::string ev = we.text(e, "event");
       double t = we.number(e, "t") + offset;
@@ -327,7 +350,7 @@ RunData read_run(const fs::path& dir) {
         double reached = run.now_s;
         for (std::size_t j = 0; j < run.jobs.size(); ++j)
           if (open[j] != nullptr)
-            reached = std::max(reached, reached_s(*open[j], run.jobs[j].metrics));
+            reached = std::max(reached, reached_s(*open[j], limit[j], run.jobs[j].metrics));
         if (t < reached) {
           offset += reached - t;
           t = reached;
@@ -365,6 +388,7 @@ RunData read_run(const fs::path& dir) {
         s.end = "running";
         j.segments.push_back(s);
         open[k] = &j.segments.back();
+        limit[k] = next_start[i];
         j.status = "running";
       } else if (ev == "job_end" || ev == "failure" || ev == "job_stop") {
         JobInfo& j = job_at(timeline_file, line, we.text(e, "job"));
@@ -422,7 +446,7 @@ RunData read_run(const fs::path& dir) {
   // Segments still running: up to where their metrics got.
   for (std::size_t j = 0; j < run.jobs.size(); ++j)
     if (open[j] != nullptr) {
-      open[j]->end_s = reached_s(*open[j], run.jobs[j].metrics);
+      open[j]->end_s = reached_s(*open[j], limit[j], run.jobs[j].metrics);
       run.now_s = std::max(run.now_s, open[j]->end_s);
     }
 
