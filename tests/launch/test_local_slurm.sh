@@ -6,8 +6,9 @@
 #
 # Usage: test_local_slurm.sh run|requeue SATURN_EXE TEST_LAUNCH_EXE    (exit 77: skipped)
 #  run      hostlists: our parser against the live `scontrol`; `saturn sbatch` with
-#           --launcher mpirun and with --launcher srun (--mpi=pmix): the batch completes, every
-#           job finished in summary.json with its final.h5, each rank logged its device; device
+#           --launcher mpirun and with --launcher srun (--mpi=pmix), and the template with
+#           mpirun: the batch completes, every job finished in summary.json with its final.h5,
+#           each rank logged its device; device
 #           binding of `saturn run --device cuda` under srun (per-node and per-task GPUs,
 #           oversubscription refused unless asked) and under mpirun in a batch job.
 #  requeue  the same workload through `saturn sbatch --launcher mpirun`, `--launcher srun` and
@@ -183,12 +184,18 @@ if [[ $mode == run ]]; then
     echo "$out"
   fi
 
-  # 2. The workload through saturn sbatch, with each launcher.
+  # 2. The workload through saturn sbatch, with each launcher, and through the template with
+  # mpirun (the requeue test runs it with srun).
   declare -A job
   for launcher in "${launchers[@]}"; do
     job[$launcher]=$(submit "run-$launcher" "$launcher")
     [[ -n "${job[$launcher]}" ]] || bad "saturn sbatch --launcher $launcher: no job id"
   done
+  mkdir -p "$work/run-template"
+  job[template]=$(WORKLOAD=$work/w.yaml RUN_DIR=$work/run-template SATURN=$saturn LAUNCHER=mpirun \
+    sbatch --parsable --nodes=1 --ntasks-per-node=2 --gpus-per-node=2 --cpus-per-task=1 \
+    --time=00:10:00 --output="$work/run-template/slurm-%j.out" "$template")
+  [[ -n "${job[template]}" ]] || bad "submit the template"
 
   # 3. Device binding of `saturn run --device cuda` on the fake GPUs (binding is real; the run
   # then stops with exit 2, as this build trains on the CPU only). One batch job, one step each.
@@ -210,17 +217,19 @@ echo '== end'")
   fi
   [[ -n "$bind_job" ]] || bad "submit the binding job"
 
-  for launcher in "${launchers[@]}"; do
+  for launcher in "${launchers[@]}" template; do
     id=${job[$launcher]}
     run=$work/run-$launcher
     log=$run/slurm-$id.out
     wait_gone "$id" 240 || true
     state=$(job_field "$id" JobState)
+    what="saturn sbatch --launcher $launcher"
+    [[ $launcher == template ]] && what="the template with mpirun"
     if [[ $state == COMPLETED ]] && grep -q 'launcher exited with 0' "$log" &&
       devices_logged "$log" 2 && check_run "$run"; then
-      ok "saturn sbatch --launcher $launcher: 2 ranks completed the workload (summary, final.h5 per job)"
+      ok "$what: 2 ranks completed the workload (summary, final.h5 per job)"
     else
-      bad "saturn sbatch --launcher $launcher (state $state)"
+      bad "$what (state $state)"
       cat "$log"
     fi
   done
