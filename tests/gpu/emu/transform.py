@@ -1,0 +1,38 @@
+#!/usr/bin/python3
+"""Rewrites a CUDA kernel source for the CPU emulator (emu_cuda.hpp): every launch
+`k<<<grid, block, smem, stream>>>(args);` becomes `::emu::launch(grid, block, smem, [&] { k(args); });`
+and `extern __shared__ T name[];` becomes a pointer to the emulator's dynamic shared memory.
+Usage: transform.py IN.cu OUT.cpp"""
+import re
+import sys
+
+src = open(sys.argv[1]).read()
+launch = re.compile(r"([A-Za-z_][A-Za-z_0-9:<>]*)<<<(.*?)>>>\((.*?)\);", re.S)
+
+
+def rewrite(m):
+    parts = [p.strip() for p in m.group(2).split(",")]
+    # grid, block[, smem[, stream]]: split on top-level commas only
+    depth, cur, args = 0, "", []
+    for ch in m.group(2):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            args.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    args.append(cur.strip())
+    grid, block = args[0], args[1]
+    smem = args[2] if len(args) > 2 else "0"
+    return f"::emu::launch(dim3({grid}), dim3({block}), {smem}, [&] {{ {m.group(1)}({m.group(3)}); }});"
+
+
+out, n = launch.subn(rewrite, src)
+out = re.sub(r"extern __shared__ (\w+) (\w+)\[\];",
+             r"\1* \2 = static_cast<\1*>(::emu::dynamic_smem());", out)
+if n == 0 and "<<<" in src:
+    sys.exit(f"{sys.argv[1]}: launches not rewritten")
+open(sys.argv[2], "w").write(f'#line 1 "{sys.argv[1]}"\n' + out)
