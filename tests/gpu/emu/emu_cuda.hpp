@@ -15,6 +15,13 @@
 #include <cstring>
 #include <functional>
 
+// The CUDA headers define these as attributes for host compilers: replaced for kernels-as-C++.
+#undef __global__
+#undef __device__
+#undef __host__
+#undef __forceinline__
+#undef __launch_bounds__
+#undef __shared__
 #define __global__
 #define __device__
 #define __host__
