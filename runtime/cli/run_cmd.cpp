@@ -55,12 +55,14 @@ int bind_rank_device(const RunArgs& a) {
       }
 #endif
       launch::bind_device(MPI_COMM_WORLD, launch::current_environment(), b);
-      // The CUDA binding is real (and tested under Slurm); training on it is not there yet.
+      // The CUDA binding is real (and tested under Slurm); the CUDA kernels exist, but the
+      // training loop, checkpoints and strategies do not drive them yet (docs/cuda.md).
       if (b.kind != launch::DeviceKind::kCuda) return;
 #ifdef SATURN_HAVE_CUDA
       throw InputError(
-          "--device cuda: every rank has its GPU (see the 'device:' lines), but this build's "
-          "CUDA backend has no training kernels yet; use --device cpu");
+          "--device cuda: every rank has its GPU (see the 'device:' lines), but `saturn run` "
+          "does not drive the CUDA backend yet (the training loop, checkpoints and strategies "
+          "run on the CPU model; see docs/cuda.md); use --device cpu");
 #else
       throw InputError(
           "--device cuda: this build has no CUDA backend (nvcc was not found when it was "

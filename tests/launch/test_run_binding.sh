@@ -3,8 +3,8 @@
 # launcher's GPU variables): each rank binds once and logs it; on the CPU backend that is a
 # logged no-op; --device cuda picks the GPU of the node-local rank, refuses two ranks on one GPU
 # unless --oversubscribe-devices / SATURN_OVERSUBSCRIBE_DEVICES=1, and then stops with exit 2
-# (no CUDA training kernels in this build) before anything is written. The failing rank's
-# reason is printed once.
+# (`saturn run` does not drive the CUDA backend yet) before anything is written. The failing
+# rank's reason is printed once.
 # Usage: test_run_binding.sh SATURN_EXE
 set -uo pipefail
 saturn=$1
@@ -64,7 +64,7 @@ else
   cat "$work/cpu.log"
 fi
 
-kernels='no training kernels yet|has no CUDA backend'
+kernels='does not drive the CUDA backend yet|has no CUDA backend'
 # 2. --device cuda, one GPU per rank.
 run "$work/two.log" CUDA_VISIBLE_DEVICES=2,3 SLURM_JOB_GPUS=6,7 -- --device cuda --run-dir "$work/two"
 [[ $rc == 2 ]] || bad "--device cuda: rc=$rc, want 2"
