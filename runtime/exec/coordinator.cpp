@@ -97,6 +97,9 @@ struct Coordinator::Impl {
     double planned_start_s = 0, planned_end_s = 0;
     double predicted_s = 0;  // first plan's duration for this job in this run
     std::vector<Segment> segments;
+    // Segments of earlier, interrupted runs of this directory (from timeline.jsonl), as they go
+    // into summary.json; segment numbers continue after them.
+    nlohmann::json past_segments = nlohmann::json::array();
     std::string reason;
     // Progress.
     double loss = NAN, val_loss = NAN, tokens_per_s = 0;
@@ -125,7 +128,7 @@ struct Coordinator::Impl {
   int world_size = 0;
   std::set<int> idle;  // ranks waiting for a command
   Clock::time_point t0 = Clock::now();
-  double last_replan_s = 0, last_print_s = -1e9;
+  double last_replan_s = 0, last_print_s = -1e9, last_state_s = 0;
   // Bumped whenever a job starts, ends, stops or a plan is adopted: a re-plan made from an
   // older snapshot is stale.
   std::uint64_t version = 0;
@@ -158,7 +161,57 @@ struct Coordinator::Impl {
         if (wj[j].id == setup.planning.jobs[p].id) jobs[j].planning_index = static_cast<int>(p);
     }
     plan_index = setup.next_plan_index;
+    if (setup.elapsed_before_s > 0) read_history();
     timeline.open(setup.run_dir / "timeline.jsonl", std::ios::app);
+  }
+
+  // On resume: what earlier runs of this directory did, so that summary.json covers the whole
+  // batch (every segment, the val loss of jobs that finished before) and not only this run.
+  void read_history() {
+    std::ifstream in(setup.run_dir / "timeline.jsonl");
+    std::string line;
+    double last_t = 0;
+    while (std::getline(in, line)) {
+      nlohmann::json e;
+      try {
+        e = nlohmann::json::parse(line);
+      } catch (const nlohmann::json::exception&) {
+        continue;  // the half-written last line of a run that was killed
+      }
+      last_t = std::max(last_t, e.value("t", 0.0));
+      const std::string kind = e.value("event", "");
+      JobState* js = e.contains("job") ? find(e["job"].get<std::string>()) : nullptr;
+      if (js == nullptr) continue;
+      if (kind == "job_start") {
+        js->past_segments.push_back({{"strategy", e.value("strategy", "")},
+                                     {"knobs", e.value("knobs", nlohmann::json::array())},
+                                     {"devices", e.value("devices", 0)},
+                                     {"ranks", e.value("ranks", nlohmann::json::array())},
+                                     {"start_s", e.value("t", 0.0)},
+                                     {"end_s", nullptr},
+                                     {"start_step", e.value("step", 0)},
+                                     {"end_step", nullptr},
+                                     {"status", ""}});
+        continue;
+      }
+      if (js->past_segments.empty()) continue;
+      auto& seg = js->past_segments.back();
+      if (kind == "job_end" || kind == "failure" || kind == "job_stop") {
+        seg["end_s"] = e.value("t", 0.0);
+        seg["end_step"] = e.value("step", 0);
+        seg["status"] = kind == "job_end" ? "finished" : kind == "failure" ? "failed" : "stopped";
+        if (kind == "job_end" && e.contains("val_loss")) js->val_loss = e["val_loss"].get<double>();
+      }
+    }
+    // A segment a hard kill cut short: it ended by the last event written; the work after its
+    // job's newest checkpoint is lost (this run restarts from there).
+    for (auto& js : jobs)
+      for (auto& seg : js.past_segments)
+        if (seg["end_s"].is_null()) {
+          seg["end_s"] = last_t;
+          seg["end_step"] = js.steps_done;
+          seg["status"] = "interrupted";
+        }
   }
 
   double now() const {
@@ -202,7 +255,10 @@ struct Coordinator::Impl {
       job.id = sj.id;
       job.steps = remaining_steps(js);
       std::vector<int> cmap;
-      const bool running = js.status != Status::kPending;
+      // A job still stopping for a move already holds its next configuration and devices; it is
+      // planned like a pending job (pinning it to devices it does not hold yet could put two
+      // kept jobs on one device). Dispatch waits for its old devices to free up.
+      const bool running = js.status == Status::kRunning;
       if (running) {
         solver::Config keep = sj.configs[static_cast<std::size_t>(js.config)];
         const double measured = js.step_time_s > 0 ? js.step_time_s : step_time(js, js.config);
@@ -278,6 +334,7 @@ struct Coordinator::Impl {
              {"makespan_s", t + np.makespan_s},
              {"lower_bound_s", t + np.lower_bound_s}});
       ++plan_index;
+      write_run_state(now());  // a resume after a hard kill must not reuse this plan's number
     }
   }
 
@@ -433,7 +490,7 @@ struct Coordinator::Impl {
     l.strategy = detail.strategy;
     l.knobs = detail.knobs;
     l.ranks = ranks;
-    l.segment = static_cast<int>(js.segments.size());
+    l.segment = static_cast<int>(js.past_segments.size() + js.segments.size());
     l.tag = 1 + (launches++ % 30000);
     const nlohmann::json cmd = {{"type", "launch"}, {"launch", l.to_json()}};
     for (int r : ranks) {
@@ -500,9 +557,10 @@ struct Coordinator::Impl {
     seg.end_s = now();
     seg.end_step = js->steps_done;
     seg.end_status = status;
-    nlohmann::json e = {{"job", js->spec->id},
-                        {"step", js->steps_done},
-                        {"segment", static_cast<int>(js->segments.size()) - 1}};
+    nlohmann::json e = {
+        {"job", js->spec->id},
+        {"step", js->steps_done},
+        {"segment", static_cast<int>(js->past_segments.size() + js->segments.size()) - 1}};
     if (status == "finished") {
       js->status = Status::kFinished;
       e["event"] = "job_end";
@@ -611,8 +669,9 @@ struct Coordinator::Impl {
     double best = INFINITY;
     std::string best_id;
     for (const auto& js : jobs) {
-      nlohmann::json segs = nlohmann::json::array();
+      nlohmann::json segs = js.past_segments;
       double actual = 0;
+      for (const auto& s : segs) actual += s["end_s"].get<double>() - s["start_s"].get<double>();
       for (const auto& s : js.segments) {
         const auto& d = setup.planning.details[static_cast<std::size_t>(js.planning_index)]
                                               [static_cast<std::size_t>(s.config)];
@@ -655,6 +714,8 @@ struct Coordinator::Impl {
                         {"makespan_s", makespan},
                         {"predicted_makespan_s", initial_predicted_makespan_s},
                         {"solve_time_s", initial_solve_time_s},
+                        // Not part of the makespan: the batch's clock starts at the first plan.
+                        {"profiling_s", setup.profiling_s},
                         {"predicted_baselines_s", baseline_predictions},
                         {"prediction_error", initial_predicted_makespan_s > 0
                                                  ? (makespan - initial_predicted_makespan_s) /
@@ -711,6 +772,12 @@ struct Coordinator::Impl {
         return code;
       }
       print_progress(false);
+      // The batch clock survives a hard kill (SIGKILL, node failure) to within this interval:
+      // `--resume` continues it from run_state.json.
+      if (now() - last_state_s >= 2.0) {
+        write_run_state(now());
+        last_state_s = now();
+      }
       if (!busy) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     return exit_code();

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <mpi.h>
 
+#include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -112,6 +113,7 @@ int run_batch(const RunOptions& options) {
   ResumeState resume;
   RankMap ranks;
   PlanningInput planning;
+  double profiling_s = 0;  // calibration and trials, before the batch's clock starts
   try {
     // Everything about the input is checked before any rank trains or anything is written.
     comm::agree_on(*world, [&] {
@@ -172,7 +174,10 @@ int run_batch(const RunOptions& options) {
       const std::int64_t did = resume.steps_done.empty() ? 0 : resume.steps_done[j];
       req.remaining_steps.push_back(done ? 0 : w.jobs[j].train.steps - did);
     }
+    const auto profile_start = std::chrono::steady_clock::now();
     comm::agree_on(*world, [&] { planning = build_planning_input(req, *world); });
+    profiling_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - profile_start).count();
   } catch (const comm::AgreedFailure& e) {
     if (rank != 0) return e.exit_code();
     if (e.exit_code() == kExitBadInput) throw InputError(e.what());
@@ -207,6 +212,7 @@ int run_batch(const RunOptions& options) {
                                                          : w.solver.introspection.interval_s;
     cs.replan_threshold = w.solver.introspection.threshold;
     cs.elapsed_before_s = resume.elapsed_s;
+    cs.profiling_s = profiling_s;
     cs.next_plan_index = resume.next_plan;
     cs.progress_interval_s = options.progress_interval_s;
     cs.quiet = options.quiet;

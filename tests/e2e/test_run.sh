@@ -132,6 +132,12 @@ s = json.load(open(os.path.join(cut, "summary.json")))
 worst_same, worst_changed, same_jobs = 0.0, 0.0, 0
 for j in s["jobs"]:
     assert j["status"] == "finished", (j["id"], j["status"])
+    # summary.json covers the whole batch, the interrupted run's segments included: they chain
+    # from step 0 to the last step.
+    segs = j["segments"]
+    assert segs[0]["start_step"] == 0 and segs[-1]["end_step"] == 24, (j["id"], segs)
+    for a_, b_ in zip(segs, segs[1:]):
+        assert a_["end_step"] == b_["start_step"] and a_["status"] == "stopped", (j["id"], segs)
     # One configuration throughout both runs: the same arithmetic in the same order, so the
     # resumed weights must be bit-identical. Otherwise reductions ran in another order (fp32
     # round-off, carried through the remaining Adam steps): relative difference of the whole
