@@ -10,7 +10,13 @@
 
 namespace saturn::cuda::detail {
 
-constexpr int kThreads = 256;  // block size of the elementwise and row kernels
+// Block size of the elementwise and row kernels. Every one of them works for any multiple of 32;
+// the CPU emulator (tests/gpu/emu), which runs a block's threads as OS threads, uses small ones.
+#ifdef SATURN_CUDA_EMULATION
+constexpr int kThreads = 64;
+#else
+constexpr int kThreads = 256;
+#endif
 constexpr unsigned kFullMask = 0xffffffffu;
 
 __device__ __forceinline__ float to_f(__nv_bfloat16 x) {

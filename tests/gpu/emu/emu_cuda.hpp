@@ -31,6 +31,11 @@
 #define cudaFuncSetAttribute(...) cudaSuccess
 #define cudaMemcpyAsync(dst, src, bytes, kind, stream) \
   (std::memcpy((dst), (src), (bytes)), cudaSuccess)
+#define cudaMemsetAsync(ptr, value, bytes, stream) \
+  (std::memset((ptr), (value), (bytes)), cudaSuccess)
+#define cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, kind, stream) \
+  (::emu::memcpy2d((dst), (dpitch), (src), (spitch), (width), (height)), cudaSuccess)
+#define cudaStreamSynchronize(stream) cudaSuccess
 #define SATURN_CUDA_EMULATION 1
 
 extern thread_local uint3 threadIdx;
@@ -43,6 +48,8 @@ void syncthreads();
 float shfl(float v, int src_lane);
 double shfl(double v, int src_lane);
 void* dynamic_smem();
+void memcpy2d(void* dst, std::size_t dpitch, const void* src, std::size_t spitch, std::size_t width,
+              std::size_t height);
 // Runs body() as the kernel for every block of `grid`, `block` threads each.
 void launch(dim3 grid, dim3 block, std::size_t smem_bytes, const std::function<void()>& body);
 }  // namespace emu

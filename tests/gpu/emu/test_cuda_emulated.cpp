@@ -53,7 +53,8 @@ class Emulated : public ::testing::Test {
 
  protected:
   std::mt19937 rng_{2024};
-  Context ctx_;
+  MemoryPool pool_{"emulated device"};
+  Context ctx_{pool_};
 };
 
 constexpr double kBf16 = 2e-2, kF32 = 1e-4;
@@ -179,7 +180,8 @@ void attention_case(Emulated& t, std::mt19937& rng, int B, int T, int H, int hd)
   for (std::size_t i = 0; i < dout.size(); ++i) gb[i] = __float2bfloat16(dout[i]);
   for (std::size_t i = 0; i < dqkv.size(); ++i) dqb[i] = __float2bfloat16(dqkv[i]);
   Vec lse(static_cast<std::size_t>(B) * H * T, NAN), delta(lse.size(), NAN);
-  Context ctx;
+  MemoryPool pool("emulated device");
+  Context ctx(pool);
   attention_forward(ctx, ob.data(), lse.data(), qb.data(), qb.data() + C, qb.data() + 2 * C, stride,
                     B, T, H, hd);
   Vec of(ob.size());

@@ -6,17 +6,22 @@
 
 #include <vector>
 
+#include "runtime/core/memory.hpp"
+
 namespace saturn::cuda {
 
 class Context {
  public:
-  Context() : scratch_(kReduceBlocks + 1) {}
-  static constexpr int kReduceBlocks = 512;
+  // Buffers come from `pool`, a host pool: in the emulator device memory is host memory.
+  explicit Context(MemoryPool& pool) : pool_(&pool), scratch_(kReduceBlocks + 1) {}
+  MemoryPool& pool() { return *pool_; }
+  static constexpr int kReduceBlocks = 8;  // few blocks: the emulator runs them one by one
   cudaStream_t stream() const { return nullptr; }
   double* reduce_scratch() { return scratch_.data(); }
   void synchronize(const char* = nullptr) {}
 
  private:
+  MemoryPool* pool_;
   std::vector<double> scratch_;
 };
 

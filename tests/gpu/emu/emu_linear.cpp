@@ -1,0 +1,60 @@
+// The emulator's linear layers: the backend's own GEMM plans (linear_plan.cpp) executed on the
+// CPU the way cuBLASLt would (bf16 operands, fp32 accumulation, bias epilogue, bf16 or fp32
+// output), so the model code above them runs unchanged.
+#include <type_traits>
+
+#include "runtime/backend/cuda/linear_plan.hpp"
+#include "runtime/backend/cuda/ops.hpp"
+
+namespace saturn::cuda {
+namespace {
+
+float element(const GemmOperand& o, int i, int j) {
+  const int r = o.trans ? j : i, c = o.trans ? i : j;
+  return __bfloat162float(static_cast<const bf16*>(o.ptr)[r + static_cast<std::size_t>(c) * o.ld]);
+}
+
+template <typename D>
+void run(const GemmPlan& p, const bf16* bias) {
+  D* d = static_cast<D*>(p.d);
+  for (int j = 0; j < p.n; ++j)
+    for (int i = 0; i < p.m; ++i) {
+      float s = 0.0f;
+      for (int l = 0; l < p.k; ++l) s += element(p.a, i, l) * element(p.b, l, j);
+      D& out = d[i + static_cast<std::size_t>(j) * p.ldd];
+      float prev = 0.0f;
+      if (p.beta != 0.0f) {
+        if constexpr (std::is_same_v<D, float>) {
+          prev = out;
+        } else {
+          prev = __bfloat162float(out);
+        }
+      }
+      float v = s + p.beta * prev;
+      if (bias != nullptr) v += __bfloat162float(bias[i]);
+      if constexpr (std::is_same_v<D, float>) {
+        out = v;
+      } else {
+        out = __float2bfloat16(v);
+      }
+    }
+}
+
+}  // namespace
+
+void linear_forward(Context&, bf16* out, const bf16* inp, const bf16* weight, const bf16* bias,
+                    int N, int C, int OC, WeightLayout layout) {
+  run<bf16>(plan_linear_forward(out, inp, weight, N, C, OC, layout), bias);
+}
+
+void linear_backward(Context& ctx, bf16* dinp, float* dweight, float* dbias, const bf16* dout,
+                     const bf16* inp, const bf16* weight, int N, int C, int OC,
+                     WeightLayout layout) {
+  if (dinp != nullptr)
+    run<bf16>(plan_linear_backward_input(dinp, dout, weight, N, C, OC, layout), nullptr);
+  if (dweight != nullptr)
+    run<float>(plan_linear_backward_weight(dweight, dout, inp, N, C, OC, layout), nullptr);
+  if (dbias != nullptr) column_sum_accumulate(ctx, dbias, dout, N, OC);
+}
+
+}  // namespace saturn::cuda
