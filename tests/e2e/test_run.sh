@@ -5,7 +5,7 @@
 #     complete;
 #  2. SIGUSR1 mid-run -> exit 99 -> `--resume` on another rank count -> the same final weights
 #     as the uninterrupted run (bit-identical where the job kept one configuration throughout,
-#     else within 1e-6 relative);
+#     else within 1e-5 relative: fp32 reduction order, amplified by Adam);
 #  3. a job forced to fail (one rank fails mid-run) fails alone, with its reason in
 #     summary.json; divergent jobs fail with theirs.
 # Usage: test_run.sh SATURN_EXE
@@ -139,9 +139,10 @@ for j in s["jobs"]:
     for a_, b_ in zip(segs, segs[1:]):
         assert a_["end_step"] == b_["start_step"] and a_["status"] == "stopped", (j["id"], segs)
     # One configuration throughout both runs: the same arithmetic in the same order, so the
-    # resumed weights must be bit-identical. Otherwise reductions ran in another order (fp32
-    # round-off, carried through the remaining Adam steps): relative difference of the whole
-    # parameter vector, ||a - b|| / ||a||, within 1e-6.
+    # resumed weights must be bit-identical. Otherwise reductions ran in another order: fp32
+    # round-off (~1e-7 per step), which Adam carries and amplifies over the remaining steps.
+    # Measured here over 24 steps: 4e-7 to 4e-6 for ||a - b|| / ||a|| depending on the two
+    # configurations (offload x4 vs x1 at lr 3e-3 the largest); the bound is 1e-5.
     same = len(cf[j["id"]] | cc[j["id"]]) == 1
     a = h5py.File(os.path.join(full, "jobs", j["id"], "final.h5"))
     b = h5py.File(os.path.join(cut, "jobs", j["id"], "final.h5"))
@@ -158,7 +159,7 @@ for j in s["jobs"]:
         worst_same = max(worst_same, rel)
     else:
         worst_changed = max(worst_changed, rel)
-        assert rel <= 1e-6, (j["id"], rel, cf[j["id"]], cc[j["id"]])
+        assert rel <= 1e-5, (j["id"], rel, cf[j["id"]], cc[j["id"]])
 print(f"final weights vs uninterrupted run: {same_jobs} jobs on one configuration bit-identical; "
       f"changed configuration worst relative difference {worst_changed:.1e}")
 PY
