@@ -21,6 +21,7 @@
 // function of T with breakpoints at the configurations' times.
 #pragma once
 
+#include <chrono>
 #include <string>
 
 #include "solver/options.hpp"
@@ -54,5 +55,12 @@ double configuration_lp_bound(const Prepared& prepared, double from, double time
 // search nodes never overstates the bound. Returns the best bound (at least `lower`).
 double packing_search_bound(const Prepared& prepared, double lower, double upper,
                             double time_limit_s);
+
+// For a one-node problem: the least time the node needs to run all its jobs in options no
+// longer than T, preemption allowed (the configuration LP's value at T). NaN when the LP could
+// not be solved by the deadline. Used by the node-packing search to test the jobs it puts on a
+// node.
+double single_node_lp_time(const Prepared& node_problem, double T,
+                           std::chrono::steady_clock::time_point deadline);
 
 }  // namespace saturn::solver

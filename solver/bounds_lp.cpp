@@ -233,6 +233,15 @@ class ConfigurationLp {
 
 }  // namespace
 
+double single_node_lp_time(const Prepared& node_problem, double T,
+                           std::chrono::steady_clock::time_point deadline) {
+  if (node_problem.cluster().nodes.size() != 1 || T <= 0) return std::nan("");
+  glp_term_out(GLP_OFF);
+  // Times scaled by T, so options longer than T are those above 1.
+  ConfigurationLp lp(node_problem, T);
+  return lp.value(1.0, deadline) * T;
+}
+
 double configuration_lp_bound(const Prepared& p, double from, double time_limit_s) {
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::microseconds(static_cast<long long>(time_limit_s * 1e6));

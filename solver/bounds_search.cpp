@@ -2,7 +2,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <map>
 #include <numeric>
+#include <string>
 
 #include "solver/bounds.hpp"
 #include "solver/schedule.hpp"
@@ -19,6 +21,8 @@ class Packing {
     const Cluster& cluster = p.cluster();
     const size_t N = cluster.nodes.size();
     load_.assign(N, 0.0);
+    wide_.assign(N, 0.0);
+    on_.resize(N);
     for (size_t n = 0; n < N; ++n) {
       type_.push_back(cluster.nodes[n].devices * 1000003 +
                       static_cast<int>(std::lround(cluster.nodes[n].memory_gib * 16)));
@@ -29,6 +33,7 @@ class Packing {
     for (size_t j = 0; j < p.num_jobs(); ++j) {
       Item& it = items_[j];
       it.single.assign(N, kInfinity);
+      it.fastest.assign(N, kInfinity);
       for (const Option& o : p.options[j]) {
         if (o.time_s > T) continue;
         if (o.whole_nodes()) {
@@ -44,6 +49,8 @@ class Packing {
             const double G = cluster.nodes[static_cast<size_t>(n)].devices;
             it.single[static_cast<size_t>(n)] =
                 std::min(it.single[static_cast<size_t>(n)], o.devices / G * o.time_s);
+            it.fastest[static_cast<size_t>(n)] =
+                std::min(it.fastest[static_cast<size_t>(n)], o.time_s);
           }
         }
       }
@@ -52,6 +59,9 @@ class Packing {
       feasible_ = feasible_ && std::isfinite(it.least);
       for (const Option& o : p.options[j]) pinned_ = pinned_ || o.pinned;
     }
+    class_rep_.assign(static_cast<size_t>(p.num_classes), 0);
+    for (size_t j = p.num_jobs(); j-- > 0;) class_rep_[static_cast<size_t>(p.job_class[j])] = j;
+    choice_.assign(p.num_jobs(), 0);
     order_.resize(p.num_jobs());
     std::iota(order_.begin(), order_.end(), 0);
     std::sort(order_.begin(), order_.end(),
@@ -81,7 +91,8 @@ class Packing {
     std::vector<int> eligible;
   };
   struct Item {
-    std::vector<double> single;  // per node
+    std::vector<double> single;   // per node
+    std::vector<double> fastest;  // per node: the shortest single-node option
     std::vector<Wide> wide;
     double least = 0;
   };
@@ -109,25 +120,75 @@ class Packing {
     const Item& it = items_[j];
     remaining_ -= it.least;
     const double eps = 1e-9 * T_;
-    for (size_t n = 0; n < load_.size() && !aborted_; ++n) {
+    const size_t N = load_.size();
+    // Identical jobs (one class, adjacent in the order) take their places in a canonical
+    // order: single nodes by index, then whole-node options. Any packing can be permuted into
+    // that order, so nothing is lost.
+    size_t first = 0;
+    if (depth > 0 && !pinned_ && p_.job_class[j] == p_.job_class[order_[depth - 1]])
+      first = choice_[depth - 1];
+    for (size_t n = first; n < N && !aborted_; ++n) {
       if (!std::isfinite(it.single[n]) || load_[n] + it.single[n] > T_ + eps) continue;
-      // Nodes of one type with equal loads are interchangeable: try the first only. (Not with
+      // Nodes of one type in the same state are interchangeable: try the first only. (Not with
       // pinned jobs, which tell nodes apart.)
       bool seen = false;
-      for (size_t m = 0; m < n && !seen && !pinned_; ++m)
-        seen = type_[m] == type_[n] && load_[m] == load_[n] && std::isfinite(it.single[m]);
+      for (size_t m = first; m < n && !seen && !pinned_; ++m)
+        seen = type_[m] == type_[n] && load_[m] == load_[n] && wide_[m] == wide_[n] &&
+               on_[m] == on_[n] && std::isfinite(it.single[m]);
       if (seen) continue;
       load_[n] += it.single[n];
-      const int r = search(depth + 1);
+      on_[n].insert(std::upper_bound(on_[n].begin(), on_[n].end(), p_.job_class[j]),
+                    p_.job_class[j]);
+      choice_[depth] = n;
+      int r = 0;
+      if (node_fits(n)) r = search(depth + 1);
+      on_[n].erase(std::find(on_[n].begin(), on_[n].end(), p_.job_class[j]));
       load_[n] -= it.single[n];
       if (r == 1) return restore(it, 1);
     }
+    choice_[depth] = N;
     for (const Wide& w : it.wide) {
       if (aborted_) break;
       std::vector<int> pick;
       if (wide_search(w, 0, pick, depth)) return restore(it, 1);
     }
     return restore(it, 0);
+  }
+
+  // Whether the single-node jobs put on node n can run there in the time whole-node jobs leave
+  // it: their preemptive single-node LP (options no longer than T) must fit. Stronger than the
+  // node-time load when jobs cannot share the node (two jobs each over half of it run one after
+  // the other).
+  bool node_fits(size_t n) {
+    const double avail = T_ * (1 + 1e-9) - wide_[n];
+    if (avail < 0) return false;
+    if (on_[n].empty()) return true;
+    // One job: its shortest option (jobs of a class have the same options).
+    if (on_[n].size() == 1) return items_[class_rep_[on_[n][0]]].fastest[n] <= avail;
+    if (pinned_) return true;
+    const auto key = std::make_pair(type_[n], on_[n]);
+    auto it = lp_cache_.find(key);
+    if (it == lp_cache_.end()) {
+      // One representative job per class placed there; the LP needs only their options.
+      Problem sub;
+      sub.cluster.nodes = {p_.cluster().nodes[n]};
+      for (int k : on_[n]) {
+        const Job& job = p_.problem->jobs[class_rep_[k]];
+        Job copy{job.id + "#" + std::to_string(sub.jobs.size()), {}, job.steps};
+        for (const Config& c : job.configs)
+          if (c.nodes <= 1 && !c.pinned()) copy.configs.push_back(c);
+        sub.jobs.push_back(std::move(copy));
+      }
+      double v = std::nan("");
+      try {
+        const Prepared sp = prepare(sub);
+        v = single_node_lp_time(sp, T_, deadline_);
+      } catch (const SolverError&) {
+        // A job with no configuration for this node alone: no claim.
+      }
+      it = lp_cache_.emplace(key, v).first;
+    }
+    return !(it->second > avail);  // NaN (not solved in time) claims nothing
   }
 
   int restore(const Item& it, int r) {
@@ -137,9 +198,17 @@ class Packing {
 
   bool wide_search(const Wide& w, size_t from, std::vector<int>& pick, size_t depth) {
     if (static_cast<int>(pick.size()) == w.k) {
-      for (int n : pick) load_[static_cast<size_t>(n)] += w.time;
-      const int r = search(depth + 1);
-      for (int n : pick) load_[static_cast<size_t>(n)] -= w.time;
+      bool fits = true;
+      for (int n : pick) {
+        load_[static_cast<size_t>(n)] += w.time;
+        wide_[static_cast<size_t>(n)] += w.time;
+        fits = fits && node_fits(static_cast<size_t>(n));
+      }
+      const int r = fits ? search(depth + 1) : 0;
+      for (int n : pick) {
+        load_[static_cast<size_t>(n)] -= w.time;
+        wide_[static_cast<size_t>(n)] -= w.time;
+      }
       return r == 1;
     }
     for (size_t i = from; i < w.eligible.size() && !aborted_; ++i) {
@@ -162,6 +231,11 @@ class Packing {
   bool feasible_ = true;
   bool pinned_ = false;
   std::vector<double> load_;
+  std::vector<double> wide_;          // per node: time held by whole-node jobs
+  std::vector<std::vector<int>> on_;  // per node: classes of its single-node jobs, sorted
+  std::vector<size_t> class_rep_;     // a job of each class
+  std::vector<size_t> choice_;        // per depth: node index, or N for a whole-node option
+  std::map<std::pair<int, std::vector<int>>, double> lp_cache_;
   std::vector<int> type_;
   std::vector<Item> items_;
   std::vector<size_t> order_;
@@ -184,7 +258,9 @@ double packing_search_bound(const Prepared& p, double lower, double upper, doubl
     const int r = packing.decide();
     if (r == 0) return just_below;
   }
-  for (int it = 0; it < 30 && hi - lo > 1e-4 * hi; ++it) {
+  // Down to 1e-9: a bound a hair below an optimal plan would stop the solve before the MILP
+  // proves it (the gap tolerance is 1e-4), short of status optimal.
+  for (int it = 0; it < 40 && hi - lo > 1e-9 * hi; ++it) {
     if (std::chrono::steady_clock::now() > deadline) break;
     const double mid = 0.5 * (lo + hi);
     Packing packing(p, mid, deadline, kNodeLimit);

@@ -18,6 +18,10 @@ struct SolveOptions {
   // the MILP leaves unused goes back to local search.
   double heuristic_share = 0.25;
   MilpOptions milp;  // slot and size settings (its time limit is set by solve)
+  // Run the MILP as a plan improver also when its slots are not exact (durations rounded up).
+  // Off by default: local search uses that time better; the bound round on durations rounded
+  // down runs either way.
+  bool milp_improver = false;
   // Stop searching once the plan is within this fraction of the lower bound (the status is
   // "optimal" only for a zero gap).
   double gap_tolerance = 1e-4;

@@ -53,6 +53,10 @@ void check_instance(const Problem& p, Backend backend, const std::string& label,
   const double opt = bf.solve(h.schedule.makespan);
 
   EXPECT_LE(b.best, opt * (1 + 1e-9)) << "bound above the optimum";
+  // The node-packing search (per-node LP tests included) must never prove more than the
+  // optimum, even when it may search well above it.
+  EXPECT_LE(packing_search_bound(pr, b.best, 1.5 * h.schedule.makespan, 2.0), opt * (1 + 1e-9))
+      << "node-packing search bound above the optimum";
   EXPECT_GE(h.schedule.makespan, opt * (1 - 1e-9));
   ++tally.instances;
   tally.heuristic_short += h.schedule.makespan > opt * (1 + 1e-9);
