@@ -2,9 +2,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <numeric>
 #include <string>
+#include <tuple>
 
 #include "solver/bounds.hpp"
 #include "solver/schedule.hpp"
@@ -188,7 +190,115 @@ class Packing {
       }
       it = lp_cache_.emplace(key, v).first;
     }
-    return !(it->second > avail);  // NaN (not solved in time) claims nothing
+    if (it->second > avail) return false;  // NaN (not solved in time) claims nothing
+    const auto rkey = std::make_tuple(type_[n], on_[n], avail);
+    auto r = rigid_cache_.find(rkey);
+    if (r == rigid_cache_.end()) r = rigid_cache_.emplace(rkey, rigid_fits(n, avail)).first;
+    return r->second;
+  }
+
+  // The LP lets jobs pause and move; real ones run without a break. Exactly for the node's
+  // biggest jobs (at most kRigidJobs): is there a choice of their options, and an order, whose
+  // list schedule on the node ends within `avail`, with the other jobs' least area fitting
+  // too? Serial list scheduling over all orders yields every active schedule, and an optimal
+  // one among them, so "no" is a proof. Out of budget: "yes" (no claim).
+  bool rigid_fits(size_t n, double avail) {
+    struct Job {
+      int cls;
+      std::vector<std::pair<int, double>> opts;  // (devices, time) with time <= avail
+      double least = kInfinity;
+    };
+    const int G = p_.cluster().nodes[n].devices;
+    std::vector<Job> jobs;
+    for (int k : on_[n]) {
+      Job job{k, {}, kInfinity};
+      for (const Option& o : p_.options[class_rep_[static_cast<size_t>(k)]]) {
+        if (o.whole_nodes() || o.time_s > avail ||
+            std::find(o.eligible.begin(), o.eligible.end(), static_cast<int>(n)) ==
+                o.eligible.end())
+          continue;
+        job.opts.emplace_back(o.devices, o.time_s);
+        job.least = std::min(job.least, o.devices * o.time_s);
+      }
+      if (job.opts.empty()) return false;
+      jobs.push_back(std::move(job));
+    }
+    std::stable_sort(jobs.begin(), jobs.end(),
+                     [](const Job& a, const Job& b) { return a.least > b.least; });
+    const size_t big = std::min(jobs.size(), kRigidJobs);
+    double small_area = 0;
+    for (size_t i = big; i < jobs.size(); ++i) small_area += jobs[i].least;
+    std::vector<int> pick(big, 0);
+    long budget = 200000;  // list schedules
+    bool undecided = false;
+    // Options by job, identical jobs in non-decreasing option index (any choice is such a
+    // choice after renaming identical jobs).
+    std::function<bool(size_t, double)> choose = [&](size_t i, double area) -> bool {
+      if (area + small_area > G * avail * (1 + 1e-9)) return false;
+      if (i == big) return orders_fit(jobs, pick, G, avail, budget, undecided);
+      size_t from = 0;
+      if (i > 0 && jobs[i].cls == jobs[i - 1].cls) from = static_cast<size_t>(pick[i - 1]);
+      for (size_t o = from; o < jobs[i].opts.size(); ++o) {
+        pick[i] = static_cast<int>(o);
+        const auto& [g, t] = jobs[i].opts[o];
+        if (choose(i + 1, area + g * t)) return true;
+        if (undecided) return true;
+      }
+      return false;
+    };
+    const bool fits = choose(0, 0.0);
+    return fits || undecided;
+  }
+
+  template <class Jobs>
+  bool orders_fit(const Jobs& jobs, const std::vector<int>& pick, int G, double avail, long& budget,
+                  bool& undecided) {
+    const size_t m = pick.size();
+    std::vector<std::pair<int, double>> items(m);
+    for (size_t i = 0; i < m; ++i) items[i] = jobs[i].opts[static_cast<size_t>(pick[i])];
+    std::sort(items.begin(), items.end());
+    const double limit = avail * (1 + 1e-9);
+    struct Run {
+      double start, end;
+      int devices;
+    };
+    std::vector<Run> placed;
+    do {
+      if (--budget < 0 || std::chrono::steady_clock::now() > deadline_) {
+        undecided = true;
+        return true;
+      }
+      placed.clear();
+      bool ok = true;
+      for (const auto& [g, t] : items) {
+        // Earliest start: time 0 or the end of a placed job, where g devices stay free for t.
+        double best = kInfinity;
+        auto free_over = [&](double s) {
+          // Usage is piecewise constant and rises only at starts: check at s and at every
+          // start inside (s, s + t).
+          std::vector<double> points{s};
+          for (const Run& a : placed)
+            if (a.start > s && a.start < s + t) points.push_back(a.start);
+          for (double x : points) {
+            int used = g;
+            for (const Run& a : placed)
+              if (a.start <= x && x < a.end) used += a.devices;
+            if (used > G) return false;
+          }
+          return true;
+        };
+        if (free_over(0.0)) best = 0.0;
+        for (const Run& a : placed)
+          if (a.end < best && free_over(a.end)) best = a.end;
+        if (best + t > limit) {
+          ok = false;
+          break;
+        }
+        placed.push_back({best, best + t, g});
+      }
+      if (ok) return true;
+    } while (std::next_permutation(items.begin(), items.end()));
+    return false;
   }
 
   int restore(const Item& it, int r) {
@@ -236,6 +346,8 @@ class Packing {
   std::vector<size_t> class_rep_;     // a job of each class
   std::vector<size_t> choice_;        // per depth: node index, or N for a whole-node option
   std::map<std::pair<int, std::vector<int>>, double> lp_cache_;
+  std::map<std::tuple<int, std::vector<int>, double>, bool> rigid_cache_;
+  static constexpr size_t kRigidJobs = 6;
   std::vector<int> type_;
   std::vector<Item> items_;
   std::vector<size_t> order_;
