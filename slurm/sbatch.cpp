@@ -13,6 +13,7 @@
 #include <optional>
 
 #include "launch/self_launch.hpp"
+#include "runtime/core/atomic_file.hpp"
 #include "runtime/core/error.hpp"
 
 namespace saturn::slurm {
@@ -214,24 +215,10 @@ std::string render_sbatch_script(const SbatchOptions& o) {
 }
 
 void write_sbatch_script(const std::filesystem::path& path, const std::string& script) {
-  const std::filesystem::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << script;
-    out.close();
-    if (!out) throw IoError(fmt::format("cannot write {}", tmp.string()));
-  }
-  std::error_code ec;
-  std::filesystem::permissions(
-      tmp,
-      std::filesystem::perms::owner_all | std::filesystem::perms::group_read |
-          std::filesystem::perms::group_exec | std::filesystem::perms::others_read |
-          std::filesystem::perms::others_exec,
-      ec);
-  std::filesystem::rename(tmp, path, ec);
-  if (ec)
-    throw IoError(
-        fmt::format("cannot rename {} to {}: {}", tmp.string(), path.string(), ec.message()));
+  using std::filesystem::perms;
+  write_file_atomic(path, script, Durability::kNone,
+                    perms::owner_all | perms::group_read | perms::group_exec | perms::others_read |
+                        perms::others_exec);
 }
 
 std::string submit_sbatch_script(const std::filesystem::path& script,

@@ -1,16 +1,12 @@
 #include "runtime/checkpoint/store.hpp"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <charconv>
-#include <cstring>
 #include <fstream>
 
+#include "runtime/core/atomic_file.hpp"
 #include "runtime/core/log.hpp"
 
 namespace saturn::ckpt {
@@ -48,37 +44,9 @@ void on_root(MPI_Comm comm, F&& f) {
   if (!err.empty()) throw IoError(err);
 }
 
-void fsync_dir(const fs::path& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd < 0) return;
-  ::fsync(fd);
-  ::close(fd);
-}
-
 // `latest` the same way as a checkpoint: a temporary file, fsync, rename, fsync the directory.
 void write_latest(const fs::path& dir, const std::string& name, bool durable) {
-  const fs::path tmp = dir / "latest.tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << name << '\n';
-    out.flush();
-    if (!out) throw IoError(fmt::format("cannot write {}", tmp.string()));
-  }
-  if (durable) {
-    const int fd = ::open(tmp.c_str(), O_RDONLY);
-    if (fd < 0 || ::fsync(fd) != 0) {
-      const int err = errno;
-      if (fd >= 0) ::close(fd);
-      throw IoError(fmt::format("cannot fsync {}: {}", tmp.string(), std::strerror(err)));
-    }
-    ::close(fd);
-  }
-  std::error_code ec;
-  fs::rename(tmp, dir / "latest", ec);
-  if (ec)
-    throw IoError(fmt::format("cannot rename {} to {}: {}", tmp.string(), (dir / "latest").string(),
-                              ec.message()));
-  if (durable) fsync_dir(dir);
+  write_file_atomic(dir / "latest", name + "\n", durable ? Durability::kFsync : Durability::kNone);
 }
 
 void prune(const fs::path& dir, int keep_last, const fs::path& just_written) {

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "runtime/cli/commands.hpp"
+#include "runtime/core/atomic_file.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/report/run_data.hpp"
 
@@ -28,13 +29,7 @@ int run_report(const ReportArgs& a) {
                                         : std::filesystem::path(a.output);
   const std::string html = report::render_html(run);
   // Through a temporary name: a browser reloading the page never sees half of it.
-  const std::filesystem::path tmp = out.string() + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::trunc | std::ios::binary);
-    f << html;
-    if (!f) throw IoError(fmt::format("{}: cannot write the report", out.string()));
-  }
-  std::filesystem::rename(tmp, out);
+  write_file_atomic(out, html);
   std::printf("wrote %s (%zu jobs, %zu plans%s)\n", out.string().c_str(), run.jobs.size(),
               run.plans.size(), run.ended ? "" : ", run not ended");
   return kExitOk;

@@ -13,6 +13,7 @@
 #include <thread>
 #include <utility>
 
+#include "runtime/core/atomic_file.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/log.hpp"
 #include "runtime/exec/job_runner.hpp"
@@ -52,19 +53,14 @@ std::string hms(double s) {
   return solver::format_duration(std::max(0.0, s));
 }
 
-// Writes `text` to `path` through a temporary file and a rename, so readers (saturn status,
-// report) never see half a file.
+// Readers (saturn status, report) poll these files while the run goes on. A file that cannot be
+// written is reported and the batch goes on: its checkpoints, not these files, hold the work.
 void write_atomic(const fs::path& path, const std::string& text) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    if (!out) {
-      log::warn("cannot write {}", tmp.string());
-      return;
-    }
+  try {
+    write_file_atomic(path, text);
+  } catch (const IoError& e) {
+    log::warn("{}", e.what());
   }
-  fs::rename(tmp, path);
 }
 
 }  // namespace

@@ -279,7 +279,7 @@ RunData read_run(const fs::path& dir) {
     for (const auto& e : fs::directory_iterator(plans_dir)) {
       const std::string f = e.path().filename().string();
       int k = 0;
-      // plan-NNN.json only; the coordinator's plan-NNN.json.tmp is a write in progress.
+      // plan-NNN.json only; plan-NNN.json.tmp.<pid> is a write in progress.
       if (f.size() > 10 && f.rfind("plan-", 0) == 0 && f.substr(f.size() - 5) == ".json" &&
           std::sscanf(f.c_str(), "plan-%d.json", &k) == 1)
         files[k] = e.path();
