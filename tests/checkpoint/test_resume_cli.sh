@@ -11,16 +11,9 @@
 set -uo pipefail
 saturn="$1"
 tool="$2"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-passed=0
-failed=0
-ok() { echo "ok: $1"; passed=$((passed + 1)); }
-bad() { echo "FAIL: $1"; failed=$((failed + 1)); }
+source "$(dirname "$0")/../lib.sh"
 
-for i in $(seq 1 40); do cat /usr/share/common-licenses/BSD; done >"$work/text.txt"
-"$saturn" data prepare --input "$work/text.txt" --output "$work/data" --val-fraction 0.1 >/dev/null \
-  || { echo "FAIL: data prepare"; exit 1; }
+prepare_data "$saturn" 40 --val-fraction 0.1 || { echo "FAIL: data prepare"; exit 1; }
 cat >"$work/w.yaml" <<YAML
 name: resume
 data: {train: data/train.bin, val: data/val.bin}
@@ -117,5 +110,4 @@ else
     && ok "export refuses a corrupt file, naming the dataset" || bad "export error: $(cat "$work/err.txt")"
 fi
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish

@@ -12,15 +12,9 @@
 set -uo pipefail
 saturn="$1"
 py=/usr/bin/python3
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-passed=0
-failed=0
-ok() { echo "ok: $1"; passed=$((passed + 1)); }
-bad() { echo "FAIL: $1"; failed=$((failed + 1)); }
+source "$(dirname "$0")/../lib.sh"
 
-for i in $(seq 1 60); do cat /usr/share/common-licenses/BSD; done > "$work/text.txt"
-"$saturn" data prepare --input "$work/text.txt" --output "$work/data" >/dev/null || bad "data prepare"
+prepare_data "$saturn" 60 || bad "data prepare"
 
 cat > "$work/sweep.yaml" <<YAML
 name: e2e-sweep
@@ -195,5 +189,4 @@ PY
 then ok "failing jobs fail alone with their reason in summary.json (exit 1)"
 else bad "failing job isolation (exit $rc)"; tail -20 "$work/div.log"; fi
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish

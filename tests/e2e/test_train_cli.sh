@@ -5,17 +5,10 @@
 # Usage: test_train_cli.sh SATURN_EXE
 set -uo pipefail
 saturn="$1"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-passed=0
-failed=0
-ok() { echo "ok: $1"; passed=$((passed + 1)); }
-bad() { echo "FAIL: $1"; failed=$((failed + 1)); }
+source "$(dirname "$0")/../lib.sh"
 
 # Data: a few KB of text, repeated so a tiny model can learn it.
-for i in $(seq 1 40); do cat /usr/share/common-licenses/BSD; done > "$work/text.txt"
-"$saturn" data prepare --input "$work/text.txt" --output "$work/data" --val-fraction 0.1 >/dev/null \
-  && ok "data prepare" || bad "data prepare"
+prepare_data "$saturn" 40 --val-fraction 0.1 && ok "data prepare" || bad "data prepare"
 
 cat > "$work/w.yaml" <<YAML
 name: e2e
@@ -88,5 +81,4 @@ expect_bad "too-short data file" "short.bin" "$saturn" train "$work/short.yaml" 
 expect_bad "unknown job id" "m-lr3e-3-bs8" "$saturn" train "$work/w.yaml" --job nope --run-dir "$work/nothing"
 expect_bad "out of memory" "peak" "$saturn" train "$work/w.yaml" --job m-lr3e-3-bs8 --memory 200KiB --run-dir "$work/nothing"
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish

@@ -8,16 +8,9 @@
 # Usage: test_run_binding.sh SATURN_EXE
 set -uo pipefail
 saturn=$1
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-passed=0
-failed=0
-ok() { echo "ok: $1"; passed=$((passed + 1)); }
-bad() { echo "FAIL: $1"; failed=$((failed + 1)); }
+source "$(dirname "$0")/../lib.sh"
 
-for _ in $(seq 1 10); do cat /usr/share/common-licenses/BSD; done >"$work/text.txt"
-"$saturn" data prepare --input "$work/text.txt" --output "$work/data" >/dev/null ||
-  { bad "saturn data prepare"; exit 1; }
+prepare_data "$saturn" 10 || { bad "saturn data prepare"; exit 1; }
 cat >"$work/w.yaml" <<'YAML'
 name: binding-test
 data: {train: data/train.bin, val: data/val.bin}
@@ -100,5 +93,4 @@ run "$work/none.log" CUDA_VISIBLE_DEVICES= -- --device cuda
 expect "$work/none.log" "no visible GPU is a clear error" \
   '^saturn: error: device binding failed on rank 0: device binding: local rank 0 of 2 sees no CUDA device'
 
-echo "passed $passed, failed $failed"
-[[ $failed -eq 0 ]]
+finish

@@ -6,17 +6,10 @@
 set -uo pipefail
 saturn="$1"
 mpiexec="${2:-mpiexec}"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-passed=0
-failed=0
-ok() { echo "ok: $1"; passed=$((passed + 1)); }
-bad() { echo "FAIL: $1"; failed=$((failed + 1)); }
+source "$(dirname "$0")/../lib.sh"
 mpi() { local np="$1"; shift; timeout 120 "$mpiexec" -n "$np" --oversubscribe --allow-run-as-root "$@"; }
 
-for i in $(seq 1 30); do cat /usr/share/common-licenses/BSD; done > "$work/text.txt"
-"$saturn" data prepare --input "$work/text.txt" --output "$work/data" --val-fraction 0.1 >/dev/null \
-  && ok "data prepare" || bad "data prepare"
+prepare_data "$saturn" 30 --val-fraction 0.1 && ok "data prepare" || bad "data prepare"
 cat > "$work/w.yaml" <<YAML
 name: par
 data: {train: data/train.bin, val: data/val.bin}
@@ -84,5 +77,4 @@ expect_bad "unknown strategy" "unknown strategy 'zero'" 2 train "$work/w.yaml" -
 expect_bad "unknown knob" "unknown knob" 2 train "$work/w.yaml" --strategy ddp --knob wat=1 --run-dir "$work/nothing"
 expect_bad "single under mpirun" "one device" 2 train "$work/w.yaml" --run-dir "$work/nothing"
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish
