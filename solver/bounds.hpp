@@ -52,7 +52,11 @@ double configuration_lp_bound(const Prepared& prepared, double from, double time
 // each of its nodes, so these items must pack into the nodes with at most T each. A search
 // decides that packing for trial values of T between `lower` and `upper` (bisection); T is
 // proven a bound only when the search shows no packing exists, so running out of time or
-// search nodes never overstates the bound. Returns the best bound (at least `lower`).
+// search nodes never overstates the bound. The jobs a packing puts on a node must also pass,
+// in the time whole-node jobs leave it, the node's configuration LP (preemptive) and an exact
+// test of its six (then eight) biggest jobs without preemption: some choice of their options
+// and some order must list-schedule within that time, the other jobs' least area fitting too.
+// Returns the best bound (at least `lower`).
 double packing_search_bound(const Prepared& prepared, double lower, double upper,
                             double time_limit_s);
 

@@ -15,11 +15,16 @@ namespace saturn::solver {
 
 namespace {
 
+// The exact test of a node's biggest jobs is monotone in the time the node has: kept across
+// the trial values of one bisection, per (node type, classes of its jobs): the most time
+// proven too little, and the least time proven enough.
+using RigidMemo = std::map<std::pair<int, std::vector<int>>, std::pair<double, double>>;
+
 class Packing {
  public:
   Packing(const Prepared& p, double T, std::chrono::steady_clock::time_point deadline,
-          long node_limit)
-      : p_(p), T_(T), deadline_(deadline), node_limit_(node_limit) {
+          long node_limit, RigidMemo& memo)
+      : p_(p), T_(T), deadline_(deadline), node_limit_(node_limit), memo_(memo) {
     const Cluster& cluster = p.cluster();
     const size_t N = cluster.nodes.size();
     load_.assign(N, 0.0);
@@ -38,6 +43,7 @@ class Packing {
       it.fastest.assign(N, kInfinity);
       for (const Option& o : p.options[j]) {
         if (o.time_s > T) continue;
+        it.area = std::min(it.area, o.min_area);
         if (o.whole_nodes()) {
           auto w = std::find_if(it.wide.begin(), it.wide.end(), [&](const Wide& x) {
             return x.k == o.nodes && x.eligible == o.eligible;
@@ -69,13 +75,17 @@ class Packing {
     std::sort(order_.begin(), order_.end(),
               [&](size_t a, size_t b) { return items_[a].least > items_[b].least; });
     remaining_ = 0;
-    for (const Item& it : items_) remaining_ += it.least;
+    for (const Item& it : items_) {
+      remaining_ += it.least;
+      remaining_area_ += it.area;
+    }
+    for (const Node& node : cluster.nodes) devices_.push_back(node.devices);
     // Only the big items are placed; the small ones count by their total node-time against
     // the total slack (a relaxation, so a refutation stays valid). Keeps many-job searches
     // short without losing what makes packings infeasible: the big jobs.
     depth_limit_ = 0;
     while (depth_limit_ < order_.size() && depth_limit_ < 24 &&
-           items_[order_[depth_limit_]].least >= 0.05 * T)
+           (order_.size() <= 16 || items_[order_[depth_limit_]].least >= 0.05 * T))
       ++depth_limit_;
   }
 
@@ -95,6 +105,7 @@ class Packing {
   struct Item {
     std::vector<double> single;   // per node
     std::vector<double> fastest;  // per node: the shortest single-node option
+    double area = kInfinity;      // least device-time
     std::vector<Wide> wide;
     double least = 0;
   };
@@ -106,21 +117,16 @@ class Packing {
   }
 
   int search(size_t depth) {
-    if (depth == depth_limit_) {
-      double slack = 0;
-      for (double l : load_) slack += std::max(0.0, T_ - l);
-      return remaining_ <= slack * (1 + 1e-12) ? 1 : 0;
-    }
+    if (depth == depth_limit_) return rest_fits() ? 1 : 0;
     if (out_of_budget()) {
       aborted_ = true;
       return 0;
     }
-    double slack = 0;
-    for (double l : load_) slack += std::max(0.0, T_ - l);
-    if (remaining_ > slack * (1 + 1e-12)) return 0;
+    if (!rest_fits()) return 0;
     const size_t j = order_[depth];
     const Item& it = items_[j];
     remaining_ -= it.least;
+    remaining_area_ -= it.area;
     const double eps = 1e-9 * T_;
     const size_t N = load_.size();
     // Identical jobs (one class, adjacent in the order) take their places in a canonical
@@ -191,18 +197,26 @@ class Packing {
       it = lp_cache_.emplace(key, v).first;
     }
     if (it->second > avail) return false;  // NaN (not solved in time) claims nothing
-    const auto rkey = std::make_tuple(type_[n], on_[n], avail);
-    auto r = rigid_cache_.find(rkey);
-    if (r == rigid_cache_.end()) r = rigid_cache_.emplace(rkey, rigid_fits(n, avail)).first;
-    return r->second;
+    auto [known, inserted] =
+        memo_.try_emplace(std::make_pair(type_[n], on_[n]), -kInfinity, kInfinity);
+    (void)inserted;
+    auto& [too_little, enough] = known->second;
+    if (avail <= too_little) return false;
+    if (avail >= enough) return true;
+    // Six jobs first (cheap), then eight; a test out of budget (-1) claims nothing.
+    int r = rigid_fits(n, avail, 6);
+    if (r == 1 && on_[n].size() > 6) r = rigid_fits(n, avail, 8);
+    if (r == 0) too_little = std::max(too_little, avail);
+    if (r == 1) enough = std::min(enough, avail);
+    return r != 0;
   }
 
   // The LP lets jobs pause and move; real ones run without a break. Exactly for the node's
-  // biggest jobs (at most kRigidJobs): is there a choice of their options, and an order, whose
+  // biggest jobs (at most `count`): is there a choice of their options, and an order, whose
   // list schedule on the node ends within `avail`, with the other jobs' least area fitting
   // too? Serial list scheduling over all orders yields every active schedule, and an optimal
-  // one among them, so "no" is a proof. Out of budget: "yes" (no claim).
-  bool rigid_fits(size_t n, double avail) {
+  // one among them, so "no" is a proof. 1: fits; 0: proven not to; -1: out of budget.
+  int rigid_fits(size_t n, double avail, size_t count) {
     struct Job {
       int cls;
       std::vector<std::pair<int, double>> opts;  // (devices, time) with time <= avail
@@ -220,12 +234,12 @@ class Packing {
         job.opts.emplace_back(o.devices, o.time_s);
         job.least = std::min(job.least, o.devices * o.time_s);
       }
-      if (job.opts.empty()) return false;
+      if (job.opts.empty()) return 0;
       jobs.push_back(std::move(job));
     }
     std::stable_sort(jobs.begin(), jobs.end(),
                      [](const Job& a, const Job& b) { return a.least > b.least; });
-    const size_t big = std::min(jobs.size(), kRigidJobs);
+    const size_t big = std::min(jobs.size(), count);
     double small_area = 0;
     for (size_t i = big; i < jobs.size(); ++i) small_area += jobs[i].least;
     std::vector<int> pick(big, 0);
@@ -247,7 +261,7 @@ class Packing {
       return false;
     };
     const bool fits = choose(0, 0.0);
-    return fits || undecided;
+    return undecided ? -1 : fits ? 1 : 0;
   }
 
   template <class Jobs>
@@ -263,8 +277,9 @@ class Packing {
       int devices;
     };
     std::vector<Run> placed;
+    placed.reserve(m);
     do {
-      if (--budget < 0 || std::chrono::steady_clock::now() > deadline_) {
+      if (--budget < 0 || ((budget & 255) == 0 && std::chrono::steady_clock::now() > deadline_)) {
         undecided = true;
         return true;
       }
@@ -273,18 +288,18 @@ class Packing {
       for (const auto& [g, t] : items) {
         // Earliest start: time 0 or the end of a placed job, where g devices stay free for t.
         double best = kInfinity;
-        auto free_over = [&](double s) {
-          // Usage is piecewise constant and rises only at starts: check at s and at every
-          // start inside (s, s + t).
-          std::vector<double> points{s};
+        auto room_at = [&](double x) {
+          int used = g;
           for (const Run& a : placed)
-            if (a.start > s && a.start < s + t) points.push_back(a.start);
-          for (double x : points) {
-            int used = g;
-            for (const Run& a : placed)
-              if (a.start <= x && x < a.end) used += a.devices;
-            if (used > G) return false;
-          }
+            if (a.start <= x && x < a.end) used += a.devices;
+          return used <= G;
+        };
+        // Usage is piecewise constant and rises only at starts: check at s and at every start
+        // inside (s, s + t).
+        auto free_over = [&](double s) {
+          if (!room_at(s)) return false;
+          for (const Run& a : placed)
+            if (a.start > s && a.start < s + t && !room_at(a.start)) return false;
           return true;
         };
         if (free_over(0.0)) best = 0.0;
@@ -303,7 +318,20 @@ class Packing {
 
   int restore(const Item& it, int r) {
     remaining_ += it.least;
+    remaining_area_ += it.area;
     return r;
+  }
+
+  // The jobs not placed yet fit the time nodes have left: in node-time (each at its least on
+  // any node) and in device-time (a node of G devices with node-time s left has G x s; this
+  // one tells big nodes from small ones).
+  bool rest_fits() const {
+    double slack = 0, area = 0;
+    for (size_t n = 0; n < load_.size(); ++n) {
+      slack += std::max(0.0, T_ - load_[n]);
+      area += std::max(0.0, T_ - load_[n]) * devices_[n];
+    }
+    return remaining_ <= slack * (1 + 1e-12) && remaining_area_ <= area * (1 + 1e-12);
   }
 
   bool wide_search(const Wide& w, size_t from, std::vector<int>& pick, size_t depth) {
@@ -346,13 +374,14 @@ class Packing {
   std::vector<size_t> class_rep_;     // a job of each class
   std::vector<size_t> choice_;        // per depth: node index, or N for a whole-node option
   std::map<std::pair<int, std::vector<int>>, double> lp_cache_;
-  std::map<std::tuple<int, std::vector<int>, double>, bool> rigid_cache_;
-  static constexpr size_t kRigidJobs = 6;
+  RigidMemo& memo_;
   std::vector<int> type_;
   std::vector<Item> items_;
   std::vector<size_t> order_;
   size_t depth_limit_ = 0;
   double remaining_ = 0;
+  double remaining_area_ = 0;
+  std::vector<double> devices_;  // per node
 };
 
 }  // namespace
@@ -361,21 +390,31 @@ double packing_search_bound(const Prepared& p, double lower, double upper, doubl
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::microseconds(static_cast<long long>(time_limit_s * 1e6));
   constexpr long kNodeLimit = 2000000;
+  RigidMemo memo;
   double lo = lower, hi = upper;  // lo: proven bound; hi: not refuted
   // First the strongest claim: no plan shorter than the one in hand (proves it optimal).
   {
     const double just_below = upper * (1 - 1e-9);
     if (just_below <= lo) return lo;
-    Packing packing(p, just_below, deadline, kNodeLimit);
+    Packing packing(p, just_below, deadline, kNodeLimit, memo);
     const int r = packing.decide();
     if (r == 0) return just_below;
+  }
+  // Packings exist at every T above one that has one: when one exists (or the search cannot
+  // tell) just above the bound in hand, bisection cannot gain 0.1%; stop.
+  {
+    const double just_above = lo * (1 + 1e-3);
+    if (just_above < hi) {
+      Packing packing(p, just_above, deadline, kNodeLimit, memo);
+      if (packing.decide() != 0) return lo;
+    }
   }
   // Down to 1e-9: a bound a hair below an optimal plan would stop the solve before the MILP
   // proves it (the gap tolerance is 1e-4), short of status optimal.
   for (int it = 0; it < 40 && hi - lo > 1e-9 * hi; ++it) {
     if (std::chrono::steady_clock::now() > deadline) break;
     const double mid = 0.5 * (lo + hi);
-    Packing packing(p, mid, deadline, kNodeLimit);
+    Packing packing(p, mid, deadline, kNodeLimit, memo);
     const int r = packing.decide();
     if (r == 0)
       lo = mid;  // no packing within mid: every plan is longer
