@@ -64,9 +64,9 @@ Plan solve(const Problem& problem, const SolveOptions& options, SolveReport* rep
     const bool exact = mo.slot_s > 0 || exact_slot(prepared, best, mo.max_slots) > 0;
     // Without exact slots the MILP is an improver only, and local search improves plans faster
     // (on the 12-job benchmark families no improver round ever won, and the seconds it took
-    // cost local search up to 1.3 points of gap), so only the bound round below runs.
+    // cost local search up to 1.3 points of gap); its bound round (below) is opt-in too.
     if (!exact && !options.milp_improver)
-      rep.milp.status = "skipped: slots not exact (local search improves the plan)";
+      rep.milp.status = "skipped: slots not exact (local search and the packing bound do better)";
     for (int round = 0; round < 6 && !proven(best.makespan) && (exact || options.milp_improver);
          ++round) {
       const double left = milp_deadline - elapsed();
@@ -103,7 +103,7 @@ Plan solve(const Problem& problem, const SolveOptions& options, SolveReport* rep
     // When the slots are not exact, the MILP proves a bound for the instance only through a
     // relaxation: durations rounded down. Try it at a fine slot that keeps the model small.
     const double left = milp_deadline - elapsed();
-    if (!exact && !proven(best.makespan) && left > 0.3) {
+    if (!exact && options.milp_relaxed_bound && !proven(best.makespan) && left > 0.3) {
       MilpOptions bo = options.milp;
       bo.backend = options.backend;
       bo.time_limit_s = 0.3 * left;
