@@ -6,15 +6,9 @@
 set -uo pipefail
 saturn="$1"
 py=/usr/bin/python3
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-passed=0
-failed=0
-ok() { echo "ok: $1"; passed=$((passed + 1)); }
-bad() { echo "FAIL: $1"; failed=$((failed + 1)); }
+source "$(dirname "$0")/../lib.sh"
 
-for i in $(seq 1 20); do cat /usr/share/common-licenses/BSD; done > "$work/text.txt"
-"$saturn" data prepare --input "$work/text.txt" --output "$work/data" >/dev/null || bad "data prepare"
+prepare_data "$saturn" 20 || bad "data prepare"
 cat > "$work/sweep.yaml" <<YAML
 name: policy-sweep
 data: {train: data/train.bin, val: data/val.bin}
@@ -72,5 +66,4 @@ rc=$?
 if [ $rc -eq 2 ] && grep -q "fastest" "$work/bad.log"; then ok "unknown policy: exit 2 naming it"
 else bad "unknown policy rc=$rc"; cat "$work/bad.log"; fi
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish
