@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -172,7 +173,11 @@ int run_batch(const RunOptions& options) {
     for (std::size_t j = 0; j < w.jobs.size(); ++j) {
       const bool done = !resume.finished.empty() && resume.finished[j];
       const std::int64_t did = resume.steps_done.empty() ? 0 : resume.steps_done[j];
-      req.remaining_steps.push_back(done ? 0 : w.jobs[j].train.steps - did);
+      // A job checkpointed at its last step without final.h5 (stopped there by an older
+      // version) still has its final weights to write: plan it as one step, which resuming
+      // at the last step turns into writing final.h5.
+      req.remaining_steps.push_back(done ? 0
+                                         : std::max<std::int64_t>(1, w.jobs[j].train.steps - did));
     }
     const auto profile_start = std::chrono::steady_clock::now();
     comm::agree_on(*world, [&] { planning = build_planning_input(req, *world); });

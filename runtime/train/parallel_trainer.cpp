@@ -176,7 +176,11 @@ TrainResult train_with_strategy(const TrainJob& job, const TrainOptions& options
                                      source);
       saved = true;
     }
-    if (par.after_step && par.after_step(r)) {
+    // Every rank calls after_step (it agrees on the stop over the job's ranks). A stop that
+    // comes after the last step changes nothing: the job is done and ends as finished, with
+    // final.h5 (a resume would otherwise find nothing left to run and no final weights).
+    const bool stop_requested = par.after_step && par.after_step(r);
+    if (stop_requested && r.step < tc.steps) {
       if (!options.job_dir.empty() && !saved)
         ckpt::save_training_checkpoint(mpi->handle(), ck, {r.step, train_loader->position(), ""},
                                        source);

@@ -2,9 +2,12 @@
 // of the tiny gpt2 and llama models: the losses of 20 steps (and the val losses) within 1e-5
 // relative, and every final parameter tensor within 1e-5 relative, where relative means
 // max|x - ref| / max|ref| over the tensor (per step for losses).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
@@ -116,6 +119,41 @@ INSTANTIATE_TEST_SUITE_P(Strategies, Equivalence,
                            return std::string(arch_name(std::get<0>(p.param))) + "_" +
                                   std::get<1>(p.param).label;
                          });
+
+// A stop (signal, re-plan) that arrives after the last step must not leave a finished job
+// without final.h5: `saturn run --resume` would find no step left to run and no final weights.
+// One before the last step stops there, with a checkpoint.
+TEST(Stop, AfterTheLastStepFinishesTheJob) {
+  comm::Communicator& w = world();
+  static SharedData data(tiny_model(Arch::kGpt2).vocab_size);
+  const char* dir = std::getenv("SATURN_BINARY_DIR");
+  const std::filesystem::path run =
+      std::filesystem::path(dir ? dir : "/tmp") / fmt::format("test-stop-np{}", w.size());
+  if (w.rank() == 0) std::filesystem::remove_all(run);
+  w.barrier();
+  TrainConfig tc = tiny_train();
+  tc.steps = 4;
+  tc.checkpoint_every = 0;
+  for (const std::int64_t stop_at : {tc.steps, tc.steps - 1}) {
+    const std::string id = fmt::format("stop-at-{}", stop_at);
+    TrainJob job{id, tiny_model(Arch::kGpt2), tc, data.train(), data.val()};
+    TrainOptions opt;
+    opt.quiet = true;
+    opt.job_dir = run / id;
+    ParallelOptions par;
+    par.strategy = "ddp";
+    par.degree = w.size();
+    par.after_step = [stop_at](const StepRecord& r) { return r.step == stop_at; };
+    const TrainResult got = train_with_strategy(job, opt, par, w);
+    const bool last = stop_at == tc.steps;
+    EXPECT_EQ(got.stopped, !last) << id;
+    EXPECT_EQ(got.steps_done, stop_at) << id;
+    EXPECT_EQ(std::filesystem::exists(opt.job_dir / "final.h5"), last) << id;
+    if (!last) {
+      EXPECT_TRUE(std::filesystem::exists(opt.job_dir / "checkpoints" / "latest")) << id;
+    }
+  }
+}
 
 }  // namespace
 }  // namespace saturn::testing
