@@ -157,6 +157,13 @@ struct Coordinator::Impl {
       for (std::size_t j = 0; j < wj.size(); ++j)
         if (wj[j].id == setup.planning.jobs[p].id) jobs[j].planning_index = static_cast<int>(p);
     }
+    // A job left out of planning could never start, and the batch would wait for it forever:
+    // it fails instead, with the reason, and the others go on.
+    for (auto& js : jobs)
+      if (js.status == Status::kPending && js.planning_index < 0) {
+        js.status = Status::kFailed;
+        js.reason = "left out of the plan (no steps left to run, yet no final.h5)";
+      }
     plan_index = setup.next_plan_index;
     if (setup.elapsed_before_s > 0) read_history();
     timeline.open(setup.run_dir / "timeline.jsonl", std::ios::app);
