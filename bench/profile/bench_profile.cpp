@@ -55,7 +55,7 @@ std::map<std::string, const ConfigRow*> tried(const ProfileResult& r) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  comm::init_mpi();
+  const comm::MpiSession mpi;
   int code = 0;
   {
     auto world = comm::MpiCommunicator::world();
@@ -74,7 +74,6 @@ int main(int argc, char** argv) {
     try {
       app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
-      comm::finalize_mpi();
       return app.exit(e);
     }
     try {
@@ -216,6 +215,5 @@ int main(int argc, char** argv) {
       code = 1;
     }
   }
-  comm::finalize_mpi();
   return code;
 }

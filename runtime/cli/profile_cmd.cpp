@@ -33,15 +33,8 @@ struct ProfileArgs {
        quick_calibration = false, all = false, quiet = false, verbose = false;
 };
 
-struct MpiSession {
-  MpiSession() { comm::init_mpi(); }
-  ~MpiSession() { comm::finalize_mpi(); }
-  MpiSession(const MpiSession&) = delete;
-  MpiSession& operator=(const MpiSession&) = delete;
-};
-
 int run_profile(const ProfileArgs& a) {
-  const MpiSession mpi;
+  const comm::MpiSession mpi;
   auto world = comm::MpiCommunicator::world();
   const int rank = world->rank();
   if (world->size() > 1) log::set_rank(rank);

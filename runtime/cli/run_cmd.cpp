@@ -103,21 +103,13 @@ int run_run(RunArgs a, int argc, char** argv) {
             launch::self_launch_if_needed(a.np, a.hostfile, args, launch::current_environment()))
       return *code;
   }
-  comm::init_mpi();
-  int code = kExitFailure;
-  try {
-    int size = 0;
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    if (a.np > 0 && size != a.np)
-      throw InputError(fmt::format("--np {} but this launcher started {} ranks", a.np, size));
-    code = bind_rank_device(a);
-    if (code == kExitOk) code = exec::run_batch(a.options);
-  } catch (...) {
-    comm::finalize_mpi();
-    throw;
-  }
-  comm::finalize_mpi();
-  return code;
+  const comm::MpiSession mpi;
+  int size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (a.np > 0 && size != a.np)
+    throw InputError(fmt::format("--np {} but this launcher started {} ranks", a.np, size));
+  const int code = bind_rank_device(a);
+  return code == kExitOk ? exec::run_batch(a.options) : code;
 }
 
 }  // namespace

@@ -54,19 +54,11 @@ const JobSpec& pick_job(const Workload& w, const TrainArgs& a) {
                                a.workload, w.jobs.size(), ids));
 }
 
-// Finalises MPI on every way out, if this command initialised it.
-struct MpiSession {
-  MpiSession() { comm::init_mpi(); }
-  ~MpiSession() { comm::finalize_mpi(); }
-  MpiSession(const MpiSession&) = delete;
-  MpiSession& operator=(const MpiSession&) = delete;
-};
-
 // One job under a parallel strategy on every rank of MPI_COMM_WORLD. Every failure before
 // training is agreed by all ranks; rank 0 reports it (exit 2 for bad input, infeasible
 // configurations and out-of-memory), the other ranks exit with the same code silently.
 int run_parallel(const TrainArgs& a) {
-  const MpiSession mpi;
+  const comm::MpiSession mpi;
   auto world = comm::MpiCommunicator::world();
   const int rank = world->rank();
   if (world->size() > 1) log::set_rank(rank);

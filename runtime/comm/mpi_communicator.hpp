@@ -62,6 +62,13 @@ class MpiCommunicator final : public Communicator {
 // already initialised; finalize_mpi() finalises only what init_mpi() started.
 void init_mpi();
 void finalize_mpi();
+// init_mpi() for a scope: finalises on every way out, if this scope initialised MPI.
+struct MpiSession {
+  MpiSession() { init_mpi(); }
+  ~MpiSession() { finalize_mpi(); }
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+};
 // True when this process was started by mpirun/mpiexec/srun with more than one rank (read from
 // the launcher's environment, without initialising MPI).
 bool launched_with_several_ranks();

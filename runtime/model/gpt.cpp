@@ -57,14 +57,6 @@ struct GptModel::Activations {
   Buffer<float> dres, dln, datty, dqkv, dqkv_pre, datt, dfc, dup, dact;
 };
 
-struct GptModel::BlockParams {
-  // gpt2
-  const ParamTensor *ln1w, *ln1b, *qkvw, *qkvb, *projw, *projb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw,
-      *fcprojb;
-  // llama
-  const ParamTensor *gatew, *upw, *downw;
-};
-
 GptModel::GptModel(const ModelConfig& config, MemoryPool& device)
     : GptModel(config, device, ModelOptions{}) {}
 
@@ -120,36 +112,6 @@ float* GptModel::g(const ParamTensor& t) {
   if (base == nullptr)
     throw Error(fmt::format("gradients of {} (group {}) are not bound", t.name, t.layer));
   return base + (t.offset - layout_.group_begin(t.layer));
-}
-
-GptModel::BlockParams GptModel::block_params(int l) const {
-  const auto& t = layout_.tensors();
-  BlockParams b{};
-  if (config_.arch == Arch::kGpt2) {
-    const std::size_t i = 2 + 12 * static_cast<std::size_t>(l);
-    b.ln1w = &t[i];
-    b.ln1b = &t[i + 1];
-    b.qkvw = &t[i + 2];
-    b.qkvb = &t[i + 3];
-    b.projw = &t[i + 4];
-    b.projb = &t[i + 5];
-    b.ln2w = &t[i + 6];
-    b.ln2b = &t[i + 7];
-    b.fcw = &t[i + 8];
-    b.fcb = &t[i + 9];
-    b.fcprojw = &t[i + 10];
-    b.fcprojb = &t[i + 11];
-  } else {
-    const std::size_t i = 1 + 9 * static_cast<std::size_t>(l);
-    b.ln1w = &t[i];
-    b.qkvw = &t[i + 1];  // q_proj, k_proj, v_proj adjacent: one [3C, C] weight
-    b.projw = &t[i + 4];
-    b.ln2w = &t[i + 5];
-    b.gatew = &t[i + 6];
-    b.upw = &t[i + 7];
-    b.downw = &t[i + 8];
-  }
-  return b;
 }
 
 void generate_canonical_weights(
@@ -365,7 +327,7 @@ void GptModel::block_forward(int l) {
 
 void GptModel::block_forward_into(int l, float* out) {
   auto& L = layer_acts(l);
-  const BlockParams w = block_params(l);
+  const BlockTensors w = layout_.block(l);
   const int tp = options_.shard.tp_size;
   const int N = B_ * T_, C = config_.d_model, Cl = C / tp, F = config_.ffn_dim() / tp,
             H = config_.n_head / tp, hd = config_.head_dim();
@@ -499,7 +461,7 @@ void GptModel::block_backward(int l) {
   // so the saved streams, possibly still being sent, are not written).
   if (options_.recompute) block_forward_into(l, a.recompute_out.data());
   auto& L = layer_acts(l);
-  const BlockParams w = block_params(l);
+  const BlockTensors w = layout_.block(l);
   const int tp = options_.shard.tp_size;
   const int N = B_ * T_, C = config_.d_model, Cl = C / tp, F = config_.ffn_dim() / tp,
             H = config_.n_head / tp, hd = config_.head_dim();

@@ -128,13 +128,11 @@ class GptModel {
   struct Activations;
   struct LayerActs;
   struct Slot;
-  struct BlockParams;
   template <typename Alloc>
   static void build_activations(Activations& a, const ModelConfig& c, const ModelOptions& o,
                                 int first, int end, int B, int T, int slots, Alloc&& alloc);
   const float* p(const ParamTensor& t) const;
   float* g(const ParamTensor& t);
-  BlockParams block_params(int l) const;
   LayerActs& layer_acts(int l);
   void block_forward_into(int l, float* out);
   void reduce_tp(float* data, std::size_t n);

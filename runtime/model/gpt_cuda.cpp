@@ -40,12 +40,6 @@ struct CudaGptModel::Activations {
   Buffer<float> delta;  // [B, H, T]
 };
 
-struct CudaGptModel::BlockParams {
-  const ParamTensor *ln1w, *ln1b, *qkvw, *qkvb, *projw, *projb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw,
-      *fcprojb;
-  const ParamTensor *gatew, *upw, *downw;
-};
-
 CudaGptModel::CudaGptModel(const ModelConfig& config, cuda::Context& ctx)
     : config_(config), layout_((config.validate(), config)), ctx_(&ctx) {
   if (config_.head_dim() > cuda::kAttentionMaxHeadDim)
@@ -84,36 +78,6 @@ const bf16* CudaGptModel::p(const ParamTensor& t) const {
 
 float* CudaGptModel::g(const ParamTensor& t) {
   return grads_.data() + dev_offset_[static_cast<std::size_t>(&t - layout_.tensors().data())];
-}
-
-CudaGptModel::BlockParams CudaGptModel::block_params(int l) const {
-  const auto& t = layout_.tensors();
-  BlockParams b{};
-  if (config_.arch == Arch::kGpt2) {
-    const std::size_t i = 2 + 12 * static_cast<std::size_t>(l);
-    b.ln1w = &t[i];
-    b.ln1b = &t[i + 1];
-    b.qkvw = &t[i + 2];
-    b.qkvb = &t[i + 3];
-    b.projw = &t[i + 4];
-    b.projb = &t[i + 5];
-    b.ln2w = &t[i + 6];
-    b.ln2b = &t[i + 7];
-    b.fcw = &t[i + 8];
-    b.fcb = &t[i + 9];
-    b.fcprojw = &t[i + 10];
-    b.fcprojb = &t[i + 11];
-  } else {
-    const std::size_t i = 1 + 9 * static_cast<std::size_t>(l);
-    b.ln1w = &t[i];
-    b.qkvw = &t[i + 1];  // q_proj, k_proj, v_proj adjacent: one [3C, C] weight
-    b.projw = &t[i + 4];
-    b.ln2w = &t[i + 5];
-    b.gatew = &t[i + 6];
-    b.upw = &t[i + 7];
-    b.downw = &t[i + 8];
-  }
-  return b;
 }
 
 void CudaGptModel::upload_master(const std::vector<float>& padded) {
@@ -294,7 +258,7 @@ void CudaGptModel::block_forward(int l) {
   auto& a = *acts_;
   auto& L = a.layers[static_cast<std::size_t>(l)];
   cuda::Context& c = *ctx_;
-  const BlockParams w = block_params(l);
+  const BlockTensors w = layout_.block(l);
   const int N = B_ * T_, C = config_.d_model, F = config_.ffn_dim(), H = config_.n_head,
             hd = config_.head_dim();
   const std::size_t NC = static_cast<std::size_t>(N) * C, NF = static_cast<std::size_t>(N) * F;
@@ -414,7 +378,7 @@ void CudaGptModel::block_backward(int l) {
   auto& a = *acts_;
   auto& L = a.layers[static_cast<std::size_t>(l)];
   cuda::Context& c = *ctx_;
-  const BlockParams w = block_params(l);
+  const BlockTensors w = layout_.block(l);
   const int N = B_ * T_, C = config_.d_model, F = config_.ffn_dim(), H = config_.n_head,
             hd = config_.head_dim();
   const std::size_t NC = static_cast<std::size_t>(N) * C, NF = static_cast<std::size_t>(N) * F;

@@ -66,12 +66,10 @@ class CudaGptModel {
  private:
   struct LayerActs;
   struct Activations;
-  struct BlockParams;
   template <typename Alloc>
   static void build_activations(Activations& a, const ModelConfig& c, int B, int T, Alloc&& alloc);
   const cuda::bf16* p(const ParamTensor& t) const;
   float* g(const ParamTensor& t);
-  BlockParams block_params(int l) const;
   void embed_forward(const std::int32_t* tokens);
   void block_forward(int l);
   float head_forward(const std::int32_t* targets);

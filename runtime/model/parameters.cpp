@@ -9,7 +9,8 @@
 
 namespace saturn {
 
-ParameterLayout::ParameterLayout(const ModelConfig& c, int tp_size) : tp_size_(tp_size) {
+ParameterLayout::ParameterLayout(const ModelConfig& c, int tp_size)
+    : tp_size_(tp_size), arch_(c.arch) {
   if (tp_size < 1) throw InputError(fmt::format("tensor-parallel degree {} must be >= 1", tp_size));
   if (c.n_head % tp_size != 0)
     throw InputError(fmt::format(
@@ -162,6 +163,34 @@ void canonical_to_local(const ParamTensor& t, int tp_rank, const float* canonica
                   canonical + (cr + r) * canon_cols + cc,
                   static_cast<std::size_t>(b.cols) * sizeof(float));
   }
+}
+
+BlockTensors ParameterLayout::block(int l) const {
+  const ParamTensor* t = tensors_.data() + group_first_tensor(l);
+  BlockTensors b{};
+  if (arch_ == Arch::kGpt2) {
+    b.ln1w = &t[0];
+    b.ln1b = &t[1];
+    b.qkvw = &t[2];
+    b.qkvb = &t[3];
+    b.projw = &t[4];
+    b.projb = &t[5];
+    b.ln2w = &t[6];
+    b.ln2b = &t[7];
+    b.fcw = &t[8];
+    b.fcb = &t[9];
+    b.fcprojw = &t[10];
+    b.fcprojb = &t[11];
+  } else {
+    b.ln1w = &t[0];
+    b.qkvw = &t[1];  // q_proj, k_proj, v_proj adjacent: one [3C, C] weight
+    b.projw = &t[4];
+    b.ln2w = &t[5];
+    b.gatew = &t[6];
+    b.upw = &t[7];
+    b.downw = &t[8];
+  }
+  return b;
 }
 
 }  // namespace saturn

@@ -31,6 +31,15 @@ struct ParamTensor {
   int split_parts = 1;
 };
 
+// The tensors of one transformer block, by role (the ones an architecture lacks are null).
+struct BlockTensors {
+  // gpt2
+  const ParamTensor *ln1w, *ln1b, *qkvw, *qkvb, *projw, *projb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw,
+      *fcprojb;
+  // llama
+  const ParamTensor *gatew, *upw, *downw;
+};
+
 class ParameterLayout {
  public:
   // tp_size > 1: the local layout of one tensor-parallel rank; n_head and ffn_dim() must be
@@ -50,6 +59,8 @@ class ParameterLayout {
   std::size_t group_first_tensor(int group) const { return group_tensor_[group + 1]; }
   std::size_t group_last_tensor(int group) const { return group_tensor_[group + 2]; }
   const ParamTensor& find(const std::string& name) const;  // throws Error when absent
+  // Block l's tensors, for every backend's model (one place knows the order they are added in).
+  BlockTensors block(int l) const;
 
  private:
   void add(std::string name, std::vector<std::int64_t> shape, bool decay, int layer,
@@ -60,6 +71,7 @@ class ParameterLayout {
   std::vector<std::size_t> group_tensor_;  // size L+3
   std::size_t total_ = 0;
   int tp_size_ = 1;
+  Arch arch_;
 };
 
 // A block of a local tensor and the box of the canonical tensor it holds. The local tensor is
