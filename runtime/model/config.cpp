@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "runtime/core/error.hpp"
 
 namespace saturn {
@@ -41,6 +43,13 @@ void ModelConfig::validate() const {
   if (vocab_size < 2) bad(fmt::format("vocab_size must be >= 2 (got {})", vocab_size));
   if (max_seq_len < 1) bad(fmt::format("seq_len must be >= 1 (got {})", max_seq_len));
   if (!(norm_eps > 0)) bad("norm_eps must be > 0");
+}
+
+std::int64_t canonical_micro_batch(const TrainConfig& train) {
+  if (train.micro_batch_size > 0) return train.micro_batch_size;
+  for (std::int64_t m = std::min<std::int64_t>(8, train.batch_size / 8); m >= 1; --m)
+    if (train.batch_size % m == 0) return m;
+  return 1;
 }
 
 std::int64_t ModelConfig::num_parameters() const {

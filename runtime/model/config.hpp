@@ -55,9 +55,20 @@ struct TrainConfig {
   std::int64_t eval_batches = 4;      // micro-batches of validation data per evaluation
   std::int64_t checkpoint_every = 0;  // 0: only final.h5
   std::uint64_t seed = 1234;
+  // Bit-identical results under every strategy, degree and micro-batch split (see
+  // docs/strategies.md, "Reproducible mode"): fixed canonical micro-batches, gradients summed in
+  // fp64, no tensor parallelism.
+  bool reproducible = false;
   OptimizerConfig optimizer;
   ScheduleConfig schedule;
 };
+
+// Reproducible mode's canonical micro-batch: every configuration processes the global batch as
+// the micro-batches of rows [k·c, (k+1)·c). c is micro_batch_size when set, else the largest
+// divisor of batch_size that is at most 8 and leaves at least 8 micro-batches (1 for batches
+// under 16), so that data-parallel degrees dividing the micro-batch count (up to 8) fit. It
+// depends on the batch only, never on the degree.
+std::int64_t canonical_micro_batch(const TrainConfig& train);
 
 const char* arch_name(Arch a);
 // Throws InputError for an unknown name (lists the valid ones).

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "runtime/core/error.hpp"
+#include "runtime/parallel/repro.hpp"
 
 namespace saturn::parallel {
 
@@ -16,6 +17,14 @@ RowRange shard_rows(std::int64_t rows, int shard, int shards) {
 }
 
 std::int64_t choose_micro_batch(const StrategySpec& spec, std::int64_t rows, std::string* reason) {
+  if (spec.train.reproducible) {
+    std::string why = reproducible_rows_reason(spec, rows);
+    if (!why.empty()) {
+      if (reason) *reason = std::move(why);
+      return 0;
+    }
+    return canonical_micro_batch(spec.train);
+  }
   const std::int64_t configured =
       spec.knobs.micro_batch_size > 0 ? spec.knobs.micro_batch_size : spec.train.micro_batch_size;
   if (configured > 0) {

@@ -23,8 +23,9 @@ struct RowRange {
 RowRange shard_rows(std::int64_t rows, int shard, int shards);
 
 // The micro-batch size a rank uses for `rows` local rows per step: knobs.micro_batch_size, else
-// train.micro_batch_size, else the largest divisor of rows that is at most 8. Returns 0 and
-// sets *reason when the configured size does not divide rows.
+// train.micro_batch_size, else the largest divisor of rows that is at most 8; for a
+// reproducible job the canonical micro-batch. Returns 0 and sets *reason when the configured
+// (or canonical) size does not divide rows.
 std::int64_t choose_micro_batch(const StrategySpec& spec, std::int64_t rows, std::string* reason);
 
 // Copies rows [row, row + n) of `batch` into micro-batch buffers of `capacity` rows, padding

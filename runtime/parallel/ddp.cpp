@@ -29,6 +29,8 @@ Estimate DdpStrategy::estimate() const {
                                      "degree {}",
                                      name_, spec_.degree, tp_));
   if (!check_common(e, spec_, dp_)) return e;
+  if (spec_.train.reproducible && (tp_ > 1 || name_ == "tensor"))
+    return infeasible(e, tensor_parallel_reason(name_));
   if (c.n_head % tp_ != 0)
     return infeasible(e, fmt::format("{}: tensor-parallel degree {} does not divide n_head {} "
                                      "(attention heads are split across ranks)",
@@ -48,10 +50,15 @@ Estimate DdpStrategy::estimate() const {
   e.device_breakdown = {
       {"parameters", P}, {"gradients", P}, {"optimizer state", 2 * P}, {"activations", acts}};
   e.device_bytes = 4 * P + acts;
+  const bool repro = spec_.train.reproducible;
+  if (repro) {
+    e.device_breakdown["fp64 gradient accumulator"] = 2 * P;
+    e.device_bytes += 2 * P;
+  }
   e.micro_batch = micro;
   e.micro_batches = rows / micro;
   const double N = static_cast<double>(micro) * T;
-  if (dp_ > 1) e.comm_bytes += P;  // one allreduce of every gradient
+  if (dp_ > 1) e.comm_bytes += repro ? 2 * P : P;  // one allreduce of every gradient (fp64)
   if (tp_ > 1) {
     // Two allreduces of [N, C] per block forward and two backward (plus the forward again when
     // recomputing), per micro-batch.
@@ -89,6 +96,7 @@ void DdpStrategy::setup(comm::Communicator& comm, MemoryPool& device, MemoryPool
   model_->init_weights(spec_.train.seed);
   opt_ = std::make_unique<AdamW>(spec_.train.optimizer, model_->layout(), 0, model_->num_params(),
                                  device);
+  if (spec_.train.reproducible) acc_ = GradAccumulator(device, model_->num_params());
   model_->reserve(static_cast<int>(micro_), spec_.train.seq_len);
   buckets_ = std::make_unique<GradBuckets>(model_->layout(), spec_.knobs.bucket_bytes);
   for (const auto& t : model_->layout().tensors()) {
@@ -117,31 +125,39 @@ StepResult DdpStrategy::train_step(const data::Batch& batch, std::int64_t step) 
     ScopedTimer compute(stats_.compute_s);
     m.zero_grads();
   }
-  for (std::int64_t k = 0; k < accum; ++k) {
-    copy_rows(batch, rows.begin + k * micro_, micro_, micro_, inputs_.data(), targets_.data());
+  if (tc.reproducible) {
+    reproducible_micro_batches(batch, rows, dloss, &loss_sum);
+    if (dp_ > 1) dp_comm_->allreduce(acc_.data(), acc_.size(), comm::ReduceOp::kSum);
     ScopedTimer compute(stats_.compute_s);
-    loss_sum += static_cast<double>(
-                    m.forward(inputs_.data(), targets_.data(), static_cast<int>(micro_), T)) *
-                static_cast<double>(micro_);
-    if (!overlap || k + 1 < accum) {
-      m.backward(dloss);
-      continue;
+    acc_.round_to(m.grads(), 0, m.num_params());
+    acc_.zero();
+  } else {
+    for (std::int64_t k = 0; k < accum; ++k) {
+      copy_rows(batch, rows.begin + k * micro_, micro_, micro_, inputs_.data(), targets_.data());
+      ScopedTimer compute(stats_.compute_s);
+      loss_sum += static_cast<double>(
+                      m.forward(inputs_.data(), targets_.data(), static_cast<int>(micro_), T)) *
+                  static_cast<double>(micro_);
+      if (!overlap || k + 1 < accum) {
+        m.backward(dloss);
+        continue;
+      }
+      // Last micro-batch: each group's gradients are final once its backward is done.
+      m.head_backward(dloss);
+      buckets_->group_done(*dp_comm_, m.grads(), L);
+      for (int l = L - 1; l >= 0; --l) {
+        m.block_backward(l);
+        buckets_->group_done(*dp_comm_, m.grads(), l);
+        buckets_->progress();
+      }
+      m.embed_backward();
+      buckets_->group_done(*dp_comm_, m.grads(), -1);
     }
-    // Last micro-batch: each group's gradients are final once its backward is done.
-    m.head_backward(dloss);
-    buckets_->group_done(*dp_comm_, m.grads(), L);
-    for (int l = L - 1; l >= 0; --l) {
-      m.block_backward(l);
-      buckets_->group_done(*dp_comm_, m.grads(), l);
-      buckets_->progress();
-    }
-    m.embed_backward();
-    buckets_->group_done(*dp_comm_, m.grads(), -1);
+    if (overlap)
+      buckets_->finish(*dp_comm_, m.grads());
+    else if (dp_ > 1)
+      dp_comm_->allreduce(m.grads(), m.num_params(), comm::ReduceOp::kSum);
   }
-  if (overlap)
-    buckets_->finish(*dp_comm_, m.grads());
-  else if (dp_ > 1)
-    dp_comm_->allreduce(m.grads(), m.num_params(), comm::ReduceOp::kSum);
 
   double loss_and_norm[2] = {loss_sum, 0.0};
   dp_comm_->allreduce(loss_and_norm, 1, comm::ReduceOp::kSum);
@@ -149,12 +165,19 @@ StepResult DdpStrategy::train_step(const data::Batch& batch, std::int64_t step) 
   // Global norm: split tensors are distinct on each tensor-parallel rank, replicated ones are
   // counted once.
   double sq = 0;
-  {
+  if (tc.reproducible) {  // tp = 1: every replica holds the whole, identical gradient
     ScopedTimer compute(stats_.compute_s);
-    for (const auto& t : m.layout().tensors())
-      if (t.split_dim >= 0 || tp_rank_ == 0) sq += sum_squares(m.grads() + t.offset, t.numel);
+    ExactSquareSum exact;
+    exact.add(m.grads(), m.num_params());
+    sq = exact.value();
+  } else {
+    {
+      ScopedTimer compute(stats_.compute_s);
+      for (const auto& t : m.layout().tensors())
+        if (t.split_dim >= 0 || tp_rank_ == 0) sq += sum_squares(m.grads() + t.offset, t.numel);
+    }
+    tp_comm_->allreduce(&sq, 1, comm::ReduceOp::kSum);
   }
-  tp_comm_->allreduce(&sq, 1, comm::ReduceOp::kSum);
   StepResult r;
   r.loss = loss;
   r.grad_norm = std::sqrt(sq);
@@ -166,6 +189,22 @@ StepResult DdpStrategy::train_step(const data::Batch& batch, std::int64_t step) 
   }
   ++stats_.steps;
   return r;
+}
+
+// Reproducible mode: every micro-batch's gradient added to the fp64 accumulator as its canonical
+// terms. The reduction across replicas waits for the last micro-batch (no overlap): it runs on
+// the fp64 sums.
+void DdpStrategy::reproducible_micro_batches(const data::Batch& batch, const RowRange& rows,
+                                             float dloss, double* loss_sum) {
+  const int T = spec_.train.seq_len;
+  for (std::int64_t k = 0; k < rows.count / micro_; ++k) {
+    copy_rows(batch, rows.begin + k * micro_, micro_, micro_, inputs_.data(), targets_.data());
+    ScopedTimer compute(stats_.compute_s);
+    *loss_sum += static_cast<double>(model_->forward(inputs_.data(), targets_.data(),
+                                                     static_cast<int>(micro_), T)) *
+                 static_cast<double>(micro_);
+    reproducible_backward(*model_, dloss, acc_);
+  }
 }
 
 double DdpStrategy::evaluate(const data::Batch& batch) {

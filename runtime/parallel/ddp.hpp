@@ -15,6 +15,7 @@
 #include "runtime/optim/adamw.hpp"
 #include "runtime/parallel/common.hpp"
 #include "runtime/parallel/grad_buckets.hpp"
+#include "runtime/parallel/repro.hpp"
 #include "runtime/parallel/strategy.hpp"
 
 namespace saturn::parallel {
@@ -36,6 +37,8 @@ class DdpStrategy : public Strategy {
 
  private:
   ModelOptions model_options(int tp_rank) const;
+  void reproducible_micro_batches(const data::Batch& batch, const RowRange& rows, float dloss,
+                                  double* loss_sum);
   std::vector<float*> segments(StateKind kind);
 
   std::string name_;
@@ -46,6 +49,7 @@ class DdpStrategy : public Strategy {
   std::unique_ptr<GptModel> model_;
   std::unique_ptr<AdamW> opt_;
   std::unique_ptr<GradBuckets> buckets_;
+  GradAccumulator acc_;  // reproducible mode
   SliceSet slices_;
   std::vector<std::int32_t> inputs_, targets_;
 };

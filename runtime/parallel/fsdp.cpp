@@ -16,8 +16,9 @@ struct FsdpStrategy::Gathered {
 
 struct FsdpStrategy::Reduction {
   int group = 0;
-  Buffer<float> grads;  // the full group gradient being reduce-scattered
-  Buffer<float> shard;  // this rank's reduced part
+  Buffer<float> grads;              // the full group gradient being reduce-scattered
+  Buffer<float> shard;              // this rank's reduced part
+  Buffer<double> grads64, shard64;  // the same in fp64 (reproducible mode)
   comm::Request req;
 };
 
@@ -31,7 +32,7 @@ std::size_t shard_len(std::size_t n, int ranks) {
 // Bytes live at the peak of one FSDP micro-step (gathered parameters, gradient buffers and
 // reduce-scatter results), replaying the allocation order of micro_step() without allocating.
 std::size_t transient_peak(const ParameterLayout& layout, int ranks, bool tied, bool prefetch,
-                           bool overlap) {
+                           bool overlap, bool repro) {
   const int L = layout.num_groups() - 2;
   auto A = [&](int g) { return shard_len(layout.group_size(g), ranks) * ranks * sizeof(float); };
   auto R = [&](int g) { return shard_len(layout.group_size(g), ranks) * sizeof(float); };
@@ -75,8 +76,15 @@ std::size_t transient_peak(const ParameterLayout& layout, int ranks, bool tied, 
   drop(L);
   if (tied) drop(-1);
   auto reduce = [&](int g) {
-    alloc(R(g));
-    pending.push_back({A(g) + R(g)});
+    if (repro) {  // the fp32 gradient becomes an fp64 copy, reduced into an fp64 shard
+      alloc(2 * A(g));
+      release(A(g));
+      alloc(2 * R(g));
+      pending.push_back({2 * A(g) + 2 * R(g)});
+    } else {
+      alloc(R(g));
+      pending.push_back({A(g) + R(g)});
+    }
     if (!overlap) {
       for (auto& p : pending) release(p.bytes);
       pending.clear();
@@ -119,14 +127,19 @@ Estimate FsdpStrategy::estimate() const {
   o.recompute = spec_.knobs.recompute;
   const std::size_t acts = GptModel::activation_bytes(c, o, static_cast<int>(micro), T);
   const bool tied = c.arch == Arch::kGpt2;
+  const bool repro = spec_.train.reproducible;
   const std::size_t transient =
-      transient_peak(layout_, N, tied, spec_.knobs.prefetch, spec_.knobs.overlap);
+      transient_peak(layout_, N, tied, spec_.knobs.prefetch, spec_.knobs.overlap, repro);
   e.device_breakdown = {{"parameters", shards},
                         {"gradients", shards},
                         {"optimizer state", 2 * shards},
                         {"activations", acts},
                         {"gathered (peak)", transient}};
   e.device_bytes = 4 * shards + acts + transient;
+  if (repro) {
+    e.device_breakdown["fp64 gradient accumulator"] = 2 * shards;
+    e.device_bytes += 2 * shards;
+  }
   e.micro_batch = micro;
   e.micro_batches = rows / micro;
   // Per micro-batch: every group gathered for forward and again for backward (the head's
@@ -135,11 +148,12 @@ Estimate FsdpStrategy::estimate() const {
   // reduce-scatter as the whole buffer.
   std::uint64_t per_micro = 0;
   auto S = [&](int g) { return shard_len(layout_.group_size(g), N) * sizeof(float); };
+  const std::uint64_t rs = repro ? 2 : 1;  // reduce-scatters carry fp64 when reproducible
   for (int g = -1; g <= L; ++g) {
     const std::uint64_t gathers = g == L ? 1 : 2;
-    per_micro += gathers * S(g) + static_cast<std::uint64_t>(N) * S(g);
+    per_micro += gathers * S(g) + rs * static_cast<std::uint64_t>(N) * S(g);
   }
-  if (tied) per_micro += S(-1) + static_cast<std::uint64_t>(N) * S(-1);
+  if (tied) per_micro += S(-1) + rs * static_cast<std::uint64_t>(N) * S(-1);
   e.comm_bytes = per_micro * static_cast<std::uint64_t>(e.micro_batches);
   e.flops =
       static_cast<double>(rows) * T * (block_flops_per_token(c, T) * L + head_flops_per_token(c));
@@ -181,6 +195,8 @@ void FsdpStrategy::setup(comm::Communicator& comm, MemoryPool& device, MemoryPoo
   grads_ = Buffer<float>(device, offset, "gradients");
   params_.zero();
   grads_.zero();
+  repro_ = spec_.train.reproducible;
+  if (repro_) acc_ = GradAccumulator(device, offset);
   opts_.resize(groups_.size());
   for (int g = -1; g <= L; ++g) {
     const Group& G = group(g);
@@ -251,9 +267,21 @@ void FsdpStrategy::launch_reduction(int g) {
   const Group& G = group(g);
   auto r = std::make_unique<Reduction>();
   r->group = g;
-  r->grads = std::move(grad_buffers_[static_cast<std::size_t>(g + 1)]);
-  r->shard = Buffer<float>(*device_, G.shard, "gathered gradients");
-  r->req = comm_->ireduce_scatter(r->grads.data(), r->shard.data(), G.shard, comm::ReduceOp::kSum);
+  if (repro_) {
+    // This micro-batch's term, summed over ranks and micro-batches in fp64.
+    Buffer<float>& g32 = grad_buffers_[static_cast<std::size_t>(g + 1)];
+    r->grads64 = Buffer<double>(*device_, g32.size(), "gathered gradients");
+    for (std::size_t i = 0; i < g32.size(); ++i) r->grads64[i] = static_cast<double>(g32[i]);
+    g32.reset();
+    r->shard64 = Buffer<double>(*device_, G.shard, "gathered gradients");
+    r->req =
+        comm_->ireduce_scatter(r->grads64.data(), r->shard64.data(), G.shard, comm::ReduceOp::kSum);
+  } else {
+    r->grads = std::move(grad_buffers_[static_cast<std::size_t>(g + 1)]);
+    r->shard = Buffer<float>(*device_, G.shard, "gathered gradients");
+    r->req =
+        comm_->ireduce_scatter(r->grads.data(), r->shard.data(), G.shard, comm::ReduceOp::kSum);
+  }
   reductions_.push_back(std::move(r));
   if (!spec_.knobs.overlap) complete_reductions();
 }
@@ -262,6 +290,12 @@ void FsdpStrategy::complete_reductions() {
   for (auto& r : reductions_) {
     r->req.wait();
     const Group& G = group(r->group);
+    if (repro_) {
+      double* dst = acc_.data() + G.offset;
+      const double* src = r->shard64.data();
+      for (std::size_t i = 0; i < G.shard; ++i) dst[i] += src[i];
+      continue;
+    }
     float* dst = grads_.data() + G.offset;
     const float* src = r->shard.data();
     for (std::size_t i = 0; i < G.shard; ++i) dst[i] += src[i];
@@ -344,8 +378,22 @@ StepResult FsdpStrategy::train_step(const data::Batch& batch, std::int64_t step)
     loss_sum += static_cast<double>(micro_step(inputs_.data(), targets_.data(), dloss, true)) *
                 static_cast<double>(micro_);
   }
-  double sums[2] = {loss_sum, sum_squares(grads_.data(), grads_.size())};
-  comm_->allreduce(sums, 2, comm::ReduceOp::kSum);
+  double sums[2] = {loss_sum, 0.0};
+  if (repro_) {
+    {
+      ScopedTimer compute(stats_.compute_s);
+      acc_.round_to(grads_.data(), 0, grads_.size());
+      acc_.zero();
+    }
+    ExactSquareSum exact;
+    exact.add(grads_.data(), grads_.size());
+    exact.allreduce(*comm_);
+    sums[1] = exact.value();
+    comm_->allreduce(sums, 1, comm::ReduceOp::kSum);
+  } else {
+    sums[1] = sum_squares(grads_.data(), grads_.size());
+    comm_->allreduce(sums, 2, comm::ReduceOp::kSum);
+  }
   StepResult r;
   r.loss = sums[0] / static_cast<double>(tc.batch_size);
   r.grad_norm = std::sqrt(sums[1]);

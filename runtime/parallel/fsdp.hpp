@@ -14,6 +14,7 @@
 #include "runtime/model/gpt.hpp"
 #include "runtime/optim/adamw.hpp"
 #include "runtime/parallel/common.hpp"
+#include "runtime/parallel/repro.hpp"
 #include "runtime/parallel/strategy.hpp"
 
 namespace saturn::parallel {
@@ -64,6 +65,8 @@ class FsdpStrategy : public Strategy {
   std::vector<std::unique_ptr<Gathered>> gathered_;
   std::vector<std::unique_ptr<Reduction>> reductions_;
   std::vector<Buffer<float>> grad_buffers_;  // per group, while its backward runs
+  bool repro_ = false;                       // reproducible mode: reduce in fp64 into acc_
+  GradAccumulator acc_;                      // the owned shards' gradients in fp64
   SliceSet slices_;
   std::vector<std::int32_t> inputs_, targets_;
 };

@@ -44,6 +44,8 @@ Estimate OffloadStrategy::estimate() const {
   e.device_breakdown = {{"activations", acts}, {"offloaded groups (peak)", group_peak}};
   e.device_bytes = acts + group_peak;
   e.host_bytes = 4 * P;
+  const bool repro = spec_.train.reproducible;
+  if (repro) e.host_bytes += 2 * P;  // the fp64 gradient accumulator
   e.micro_batch = micro;
   e.micro_batches = rows / micro;
   // Per micro-batch every group's parameters go to the device twice (forward, backward) and
@@ -51,7 +53,7 @@ Estimate OffloadStrategy::estimate() const {
   std::uint64_t per_micro = 4 * P;
   if (c.arch == Arch::kGpt2) per_micro += 3 * layout_.tensors()[0].numel * sizeof(float);
   e.host_transfer_bytes = per_micro * static_cast<std::uint64_t>(e.micro_batches);
-  if (spec_.degree > 1) e.comm_bytes = P;
+  if (spec_.degree > 1) e.comm_bytes = repro ? 2 * P : P;
   e.flops =
       static_cast<double>(rows) * T * (block_flops_per_token(c, T) * L + head_flops_per_token(c));
   e.layout = fmt::format("dp={}, parameters and optimizer on the host", spec_.degree);
@@ -78,6 +80,7 @@ void OffloadStrategy::setup(comm::Communicator& comm, MemoryPool& device, Memory
   params_.zero();
   grads_.zero();
   opt_ = std::make_unique<AdamW>(spec_.train.optimizer, layout_, 0, layout_.total(), host);
+  if (spec_.train.reproducible) acc_ = GradAccumulator(host, layout_.total());
   ModelOptions o;
   o.storage = ParamStorage::kBorrowed;
   o.recompute = spec_.knobs.recompute;
@@ -143,6 +146,8 @@ float OffloadStrategy::micro_step(const std::int32_t* tokens, const std::int32_t
   unload(L);
   if (tied_) unload(-1);
   if (!backward) return loss;
+  // Reproducible mode: the tied embedding's classifier part is its own term (parallel/repro.hpp).
+  if (tied_ && spec_.train.reproducible) acc_.flush(grads_.data(), 0, wte);
   if (reduce) buckets_->group_done(*comm_, grads_.data(), L);
   for (int l = L - 1; l >= 0; --l) {
     load(l, true);
@@ -157,6 +162,7 @@ float OffloadStrategy::micro_step(const std::int32_t* tokens, const std::int32_t
   m.embed_backward();
   unload(-1);
   if (reduce) buckets_->group_done(*comm_, grads_.data(), -1);
+  if (spec_.train.reproducible) acc_.flush(grads_.data(), 0, grads_.size());
   return loss;
 }
 
@@ -167,7 +173,8 @@ StepResult OffloadStrategy::train_step(const data::Batch& batch, std::int64_t st
   const RowRange rows = shard_rows(tc.batch_size, rank_, size_);
   const std::int64_t accum = rows.count / micro_;
   const float dloss = 1.0f / static_cast<float>(tc.batch_size * T);
-  const bool overlap = size_ > 1 && spec_.knobs.overlap;
+  // Reproducible mode reduces the fp64 sums once the last micro-batch is done (no overlap).
+  const bool overlap = size_ > 1 && spec_.knobs.overlap && !tc.reproducible;
   grads_.zero();
   double loss_sum = 0;
   for (std::int64_t k = 0; k < accum; ++k) {
@@ -178,14 +185,26 @@ StepResult OffloadStrategy::train_step(const data::Batch& batch, std::int64_t st
         static_cast<double>(micro_step(inputs_.data(), targets_.data(), dloss, true, reduce)) *
         static_cast<double>(micro_);
   }
-  if (overlap)
-    buckets_->finish(*comm_, grads_.data());
-  else if (size_ > 1)
-    comm_->allreduce(grads_.data(), grads_.size(), comm::ReduceOp::kSum);
+  double sq = 0;
+  if (tc.reproducible) {
+    if (size_ > 1) comm_->allreduce(acc_.data(), acc_.size(), comm::ReduceOp::kSum);
+    ScopedTimer compute(stats_.compute_s);
+    acc_.round_to(grads_.data(), 0, grads_.size());
+    acc_.zero();
+    ExactSquareSum exact;
+    exact.add(grads_.data(), grads_.size());
+    sq = exact.value();
+  } else {
+    if (overlap)
+      buckets_->finish(*comm_, grads_.data());
+    else if (size_ > 1)
+      comm_->allreduce(grads_.data(), grads_.size(), comm::ReduceOp::kSum);
+    sq = sum_squares(grads_.data(), grads_.size());
+  }
   comm_->allreduce(&loss_sum, 1, comm::ReduceOp::kSum);
   StepResult r;
   r.loss = loss_sum / static_cast<double>(tc.batch_size);
-  r.grad_norm = std::sqrt(sum_squares(grads_.data(), grads_.size()));
+  r.grad_norm = std::sqrt(sq);
   r.lr = scheduled_lr(tc.optimizer, tc.schedule, step, tc.steps);
   {
     ScopedTimer compute(stats_.compute_s);

@@ -18,6 +18,7 @@
 #include "runtime/optim/adamw.hpp"
 #include "runtime/parallel/common.hpp"
 #include "runtime/parallel/grad_buckets.hpp"
+#include "runtime/parallel/repro.hpp"
 #include "runtime/parallel/strategy.hpp"
 
 namespace saturn::parallel {
@@ -57,6 +58,7 @@ class OffloadStrategy : public Strategy {
   std::unique_ptr<GptModel> model_;
   std::vector<std::unique_ptr<OnDevice>> on_device_;  // per group
   std::unique_ptr<GradBuckets> buckets_;
+  GradAccumulator acc_;  // host, reproducible mode
   SliceSet slices_;
   std::vector<std::int32_t> inputs_, targets_;
 };

@@ -84,7 +84,23 @@ PipelineStrategy::Plan PipelineStrategy::plan() const {
   const Knobs& k = spec_.knobs;
   const std::int64_t size =
       k.micro_batch_size > 0 ? k.micro_batch_size : spec_.train.micro_batch_size;
-  if (k.micro_batches > 0) {
+  if (spec_.train.reproducible) {
+    // The canonical micro-batches, whatever the stage count.
+    const std::string why = reproducible_rows_reason(spec_, pl.rows);
+    if (!why.empty()) {
+      pl.reason = fmt::format("{}: {}", name_, why);
+      return pl;
+    }
+    pl.micro = canonical_micro_batch(spec_.train);
+    pl.m = pl.rows / pl.micro;
+    if (k.micro_batches > 0 && k.micro_batches != pl.m) {
+      pl.reason = fmt::format(
+          "{}: micro_batches {} differs from the {} canonical micro-batches of {} sequences of "
+          "this reproducible job ({} rows per pipeline)",
+          name_, k.micro_batches, pl.m, pl.micro, pl.rows);
+      return pl;
+    }
+  } else if (k.micro_batches > 0) {
     if (pl.rows % k.micro_batches != 0) {
       pl.reason = fmt::format(
           "{}: micro_batches {} does not divide the {} sequences of a "
@@ -161,12 +177,14 @@ Estimate PipelineStrategy::estimate() const {
     const std::size_t acts =
         GptModel::activation_bytes(c, model_options(s, pl), static_cast<int>(pl.micro), T, slots);
     const std::size_t send = s > 0 ? NC : 0;
-    const std::size_t total = 4 * P + (tied ? 4 * wte : 0) + acts + send;
+    const bool repro = spec_.train.reproducible;  // fp64 accumulators beside the gradients
+    const std::size_t total = (repro ? 6 : 4) * (P + (tied ? wte : 0)) + acts + send;
     std::uint64_t comm = 0;
     const int links = (s > 0 ? 1 : 0) + (s < p_ - 1 ? 1 : 0);
     comm += static_cast<std::uint64_t>(pl.m) * 2 * static_cast<std::uint64_t>(links) * NC;
-    if (c.arch == Arch::kGpt2 && p_ > 1 && (s == 0 || s == p_ - 1)) comm += wte;
-    if (dp_ > 1) comm += P + (tied ? wte : 0);
+    const std::size_t width = repro ? 2 : 1;  // reductions carry fp64 when reproducible
+    if (c.arch == Arch::kGpt2 && p_ > 1 && (s == 0 || s == p_ - 1)) comm += width * wte;
+    if (dp_ > 1) comm += width * (P + (tied ? wte : 0));
     e.comm_bytes = std::max<std::uint64_t>(e.comm_bytes, comm);
     const double blocks =
         pl.bounds[static_cast<std::size_t>(s + 1)] - pl.bounds[static_cast<std::size_t>(s)];
@@ -181,6 +199,7 @@ Estimate PipelineStrategy::estimate() const {
                             {"optimizer state", 2 * (P + (tied ? wte : 0))},
                             {"activations", acts},
                             {"pipeline send buffer", send}};
+      if (repro) e.device_breakdown["fp64 gradient accumulator"] = 2 * (P + (tied ? wte : 0));
     }
   }
   e.micro_batch = pl.micro;
@@ -239,6 +258,10 @@ void PipelineStrategy::setup(comm::Communicator& comm, MemoryPool& device, Memor
   opt_ = std::make_unique<AdamW>(spec_.train.optimizer, layout, lo_, hi_, device);
   if (tied_copy_)
     wte_opt_ = std::make_unique<AdamW>(spec_.train.optimizer, layout, 0, wte_size_, device);
+  if (spec_.train.reproducible) {
+    acc_ = GradAccumulator(device, hi_ - lo_);
+    if (tied_copy_) wte_acc_ = GradAccumulator(device, wte_size_);
+  }
   model_ = std::make_unique<GptModel>(c, device, o);
   for (int g = first_group; g <= last_group; ++g)
     model_->bind_group(g, params_.data() + (layout.group_begin(g) - lo_),
@@ -301,9 +324,15 @@ void PipelineStrategy::backward_micro(int i, int slot, float dloss) {
   const std::size_t NC =
       static_cast<std::size_t>(micro_) * spec_.train.seq_len * spec_.model.d_model;
   m.set_slot(slot);
+  const bool repro = spec_.train.reproducible;
   if (stage_ == p_ - 1) {
     ScopedTimer busy(stats_.busy_s);
     m.head_backward(dloss);
+    // Reproducible mode: the tied embedding's classifier part is its own term, whether the
+    // last stage holds a copy (p > 1) or the embedding itself (p = 1).
+    if (repro && tied_copy_) wte_acc_.flush(wte_grads_.data(), 0, wte_size_);
+    if (repro && spec_.model.arch == Arch::kGpt2 && p_ == 1)
+      acc_.flush(grads_.data(), 0, ParameterLayout(spec_.model).group_end(-1));
   } else {
     pp_comm_->recv(m.dresidual(), NC, stage_ + 1, grad_tag(i));
   }
@@ -311,6 +340,7 @@ void PipelineStrategy::backward_micro(int i, int slot, float dloss) {
     ScopedTimer busy(stats_.busy_s);
     for (int l = m.end_layer() - 1; l >= m.first_layer(); --l) m.block_backward(l);
     if (stage_ == 0) m.embed_backward();
+    if (repro) acc_.flush(grads_.data(), 0, grads_.size());
   }
   if (stage_ > 0) {
     grad_send_req_.wait();
@@ -352,21 +382,24 @@ StepResult PipelineStrategy::train_step(const data::Batch& batch, std::int64_t s
     grad_send_req_.wait();
   }
   stats_.compute_s += stats_.busy_s - busy_before;
-  // GPT-2's tied embedding: the first stage's embedding gradient plus the last stage's head
-  // gradient, on both.
-  if (tie_comm_) {
-    float* g = stage_ == 0 ? grads_.data() : wte_grads_.data();
-    tie_comm_->allreduce(g, wte_size_, comm::ReduceOp::kSum);
-  }
-  if (dp_ > 1) {
-    dp_comm_->allreduce(grads_.data(), grads_.size(), comm::ReduceOp::kSum);
-    if (tied_copy_) dp_comm_->allreduce(wte_grads_.data(), wte_size_, comm::ReduceOp::kSum);
+  if (tc.reproducible) {
+    reproducible_reduce();
+  } else {
+    reduce_grads();
   }
   // The last stage's embedding copy is not counted: its gradient is the first stage's.
   double sums[2] = {stage_ == p_ - 1 ? loss_sum : 0.0, 0.0};
   world_->allreduce(sums, 1, comm::ReduceOp::kSum);
-  double sq = sum_squares(grads_.data(), grads_.size());
-  pp_comm_->allreduce(&sq, 1, comm::ReduceOp::kSum);
+  double sq = 0;
+  if (tc.reproducible) {
+    ExactSquareSum exact;
+    exact.add(grads_.data(), grads_.size());
+    exact.allreduce(*pp_comm_);
+    sq = exact.value();
+  } else {
+    sq = sum_squares(grads_.data(), grads_.size());
+    pp_comm_->allreduce(&sq, 1, comm::ReduceOp::kSum);
+  }
   StepResult r;
   r.loss = sums[0] / static_cast<double>(tc.batch_size * T);
   r.grad_norm = std::sqrt(sq);
@@ -379,6 +412,38 @@ StepResult PipelineStrategy::train_step(const data::Batch& batch, std::int64_t s
   }
   ++stats_.steps;
   return r;
+}
+
+void PipelineStrategy::reduce_grads() {
+  // GPT-2's tied embedding: the first stage's embedding gradient plus the last stage's head
+  // gradient, on both.
+  if (tie_comm_) {
+    float* g = stage_ == 0 ? grads_.data() : wte_grads_.data();
+    tie_comm_->allreduce(g, wte_size_, comm::ReduceOp::kSum);
+  }
+  if (dp_ > 1) {
+    dp_comm_->allreduce(grads_.data(), grads_.size(), comm::ReduceOp::kSum);
+    if (tied_copy_) dp_comm_->allreduce(wte_grads_.data(), wte_size_, comm::ReduceOp::kSum);
+  }
+}
+
+// Reproducible mode: the same reductions on the fp64 sums, then the one rounding to fp32.
+void PipelineStrategy::reproducible_reduce() {
+  if (tie_comm_) {
+    double* g = stage_ == 0 ? acc_.data() : wte_acc_.data();
+    tie_comm_->allreduce(g, wte_size_, comm::ReduceOp::kSum);
+  }
+  if (dp_ > 1) {
+    dp_comm_->allreduce(acc_.data(), acc_.size(), comm::ReduceOp::kSum);
+    if (tied_copy_) dp_comm_->allreduce(wte_acc_.data(), wte_size_, comm::ReduceOp::kSum);
+  }
+  ScopedTimer compute(stats_.compute_s);
+  acc_.round_to(grads_.data(), 0, grads_.size());
+  acc_.zero();
+  if (tied_copy_) {
+    wte_acc_.round_to(wte_grads_.data(), 0, wte_size_);
+    wte_acc_.zero();
+  }
 }
 
 double PipelineStrategy::evaluate(const data::Batch& batch) {

@@ -20,6 +20,7 @@
 #include "runtime/model/gpt.hpp"
 #include "runtime/optim/adamw.hpp"
 #include "runtime/parallel/common.hpp"
+#include "runtime/parallel/repro.hpp"
 #include "runtime/parallel/strategy.hpp"
 
 namespace saturn::parallel {
@@ -56,6 +57,8 @@ class PipelineStrategy : public Strategy {
   void forward_micro(const data::Batch& batch, std::int64_t row0, std::int64_t rows, int i,
                      int slot, double* loss_sum);
   void backward_micro(int i, int slot, float dloss);
+  void reduce_grads();         // sums the gradients across stages (tied) and replicas
+  void reproducible_reduce();  // the same in fp64, then rounds them into the gradients
   std::vector<float*> segments(StateKind kind);
 
   std::string name_;
@@ -74,6 +77,7 @@ class PipelineStrategy : public Strategy {
   std::size_t wte_size_ = 0;
   Buffer<float> wte_params_, wte_grads_;
   std::unique_ptr<AdamW> wte_opt_;
+  GradAccumulator acc_, wte_acc_;  // reproducible mode: grads_ and wte_grads_ in fp64
   Buffer<float> grad_send_;
   comm::Request grad_send_req_;
   std::vector<comm::Request> act_send_;  // per slot

@@ -15,6 +15,7 @@
 #include "runtime/data/loader.hpp"
 #include "runtime/model/gpt.hpp"
 #include "runtime/optim/adamw.hpp"
+#include "runtime/parallel/repro.hpp"
 
 namespace saturn {
 namespace {
@@ -48,6 +49,7 @@ struct Session {
   data::TokenLoader train_loader;
   data::TokenLoader val_loader;
   std::int64_t micro;
+  parallel::GradAccumulator acc;  // reproducible mode only
   std::vector<std::int32_t> inputs, targets;
 
   Session(const TrainJob& job, const TrainOptions& options)
@@ -62,6 +64,7 @@ struct Session {
             job.train.seq_len)),
         micro(resolve_micro_batch(job.train)) {
     model.init_weights(job.train.seed);
+    if (job.train.reproducible) acc = parallel::GradAccumulator(device, model.num_params());
     model.reserve(static_cast<int>(micro), job.train.seq_len);
     const std::size_t n = static_cast<std::size_t>(micro) * job.train.seq_len;
     inputs.resize(n);
@@ -84,6 +87,13 @@ struct Session {
 }  // namespace
 
 std::int64_t resolve_micro_batch(const TrainConfig& train) {
+  if (train.reproducible) {
+    const std::int64_t c = canonical_micro_batch(train);
+    if (train.batch_size % c != 0)
+      throw InputError(
+          fmt::format("micro_batch_size {} must divide batch_size {}", c, train.batch_size));
+    return c;
+  }
   if (train.micro_batch_size > 0) {
     if (train.batch_size % train.micro_batch_size != 0)
       throw InputError(fmt::format("micro_batch_size {} must divide batch_size {}",
@@ -149,13 +159,27 @@ TrainResult train_single_device(const TrainJob& job, const TrainOptions& options
     for (std::int64_t m = 0; m < accum; ++m) {
       s.train_loader.next_batch(s.micro, s.inputs.data(), s.targets.data());
       loss += s.model.forward(s.inputs.data(), s.targets.data(), static_cast<int>(s.micro), T);
-      s.model.backward(dloss);
+      if (tc.reproducible)
+        parallel::reproducible_backward(s.model, dloss, s.acc);
+      else
+        s.model.backward(dloss);
     }
     loss /= static_cast<double>(accum);
     if (!std::isfinite(loss))
       throw Error(fmt::format("job {}: loss became {} at step {} (lower the learning rate?)",
                               job.id, loss, step + 1));
-    const double grad_norm = std::sqrt(cpu::sum_of_squares(s.model.grads(), s.model.num_params()));
+    double grad_norm = 0;
+    if (tc.reproducible) {
+      // The fp64 sum of the micro-batch terms, rounded once; its norm exactly (as every
+      // strategy computes them, see parallel/repro.hpp).
+      s.acc.round_to(s.model.grads(), 0, s.model.num_params());
+      s.acc.zero();
+      parallel::ExactSquareSum sq;
+      sq.add(s.model.grads(), s.model.num_params());
+      grad_norm = std::sqrt(sq.value());
+    } else {
+      grad_norm = std::sqrt(cpu::sum_of_squares(s.model.grads(), s.model.num_params()));
+    }
     if (!std::isfinite(grad_norm))
       throw Error(
           fmt::format("job {}: gradient norm became {} at step {} (lower the learning rate?)",

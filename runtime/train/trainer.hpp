@@ -50,7 +50,8 @@ struct TrainResult {
 };
 
 // Micro-batch size actually used: the configured one, or the largest divisor of the global
-// batch that is at most 8 (so activations stay small and every micro-batch is full).
+// batch that is at most 8 (so activations stay small and every micro-batch is full); for a
+// reproducible job the canonical micro-batch (canonical_micro_batch).
 std::int64_t resolve_micro_batch(const TrainConfig& train);
 
 // Validates the job (data files readable and long enough, model fits the device capacity)

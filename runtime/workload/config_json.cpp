@@ -77,6 +77,7 @@ void to_json(json& j, const TrainConfig& t) {
       {"eval_batches", t.eval_batches},
       {"checkpoint_every", t.checkpoint_every},
       {"seed", t.seed},
+      {"reproducible", t.reproducible},
       {"optimizer",
        {{"type", o.type},
         {"lr", o.lr},
@@ -99,6 +100,12 @@ void from_json(const json& j, TrainConfig& t) {
   read(j, "eval_batches", t.eval_batches, what);
   read(j, "checkpoint_every", t.checkpoint_every, what);
   read(j, "seed", t.seed, what);
+  if (j.contains("reproducible")) {  // absent in files written before the key existed: false
+    if (!j.at("reproducible").is_boolean())
+      throw InputError(fmt::format("{}.reproducible: expected true or false, got {}", what,
+                                   j.at("reproducible").dump()));
+    t.reproducible = j.at("reproducible").get<bool>();
+  }
   if (j.contains("optimizer")) {
     const json& o = j.at("optimizer");
     const char* ow = "train_config.optimizer";

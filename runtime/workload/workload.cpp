@@ -26,10 +26,10 @@ using Keys = std::vector<std::string>;
 // Per-job scalar settings: valid in `defaults:`, in a job and (as lists) in a sweep. `lr`,
 // `weight_decay` and `warmup` are shortcuts for optimizer.lr, optimizer.weight_decay and
 // schedule.warmup, the values sweeps vary most.
-const Keys kScalarTrainKeys = {"lr",           "batch_size",      "seed",
-                               "steps",        "seq_len",         "micro_batch_size",
-                               "weight_decay", "warmup",          "eval_every",
-                               "eval_batches", "checkpoint_every"};
+const Keys kScalarTrainKeys = {"lr",           "batch_size",       "seed",
+                               "steps",        "seq_len",          "micro_batch_size",
+                               "weight_decay", "warmup",           "eval_every",
+                               "eval_batches", "checkpoint_every", "reproducible"};
 const Keys kTopKeys = {"name", "data",       "defaults", "models",
                        "jobs", "strategies", "cluster",  "solver"};
 const Keys kDataKeys = {"train", "val"};
@@ -64,7 +64,8 @@ const std::map<std::string, std::string> kIdAbbrev = {{"seed", "s"},
                                                       {"warmup", "wu"},
                                                       {"eval_every", "ee"},
                                                       {"eval_batches", "eb"},
-                                                      {"checkpoint_every", "ce"}};
+                                                      {"checkpoint_every", "ce"},
+                                                      {"reproducible", "repro"}};
 
 std::string join(const Keys& keys) {
   std::string s;
@@ -133,6 +134,7 @@ std::string id_value(const std::string& key, const TrainConfig& t) {
   if (key == "eval_every") return std::to_string(t.eval_every);
   if (key == "eval_batches") return std::to_string(t.eval_batches);
   if (key == "checkpoint_every") return std::to_string(t.checkpoint_every);
+  if (key == "reproducible") return t.reproducible ? "1" : "0";
   return compact_number(t.optimizer.weight_decay);
 }
 
@@ -363,6 +365,11 @@ void Parser::set_field(const std::string& canon, const YAML::Node& v, const YAML
     tc.eval_batches = int_at_least(1, "an integer >= 1");
   } else if (canon == "checkpoint_every") {
     tc.checkpoint_every = int_at_least(0, "an integer >= 1, or 0 for only final.h5");
+  } else if (canon == "reproducible") {
+    // YAML 1.2's booleans only: yes/on/1 are not accepted, so a typo cannot pass as true.
+    if (!v.IsScalar() || v.Tag() == "!" || (v.Scalar() != "true" && v.Scalar() != "false"))
+      fail(mark, path, fmt::format("expected true or false, got {}", describe(v)));
+    tc.reproducible = v.Scalar() == "true";
   } else if (canon == "seed") {
     tc.seed = static_cast<std::uint64_t>(int_at_least(0, "an integer >= 0"));
   } else if (canon == "optimizer.type") {

@@ -1,0 +1,76 @@
+// Reproducible mode (TrainConfig::reproducible): the pieces that make a step's result independent
+// of how the global batch is spread over ranks and micro-batches.
+//
+// Every configuration runs the same canonical micro-batches (canonical_micro_batch), and each
+// micro-batch's fp32 gradient is computed by the same code on the same rows, so it is the same
+// everywhere. What differs between configurations is only how those fp32 terms are summed: the
+// order of micro-batches on a rank, which rank holds which, and the reduction across ranks.
+// GradAccumulator adds every term into fp64, where a sum of a few fp32 terms is exact unless
+// their magnitudes differ by more than 2^29, so the order stops mattering; the sum is rounded
+// once to fp32. ExactSquareSum gives the gradient norm (and so the clip factor) exactly,
+// whatever the split.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "runtime/comm/communicator.hpp"
+#include "runtime/core/memory.hpp"
+#include "runtime/model/gpt.hpp"
+#include "runtime/parallel/strategy.hpp"
+
+namespace saturn::parallel {
+
+// An fp64 copy of (part of) a flat gradient buffer that fp32 gradient terms are added into.
+class GradAccumulator {
+ public:
+  GradAccumulator() = default;
+  GradAccumulator(MemoryPool& pool, std::size_t n);
+
+  std::size_t size() const { return acc_.size(); }
+  double* data() { return acc_.data(); }
+  void zero() { acc_.zero(); }
+  // acc[offset + i] += g[i] for i < n, then g[i] = 0 (the fp32 buffer is ready for the next
+  // term).
+  void flush(float* g, std::size_t offset, std::size_t n);
+  // out[i] = fp32(acc[offset + i]) for i < n: the one rounding of the step.
+  void round_to(float* out, std::size_t offset, std::size_t n) const;
+
+ private:
+  Buffer<double> acc_;
+};
+
+// The backward of an owned-storage model's last forward (one device, a DDP replica), adding the
+// micro-batch's gradient to `acc` (the whole flat layout) as the canonical terms: GPT-2's tied
+// token embedding gets its classifier part and its embedding part as two terms, as a pipeline
+// computes them on different stages; every other element gets one. Leaves the model's fp32
+// gradients zero.
+void reproducible_backward(GptModel& model, float dloss, GradAccumulator& acc);
+
+// The exact sum of squares of fp32 values: every square is an integer multiple of a power of
+// two fixed by the value's exponent, so per exponent the squares add up exactly in a 128-bit
+// integer. The result does not depend on the order of the values or on how they are split
+// across ranks; value() rounds once.
+class ExactSquareSum {
+ public:
+  void add(const float* x, std::size_t n);
+  // Sums the partial sums of every rank of `comm` (exactly, in 64-bit integer words).
+  void allreduce(comm::Communicator& comm);
+  double value() const;
+
+ private:
+  static constexpr int kBins = 255;  // fp32 exponent fields 0..254 (255: inf/nan)
+  std::array<std::uint64_t, kBins> lo_{}, hi_{};
+  std::uint64_t nonfinite_ = 0;
+};
+
+// Why a configuration cannot train a reproducible job, or "" when it can: the canonical
+// micro-batch must divide the rows each data-parallel replica processes, a configured
+// per-rank micro-batch must equal it. `rows`: sequences per replica per step.
+std::string reproducible_rows_reason(const StrategySpec& spec, std::int64_t rows);
+// The reason tensor parallelism is not offered to reproducible jobs.
+std::string tensor_parallel_reason(const std::string& name);
+
+}  // namespace saturn::parallel
