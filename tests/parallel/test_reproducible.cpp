@@ -18,6 +18,8 @@
 #include "parallel_util.hpp"
 #include "runtime/checkpoint/checkpoint.hpp"
 #include "runtime/checkpoint/train_io.hpp"
+#include "runtime/comm/agree.hpp"
+#include "runtime/core/error.hpp"
 #include "runtime/train/parallel_trainer.hpp"
 
 namespace saturn::testing {
@@ -218,6 +220,63 @@ TEST(ReproducibleResume, ChangedConfigurationsEndBitIdentical) {
     }
     world().barrier();
   }
+}
+
+// Tensor parallelism changes the forward's arithmetic: never offered to a reproducible job, and
+// asking for it is an error with the reason (no fallback to another strategy). A degree whose
+// rows per replica the canonical micro-batch does not divide is infeasible too.
+TEST(ReproducibleFeasibility, TensorParallelismAndUnevenSplitsAreRefused) {
+  auto estimate = [](const std::string& name, int degree, std::vector<std::string> knobs) {
+    parallel::StrategySpec spec;
+    spec.model = tiny_model(Arch::kLlama);
+    spec.train = repro_train();
+    spec.degree = degree;
+    spec.knobs = parallel::parse_knobs(knobs);
+    return parallel::make_strategy(name, spec)->estimate();
+  };
+  for (const auto& [name, degree] : std::vector<std::pair<std::string, int>>{
+           {"tensor", 1}, {"tensor", 2}, {"tensor", 4}, {"ddp+tensor", 4}}) {
+    const parallel::Estimate e = estimate(name, degree, {});
+    EXPECT_FALSE(e.feasible) << name << " x" << degree;
+    EXPECT_NE(e.reason.find("not available to a reproducible job"), std::string::npos) << e.reason;
+  }
+  // batch 16 in canonical micro-batches of 2: 8 micro-batches, so ddp x16 leaves one row a rank.
+  parallel::Estimate e = estimate("ddp", 16, {});
+  EXPECT_FALSE(e.feasible);
+  EXPECT_NE(e.reason.find("canonical micro-batches of 2 sequences"), std::string::npos) << e.reason;
+  e = estimate("fsdp", 2, {"micro_batch_size=4"});
+  EXPECT_FALSE(e.feasible);
+  EXPECT_NE(e.reason.find("differs from the canonical micro-batch of 2"), std::string::npos)
+      << e.reason;
+  e = estimate("pipeline", 2, {"micro_batches=4"});
+  EXPECT_FALSE(e.feasible);
+  EXPECT_NE(e.reason.find("differs from the 8 canonical micro-batches"), std::string::npos)
+      << e.reason;
+  // The same strategies are fine for the job when it is not reproducible.
+  parallel::StrategySpec loose;
+  loose.model = tiny_model(Arch::kLlama);
+  loose.train = repro_train();
+  loose.train.reproducible = false;
+  loose.degree = 2;
+  EXPECT_TRUE(parallel::make_strategy("tensor", loose)->estimate().feasible);
+
+  // `saturn train --strategy tensor` on a reproducible job: an agreed input error, no training.
+  static SharedData data(tiny_model(Arch::kGpt2).vocab_size);
+  TrainJob job{"tp", tiny_model(Arch::kGpt2), repro_train(), data.train(), data.val()};
+  TrainOptions opt;
+  opt.quiet = true;
+  opt.job_dir = run_root() / "never";
+  ParallelOptions par;
+  par.strategy = "tensor";
+  par.degree = world().size();
+  try {
+    train_with_strategy(job, opt, par, world());
+    FAIL() << "expected AgreedFailure";
+  } catch (const comm::AgreedFailure& f) {
+    EXPECT_EQ(f.exit_code(), kExitBadInput);
+    EXPECT_NE(std::string(f.what()).find("tensor parallelism"), std::string::npos) << f.what();
+  }
+  EXPECT_FALSE(std::filesystem::exists(opt.job_dir));
 }
 
 }  // namespace

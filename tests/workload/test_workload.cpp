@@ -165,6 +165,66 @@ TEST_F(WorkloadTest, SweepOverOtherKeysExtendsIds) {
   EXPECT_DOUBLE_EQ(w.jobs[7].train.optimizer.lr, 1e-3);
 }
 
+TEST_F(WorkloadTest, Reproducible) {
+  const Workload w = load(
+      "data: {train: data/train.bin, val: data/val.bin}\n"
+      "defaults: {steps: 100, reproducible: true}\n"
+      "models:\n"
+      "  small: {arch: gpt2, n_layer: 2, n_head: 4, d_model: 64}\n"
+      "jobs:\n"
+      "  - {model: small, batch_size: 8}\n"
+      "  - {name: loose, model: small, batch_size: 8, reproducible: false}\n"
+      "  - sweep: {model: small, batch_size: [16], reproducible: [false, true]}\n");
+  ASSERT_EQ(w.jobs.size(), 4u);
+  EXPECT_TRUE(w.jobs[0].train.reproducible);
+  EXPECT_FALSE(w.jobs[1].train.reproducible);
+  EXPECT_EQ(w.jobs[2].id, "small-lr3e-4-bs16-repro0");
+  EXPECT_FALSE(w.jobs[2].train.reproducible);
+  EXPECT_EQ(w.jobs[3].id, "small-lr3e-4-bs16-repro1");
+  EXPECT_TRUE(w.jobs[3].train.reproducible);
+  EXPECT_FALSE(TrainConfig{}.reproducible);  // off unless asked for
+  // Carried through the train_config JSON of checkpoints; files without the key read false.
+  EXPECT_TRUE(train_config_from_json(nlohmann::json(w.jobs[0].train)).reproducible);
+  EXPECT_FALSE(train_config_from_json(nlohmann::json{{"steps", 3}}).reproducible);
+  EXPECT_CONTAINS(error_of<InputError>([] {
+                    train_config_from_json(nlohmann::json{{"reproducible", 1}});
+                  }),
+                  "train_config.reproducible: expected true or false, got 1");
+  // Only YAML's true and false: no quoted strings, numbers or YAML 1.1 yes/on.
+  std::string msg =
+      error(std::string(kHead) + "jobs:\n  - {model: small, batch_size: 8, reproducible: yes}\n", 6,
+            49, "jobs[0].reproducible");
+  EXPECT_CONTAINS(msg, "expected true or false, got 'yes'");
+  msg = error(std::string(kHead) + "jobs:\n  - {model: small, batch_size: 8, reproducible: 1}\n", 6,
+              49, "jobs[0].reproducible");
+  EXPECT_CONTAINS(msg, "expected true or false, got '1'");
+  msg = error(
+      std::string(kHead) + "jobs:\n  - {model: small, batch_size: 8, reproducible: \"true\"}\n", 6,
+      49, "jobs[0].reproducible");
+  EXPECT_CONTAINS(msg, "expected true or false, got the quoted string \"true\"");
+}
+
+// The canonical micro-batch depends on the batch only: at least 8 micro-batches of at most 8
+// sequences, or the configured micro_batch_size.
+TEST(CanonicalMicroBatch, FromTheBatchSizeOnly) {
+  auto c = [](std::int64_t batch, std::int64_t micro) {
+    TrainConfig t;
+    t.batch_size = batch;
+    t.micro_batch_size = micro;
+    return canonical_micro_batch(t);
+  };
+  EXPECT_EQ(c(4, 0), 1);
+  EXPECT_EQ(c(8, 0), 1);
+  EXPECT_EQ(c(16, 0), 2);
+  EXPECT_EQ(c(24, 0), 3);
+  EXPECT_EQ(c(32, 0), 4);
+  EXPECT_EQ(c(64, 0), 8);
+  EXPECT_EQ(c(512, 0), 8);
+  EXPECT_EQ(c(40, 0), 5);
+  EXPECT_EQ(c(44, 0), 4);  // 5 does not divide 44
+  EXPECT_EQ(c(32, 16), 16);
+}
+
 TEST_F(WorkloadTest, PerJobOverridesMergeWithDefaults) {
   const Workload w = load(
       "data: {train: data/train.bin, val: data/val.bin}\n"
