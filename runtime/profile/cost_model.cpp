@@ -39,6 +39,7 @@ namespace {
 // The trainer's evaluation micro-batch (resolve_micro_batch in runtime/train): the configured
 // size, else the largest divisor of the global batch that is at most 8.
 std::int64_t eval_micro_batch(const TrainConfig& train) {
+  if (train.reproducible) return canonical_micro_batch(train);
   if (train.micro_batch_size > 0) return train.micro_batch_size;
   for (std::int64_t b = std::min<std::int64_t>(8, train.batch_size); b > 1; --b)
     if (train.batch_size % b == 0) return b;
@@ -154,6 +155,15 @@ CostEstimate estimate_cost(const ModelConfig& model, const TrainConfig& train,
 
   if (e.host_transfer_bytes > 0 && cal.copy_bytes_per_s > 0)
     c.transfer_s = static_cast<double>(e.host_transfer_bytes) / cal.copy_bytes_per_s;
+  if (train.reproducible && cal.copy_bytes_per_s > 0) {
+    // Reproducible mode adds every micro-batch's fp32 gradient into an fp64 accumulator and
+    // zeroes it (fsdp converts each gathered group gradient to fp64 instead): about the memory
+    // traffic of copying 12 bytes per gradient element, per micro-batch.
+    const double local = name == "fsdp" || name == "offload"
+                             ? static_cast<double>(model.num_parameters())
+                             : static_cast<double>(breakdown(e, "fp64 gradient accumulator")) / 8.0;
+    c.compute_s += m * local * 12.0 / cal.copy_bytes_per_s;
+  }
   // AdamW state is two floats per local parameter (on the host for offload).
   const std::size_t state = name == "offload" ? e.host_bytes / 2 : breakdown(e, "optimizer state");
   const double params = static_cast<double>(state) / (2.0 * sizeof(float));

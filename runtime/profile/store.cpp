@@ -15,9 +15,11 @@ namespace saturn::profile {
 namespace h5 = saturn::ckpt::h5;
 
 std::string signature_of(const ModelConfig& m, const TrainConfig& t) {
-  return fmt::format("{} L{} H{} d{} ff{} V{} T{} B{} mb{} {}", arch_name(m.arch), m.n_layer,
+  // Reproducible jobs run other micro-batches and an fp64 pass: profiled apart (the suffix
+  // leaves the signatures of existing stores unchanged).
+  return fmt::format("{} L{} H{} d{} ff{} V{} T{} B{} mb{} {}{}", arch_name(m.arch), m.n_layer,
                      m.n_head, m.d_model, m.ffn_dim(), m.vocab_size, t.seq_len, t.batch_size,
-                     t.micro_batch_size, t.optimizer.type);
+                     t.micro_batch_size, t.optimizer.type, t.reproducible ? " repro" : "");
 }
 
 std::string ProfileKey::text() const {

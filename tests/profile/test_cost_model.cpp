@@ -129,6 +129,33 @@ TEST(CostModel, CapacityMakesConfigurationsInfeasible) {
   EXPECT_THROW(est("warp-drive", 1), InputError);
 }
 
+// A reproducible job: the trial's micro-batches are the canonical ones, the fp64 pass costs
+// time and memory, and tensor parallelism is not offered (with the reason in the profile).
+TEST(CostModel, ReproducibleJobs) {
+  TrainConfig t = small_train();
+  t.reproducible = true;
+  const Calibration c = nominal_calibration();
+  TrainConfig same_micro = small_train();  // the same micro-batches, fp32 accumulation
+  same_micro.micro_batch_size = 2;
+  auto rep = [&](const std::string& s, int degree) {
+    return estimate_cost(small_model(), t, ConfigSpec{s, {}, degree, 1}, c);
+  };
+  for (const auto& [s, degree] : std::vector<std::pair<std::string, int>>{
+           {"ddp", 2}, {"fsdp", 2}, {"offload", 1}, {"pipeline", 2}}) {
+    const CostEstimate exact = rep(s, degree);
+    const CostEstimate loose =
+        estimate_cost(small_model(), same_micro, ConfigSpec{s, {}, degree, 1}, c);
+    ASSERT_TRUE(exact.feasible) << s << ": " << exact.reason;
+    EXPECT_EQ(exact.micro_batch, 2) << s;  // canonical: 16 sequences in 8 micro-batches
+    EXPECT_GT(exact.step_s, loose.step_s) << s;
+    EXPECT_GT(exact.device_bytes + exact.host_bytes, loose.device_bytes + loose.host_bytes) << s;
+  }
+  const CostEstimate tp = rep("tensor", 2);
+  EXPECT_FALSE(tp.feasible);
+  EXPECT_NE(tp.reason.find("not available to a reproducible job"), std::string::npos) << tp.reason;
+  EXPECT_FALSE(rep("ddp", 16).feasible);  // one row a rank: not a whole canonical micro-batch
+}
+
 TEST(CostModel, LoadFactorScalesTheStep) {
   EXPECT_NEAR(est("fsdp", 2, {}, 0, 2.0).step_s, 2 * est("fsdp", 2).step_s, 1e-12);
 }

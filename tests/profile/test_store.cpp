@@ -142,6 +142,9 @@ TEST(ProfileStore, SignatureIgnoresLearningRateSeedAndSteps) {
   TrainConfig c;
   c.seq_len = 64;
   EXPECT_NE(signature_of(m, a), signature_of(m, c));
+  TrainConfig r;  // reproducible jobs are profiled apart
+  r.reproducible = true;
+  EXPECT_NE(signature_of(m, a), signature_of(m, r));
 }
 
 TEST(Hardware, FingerprintIdCoversTheLayout) {
