@@ -27,17 +27,22 @@ const char* to_string(Baseline b) {
 
 namespace {
 
-bool is_fsdp(const std::string& s) {
+// Labels carry knobs ("fsdp[recompute=true]"): the strategy is the part before '['.
+bool is_strategy(const std::string& label, const std::string& strategy) {
+  if (strategy.empty()) return false;
   std::string l;
-  for (char c : s) l += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return l == "fsdp" || l.rfind("fsdp", 0) == 0;
+  for (char c : label.substr(0, label.find('[')))
+    l += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  std::string s;
+  for (char c : strategy) s += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return l == s;
 }
 
 bool eligible_on(const Option& o, int n) {
   return std::binary_search(o.eligible.begin(), o.eligible.end(), n);
 }
 
-Schedule current_practice(const Prepared& p) {
+Schedule current_practice(const Prepared& p, const std::string& preferred) {
   const Problem& problem = *p.problem;
   const Cluster& cluster = p.cluster();
   Schedule s;
@@ -52,11 +57,12 @@ Schedule current_practice(const Prepared& p) {
       const int cap = cluster.nodes[n].devices;
       int pick = -1;
       auto rank = [&](const Option& o) {
-        // FSDP on the whole node first, then any configuration on the whole node, then the
-        // widest that fits; fastest within each.
+        // The preferred strategy on the whole node first, then any configuration on the whole
+        // node, then the widest that fits; fastest within each.
         const bool whole = o.devices == cap;
-        const bool fsdp = is_fsdp(problem.jobs[j].configs[static_cast<size_t>(o.config)].strategy);
-        return std::make_tuple(whole && fsdp ? 0 : whole ? 1 : 2, -o.devices, o.time_s);
+        const bool picked =
+            is_strategy(problem.jobs[j].configs[static_cast<size_t>(o.config)].strategy, preferred);
+        return std::make_tuple(whole && picked ? 0 : whole ? 1 : 2, -o.devices, o.time_s);
       };
       for (size_t o = 0; o < opts.size(); ++o) {
         if (opts[o].whole_nodes() || !eligible_on(opts[o], static_cast<int>(n))) continue;
@@ -237,10 +243,11 @@ Schedule random_baseline(const Prepared& p, unsigned seed) {
 
 }  // namespace
 
-Schedule baseline_schedule(const Prepared& p, Baseline which, unsigned seed) {
+Schedule baseline_schedule(const Prepared& p, Baseline which, unsigned seed,
+                           const std::string& current_practice_strategy) {
   switch (which) {
     case Baseline::current_practice:
-      return current_practice(p);
+      return current_practice(p, current_practice_strategy);
     case Baseline::min:
       return min_baseline(p);
     case Baseline::optimus_greedy:
@@ -251,9 +258,10 @@ Schedule baseline_schedule(const Prepared& p, Baseline which, unsigned seed) {
   return min_baseline(p);
 }
 
-Plan baseline_plan(const Problem& problem, Baseline which, unsigned seed) {
+Plan baseline_plan(const Problem& problem, Baseline which, unsigned seed,
+                   const std::string& current_practice_strategy) {
   const Prepared p = prepare(problem, /*pareto=*/false);
-  Plan plan = to_plan(p, baseline_schedule(p, which, seed));
+  Plan plan = to_plan(p, baseline_schedule(p, which, seed, current_practice_strategy));
   plan.solver.method = to_string(which);
   check_plan(problem, plan);
   return plan;

@@ -16,6 +16,7 @@
 #include "runtime/comm/mpi_communicator.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/log.hpp"
+#include "runtime/parallel/strategy.hpp"
 #include "runtime/profile/profiler.hpp"
 #include "runtime/workload/workload.hpp"
 #include "solver/plan_io.hpp"
@@ -29,6 +30,7 @@ struct ProfileArgs {
   int trials = 1, trial_steps = 2, warmup_steps = 1;
   double trial_time_limit = 60;
   std::string calibration_cache;  // empty: profile::default_calibration_cache()
+  std::string current_practice;   // strategy whose whole-node configuration is always tried
   bool no_trials = false, serial = false, no_ballast = false, refresh = false, recalibrate = false,
        quick_calibration = false, all = false, quiet = false, verbose = false;
 };
@@ -67,6 +69,7 @@ int run_profile(const ProfileArgs& a) {
       opt.trials = !a.no_trials;
       opt.trials_per_degree = a.trials;
       opt.refresh = a.refresh;
+      opt.current_practice = a.current_practice;
       opt.recalibrate = a.recalibrate;
       opt.calibration_cache = a.calibration_cache.empty() ? profile::default_calibration_cache()
                               : a.calibration_cache == "none"
@@ -140,6 +143,10 @@ void add_profile_command(CLI::App& root, Action* action) {
   cmd->add_flag("--no-ballast", args->no_ballast,
                 "Ranks without a trial idle instead of computing (by default they keep the "
                 "contention of a full batch)");
+  cmd->add_option("--current-practice", args->current_practice,
+                  "Also try, and offer, every job shape's whole-node configuration of this "
+                  "strategy (what the current-practice baseline runs, e.g. fsdp)")
+      ->check(CLI::IsMember(parallel::strategy_names()));
   cmd->add_flag("--refresh", args->refresh, "Measure again what the store already holds");
   cmd->add_flag("--recalibrate", args->recalibrate, "Calibrate this hardware again");
   cmd->add_option("--calibration-cache", args->calibration_cache,

@@ -17,6 +17,7 @@
 #include "runtime/core/log.hpp"
 #include "runtime/exec/coordinator.hpp"
 #include "runtime/exec/executor.hpp"
+#include "runtime/parallel/strategy.hpp"
 
 namespace saturn::cli {
 namespace {
@@ -150,6 +151,19 @@ void add_run_command(CLI::App& root, Action* action, int argc, char** argv) {
         } catch (const std::exception& e) {
           return std::string(e.what());
         }
+      });
+  cmd->add_option("--current-practice", args->options.current_practice,
+                  "The strategy the current-practice baseline gives every job on a whole node; "
+                  "its configuration is tried and offered for every job shape (default with "
+                  "--policy current-practice: fsdp, as in the Saturn paper; 'fastest': each "
+                  "job's fastest whole-node configuration)")
+      ->check([](const std::string& name) {
+        for (const auto& s : parallel::strategy_names())
+          if (s == name) return std::string();
+        if (name == "fastest") return std::string();
+        std::string valid;
+        for (const auto& s : parallel::strategy_names()) valid += s + ", ";
+        return "unknown strategy '" + name + "' (valid: " + valid + "fastest)";
       });
   cmd->add_flag("--no-replan", args->no_replan,
                 "Execute the first plan as made: no re-planning at intervals or job ends");

@@ -348,7 +348,7 @@ struct Coordinator::Impl {
     if (pr.jobs.empty()) return;
     const auto baseline = parse_policy(setup.policy);
     const auto solve_start = Clock::now();
-    solver::Plan np = baseline ? solver::baseline_plan(pr, *baseline)
+    solver::Plan np = baseline ? solver::baseline_plan(pr, *baseline, 1, setup.current_practice)
                                : solver::plan_jobs(pr.cluster, pr.jobs, setup.solve);
     initial_solve_time_s = std::chrono::duration<double>(Clock::now() - solve_start).count();
     const double t = now();  // the plan's time zero: the moment its solve ended
@@ -357,7 +357,7 @@ struct Coordinator::Impl {
                    solver::Baseline::min})
       baseline_predictions[solver::to_string(b)] =
           setup.elapsed_before_s + std::chrono::duration<double>(solve_start - t0).count() +
-          solver::baseline_plan(pr, b).makespan_s;
+          solver::baseline_plan(pr, b, 1, setup.current_practice).makespan_s;
     adopt(pr, np, map, baseline ? std::string("initial (") + setup.policy + ")" : "initial", true,
           t);
     initial_predicted_makespan_s = t + np.makespan_s;

@@ -50,6 +50,8 @@ struct CoordinatorSetup {
   std::vector<bool> finished;            // per workload job (resume: final.h5 exists)
   solver::SolveOptions solve;
   std::string policy = "saturn";  // one of kPolicies
+  // The strategy label current practice prefers on a whole node ("": the fastest there).
+  std::string current_practice = "fsdp";
   // Re-plan at the interval and at job ends. Baselines never re-plan: they are fixed plans whose
   // jobs start as their planned ranks free up, as a user's queue of jobs would.
   bool replan = true;

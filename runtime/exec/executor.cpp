@@ -101,6 +101,15 @@ int worker_loop(const RunContext& ctx) {
   }
 }
 
+// The strategy whose whole-node configuration the profiles must hold for current practice:
+// the one named, else FSDP (the paper's hand-picked default) when current practice plans;
+// none when current practice is only predicted (its prediction then uses what is offered).
+std::string current_practice_trial(const RunOptions& o) {
+  if (o.current_practice == "fastest") return "";
+  if (!o.current_practice.empty()) return o.current_practice;
+  return o.policy == "current-practice" ? "fsdp" : "";
+}
+
 }  // namespace
 
 int run_batch(const RunOptions& options) {
@@ -170,6 +179,7 @@ int run_batch(const RunOptions& options) {
     req.store = options.store.empty() ? run_dir / "profiles.h5" : options.store;
     req.device_capacity = capacity;
     req.trials = options.trials;
+    req.current_practice = current_practice_trial(options);
     for (std::size_t j = 0; j < w.jobs.size(); ++j) {
       const bool done = !resume.finished.empty() && resume.finished[j];
       const std::int64_t did = resume.steps_done.empty() ? 0 : resume.steps_done[j];
@@ -212,6 +222,9 @@ int run_batch(const RunOptions& options) {
     cs.solve.time_limit_s = w.solver.time_limit_s;
     cs.solve.backend = w.solver.backend == "cbc" ? solver::Backend::cbc : solver::Backend::glpk;
     cs.policy = options.policy;
+    cs.current_practice = options.current_practice.empty()        ? "fsdp"
+                          : options.current_practice == "fastest" ? ""
+                                                                  : options.current_practice;
     cs.replan = options.replan && !parse_policy(options.policy);
     cs.replan_interval_s = options.replan_interval_s > 0 ? options.replan_interval_s
                                                          : w.solver.introspection.interval_s;

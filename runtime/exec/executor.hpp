@@ -20,6 +20,10 @@ struct RunOptions {
   // Who plans: "saturn" (the SPASE solver) or a baseline (current-practice, optimus-greedy,
   // min) on the same profiles and executor. Baselines never re-plan.
   std::string policy = "saturn";
+  // The strategy current practice gives every job on a whole node ("fastest": the job's fastest
+  // whole-node configuration). Named explicitly, or implied by policy current-practice ("fsdp",
+  // the paper's), its whole-node configuration of every job shape is tried and offered.
+  std::string current_practice;
   bool replan = true;             // false: execute the first plan as made (no introspection)
   double replan_interval_s = -1;  // > 0 overrides the workload's introspection interval
 };

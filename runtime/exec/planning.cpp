@@ -14,6 +14,7 @@ PlanningInput build_planning_input(const PlanningRequest& request, comm::Communi
   profile::ProfileOptions opts;
   opts.store = request.store;
   opts.trials = request.trials;
+  opts.current_practice = request.current_practice;
   // Calibrate once per hardware, not once per run directory (SATURN_CALIBRATION_CACHE=none
   // turns the shared cache off).
   opts.calibration_cache = profile::default_calibration_cache();

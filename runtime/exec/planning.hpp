@@ -21,6 +21,7 @@ struct PlanningRequest {
   std::filesystem::path store;                // profile store (HDF5)
   std::size_t device_capacity = 0;
   bool trials = true;
+  std::string current_practice;  // profile::ProfileOptions::current_practice
 };
 
 // Collective over `world`: trials run on disjoint rank groups, results land in the store.

@@ -40,6 +40,7 @@ struct Candidate {
   std::optional<Measurement> measured;
   bool tried_now = false;
   bool in_problem = false;
+  bool current_practice = false;  // the hand-picked whole-node configuration (always offered)
   std::string status;
 };
 
@@ -141,6 +142,8 @@ class Profiler {
             if (const ProfileEntry* e = store_.find(c.key_id); e && e->measured)
               if (reusable(*e->measured, trial_capacity_)) c.measured = e->measured;
             c.status = c.est.feasible ? "estimate" : "infeasible: " + c.est.reason;
+            c.current_practice = !opt_.current_practice.empty() && name == opt_.current_practice &&
+                                 knobs.empty() && nodes == 1 && is_node_size(degree);
             ProfileEntry entry;
             entry.key = c.key;
             entry.model_name = shapes_[s].model_name;
@@ -186,6 +189,20 @@ class Profiler {
       int taken = 0;
       for (std::size_t i : order) {
         Candidate& c = cands_[i];
+        if (c.current_practice) {
+          // Tried whatever the others say: the current-practice baseline runs exactly this.
+          if (c.measured && !opt_.refresh) {
+            c.status = "stored (current practice)";
+            ++stats_.trials_reused;
+          } else if (!opt_.trials) {
+            c.status = "estimate (trials off; current practice)";
+          } else if (!fits(c.config)) {
+            c.status = "estimate (more ranks than this run has; current practice)";
+          } else {
+            chosen.push_back(i);
+          }
+          continue;
+        }
         // Memory decides nothing when devices have no stated capacity: then only speed ranks.
         if (capacity_ > 0 && dominated(i, members)) {
           c.status = "estimate (dominated: another is faster with no more memory)";
@@ -218,7 +235,7 @@ class Profiler {
     for (std::size_t i = 0; i < cands_.size(); ++i) {
       Candidate& c = cands_[i];
       if (!c.measured || std::binary_search(chosen.begin(), chosen.end(), i)) continue;
-      if (c.status == "stored") continue;
+      if (c.status.rfind("stored", 0) == 0) continue;
       c.status = c.measured->feasible ? "stored" : "failed (stored): " + c.measured->reason;
     }
     return chosen;
@@ -241,6 +258,7 @@ class Profiler {
       c.status = !results[k].feasible        ? "failed: " + results[k].reason
                  : results[k].reason.empty() ? std::string("tried")
                                              : "tried (" + results[k].reason + ")";
+      if (c.current_practice) c.status += " (current practice)";
       ++stats_.trials_run;
       if (!results[k].feasible) ++stats_.trials_failed;
       ProfileEntry e = *store_.find(c.key_id);
@@ -273,8 +291,8 @@ class Profiler {
           groups[{cands_[i].config.degree, cands_[i].config.nodes}].push_back(i);
       for (const auto& [g, members] : groups)
         for (std::size_t i : members) {
-          if (!on_front(i, members)) continue;
           Candidate& c = cands_[i];
+          if (!on_front(i, members) && !c.current_practice) continue;
           c.in_problem = true;
           ConfigDetail d = detail(c);
           solver::Config cfg;
@@ -327,6 +345,12 @@ class Profiler {
       if (std::find(shapes_[s].jobs.begin(), shapes_[s].jobs.end(), j) != shapes_[s].jobs.end())
         return s;
     return 0;
+  }
+
+  // A node of the cluster has exactly this many devices.
+  bool is_node_size(int degree) const {
+    return std::any_of(req_.cluster.nodes.begin(), req_.cluster.nodes.end(),
+                       [&](const solver::Node& n) { return n.devices == degree; });
   }
 
   // Another feasible member is at least as fast with no more memory (ties: the earlier one).

@@ -40,6 +40,11 @@ struct ProfileOptions {
   // A device count whose best estimate is this much slower than a smaller count's is not tried
   // (using more devices for longer never helps the makespan).
   double dominance_margin = 0.10;
+  // The strategy a user would pick by hand for every job ("current practice", the paper's
+  // baseline: usually FSDP on a whole node). Its whole-node configuration of every job shape is
+  // tried and offered to the solver even when another configuration of that size is faster or
+  // smaller, so the current-practice baseline runs and predicts what it names. "": none.
+  std::string current_practice;
   bool refresh = false;      // measure again what the store already holds
   bool recalibrate = false;  // calibrate again even if the store has this hardware
   // A store shared by every run of this user that keeps only calibrations (once per hardware,
