@@ -42,54 +42,56 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
                         int N, int C) {
   const float inv_c = 1.0f / static_cast<float>(C);
   const bool params = dweight != nullptr || dbias != nullptr;
-  // dweight/dbias sum over rows: each thread sums its own rows into a private partial, and the
-  // partials are added in thread order, so the result is fixed for a given thread count.
-  const int max_threads = omp_get_max_threads();
-  std::vector<float> partial(params ? static_cast<std::size_t>(max_threads) * 2 * C : 0, 0.0f);
+  // dweight/dbias sum over rows: each block of kNormRowBlock rows is summed into its own partial
+  // and the partials are added in block order, so the result is the same for any thread count
+  // (ranks with different OMP_NUM_THREADS, or a job resumed at another degree, agree).
+  const std::ptrdiff_t blocks = (N + detail::kNormRowBlock - 1) / detail::kNormRowBlock;
+  std::vector<float> partial(params ? static_cast<std::size_t>(blocks) * 2 * C : 0, 0.0f);
 #pragma omp parallel
   {
-    const int tid = omp_get_thread_num();
-    const detail::Range rows = detail::thread_range(N, tid, omp_get_num_threads(), 1);
-    float* pw = params ? partial.data() + static_cast<std::size_t>(tid) * 2 * C : nullptr;
-    float* pb = params ? pw + C : nullptr;
-    for (std::ptrdiff_t n = rows.begin; n < rows.end; ++n) {
-      const float* x = inp + static_cast<std::size_t>(n) * C;
-      const float* g = dout + static_cast<std::size_t>(n) * C;
-      const float m = mean[n];
-      const float s = rstd[n];
-      if (dinp != nullptr) {
-        float sum_dn = 0.0f, sum_dn_norm = 0.0f;
+#pragma omp for schedule(static)
+    for (std::ptrdiff_t blk = 0; blk < blocks; ++blk) {
+      float* pw = params ? partial.data() + static_cast<std::size_t>(blk) * 2 * C : nullptr;
+      float* pb = params ? pw + C : nullptr;
+      const std::ptrdiff_t end = std::min<std::ptrdiff_t>(N, (blk + 1) * detail::kNormRowBlock);
+      for (std::ptrdiff_t n = blk * detail::kNormRowBlock; n < end; ++n) {
+        const float* x = inp + static_cast<std::size_t>(n) * C;
+        const float* g = dout + static_cast<std::size_t>(n) * C;
+        const float m = mean[n];
+        const float s = rstd[n];
+        if (dinp != nullptr) {
+          float sum_dn = 0.0f, sum_dn_norm = 0.0f;
 #pragma omp simd reduction(+ : sum_dn, sum_dn_norm)
-        for (int c = 0; c < C; ++c) {
-          const float dn = weight[c] * g[c];
-          sum_dn += dn;
-          sum_dn_norm += dn * (x[c] - m) * s;
-        }
-        const float mean_dn = sum_dn * inv_c;
-        const float mean_dn_norm = sum_dn_norm * inv_c;
-        float* dx = dinp + static_cast<std::size_t>(n) * C;
+          for (int c = 0; c < C; ++c) {
+            const float dn = weight[c] * g[c];
+            sum_dn += dn;
+            sum_dn_norm += dn * (x[c] - m) * s;
+          }
+          const float mean_dn = sum_dn * inv_c;
+          const float mean_dn_norm = sum_dn_norm * inv_c;
+          float* dx = dinp + static_cast<std::size_t>(n) * C;
 #pragma omp simd
-        for (int c = 0; c < C; ++c) {
-          const float norm = (x[c] - m) * s;
-          dx[c] += (weight[c] * g[c] - mean_dn - norm * mean_dn_norm) * s;
+          for (int c = 0; c < C; ++c) {
+            const float norm = (x[c] - m) * s;
+            dx[c] += (weight[c] * g[c] - mean_dn - norm * mean_dn_norm) * s;
+          }
         }
-      }
-      if (params) {
+        if (params) {
 #pragma omp simd
-        for (int c = 0; c < C; ++c) {
-          pw[c] += g[c] * (x[c] - m) * s;
-          pb[c] += g[c];
+          for (int c = 0; c < C; ++c) {
+            pw[c] += g[c] * (x[c] - m) * s;
+            pb[c] += g[c];
+          }
         }
       }
     }
     if (params) {
-#pragma omp barrier
 #pragma omp for schedule(static)
       for (int c = 0; c < C; ++c) {
         float w = 0.0f, b = 0.0f;
-        for (int t = 0; t < max_threads; ++t) {
-          w += partial[static_cast<std::size_t>(t) * 2 * C + c];
-          b += partial[static_cast<std::size_t>(t) * 2 * C + C + c];
+        for (std::ptrdiff_t blk = 0; blk < blocks; ++blk) {
+          w += partial[static_cast<std::size_t>(blk) * 2 * C + c];
+          b += partial[static_cast<std::size_t>(blk) * 2 * C + C + c];
         }
         if (dweight != nullptr) dweight[c] += w;
         if (dbias != nullptr) dbias[c] += b;

@@ -24,6 +24,10 @@ namespace saturn::cpu::detail {
 // team costs more than the loop.
 inline constexpr std::ptrdiff_t kParallelMin = 1 << 15;
 
+// Rows per partial sum of the norms' weight gradients: fixed, so the sum's order does not depend
+// on the thread count.
+inline constexpr std::ptrdiff_t kNormRowBlock = 64;
+
 // Half-open range [begin, end) of `n` items owned by thread `tid` of `nthreads` under an even
 // static split, with boundaries rounded to `align` items (a cache line of floats by default) so
 // threads writing neighbouring ranges do not share cache lines.

@@ -27,40 +27,41 @@ void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* wei
 void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                       const float* weight, const float* rstd, int N, int C) {
   const float inv_c = 1.0f / static_cast<float>(C);
-  // As in layernorm_backward: per-thread partials of dweight, added in thread order.
-  const int max_threads = omp_get_max_threads();
-  std::vector<float> partial(dweight != nullptr ? static_cast<std::size_t>(max_threads) * C : 0,
-                             0.0f);
+  // As in layernorm_backward: partials of dweight per block of rows, added in block order.
+  const std::ptrdiff_t blocks = (N + detail::kNormRowBlock - 1) / detail::kNormRowBlock;
+  std::vector<float> partial(dweight != nullptr ? static_cast<std::size_t>(blocks) * C : 0, 0.0f);
 #pragma omp parallel
   {
-    const int tid = omp_get_thread_num();
-    const detail::Range rows = detail::thread_range(N, tid, omp_get_num_threads(), 1);
-    float* pw = dweight != nullptr ? partial.data() + static_cast<std::size_t>(tid) * C : nullptr;
-    for (std::ptrdiff_t n = rows.begin; n < rows.end; ++n) {
-      const float* x = inp + static_cast<std::size_t>(n) * C;
-      const float* g = dout + static_cast<std::size_t>(n) * C;
-      const float s = rstd[n];
-      if (dinp != nullptr) {
-        // y = w*x*s with s = (mean(x^2)+eps)^-1/2, ds/dx_i = -s^3 x_i / C.
-        float dot = 0.0f;
+#pragma omp for schedule(static)
+    for (std::ptrdiff_t blk = 0; blk < blocks; ++blk) {
+      float* pw = dweight != nullptr ? partial.data() + static_cast<std::size_t>(blk) * C : nullptr;
+      const std::ptrdiff_t end = std::min<std::ptrdiff_t>(N, (blk + 1) * detail::kNormRowBlock);
+      for (std::ptrdiff_t n = blk * detail::kNormRowBlock; n < end; ++n) {
+        const float* x = inp + static_cast<std::size_t>(n) * C;
+        const float* g = dout + static_cast<std::size_t>(n) * C;
+        const float s = rstd[n];
+        if (dinp != nullptr) {
+          // y = w*x*s with s = (mean(x^2)+eps)^-1/2, ds/dx_i = -s^3 x_i / C.
+          float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
-        for (int c = 0; c < C; ++c) dot += g[c] * weight[c] * x[c];
-        const float k = dot * s * s * s * inv_c;
-        float* dx = dinp + static_cast<std::size_t>(n) * C;
+          for (int c = 0; c < C; ++c) dot += g[c] * weight[c] * x[c];
+          const float k = dot * s * s * s * inv_c;
+          float* dx = dinp + static_cast<std::size_t>(n) * C;
 #pragma omp simd
-        for (int c = 0; c < C; ++c) dx[c] += s * weight[c] * g[c] - k * x[c];
-      }
-      if (pw != nullptr) {
+          for (int c = 0; c < C; ++c) dx[c] += s * weight[c] * g[c] - k * x[c];
+        }
+        if (pw != nullptr) {
 #pragma omp simd
-        for (int c = 0; c < C; ++c) pw[c] += g[c] * (x[c] * s);
+          for (int c = 0; c < C; ++c) pw[c] += g[c] * (x[c] * s);
+        }
       }
     }
     if (dweight != nullptr) {
-#pragma omp barrier
 #pragma omp for schedule(static)
       for (int c = 0; c < C; ++c) {
         float w = 0.0f;
-        for (int t = 0; t < max_threads; ++t) w += partial[static_cast<std::size_t>(t) * C + c];
+        for (std::ptrdiff_t blk = 0; blk < blocks; ++blk)
+          w += partial[static_cast<std::size_t>(blk) * C + c];
         dweight[c] += w;
       }
     }
