@@ -15,6 +15,7 @@
 #include "runtime/profile/profiler.hpp"
 #include "runtime/profile/util.hpp"
 #include "runtime/workload/workload.hpp"
+#include "solver/baselines.hpp"
 
 namespace fs = std::filesystem;
 using namespace saturn;
@@ -274,4 +275,45 @@ TEST_F(Profiler, TrialTimeLimitKeepsTheStepsMeasuredSoFar) {
   EXPECT_EQ(m.steps, 1);
   EXPECT_GT(m.step_s, 0);
   EXPECT_NE(m.reason.find("during warm-up"), std::string::npos) << m.reason;
+}
+
+// Current practice (the paper's baseline) runs every job with the hand-picked strategy on the
+// whole node: that configuration is tried and offered even where pruning would not try it
+// (here: nothing else of that size may be tried) or the Pareto front would drop it.
+TEST_F(Profiler, CurrentPracticeConfigurationIsTriedAndOffered) {
+  const Workload w = workload();
+  ProfileRequest req;
+  req.workload = &w;
+  ProfileOptions opt = quick_options(store_path(*world_, "current-practice"));
+  opt.trials_per_degree = 0;  // prune every other configuration
+  opt.current_practice = "fsdp";
+  const int n = world_->size();
+  const ProfileResult r = profile_workload(req, *world_, opt);
+  int tried = 0;
+  for (const auto& row : r.rows) {
+    const bool cp = row.config.strategy == "fsdp" && row.config.knobs.empty() &&
+                    row.config.degree == n && row.config.nodes == 1;
+    if (!cp) {
+      EXPECT_FALSE(row.tried_now) << row.config.label() << "@" << row.config.degree;
+      continue;
+    }
+    ++tried;
+    EXPECT_TRUE(row.tried_now);
+    EXPECT_TRUE(row.in_problem);
+    EXPECT_NE(row.status.find("current practice"), std::string::npos) << row.status;
+  }
+  EXPECT_EQ(tried, 1);  // one shape
+  for (const auto& job : r.jobs) {
+    const bool offered = std::any_of(job.configs.begin(), job.configs.end(), [&](const auto& c) {
+      return c.strategy == "fsdp" && c.devices == n && c.source == "trial";
+    });
+    EXPECT_TRUE(offered) << job.id;
+  }
+  // And the baseline runs it.
+  solver::Problem p;
+  p.cluster = solver::parse_cluster_spec(fmt::format("1x{}", n));
+  p.jobs = r.jobs;
+  const solver::Plan plan = solver::baseline_plan(p, solver::Baseline::current_practice);
+  for (std::size_t j = 0; j < p.jobs.size(); ++j)
+    EXPECT_EQ(p.jobs[j].configs.at(static_cast<std::size_t>(plan.jobs[j].config)).strategy, "fsdp");
 }

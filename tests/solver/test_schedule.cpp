@@ -6,6 +6,7 @@
 #include <string>
 
 #include "instances.hpp"
+#include "solver/baselines.hpp"
 #include "solver/schedule.hpp"
 #include "solver/validate.hpp"
 
@@ -147,4 +148,32 @@ TEST(ToPlan, DevicesAreMappedGreedilyInStartOrder) {
   for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(order.size() - 1 - i);
   const Plan plan = to_plan(pr, list_schedule(pr, option, order));
   EXPECT_TRUE(validate_plan(p, plan).empty());
+}
+
+// The paper's current practice: each job on a whole node with the hand-picked strategy (FSDP),
+// one after another, even where another whole-node configuration is faster; "" picks the
+// fastest whole-node configuration instead.
+TEST(Baselines, CurrentPracticeRunsTheHandPickedStrategyOnTheWholeNode) {
+  Problem p;
+  p.cluster = parse_cluster_spec("1x4");
+  p.jobs.push_back(
+      Job{"a", {cfg("ddp", 4, 1, 10.0), cfg("fsdp", 4, 1, 30.0), cfg("ddp", 1, 1, 35.0)}, 0});
+  p.jobs.push_back(
+      Job{"b", {cfg("fsdp[recompute=true]", 4, 1, 20.0), cfg("pipeline", 4, 1, 12.0)}, 0});
+  // The configuration each job runs, as "strategy@devices".
+  auto chosen = [&](const Plan& plan, std::size_t j) {
+    const Config& c = p.jobs[j].configs.at(static_cast<std::size_t>(plan.jobs.at(j).config));
+    return fmt::format("{}@{}", c.strategy, plan.jobs[j].devices.size());
+  };
+  const Plan paper = baseline_plan(p, Baseline::current_practice);
+  EXPECT_EQ(chosen(paper, 0), "fsdp@4");
+  EXPECT_EQ(chosen(paper, 1), "fsdp[recompute=true]@4");
+  EXPECT_DOUBLE_EQ(paper.makespan_s, 50.0);
+  const Plan fastest = baseline_plan(p, Baseline::current_practice, 1, "");
+  EXPECT_EQ(chosen(fastest, 0), "ddp@4");
+  EXPECT_EQ(chosen(fastest, 1), "pipeline@4");
+  EXPECT_DOUBLE_EQ(fastest.makespan_s, 22.0);
+  const Plan ddp = baseline_plan(p, Baseline::current_practice, 1, "ddp");
+  EXPECT_EQ(chosen(ddp, 0), "ddp@4");
+  EXPECT_EQ(chosen(ddp, 1), "pipeline@4");  // no ddp configuration: its fastest
 }
