@@ -383,16 +383,25 @@ class Profiler {
     return c.est.device_bytes;
   }
 
-  // On the (step time, memory) Pareto front of its device count.
+  // On the (step time, memory) Pareto front of its device count; memory counts only when
+  // devices state a capacity (else nothing checks it). A configuration that was not tried must
+  // beat the tried ones by the trial window: its time is a corrected estimate, and a plan built
+  // on a guess that merely ties a measurement is a worse prediction of the same speed.
   bool on_front(std::size_t i, const std::vector<std::size_t>& members) const {
+    const bool memory = capacity_ > 0;
     const double t = step_of(cands_[i]);
     const std::size_t m = memory_of(cands_[i]);
+    const bool guess_i = !cands_[i].measured;
     for (std::size_t k : members) {
       if (k == i) continue;
-      const double t2 = step_of(cands_[k]);
       const std::size_t m2 = memory_of(cands_[k]);
-      const bool no_worse = t2 <= t && m2 <= m;
-      const bool better = t2 < t || m2 < m;
+      const bool guess_k = !cands_[k].measured;
+      // Between a guess and a measurement the guess is charged the window.
+      double ti = t, tk = step_of(cands_[k]);
+      if (guess_i && !guess_k) ti *= 1.0 + opt_.trial_window;
+      if (guess_k && !guess_i) tk *= 1.0 + opt_.trial_window;
+      const bool no_worse = tk <= ti && (!memory || m2 <= m);
+      const bool better = tk < ti || (memory && m2 < m) || (guess_i && !guess_k);
       if (no_worse && (better || k < i)) return false;
     }
     return true;
