@@ -26,7 +26,7 @@ namespace saturn::cli {
 namespace {
 
 struct ProfileArgs {
-  std::string workload, cluster, store, output, device_memory = "0";
+  std::string workload, cluster, store, output, device_memory = "0", host_memory = "0";
   int trials = 1, trial_steps = 2, warmup_steps = 1;
   double trial_time_limit = 60;
   std::string calibration_cache;  // empty: profile::default_calibration_cache()
@@ -81,7 +81,12 @@ int run_profile(const ProfileArgs& a) {
       opt.trial.time_limit_s = a.trial_time_limit;
       opt.trial.serialize = a.serial;
       opt.trial.ballast = !a.no_ballast && !a.serial;
-      opt.trial.device_capacity = parse_bytes(a.device_memory, "--device-memory");
+      // As in `saturn run`: the estimates and the trials both know the capacity.
+      req.device_capacity = parse_bytes(a.device_memory, "--device-memory");
+      opt.trial.device_capacity = req.device_capacity;
+      // Host memory bounds offload; estimates and trials alike.
+      req.host_capacity = parse_bytes(a.host_memory, "--host-memory");
+      opt.trial.host_capacity = req.host_capacity;
       opt.quiet = a.quiet;
     });
     const profile::ProfileResult r = profile::profile_workload(req, *world, opt);
@@ -155,8 +160,12 @@ void add_profile_command(CLI::App& root, Action* action) {
   cmd->add_flag("--quick-calibration", args->quick_calibration,
                 "Fewer shapes and sizes when calibrating (smoke tests; coarser estimates)");
   cmd->add_option("--device-memory", args->device_memory,
-                  "Device memory per rank for trials (e.g. 512MiB; 0: the cluster's, else "
-                  "unlimited); trials that exceed it are recorded out of memory");
+                  "Device memory per rank (e.g. 512MiB; 0: the cluster's, else unlimited): "
+                  "configurations estimated above it are infeasible, trials that exceed it are "
+                  "recorded out of memory");
+  cmd->add_option("--host-memory", args->host_memory,
+                  "Host memory per rank for offloaded parameters and optimizer state (e.g. "
+                  "64MiB; 0: unlimited); offload configurations that need more are infeasible");
   cmd->add_flag("--all", args->all, "Also list configurations infeasible by the estimate");
   cmd->add_option("-o,--output", args->output,
                   "Write the solver instance (JSON) for saturn plan --instance");

@@ -131,7 +131,11 @@ void add_run_command(CLI::App& root, Action* action, int argc, char** argv) {
                       "Continue the run in RUN_DIR from its checkpoints (any rank count)")
           ->expected(0, 1);
   cmd->add_option("--device-memory", args->options.device_memory,
-                  "Memory capacity of each device (rank), e.g. 2GiB; 0: unlimited");
+                  "Memory capacity of each device (rank), e.g. 2GiB; 0: unlimited (default; "
+                  "on --resume: the interrupted run's)");
+  cmd->add_option("--host-memory", args->options.host_memory,
+                  "Host memory per rank for offloaded parameters and optimizer state, e.g. "
+                  "64MiB; 0: unlimited (default; on --resume: the interrupted run's)");
   cmd->add_option("--store", args->store, "Profile store (default RUN_DIR/profiles.h5)");
   cmd->add_flag("--no-trials", args->no_trials, "Plan from analytic estimates only");
   cmd->add_option("--device", args->device,

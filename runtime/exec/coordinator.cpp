@@ -658,14 +658,17 @@ struct Coordinator::Impl {
     std::fflush(stderr);
   }
 
-  // What `--resume` needs besides checkpoints: wall time so far, the next plan number, and the
-  // data files as absolute paths (the run directory's workload copy has relative ones).
+  // What `--resume` needs besides checkpoints: wall time so far, the next plan number, the
+  // data files as absolute paths (the run directory's workload copy has relative ones), and the
+  // memory per rank the run was given.
   void write_run_state(double elapsed_s) {
     write_atomic(setup.run_dir / "run_state.json",
                  nlohmann::json{{"elapsed_s", elapsed_s},
                                 {"next_plan", plan_index},
                                 {"train_data", fs::absolute(setup.workload->train_data).string()},
-                                {"val_data", fs::absolute(setup.workload->val_data).string()}}
+                                {"val_data", fs::absolute(setup.workload->val_data).string()},
+                                {"device_memory_bytes", setup.device_capacity},
+                                {"host_memory_bytes", setup.host_capacity}}
                      .dump(2));
   }
 

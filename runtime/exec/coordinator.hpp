@@ -63,6 +63,9 @@ struct CoordinatorSetup {
   int next_plan_index = 0;
   double progress_interval_s = 5;
   bool quiet = false;
+  // Memory per rank the run was given (bytes, 0: unlimited): run_state.json keeps them, so a
+  // resume plans for the same machine unless told otherwise.
+  std::size_t device_capacity = 0, host_capacity = 0;
 };
 
 class Coordinator {

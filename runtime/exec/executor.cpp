@@ -119,7 +119,7 @@ int run_batch(const RunOptions& options) {
   install_stop_signal_handlers();
   Workload w;
   fs::path run_dir;
-  std::size_t capacity = 0;
+  std::size_t capacity = 0, host_capacity = 0;
   ResumeState resume;
   RankMap ranks;
   PlanningInput planning;
@@ -148,7 +148,19 @@ int run_batch(const RunOptions& options) {
                 fmt::format("--resume: the run's data file {} no longer exists", f.string()));
       }
       run_dir = options.run_dir.empty() ? fs::path("runs") / w.name : options.run_dir;
-      capacity = parse_bytes(options.device_memory, "--device-memory");
+      // Not given on --resume: the memory the interrupted run was given (same machine).
+      const auto memory = [&](const std::string& given, const char* key, const char* flag) {
+        if (given.empty() && state && state->contains(key)) {
+          const auto bytes = (*state)[key].get<std::size_t>();
+          if (bytes > 0 && rank == 0 && !options.quiet)
+            log::info("--resume: {} {} per rank, as the interrupted run was given", flag,
+                      format_bytes(bytes));
+          return bytes;
+        }
+        return given.empty() ? std::size_t{0} : parse_bytes(given, flag);
+      };
+      capacity = memory(options.device_memory, "device_memory_bytes", "--device-memory");
+      host_capacity = memory(options.host_memory, "host_memory_bytes", "--host-memory");
       const bool has_run = fs::exists(run_dir / "timeline.jsonl");
       if (has_run && !options.resume)
         throw InputError(
@@ -178,6 +190,7 @@ int run_batch(const RunOptions& options) {
     req.ranks = &ranks;
     req.store = options.store.empty() ? run_dir / "profiles.h5" : options.store;
     req.device_capacity = capacity;
+    req.host_capacity = host_capacity;
     req.trials = options.trials;
     req.current_practice = current_practice_trial(options);
     for (std::size_t j = 0; j < w.jobs.size(); ++j) {
@@ -207,6 +220,7 @@ int run_batch(const RunOptions& options) {
   ctx.run_dir = run_dir;
   ctx.workload = &w;
   ctx.device_capacity = capacity;
+  ctx.host_capacity = host_capacity;
   ctx.progress_interval_s = 1.0;
 
   int coordinator_code = 0;
@@ -234,6 +248,8 @@ int run_batch(const RunOptions& options) {
     cs.next_plan_index = resume.next_plan;
     cs.progress_interval_s = options.progress_interval_s;
     cs.quiet = options.quiet;
+    cs.device_capacity = capacity;
+    cs.host_capacity = host_capacity;
     coordinator = std::thread([&coordinator_code, cs = std::move(cs), control]() mutable {
       try {
         Coordinator c(std::move(cs));

@@ -12,9 +12,12 @@ struct RunOptions {
   std::filesystem::path workload;  // WORKLOAD.yaml (resume: the run directory's copy)
   std::filesystem::path run_dir;   // default runs/<workload name>
   bool resume = false;
-  std::string device_memory = "0";  // per device (rank), e.g. 2GiB; 0: unlimited
-  std::filesystem::path store;      // profile store (default RUN_DIR/profiles.h5)
-  bool trials = true;               // real trials (false: analytic estimates only)
+  // Per device (rank), e.g. 2GiB; "0": unlimited; empty: not given (0, or on --resume the
+  // interrupted run's, from run_state.json).
+  std::string device_memory;
+  std::string host_memory;      // host memory per rank (offload's parameters and state), likewise
+  std::filesystem::path store;  // profile store (default RUN_DIR/profiles.h5)
+  bool trials = true;           // real trials (false: analytic estimates only)
   bool quiet = false;
   double progress_interval_s = 5;
   // Who plans: "saturn" (the SPASE solver) or a baseline (current-practice, optimus-greedy,

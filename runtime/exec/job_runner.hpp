@@ -44,6 +44,7 @@ struct RunContext {
   std::filesystem::path run_dir;
   const Workload* workload = nullptr;
   std::size_t device_capacity = 0;  // per rank, bytes (0: unlimited)
+  std::size_t host_capacity = 0;    // per rank, bytes (0: unlimited)
   double progress_interval_s = 1.0;
 };
 

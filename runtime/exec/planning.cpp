@@ -11,10 +11,15 @@ PlanningInput build_planning_input(const PlanningRequest& request, comm::Communi
   pr.device_rank = request.ranks->device_rank;
   pr.steps = request.remaining_steps;
   pr.device_capacity = request.device_capacity;
+  pr.host_capacity = request.host_capacity;
   profile::ProfileOptions opts;
   opts.store = request.store;
   opts.trials = request.trials;
   opts.current_practice = request.current_practice;
+  // Trials run in pools of the sizes the jobs will get, so an estimate that is wrong about
+  // memory fails its trial instead of the job.
+  opts.trial.device_capacity = request.device_capacity;
+  opts.trial.host_capacity = request.host_capacity;
   // Calibrate once per hardware, not once per run directory (SATURN_CALIBRATION_CACHE=none
   // turns the shared cache off).
   opts.calibration_cache = profile::default_calibration_cache();

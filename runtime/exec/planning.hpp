@@ -19,7 +19,8 @@ struct PlanningRequest {
   const RankMap* ranks = nullptr;
   std::vector<std::int64_t> remaining_steps;  // per workload job; 0 = finished (left out)
   std::filesystem::path store;                // profile store (HDF5)
-  std::size_t device_capacity = 0;
+  std::size_t device_capacity = 0;            // bytes per rank (0: unlimited)
+  std::size_t host_capacity = 0;              // bytes of host memory per rank (0: unlimited)
   bool trials = true;
   std::string current_practice;  // profile::ProfileOptions::current_practice
 };

@@ -35,6 +35,7 @@ TrainResult train_with_strategy(const TrainJob& job, const TrainOptions& options
   const int rank = comm.rank();
   parallel::StrategySpec spec{job.model, job.train, par.degree, par.knobs};
   if (spec.knobs.device_capacity == 0) spec.knobs.device_capacity = options.device_capacity;
+  if (spec.knobs.host_capacity == 0) spec.knobs.host_capacity = options.host_capacity;
 
   // The pools outlive the strategy, which returns its buffers to them.
   MemoryPool device(fmt::format("cpu:{}", rank), spec.knobs.device_capacity);

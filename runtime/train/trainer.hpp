@@ -23,6 +23,7 @@ struct TrainJob {
 struct TrainOptions {
   std::filesystem::path job_dir;     // metrics.jsonl, final.h5 (empty: write nothing)
   std::size_t device_capacity = 0;   // bytes; 0 = unlimited
+  std::size_t host_capacity = 0;     // bytes of host memory per rank (offload); 0 = unlimited
   double progress_interval_s = 2.0;  // progress lines at most this often (and at evaluations)
   bool quiet = false;
   std::int64_t max_steps = -1;  // stop early after this many steps (tests); -1: all
