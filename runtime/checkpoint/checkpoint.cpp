@@ -140,6 +140,7 @@ json meta_to_json(const CheckpointMeta& m) {
               {"devices", m.devices},
               {"data_position", m.data_position},
               {"rng_state", m.rng_state},
+              {"compute_threads", m.compute_threads},
               {"created_utc", m.created_utc}};
 }
 
@@ -155,6 +156,7 @@ CheckpointMeta meta_from_json(const json& j) {
   m.devices = j.at("devices").get<int>();
   m.data_position = j.at("data_position").get<std::string>();
   m.rng_state = j.at("rng_state").get<std::string>();
+  m.compute_threads = j.value("compute_threads", 0);
   m.created_utc = j.at("created_utc").get<std::string>();
   return m;
 }
@@ -182,6 +184,7 @@ void write_root_attrs(hid_t file, const CheckpointMeta& m) {
   h5::write_int_attr(file, "devices", m.devices);
   h5::write_string_attr(file, "data_position", m.data_position);
   h5::write_string_attr(file, "rng_state", m.rng_state);
+  if (m.compute_threads > 0) h5::write_int_attr(file, "compute_threads", m.compute_threads);
   h5::write_string_attr(file, "created_utc", m.created_utc);
   h5::write_string_attr(file, "checksum_algorithm", kChecksumAlgorithm);
 }
@@ -218,6 +221,8 @@ CheckpointMeta read_root_attrs(hid_t file) {
   m.devices = static_cast<int>(h5::read_int_attr(file, "devices"));
   m.data_position = h5::read_string_attr(file, "data_position");
   m.rng_state = h5::read_string_attr(file, "rng_state");
+  if (h5::has_attr(file, "compute_threads"))
+    m.compute_threads = static_cast<int>(h5::read_int_attr(file, "compute_threads"));
   m.created_utc = h5::read_string_attr(file, "created_utc");
   return m;
 }

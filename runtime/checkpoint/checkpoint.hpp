@@ -56,6 +56,7 @@ struct CheckpointMeta {
   int devices = 1;
   std::string data_position = "0:0";  // data::format_position
   std::string rng_state;              // opaque to checkpoints (the trainer's RNG streams)
+  int compute_threads = 0;            // threads per rank that wrote it (0: not recorded)
   std::string created_utc;            // ISO 8601; set by write_checkpoint
 
   std::int64_t schedule_position() const { return schedule_step >= 0 ? schedule_step : step; }

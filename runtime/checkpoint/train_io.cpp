@@ -33,6 +33,7 @@ CheckpointMeta make_meta(const JobCheckpointing& job, const TrainPoint& point) {
   m.strategy = job.strategy;
   m.devices = job.devices;
   m.data_position = data::format_position(point.position);
+  m.compute_threads = job.compute_threads;
   m.rng_state =
       point.rng_state.empty() ? nlohmann::json{{"seed", job.train.seed}}.dump() : point.rng_state;
   return m;
@@ -116,6 +117,7 @@ std::optional<TrainPoint> resume_training(MPI_Comm comm, const JobCheckpointing&
   p.step = m.step;
   p.position = data::parse_position(m.data_position);
   p.rng_state = m.rng_state;
+  p.compute_threads = m.compute_threads;
   return p;
 }
 

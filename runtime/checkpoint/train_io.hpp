@@ -27,6 +27,7 @@ struct JobCheckpointing {
   int devices = 1;
   std::filesystem::path job_dir;  // jobs/<job-id>
   int keep_last = 3;
+  int compute_threads = 0;  // threads per rank of this segment, recorded in its checkpoints
 };
 
 // Where training stands after `step` optimizer steps.
@@ -34,6 +35,7 @@ struct TrainPoint {
   std::int64_t step = 0;
   data::LoaderPosition position;  // the training loader's, after the step
   std::string rng_state;          // "" : {"seed": train.seed} (no other stream is drawn from)
+  int compute_threads = 0;        // resume: threads per rank of the run that wrote it (0: unknown)
 };
 
 // Whole tensors of one device's flat buffers (parameters, AdamW m and v over the whole layout).

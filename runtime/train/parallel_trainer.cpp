@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "runtime/backend/cpu/ops.hpp"
 #include "runtime/checkpoint/train_io.hpp"
 #include "runtime/comm/agree.hpp"
 #include "runtime/comm/mpi_communicator.hpp"
@@ -71,8 +72,9 @@ TrainResult train_with_strategy(const TrainJob& job, const TrainOptions& options
   const auto* mpi = dynamic_cast<const comm::MpiCommunicator*>(&comm);
   if (mpi == nullptr && !options.job_dir.empty())
     throw Error("checkpoints need an MPI communicator for the job's ranks");
-  const ckpt::JobCheckpointing ck{
+  ckpt::JobCheckpointing ck{
       job.id, job.model, tc, par.strategy, par.degree, options.job_dir, options.keep_checkpoints};
+  ck.compute_threads = cpu::compute_threads();
   const ckpt::SliceSource source = [&](ckpt::StatePart part) {
     return strategy->export_state(static_cast<parallel::StateKind>(static_cast<int>(part)));
   };
@@ -80,14 +82,18 @@ TrainResult train_with_strategy(const TrainJob& job, const TrainOptions& options
     strategy->import_state(static_cast<parallel::StateKind>(static_cast<int>(part)), slices);
   };
   std::int64_t first_step = 0;
+  int recorded_threads = 0;
   if (options.resume && !options.job_dir.empty()) {
     comm::agree_on(comm, [&] {
       if (const auto p = ckpt::resume_training(mpi->handle(), ck, source, sink)) {
         first_step = p->step;
+        recorded_threads = p->compute_threads;
         train_loader->seek(p->position);
       }
     });
   }
+  const ResumedComputeThreads threads(job, recorded_threads, !options.quiet && rank == 0);
+  ck.compute_threads = threads.threads();
 
   // 4. Rank 0 prepares the output.
   std::ofstream metrics;

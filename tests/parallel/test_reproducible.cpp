@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "parallel_util.hpp"
+#include "runtime/backend/cpu/ops.hpp"
 #include "runtime/checkpoint/checkpoint.hpp"
 #include "runtime/checkpoint/train_io.hpp"
 #include "runtime/comm/agree.hpp"
@@ -220,6 +221,45 @@ TEST(ReproducibleResume, ChangedConfigurationsEndBitIdentical) {
     }
     world().barrier();
   }
+}
+
+// OpenBLAS's GEMMs may depend on the thread count, which `saturn run` derives from cores / ranks:
+// a reproducible job resumed in a run with another count keeps the count its checkpoint
+// recorded, and the previous count is back once the job returns.
+TEST(ReproducibleResume, KeepsTheThreadCountItsCheckpointRecorded) {
+  static SharedData data(tiny_model(Arch::kLlama).vocab_size);
+  if (world().rank() == 0) {
+    const int ambient = cpu::compute_threads();
+    TrainConfig tc = repro_train();
+    tc.checkpoint_every = 3;
+    const TrainJob job{"threads", tiny_model(Arch::kLlama), tc, data.train(), data.val()};
+    const std::filesystem::path whole = run_root() / "threads-whole";
+    const std::filesystem::path cut = run_root() / "threads-cut";
+    std::filesystem::remove_all(whole);
+    std::filesystem::remove_all(cut);
+    TrainOptions opt;
+    opt.quiet = true;
+    cpu::set_compute_threads(1);
+    opt.job_dir = whole;
+    train_single_device(job, opt);
+    opt.job_dir = cut;
+    opt.max_steps = 3;
+    train_single_device(job, opt);
+    const auto meta = ckpt::read_meta(MPI_COMM_SELF, cut / "checkpoints" / "step-00000003.h5");
+    EXPECT_EQ(meta.compute_threads, 1);
+    cpu::set_compute_threads(3);  // this "run" has another count
+    opt.max_steps = -1;
+    opt.resume = true;
+    const TrainResult r = train_single_device(job, opt);
+    EXPECT_EQ(r.steps.size(), 3u);
+    EXPECT_EQ(cpu::compute_threads(), 3);  // restored
+    EXPECT_EQ(ckpt::read_meta(MPI_COMM_SELF, cut / "final.h5").compute_threads, 1);
+    const ModelConfig model = tiny_model(Arch::kLlama);
+    expect_identical(model, read_final(model, cut / "final.h5"),
+                     read_final(model, whole / "final.h5"), "resumed with 3 threads per rank");
+    cpu::set_compute_threads(ambient);
+  }
+  world().barrier();
 }
 
 // Tensor parallelism changes the forward's arithmetic: never offered to a reproducible job, and

@@ -10,20 +10,27 @@
 
 namespace saturn::cpu {
 
+// ---- threads.cpp -----------------------------------------------------------------------------
+// Threads per rank of the kernels' OpenMP loops and of OpenBLAS. Our kernels give the same bits
+// for any count; OpenBLAS's GEMMs need not, so a reproducible job keeps one count (its first
+// checkpoint's) whatever rank count a later run has.
+int compute_threads();
+void set_compute_threads(int threads);
+
 // ---- embedding.cpp ---------------------------------------------------------------------------
 // out[b,t,:] = wte[tokens[b,t],:] (+ wpe[t,:] when wpe != nullptr, GPT-2 learned positions)
-void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
-                       int B, int T, int C);
-void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
-                        int B, int T, int C);
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
+                       int T, int C);
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
+                        int T, int C);
 
 // ---- layernorm.cpp ---------------------------------------------------------------------------
 // mean[N], rstd[N] are saved for backward.
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                        const float* bias, int N, int C, float eps);
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                        const float* inp, const float* weight, const float* mean,
-                        const float* rstd, int N, int C);
+                        const float* inp, const float* weight, const float* mean, const float* rstd,
+                        int N, int C);
 
 // ---- rmsnorm.cpp -----------------------------------------------------------------------------
 void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
@@ -39,9 +46,8 @@ enum class WeightLayout {
 };
 void linear_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
                     int C, int OC, WeightLayout layout);
-void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                     const float* inp, const float* weight, int N, int C, int OC,
-                     WeightLayout layout);
+void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, int N, int C, int OC, WeightLayout layout);
 
 // ---- rotary.cpp ------------------------------------------------------------------------------
 // Rotary position embedding, Hugging Face LLaMA convention (rotate_half: element i pairs with
