@@ -351,6 +351,17 @@ struct Coordinator::Impl {
     solver::Plan np = baseline ? solver::baseline_plan(pr, *baseline, 1, setup.current_practice)
                                : solver::plan_jobs(pr.cluster, pr.jobs, setup.solve);
     initial_solve_time_s = std::chrono::duration<double>(Clock::now() - solve_start).count();
+    if (baseline == solver::Baseline::current_practice && !setup.current_practice.empty())
+      for (std::size_t k = 0; k < np.jobs.size(); ++k) {
+        // No silent substitute: say which jobs current practice could not run as named.
+        const solver::Config& c =
+            pr.jobs[k].configs.at(static_cast<std::size_t>(np.jobs[k].config));
+        if (c.strategy.substr(0, c.strategy.find('[')) != setup.current_practice)
+          log::warn(
+              "current practice: job {} has no {} configuration on a whole node (not "
+              "feasible, or not in the workload's strategies); it runs {} on {} devices",
+              pr.jobs[k].id, setup.current_practice, c.strategy, c.devices);
+      }
     const double t = now();  // the plan's time zero: the moment its solve ended
     solver::check_plan(pr, np);
     for (auto b : {solver::Baseline::current_practice, solver::Baseline::optimus_greedy,

@@ -52,6 +52,14 @@ std::int64_t canonical_micro_batch(const TrainConfig& train) {
   return 1;
 }
 
+std::int64_t eval_rows(const TrainConfig& train) {
+  std::int64_t micro = train.micro_batch_size;
+  if (micro <= 0)
+    for (micro = std::min<std::int64_t>(8, train.batch_size); micro > 1; --micro)
+      if (train.batch_size % micro == 0) break;
+  return std::max<std::int64_t>(train.eval_batches, 1) * std::max<std::int64_t>(micro, 1);
+}
+
 std::int64_t ModelConfig::num_parameters() const {
   const std::int64_t C = d_model, V = vocab_size, F = ffn_dim(), L = n_layer;
   if (arch == Arch::kGpt2) {

@@ -70,6 +70,12 @@ struct TrainConfig {
 // depends on the batch only, never on the degree.
 std::int64_t canonical_micro_batch(const TrainConfig& train);
 
+// Validation rows per evaluation: eval_batches batches of micro_batch_size rows, else of the
+// largest divisor of batch_size that is at most 8 — also for reproducible jobs, whose smaller
+// canonical micro-batch would otherwise shrink the sample, so that val losses of one sweep
+// compare.
+std::int64_t eval_rows(const TrainConfig& train);
+
 const char* arch_name(Arch a);
 // Throws InputError for an unknown name (lists the valid ones).
 Arch parse_arch(const std::string& name);

@@ -5,9 +5,11 @@
 // micro-batch's fp32 gradient is computed by the same code on the same rows, so it is the same
 // everywhere. What differs between configurations is only how those fp32 terms are summed: the
 // order of micro-batches on a rank, which rank holds which, and the reduction across ranks.
-// GradAccumulator adds every term into fp64, where a sum of a few fp32 terms is exact unless
-// their magnitudes differ by more than 2^29, so the order stops mattering; the sum is rounded
-// once to fp32. ExactSquareSum gives the gradient norm (and so the clip factor) exactly,
+// GradAccumulator adds every term into fp64, where a sum of k fp32 terms is exact while they lie
+// within about 2^(29 - log2 k) of each other, so the order stops mattering; the sum is rounded
+// once to fp32. Terms further apart (a token's output row: order 1 where it is a target, 1e-10
+// elsewhere) can leave the fp64 sum order-dependent in its last bit, and the fp32 rounding then
+// flips with probability ~2^-29 per such element (docs/strategies.md, "fp64 sums"). ExactSquareSum gives the gradient norm (and so the clip factor) exactly,
 // whatever the split.
 #pragma once
 

@@ -36,16 +36,6 @@ double run_seconds(const TrainConfig& train, std::int64_t steps, double step_s, 
 
 namespace {
 
-// The trainer's evaluation micro-batch (resolve_micro_batch in runtime/train): the configured
-// size, else the largest divisor of the global batch that is at most 8.
-std::int64_t eval_micro_batch(const TrainConfig& train) {
-  if (train.reproducible) return canonical_micro_batch(train);
-  if (train.micro_batch_size > 0) return train.micro_batch_size;
-  for (std::int64_t b = std::min<std::int64_t>(8, train.batch_size); b > 1; --b)
-    if (train.batch_size % b == 0) return b;
-  return 1;
-}
-
 std::size_t breakdown(const parallel::Estimate& e, const char* tag) {
   const auto it = e.device_breakdown.find(tag);
   return it == e.device_breakdown.end() ? 0 : it->second;
@@ -103,6 +93,9 @@ CostEstimate estimate_cost(const ModelConfig& model, const TrainConfig& train,
 
   // Communication, by the strategy's collective pattern.
   const double overlapped = k.overlap ? 1.0 - cal.overlap : 1.0;
+  // Reproducible ddp and offload reduce their fp64 sums once, after the last micro-batch: no
+  // overlap with the backward, one call.
+  const bool one_reduction = train.reproducible;
   const double bytes = static_cast<double>(e.comm_bytes);
   const double groups = L + 2;  // embeddings, blocks, head: one bucket / gather each
   if (name == "ddp" || name == "tensor" || name == "ddp+tensor") {
@@ -114,9 +107,12 @@ CostEstimate estimate_cost(const ModelConfig& model, const TrainConfig& train,
                   cal.sync_seconds(tp, false, calls);
     }
     const double dp_bytes = std::max(bytes - tp_bytes, 0.0);
-    const double calls =
-        k.bucket_bytes > 0 ? std::ceil(dp_bytes / static_cast<double>(k.bucket_bytes)) : groups;
-    c.comm_s += overlapped * cal.comm_seconds(CollOp::kAllreduce, dp, inter, calls, dp_bytes) +
+    const double calls = one_reduction ? 1.0
+                         : k.bucket_bytes > 0
+                             ? std::ceil(dp_bytes / static_cast<double>(k.bucket_bytes))
+                             : groups;
+    c.comm_s += (one_reduction ? 1.0 : overlapped) *
+                    cal.comm_seconds(CollOp::kAllreduce, dp, inter, calls, dp_bytes) +
                 cal.sync_seconds(dp, inter, 1);  // replicas meet once, at the last bucket
   } else if (name == "fsdp") {
     const int n = config.degree;
@@ -146,9 +142,10 @@ CostEstimate estimate_cost(const ModelConfig& model, const TrainConfig& train,
           cal.comm_seconds(CollOp::kAllreduce, std::max(dp, 2), inter, std::max(calls, 1.0), rest);
     }
   } else if (name == "offload") {
-    c.comm_s +=
-        overlapped * cal.comm_seconds(CollOp::kAllreduce, config.degree, inter, groups, bytes) +
-        cal.sync_seconds(config.degree, inter, 1);
+    c.comm_s += (one_reduction ? 1.0 : overlapped) *
+                    cal.comm_seconds(CollOp::kAllreduce, config.degree, inter,
+                                     one_reduction ? 1.0 : groups, bytes) +
+                cal.sync_seconds(config.degree, inter, 1);
   } else {
     throw InputError(fmt::format("cost model: no communication pattern for strategy '{}'", name));
   }
@@ -174,9 +171,9 @@ CostEstimate estimate_cost(const ModelConfig& model, const TrainConfig& train,
   c.step_s = c.compute_s + c.bubble_s + c.comm_s + c.transfer_s + c.optimizer_s;
 
   // Evaluation: forward only (a third of forward+backward) over eval_batches micro-batches.
-  const double eval_rows = static_cast<double>(train.eval_batches * eval_micro_batch(train));
+  const double rows_evaluated = static_cast<double>(eval_rows(train));
   const double step_rows = static_cast<double>(train.batch_size);
-  c.eval_s = (c.compute_s + c.bubble_s) / 3.0 * eval_rows / step_rows;
+  c.eval_s = (c.compute_s + c.bubble_s) / 3.0 * rows_evaluated / step_rows;
   return c;
 }
 

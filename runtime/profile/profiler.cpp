@@ -186,21 +186,26 @@ class Profiler {
       std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
         return cands_[a].est.step_s < cands_[b].est.step_s;
       });
+      // A candidate selected for measurement: reuse the store's, or try it when this run can.
+      auto measure = [&](std::size_t i, const char* why) {
+        Candidate& c = cands_[i];
+        if (c.measured && !opt_.refresh) {
+          c.status = fmt::format("stored{}", why);
+          ++stats_.trials_reused;
+        } else if (!opt_.trials) {
+          c.status = fmt::format("estimate (trials off){}", why);
+        } else if (!fits(c.config)) {
+          c.status = fmt::format("estimate (more ranks than this run has){}", why);
+        } else {
+          chosen.push_back(i);
+        }
+      };
       int taken = 0;
       for (std::size_t i : order) {
         Candidate& c = cands_[i];
         if (c.current_practice) {
           // Tried whatever the others say: the current-practice baseline runs exactly this.
-          if (c.measured && !opt_.refresh) {
-            c.status = "stored (current practice)";
-            ++stats_.trials_reused;
-          } else if (!opt_.trials) {
-            c.status = "estimate (trials off; current practice)";
-          } else if (!fits(c.config)) {
-            c.status = "estimate (more ranks than this run has; current practice)";
-          } else {
-            chosen.push_back(i);
-          }
+          measure(i, " (current practice)");
           continue;
         }
         // Memory decides nothing when devices have no stated capacity: then only speed ranks.
@@ -218,16 +223,7 @@ class Profiler {
           continue;
         }
         ++taken;
-        if (c.measured && !opt_.refresh) {
-          c.status = "stored";
-          ++stats_.trials_reused;
-        } else if (!opt_.trials) {
-          c.status = "estimate (trials off)";
-        } else if (!fits(c.config)) {
-          c.status = "estimate (more ranks than this run has)";
-        } else {
-          chosen.push_back(i);
-        }
+        measure(i, "");
       }
     }
     std::sort(chosen.begin(), chosen.end());

@@ -114,14 +114,6 @@ data::Batch synthetic_batch(std::int64_t rows, int T, int vocab, std::uint64_t s
   return b;
 }
 
-std::int64_t eval_rows(const TrainConfig& t) {
-  std::int64_t micro = t.micro_batch_size;
-  if (micro <= 0)
-    for (micro = std::min<std::int64_t>(8, t.batch_size); micro > 1; --micro)
-      if (t.batch_size % micro == 0) break;
-  return std::max<std::int64_t>(t.eval_batches, 1) * std::max<std::int64_t>(micro, 1);
-}
-
 double max_over(comm::Communicator& c, double v) {
   c.allreduce(&v, 1, comm::ReduceOp::kMax);
   return v;

@@ -111,7 +111,7 @@ TrainResult train_with_strategy(const TrainJob& job, const TrainOptions& options
 
   const std::int64_t total_steps =
       options.max_steps >= 0 ? std::min(options.max_steps, tc.steps) : tc.steps;
-  const std::int64_t eval_micro = resolve_micro_batch(tc);
+  const std::int64_t evaluated_rows = eval_rows(tc);
   const int T = tc.seq_len;
   if (!options.quiet && rank == 0)
     log::info(
@@ -152,7 +152,7 @@ TrainResult train_with_strategy(const TrainJob& job, const TrainOptions& options
     if ((tc.eval_every > 0 && r.step % tc.eval_every == 0) || last) {
       r.has_val = true;
       val_loader->seek({0, 0});
-      r.val_loss = strategy->evaluate(val_loader->next_batch(tc.eval_batches * eval_micro));
+      r.val_loss = strategy->evaluate(val_loader->next_batch(evaluated_rows));
     }
     r.time_s = seconds_since(t_start);
     result.steps.push_back(r);

@@ -72,15 +72,19 @@ struct Session {
   }
 
   // Mean loss over `batches` micro-batches of validation data, from its start.
-  double evaluate(std::int64_t batches) {
+  // Mean loss over the first `rows` validation rows, in passes of at most `micro` rows.
+  double evaluate(std::int64_t rows) {
     val_loader.seek({0, 0});
     double sum = 0;
     const int T = val_loader.seq_len();
-    for (std::int64_t b = 0; b < batches; ++b) {
-      val_loader.next_batch(micro, inputs.data(), targets.data());
-      sum += model.forward(inputs.data(), targets.data(), static_cast<int>(micro), T);
+    for (std::int64_t r = 0; r < rows; r += micro) {
+      const std::int64_t n = std::min(micro, rows - r);
+      val_loader.next_batch(n, inputs.data(), targets.data());
+      sum += static_cast<double>(
+                 model.forward(inputs.data(), targets.data(), static_cast<int>(n), T)) *
+             static_cast<double>(n);
     }
-    return batches > 0 ? sum / static_cast<double>(batches) : 0.0;
+    return rows > 0 ? sum / static_cast<double>(rows) : 0.0;
   }
 };
 
@@ -224,7 +228,7 @@ TrainResult train_single_device(const TrainJob& job, const TrainOptions& options
     const bool last = step + 1 == total_steps;
     if ((tc.eval_every > 0 && r.step % tc.eval_every == 0) || last) {
       r.has_val = true;
-      r.val_loss = s.evaluate(tc.eval_batches);
+      r.val_loss = s.evaluate(eval_rows(tc));
     }
     r.time_s = seconds_since(t_start);
     result.steps.push_back(r);
