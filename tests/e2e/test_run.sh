@@ -218,6 +218,8 @@ for j in s["jobs"]:
     changed_jobs += not same
 print(f"final weights and optimizer state bit-identical to the uninterrupted run: {same_jobs} "
       f"jobs on one configuration, {changed_jobs} whose configuration changed")
+# The resume on 2 ranks cannot hold the 4-stage pipeline or fsdp x 4: those jobs must have moved.
+assert changed_jobs > 0, "no job changed configuration across the resume: nothing was tested"
 PY
 then ok "resumed run's final weights equal the uninterrupted run's, bit for bit"
 else bad "final weights after resume"; fi
