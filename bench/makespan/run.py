@@ -142,6 +142,7 @@ def main():
             r = {"repeat": rep, "policy": policy, "predicted_s": s["predicted_makespan_s"],
                  "measured_s": s["makespan_s"], "error": s["prediction_error"],
                  "solve_s": s["solve_time_s"], "plans": s["plans"], "trials": trials,
+                 "lower_bound_s": s.get("lower_bound_s", float("nan")),
                  "wall_s": wall, "load_before": load0, "load_after": load(),
                  "configs": configs,
                  "step_error": statistics.median(step_err) if step_err else float("nan")}
@@ -180,6 +181,19 @@ def main():
               f"{med('plans'):.0f} | {med('solve_s'):.2f} |")
     if a.repeat > 1:
         print("(medians over the repeats; ratios are taken within each repeat)")
+    # What any plan could gain here at best: the solver's proven lower bound on the makespan
+    # (from the same profiles) against current practice's predicted makespan.
+    bounds = [(r["lower_bound_s"], c["predicted_s"], c2["predicted_s"])
+              for r in runs if r["policy"] in ("saturn", "saturn-static")
+              for c in runs if c["policy"] == "current-practice" and c["repeat"] == r["repeat"]
+              for c2 in runs if c2["policy"] == "current-practice-fastest"
+              and c2["repeat"] == r["repeat"]]
+    if bounds:
+        lb = statistics.median(b[0] for b in bounds)
+        print(f"lower bound on any plan's makespan (from the profiles): {lb:.1f} s = "
+              f"{statistics.median(b[0] / b[1] for b in bounds):.2f} x current practice's "
+              f"predicted makespan, {statistics.median(b[0] / b[2] for b in bounds):.2f} x "
+              f"the fastest-whole-node variant's")
     if any(r["trials"] != 0 for r in runs):
         print("note: some runs ran trials of their own:",
               [(r["policy"], r["trials"]) for r in runs if r["trials"] != 0])
