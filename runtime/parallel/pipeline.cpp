@@ -19,6 +19,19 @@ int grad_tag(int micro) {
   return 2 * micro + 1;
 }
 
+// The stage's gradient reductions, on fp32 gradients or on reproducible mode's fp64 sums:
+// GPT-2's tied embedding (the first stage's embedding gradient plus the last stage's head
+// gradient, on both), then across the data-parallel replicas of the stage.
+template <typename T>
+void reduce_stage(comm::Communicator* tie, comm::Communicator* dp, bool first_stage, T* grads,
+                  std::size_t n, T* wte, std::size_t wte_n) {
+  if (tie != nullptr) tie->allreduce(first_stage ? grads : wte, wte_n, comm::ReduceOp::kSum);
+  if (dp != nullptr) {
+    dp->allreduce(grads, n, comm::ReduceOp::kSum);
+    if (wte != nullptr) dp->allreduce(wte, wte_n, comm::ReduceOp::kSum);
+  }
+}
+
 }  // namespace
 
 PipelineStrategy::PipelineStrategy(StrategySpec spec, std::string name, int stages)
@@ -415,28 +428,14 @@ StepResult PipelineStrategy::train_step(const data::Batch& batch, std::int64_t s
 }
 
 void PipelineStrategy::reduce_grads() {
-  // GPT-2's tied embedding: the first stage's embedding gradient plus the last stage's head
-  // gradient, on both.
-  if (tie_comm_) {
-    float* g = stage_ == 0 ? grads_.data() : wte_grads_.data();
-    tie_comm_->allreduce(g, wte_size_, comm::ReduceOp::kSum);
-  }
-  if (dp_ > 1) {
-    dp_comm_->allreduce(grads_.data(), grads_.size(), comm::ReduceOp::kSum);
-    if (tied_copy_) dp_comm_->allreduce(wte_grads_.data(), wte_size_, comm::ReduceOp::kSum);
-  }
+  reduce_stage(tie_comm_.get(), dp_ > 1 ? dp_comm_.get() : nullptr, stage_ == 0, grads_.data(),
+               grads_.size(), tied_copy_ ? wte_grads_.data() : nullptr, wte_size_);
 }
 
 // Reproducible mode: the same reductions on the fp64 sums, then the one rounding to fp32.
 void PipelineStrategy::reproducible_reduce() {
-  if (tie_comm_) {
-    double* g = stage_ == 0 ? acc_.data() : wte_acc_.data();
-    tie_comm_->allreduce(g, wte_size_, comm::ReduceOp::kSum);
-  }
-  if (dp_ > 1) {
-    dp_comm_->allreduce(acc_.data(), acc_.size(), comm::ReduceOp::kSum);
-    if (tied_copy_) dp_comm_->allreduce(wte_acc_.data(), wte_size_, comm::ReduceOp::kSum);
-  }
+  reduce_stage(tie_comm_.get(), dp_ > 1 ? dp_comm_.get() : nullptr, stage_ == 0, acc_.data(),
+               acc_.size(), tied_copy_ ? wte_acc_.data() : nullptr, wte_size_);
   ScopedTimer compute(stats_.compute_s);
   acc_.round_to(grads_.data(), 0, grads_.size());
   acc_.zero();
