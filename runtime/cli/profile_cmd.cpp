@@ -104,9 +104,7 @@ int run_profile(const ProfileArgs& a) {
     std::fputs(text.c_str(), stdout);
     return kExitOk;
   } catch (const comm::AgreedFailure& e) {
-    if (rank != 0) return e.exit_code();
-    if (e.exit_code() == kExitBadInput) throw InputError(e.what());
-    throw Error(e.what());
+    return comm::report_agreed_failure(*world, e);
   } catch (const std::exception&) {
     // Failures after the agreed input checks are the same on every rank (the profiler decides
     // identically everywhere): rank 0 reports.

@@ -71,9 +71,7 @@ int bind_rank_device(const RunArgs& a) {
 #endif
     });
   } catch (const comm::AgreedFailure& e) {
-    if (world->rank() != 0) return e.exit_code();
-    if (e.exit_code() == kExitBadInput) throw InputError(e.what());
-    throw Error(e.what());
+    return comm::report_agreed_failure(*world, e);
   }
   return kExitOk;
 }

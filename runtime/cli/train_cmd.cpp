@@ -93,9 +93,7 @@ int run_parallel(const TrainArgs& a) {
     if (rank == 0) log::info("metrics: {}", (opt.job_dir / "metrics.jsonl").string());
     return kExitOk;
   } catch (const comm::AgreedFailure& e) {
-    if (rank != 0) return e.exit_code();
-    if (e.exit_code() == kExitBadInput) throw InputError(e.what());
-    throw Error(e.what());
+    return comm::report_agreed_failure(*world, e);
   } catch (const std::exception& e) {
     // A failure after set-up, possibly on this rank alone: the others may be inside a
     // collective, so the whole job stops here.

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <vector>
 
 namespace saturn::comm {
@@ -50,6 +51,15 @@ void agree(Communicator& comm, const std::exception_ptr& local) {
   for (std::size_t i = 0; i < chars.size(); ++i) text[i] = static_cast<char>(chars[i]);
   if (comm.size() > 1 && failed_here < comm.size()) text = fmt::format("rank {}: {}", origin, text);
   throw AgreedFailure(text, origin_code, origin);
+}
+
+int report_agreed_failure(Communicator& comm, const AgreedFailure& failure) {
+  if (comm.rank() == 0) {
+    std::fprintf(stderr, "saturn: error: %s\n", failure.what());
+    std::fflush(stderr);
+  }
+  comm.barrier();
+  return failure.exit_code();
 }
 
 }  // namespace saturn::comm

@@ -30,6 +30,13 @@ class AgreedFailure : public Error {
 // "rank R: " when the communicator has several ranks and not all of them failed alike).
 void agree(Communicator& comm, const std::exception_ptr& local);
 
+// The end of a command after an agreed failure: rank 0 prints "saturn: error: MESSAGE" (as the
+// executable's main() prints errors), then the ranks meet, then each returns the exit code.
+// Collective. Meeting first matters: mpirun stops the whole job at the first non-zero exit,
+// which could kill rank 0 before its message is out (seen in CI: an out-of-memory refusal that
+// printed only mpirun's abort notice).
+int report_agreed_failure(Communicator& comm, const AgreedFailure& failure);
+
 // Runs f() and agrees on its outcome (see agree).
 template <typename F>
 void agree_on(Communicator& comm, F&& f) {

@@ -207,9 +207,7 @@ int run_batch(const RunOptions& options) {
     profiling_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - profile_start).count();
   } catch (const comm::AgreedFailure& e) {
-    if (rank != 0) return e.exit_code();
-    if (e.exit_code() == kExitBadInput) throw InputError(e.what());
-    throw Error(e.what());
+    return comm::report_agreed_failure(*world, e);
   }
 
   MPI_Comm control = MPI_COMM_NULL;
