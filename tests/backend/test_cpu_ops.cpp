@@ -915,5 +915,39 @@ TEST(CpuOps, DeterministicForAnyThreadCount) {
   }
 }
 
+// The norms' backward with fewer row blocks than threads (a small micro-batch) computes the input
+// gradient in a row-parallel loop of its own: the same bits as one thread, for every output.
+TEST(CpuOps, NormBackwardWithFewRowsMatchesOneThread) {
+  const int N = 40, C = 48;  // one block of rows
+  Random rng(21);
+  const Vec x = rng.vec(static_cast<std::size_t>(N) * C), w = rng.vec(C), b = rng.vec(C),
+            dout = rng.vec(static_cast<std::size_t>(N) * C);
+  auto run = [&] {
+    Vec y(x.size()), mean(N), rstd(N), dx(x.size(), 0.0f), dw(C, 0.0f), db(C, 0.0f);
+    layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C,
+                      1e-5f);
+    layernorm_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(),
+                       mean.data(), rstd.data(), N, C);
+    Vec ry(x.size()), rr(N), rdx(x.size(), 0.0f), rdw(C, 0.0f);
+    rmsnorm_forward(ry.data(), rr.data(), x.data(), w.data(), N, C, 1e-5f);
+    rmsnorm_backward(rdx.data(), rdw.data(), dout.data(), x.data(), w.data(), rr.data(), N, C);
+    Vec dx_only(x.size(), 0.0f);  // input gradient alone
+    layernorm_backward(dx_only.data(), nullptr, nullptr, dout.data(), x.data(), w.data(),
+                       mean.data(), rstd.data(), N, C);
+    return std::vector<Vec>{dx, dw, db, rdx, rdw, dx_only};
+  };
+  std::vector<Vec> one, three;
+  {
+    ThreadCount threads(1);
+    one = run();
+  }
+  {
+    ThreadCount threads(3);
+    three = run();
+  }
+  for (std::size_t i = 0; i < one.size(); ++i) EXPECT_TRUE(bit_equal(one[i], three[i])) << i;
+  EXPECT_TRUE(bit_equal(one[0], one[5]));  // with or without the weight gradients
+}
+
 }  // namespace
 }  // namespace saturn::cpu

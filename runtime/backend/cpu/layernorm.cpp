@@ -47,8 +47,36 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
   // (ranks with different OMP_NUM_THREADS, or a job resumed at another degree, agree).
   const std::ptrdiff_t blocks = (N + detail::kNormRowBlock - 1) / detail::kNormRowBlock;
   std::vector<float> partial(params ? static_cast<std::size_t>(blocks) * 2 * C : 0, 0.0f);
+  // dinp rows are independent: with fewer blocks than threads they get their own row-parallel
+  // loop (the same bits), so a small micro-batch does not leave threads idle.
+  const bool rows_apart = dinp != nullptr && blocks < omp_get_max_threads();
+  auto input_grad_row = [&](std::ptrdiff_t n) {
+    const float* x = inp + static_cast<std::size_t>(n) * C;
+    const float* g = dout + static_cast<std::size_t>(n) * C;
+    const float m = mean[n];
+    const float s = rstd[n];
+    float sum_dn = 0.0f, sum_dn_norm = 0.0f;
+#pragma omp simd reduction(+ : sum_dn, sum_dn_norm)
+    for (int c = 0; c < C; ++c) {
+      const float dn = weight[c] * g[c];
+      sum_dn += dn;
+      sum_dn_norm += dn * (x[c] - m) * s;
+    }
+    const float mean_dn = sum_dn * inv_c;
+    const float mean_dn_norm = sum_dn_norm * inv_c;
+    float* dx = dinp + static_cast<std::size_t>(n) * C;
+#pragma omp simd
+    for (int c = 0; c < C; ++c) {
+      const float norm = (x[c] - m) * s;
+      dx[c] += (weight[c] * g[c] - mean_dn - norm * mean_dn_norm) * s;
+    }
+  };
 #pragma omp parallel
   {
+    if (rows_apart) {
+#pragma omp for schedule(static)
+      for (std::ptrdiff_t n = 0; n < N; ++n) input_grad_row(n);
+    }
 #pragma omp for schedule(static)
     for (std::ptrdiff_t blk = 0; blk < blocks; ++blk) {
       float* pw = params ? partial.data() + static_cast<std::size_t>(blk) * 2 * C : nullptr;
@@ -59,23 +87,7 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
         const float* g = dout + static_cast<std::size_t>(n) * C;
         const float m = mean[n];
         const float s = rstd[n];
-        if (dinp != nullptr) {
-          float sum_dn = 0.0f, sum_dn_norm = 0.0f;
-#pragma omp simd reduction(+ : sum_dn, sum_dn_norm)
-          for (int c = 0; c < C; ++c) {
-            const float dn = weight[c] * g[c];
-            sum_dn += dn;
-            sum_dn_norm += dn * (x[c] - m) * s;
-          }
-          const float mean_dn = sum_dn * inv_c;
-          const float mean_dn_norm = sum_dn_norm * inv_c;
-          float* dx = dinp + static_cast<std::size_t>(n) * C;
-#pragma omp simd
-          for (int c = 0; c < C; ++c) {
-            const float norm = (x[c] - m) * s;
-            dx[c] += (weight[c] * g[c] - mean_dn - norm * mean_dn_norm) * s;
-          }
-        }
+        if (dinp != nullptr && !rows_apart) input_grad_row(n);
         if (params) {
 #pragma omp simd
           for (int c = 0; c < C; ++c) {
