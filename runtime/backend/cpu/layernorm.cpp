@@ -41,16 +41,7 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
                         const float* inp, const float* weight, const float* mean, const float* rstd,
                         int N, int C) {
   const float inv_c = 1.0f / static_cast<float>(C);
-  const bool params = dweight != nullptr || dbias != nullptr;
-  // dweight/dbias sum over rows: each block of kNormRowBlock rows is summed into its own partial
-  // and the partials are added in block order, so the result is the same for any thread count
-  // (ranks with different OMP_NUM_THREADS, or a job resumed at another degree, agree).
-  const std::ptrdiff_t blocks = (N + detail::kNormRowBlock - 1) / detail::kNormRowBlock;
-  std::vector<float> partial(params ? static_cast<std::size_t>(blocks) * 2 * C : 0, 0.0f);
-  // dinp rows are independent: with fewer blocks than threads they get their own row-parallel
-  // loop (the same bits), so a small micro-batch does not leave threads idle.
-  const bool rows_apart = dinp != nullptr && blocks < omp_get_max_threads();
-  auto input_grad_row = [&](std::ptrdiff_t n) {
+  auto input_row = [&](std::ptrdiff_t n) {
     const float* x = inp + static_cast<std::size_t>(n) * C;
     const float* g = dout + static_cast<std::size_t>(n) * C;
     const float m = mean[n];
@@ -71,45 +62,24 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
       dx[c] += (weight[c] * g[c] - mean_dn - norm * mean_dn_norm) * s;
     }
   };
-#pragma omp parallel
-  {
-    if (rows_apart) {
-#pragma omp for schedule(static)
-      for (std::ptrdiff_t n = 0; n < N; ++n) input_grad_row(n);
-    }
-#pragma omp for schedule(static)
-    for (std::ptrdiff_t blk = 0; blk < blocks; ++blk) {
-      float* pw = params ? partial.data() + static_cast<std::size_t>(blk) * 2 * C : nullptr;
-      float* pb = params ? pw + C : nullptr;
-      const std::ptrdiff_t end = std::min<std::ptrdiff_t>(N, (blk + 1) * detail::kNormRowBlock);
-      for (std::ptrdiff_t n = blk * detail::kNormRowBlock; n < end; ++n) {
-        const float* x = inp + static_cast<std::size_t>(n) * C;
-        const float* g = dout + static_cast<std::size_t>(n) * C;
-        const float m = mean[n];
-        const float s = rstd[n];
-        if (dinp != nullptr && !rows_apart) input_grad_row(n);
-        if (params) {
+  // Partials: dweight in [0, C), dbias in [C, 2C).
+  auto param_row = [&](std::ptrdiff_t n, float* p) {
+    const float* x = inp + static_cast<std::size_t>(n) * C;
+    const float* g = dout + static_cast<std::size_t>(n) * C;
+    const float m = mean[n];
+    const float s = rstd[n];
 #pragma omp simd
-          for (int c = 0; c < C; ++c) {
-            pw[c] += g[c] * (x[c] - m) * s;
-            pb[c] += g[c];
-          }
-        }
-      }
+    for (int c = 0; c < C; ++c) {
+      p[c] += g[c] * (x[c] - m) * s;
+      p[C + c] += g[c];
     }
-    if (params) {
-#pragma omp for schedule(static)
-      for (int c = 0; c < C; ++c) {
-        float w = 0.0f, b = 0.0f;
-        for (std::ptrdiff_t blk = 0; blk < blocks; ++blk) {
-          w += partial[static_cast<std::size_t>(blk) * 2 * C + c];
-          b += partial[static_cast<std::size_t>(blk) * 2 * C + C + c];
-        }
-        if (dweight != nullptr) dweight[c] += w;
-        if (dbias != nullptr) dbias[c] += b;
-      }
-    }
-  }
+  };
+  auto add = [&](std::ptrdiff_t i, float sum) {
+    float* out = i < C ? dweight : dbias;
+    if (out != nullptr) out[i < C ? i : i - C] += sum;
+  };
+  detail::row_blocks_backward(N, 2 * C, dinp != nullptr, dweight != nullptr || dbias != nullptr,
+                              input_row, param_row, add);
 }
 
 }  // namespace saturn::cpu

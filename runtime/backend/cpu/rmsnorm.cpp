@@ -27,13 +27,7 @@ void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* wei
 void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                       const float* weight, const float* rstd, int N, int C) {
   const float inv_c = 1.0f / static_cast<float>(C);
-  // As in layernorm_backward: partials of dweight per block of rows, added in block order.
-  const std::ptrdiff_t blocks = (N + detail::kNormRowBlock - 1) / detail::kNormRowBlock;
-  std::vector<float> partial(dweight != nullptr ? static_cast<std::size_t>(blocks) * C : 0, 0.0f);
-  // dinp rows are independent: with fewer blocks than threads they get their own row-parallel
-  // loop (the same bits), so a small micro-batch does not leave threads idle.
-  const bool rows_apart = dinp != nullptr && blocks < omp_get_max_threads();
-  auto input_grad_row = [&](std::ptrdiff_t n) {
+  auto input_row = [&](std::ptrdiff_t n) {
     const float* x = inp + static_cast<std::size_t>(n) * C;
     const float* g = dout + static_cast<std::size_t>(n) * C;
     const float s = rstd[n];
@@ -46,37 +40,15 @@ void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const floa
 #pragma omp simd
     for (int c = 0; c < C; ++c) dx[c] += s * weight[c] * g[c] - k * x[c];
   };
-#pragma omp parallel
-  {
-    if (rows_apart) {
-#pragma omp for schedule(static)
-      for (std::ptrdiff_t n = 0; n < N; ++n) input_grad_row(n);
-    }
-#pragma omp for schedule(static)
-    for (std::ptrdiff_t blk = 0; blk < blocks; ++blk) {
-      float* pw = dweight != nullptr ? partial.data() + static_cast<std::size_t>(blk) * C : nullptr;
-      const std::ptrdiff_t end = std::min<std::ptrdiff_t>(N, (blk + 1) * detail::kNormRowBlock);
-      for (std::ptrdiff_t n = blk * detail::kNormRowBlock; n < end; ++n) {
-        const float* x = inp + static_cast<std::size_t>(n) * C;
-        const float* g = dout + static_cast<std::size_t>(n) * C;
-        const float s = rstd[n];
-        if (dinp != nullptr && !rows_apart) input_grad_row(n);
-        if (pw != nullptr) {
+  auto param_row = [&](std::ptrdiff_t n, float* pw) {
+    const float* x = inp + static_cast<std::size_t>(n) * C;
+    const float* g = dout + static_cast<std::size_t>(n) * C;
+    const float s = rstd[n];
 #pragma omp simd
-          for (int c = 0; c < C; ++c) pw[c] += g[c] * (x[c] * s);
-        }
-      }
-    }
-    if (dweight != nullptr) {
-#pragma omp for schedule(static)
-      for (int c = 0; c < C; ++c) {
-        float w = 0.0f;
-        for (std::ptrdiff_t blk = 0; blk < blocks; ++blk)
-          w += partial[static_cast<std::size_t>(blk) * C + c];
-        dweight[c] += w;
-      }
-    }
-  }
+    for (int c = 0; c < C; ++c) pw[c] += g[c] * (x[c] * s);
+  };
+  detail::row_blocks_backward(N, C, dinp != nullptr, dweight != nullptr, input_row, param_row,
+                              [&](std::ptrdiff_t c, float sum) { dweight[c] += sum; });
 }
 
 }  // namespace saturn::cpu
