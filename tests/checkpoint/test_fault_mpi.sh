@@ -8,12 +8,7 @@
 set -uo pipefail
 tool="$1"
 mpiexec="$2"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-passed=0
-failed=0
-ok() { echo "ok: $1"; passed=$((passed + 1)); }
-bad() { echo "FAIL: $1"; failed=$((failed + 1)); }
+source "$(dirname "$0")/../lib.sh"
 run() { timeout 120 "$mpiexec" -n "$1" --oversubscribe --allow-run-as-root "${@:2}"; }
 
 for case in "2 1" "4 0"; do
@@ -48,5 +43,4 @@ for case in "2 1" "4 0"; do
     || bad "np $np: save after crash"
 done
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish
