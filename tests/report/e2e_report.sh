@@ -11,13 +11,10 @@ mode="$1"
 saturn="$2"
 dir="$3"
 py=/usr/bin/python3
-passed=0
-failed=0
-ok() { echo "ok: $1"; passed=$((passed + 1)); }
-bad() { echo "FAIL: $1"; failed=$((failed + 1)); }
-finish() {
-  echo "$passed passed, $failed failed"
-  [ "$failed" -eq 0 ]
+source "$(dirname "$0")/../lib.sh"
+# Each mode ends where it reports.
+end_mode() {
+  finish
   exit
 }
 
@@ -98,15 +95,15 @@ YAML
     ok "status of a missing directory: exit 2, names it"
   else bad "status of a missing directory: rc=$rc $err"; fi
   rm -rf "$work"
-  finish
+  end_mode
 fi
 
 [ "$mode" = html ] || { echo "usage: $0 run|html SATURN_EXE RUN_DIR" >&2; exit 2; }
-[ -f "$dir/summary.json" ] || { bad "no run in $dir (the e2e_report_run test makes it)"; finish; }
+[ -f "$dir/summary.json" ] || { bad "no run in $dir (the e2e_report_run test makes it)"; end_mode; }
 chromium=$(command -v chromium || command -v chromium-browser)
 if [ -z "$chromium" ]; then
   bad "chromium not found: install Debian's chromium package (scripts/install-deps.sh --tests)"
-  finish
+  end_mode
 fi
 "$saturn" report --help | grep -q -- "-o,--output" && ok "report --help" || bad "report --help"
 err=$("$saturn" report "$dir/jobs" 2>&1)
@@ -118,7 +115,7 @@ html="$dir/report.html"
 rm -f "$html"
 if "$saturn" report "$dir" && [ -s "$html" ]; then ok "saturn report wrote $html"; else
   bad "saturn report"
-  finish
+  end_mode
 fi
 # -o writes the same page elsewhere (the run has ended: nothing in it depends on the clock).
 if "$saturn" report "$dir" -o "$dir/copy.html" >/dev/null && cmp -s "$html" "$dir/copy.html"; then
