@@ -20,11 +20,7 @@ end_mode() {
 
 if [ "$mode" = run ]; then
   rm -rf "$dir"
-  work="$dir.work"
-  rm -rf "$work"
-  mkdir -p "$work"
-  for i in $(seq 1 40); do cat /usr/share/common-licenses/BSD; done > "$work/text.txt"
-  "$saturn" data prepare --input "$work/text.txt" --output "$work/data" >/dev/null || bad "data prepare"
+  prepare_data "$saturn" 40 || bad "data prepare"
   cat > "$work/sweep.yaml" <<YAML
 name: report-e2e
 data: {train: data/train.bin, val: data/val.bin}
