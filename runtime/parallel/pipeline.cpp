@@ -262,6 +262,7 @@ void PipelineStrategy::setup(comm::Communicator& comm, MemoryPool& device, Memor
   grads_.zero();
   tied_copy_ = gpt2 && p_ > 1 && stage_ == p_ - 1;
   wte_size_ = layout.tensors()[0].numel;
+  embed_end_ = stage_ == 0 ? layout.group_end(-1) : 0;
   if (tied_copy_) {
     wte_params_ = Buffer<float>(device, wte_size_, "parameters");
     wte_grads_ = Buffer<float>(device, wte_size_, "gradients");
@@ -345,7 +346,7 @@ void PipelineStrategy::backward_micro(int i, int slot, float dloss) {
     // last stage holds a copy (p > 1) or the embedding itself (p = 1).
     if (repro && tied_copy_) wte_acc_.flush(wte_grads_.data(), 0, wte_size_);
     if (repro && spec_.model.arch == Arch::kGpt2 && p_ == 1)
-      acc_.flush(grads_.data(), 0, ParameterLayout(spec_.model).group_end(-1));
+      acc_.flush(grads_.data(), 0, embed_end_);
   } else {
     pp_comm_->recv(m.dresidual(), NC, stage_ + 1, grad_tag(i));
   }

@@ -75,6 +75,7 @@ class PipelineStrategy : public Strategy {
   std::unique_ptr<AdamW> opt_;
   bool tied_copy_ = false;  // GPT-2 last stage (p > 1): its own copy of the token embedding
   std::size_t wte_size_ = 0;
+  std::size_t embed_end_ = 0;  // end of the embedding group in this stage's buffers (stage 0)
   Buffer<float> wte_params_, wte_grads_;
   std::unique_ptr<AdamW> wte_opt_;
   GradAccumulator acc_, wte_acc_;  // reproducible mode: grads_ and wte_grads_ in fp64
