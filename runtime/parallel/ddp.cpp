@@ -129,8 +129,7 @@ StepResult DdpStrategy::train_step(const data::Batch& batch, std::int64_t step) 
     reproducible_micro_batches(batch, rows, dloss, &loss_sum);
     if (dp_ > 1) dp_comm_->allreduce(acc_.data(), acc_.size(), comm::ReduceOp::kSum);
     ScopedTimer compute(stats_.compute_s);
-    acc_.round_to(m.grads(), 0, m.num_params());
-    acc_.zero();
+    acc_.round_and_reset(m.grads());
   } else {
     for (std::int64_t k = 0; k < accum; ++k) {
       copy_rows(batch, rows.begin + k * micro_, micro_, micro_, inputs_.data(), targets_.data());

@@ -382,8 +382,7 @@ StepResult FsdpStrategy::train_step(const data::Batch& batch, std::int64_t step)
   if (repro_) {
     {
       ScopedTimer compute(stats_.compute_s);
-      acc_.round_to(grads_.data(), 0, grads_.size());
-      acc_.zero();
+      acc_.round_and_reset(grads_.data());
     }
     ExactSquareSum exact;
     exact.add(grads_.data(), grads_.size());

@@ -147,7 +147,7 @@ float OffloadStrategy::micro_step(const std::int32_t* tokens, const std::int32_t
   if (tied_) unload(-1);
   if (!backward) return loss;
   // Reproducible mode: the tied embedding's classifier part is its own term (parallel/repro.hpp).
-  if (tied_ && spec_.train.reproducible) acc_.flush(grads_.data(), 0, wte);
+  if (tied_ && spec_.train.reproducible) acc_.flush(grads_.data(), wte);
   if (reduce) buckets_->group_done(*comm_, grads_.data(), L);
   for (int l = L - 1; l >= 0; --l) {
     load(l, true);
@@ -162,7 +162,7 @@ float OffloadStrategy::micro_step(const std::int32_t* tokens, const std::int32_t
   m.embed_backward();
   unload(-1);
   if (reduce) buckets_->group_done(*comm_, grads_.data(), -1);
-  if (spec_.train.reproducible) acc_.flush(grads_.data(), 0, grads_.size());
+  if (spec_.train.reproducible) acc_.flush(grads_.data(), grads_.size());
   return loss;
 }
 
@@ -189,8 +189,7 @@ StepResult OffloadStrategy::train_step(const data::Batch& batch, std::int64_t st
   if (tc.reproducible) {
     if (size_ > 1) comm_->allreduce(acc_.data(), acc_.size(), comm::ReduceOp::kSum);
     ScopedTimer compute(stats_.compute_s);
-    acc_.round_to(grads_.data(), 0, grads_.size());
-    acc_.zero();
+    acc_.round_and_reset(grads_.data());
     ExactSquareSum exact;
     exact.add(grads_.data(), grads_.size());
     sq = exact.value();

@@ -344,9 +344,8 @@ void PipelineStrategy::backward_micro(int i, int slot, float dloss) {
     m.head_backward(dloss);
     // Reproducible mode: the tied embedding's classifier part is its own term, whether the
     // last stage holds a copy (p > 1) or the embedding itself (p = 1).
-    if (repro && tied_copy_) wte_acc_.flush(wte_grads_.data(), 0, wte_size_);
-    if (repro && spec_.model.arch == Arch::kGpt2 && p_ == 1)
-      acc_.flush(grads_.data(), 0, embed_end_);
+    if (repro && tied_copy_) wte_acc_.flush(wte_grads_.data(), wte_size_);
+    if (repro && spec_.model.arch == Arch::kGpt2 && p_ == 1) acc_.flush(grads_.data(), embed_end_);
   } else {
     pp_comm_->recv(m.dresidual(), NC, stage_ + 1, grad_tag(i));
   }
@@ -354,7 +353,7 @@ void PipelineStrategy::backward_micro(int i, int slot, float dloss) {
     ScopedTimer busy(stats_.busy_s);
     for (int l = m.end_layer() - 1; l >= m.first_layer(); --l) m.block_backward(l);
     if (stage_ == 0) m.embed_backward();
-    if (repro) acc_.flush(grads_.data(), 0, grads_.size());
+    if (repro) acc_.flush(grads_.data(), grads_.size());
   }
   if (stage_ > 0) {
     grad_send_req_.wait();
@@ -438,11 +437,9 @@ void PipelineStrategy::reproducible_reduce() {
   reduce_stage(tie_comm_.get(), dp_ > 1 ? dp_comm_.get() : nullptr, stage_ == 0, acc_.data(),
                acc_.size(), tied_copy_ ? wte_acc_.data() : nullptr, wte_size_);
   ScopedTimer compute(stats_.compute_s);
-  acc_.round_to(grads_.data(), 0, grads_.size());
-  acc_.zero();
+  acc_.round_and_reset(grads_.data());
   if (tied_copy_) {
-    wte_acc_.round_to(wte_grads_.data(), 0, wte_size_);
-    wte_acc_.zero();
+    wte_acc_.round_and_reset(wte_grads_.data());
   }
 }
 

@@ -15,15 +15,16 @@ GradAccumulator::GradAccumulator(MemoryPool& pool, std::size_t n)
   acc_.zero();
 }
 
-void GradAccumulator::flush(float* g, std::size_t offset, std::size_t n) {
-  double* a = acc_.data() + offset;
+void GradAccumulator::flush(float* g, std::size_t n) {
+  double* a = acc_.data();
   for (std::size_t i = 0; i < n; ++i) a[i] += static_cast<double>(g[i]);
   std::memset(g, 0, n * sizeof(float));
 }
 
-void GradAccumulator::round_to(float* out, std::size_t offset, std::size_t n) const {
-  const double* a = acc_.data() + offset;
-  for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<float>(a[i]);
+void GradAccumulator::round_and_reset(float* out) {
+  const double* a = acc_.data();
+  for (std::size_t i = 0; i < acc_.size(); ++i) out[i] = static_cast<float>(a[i]);
+  acc_.zero();
 }
 
 void reproducible_backward(GptModel& model, float dloss, GradAccumulator& acc) {
@@ -31,11 +32,11 @@ void reproducible_backward(GptModel& model, float dloss, GradAccumulator& acc) {
   model.head_backward(dloss);
   if (model.config().arch == Arch::kGpt2) {
     const std::size_t e = model.layout().group_end(-1);
-    acc.flush(g, 0, e);
+    acc.flush(g, e);
   }
   for (int l = model.end_layer() - 1; l >= model.first_layer(); --l) model.block_backward(l);
   model.embed_backward();
-  acc.flush(g, 0, model.num_params());
+  acc.flush(g, model.num_params());
 }
 
 void ExactSquareSum::add(const float* x, std::size_t n) {

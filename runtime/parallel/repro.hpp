@@ -9,8 +9,8 @@
 // within about 2^(29 - log2 k) of each other, so the order stops mattering; the sum is rounded
 // once to fp32. Terms further apart (a token's output row: order 1 where it is a target, 1e-10
 // elsewhere) can leave the fp64 sum order-dependent in its last bit, and the fp32 rounding then
-// flips with probability ~2^-29 per such element (docs/strategies.md, "fp64 sums"). ExactSquareSum gives the gradient norm (and so the clip factor) exactly,
-// whatever the split.
+// flips with probability ~2^-29 per such element (docs/strategies.md, "fp64 sums"). ExactSquareSum
+// gives the gradient norm (and so the clip factor) exactly, whatever the split.
 #pragma once
 
 #include <array>
@@ -33,12 +33,11 @@ class GradAccumulator {
 
   std::size_t size() const { return acc_.size(); }
   double* data() { return acc_.data(); }
-  void zero() { acc_.zero(); }
-  // acc[offset + i] += g[i] for i < n, then g[i] = 0 (the fp32 buffer is ready for the next
-  // term).
-  void flush(float* g, std::size_t offset, std::size_t n);
-  // out[i] = fp32(acc[offset + i]) for i < n: the one rounding of the step.
-  void round_to(float* out, std::size_t offset, std::size_t n) const;
+  // acc[i] += g[i] for i < n, then g[i] = 0 (the fp32 buffer is ready for the next term).
+  void flush(float* g, std::size_t n);
+  // out[i] = fp32(acc[i]) for every element: the one rounding of the step; then the
+  // accumulator is zeroed for the next step.
+  void round_and_reset(float* out);
 
  private:
   Buffer<double> acc_;

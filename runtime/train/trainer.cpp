@@ -201,8 +201,7 @@ TrainResult train_single_device(const TrainJob& job, const TrainOptions& options
     if (tc.reproducible) {
       // The fp64 sum of the micro-batch terms, rounded once; its norm exactly (as every
       // strategy computes them, see parallel/repro.hpp).
-      s.acc.round_to(s.model.grads(), 0, s.model.num_params());
-      s.acc.zero();
+      s.acc.round_and_reset(s.model.grads());
       parallel::ExactSquareSum sq;
       sq.add(s.model.grads(), s.model.num_params());
       grad_norm = std::sqrt(sq.value());
