@@ -1,4 +1,5 @@
-// The `saturn` executable: one binary, subcommands as in DESIGN.md's command-line contract.
+// The `saturn` program: one binary, subcommands as in DESIGN.md's command-line contract.
+// main_entry.cpp calls it (saturn; saturn_emu with the emulated CUDA backend).
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
@@ -8,7 +9,7 @@
 #include "runtime/cli/commands.hpp"
 #include "runtime/core/error.hpp"
 
-int main(int argc, char** argv) {
+int saturn::cli::run_main(int argc, char** argv) {
   CLI::App app{
       "Saturn: train a batch of large models at once, choosing each job's parallel "
       "strategy, devices and start time to minimise the batch's makespan."};

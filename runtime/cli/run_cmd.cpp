@@ -9,7 +9,7 @@
 
 #include "launch/binding.hpp"
 #include "launch/self_launch.hpp"
-#include "runtime/backend/cuda/device_info.hpp"
+#include "runtime/backend/cuda_provider.hpp"
 #include "runtime/cli/commands.hpp"
 #include "runtime/comm/agree.hpp"
 #include "runtime/comm/mpi_communicator.hpp"
@@ -49,26 +49,16 @@ int bind_rank_device(const RunArgs& a) {
   b.allow_oversubscribe = a.oversubscribe_devices;
   try {
     comm::agree_on(*world, [&] {
-#ifdef SATURN_HAVE_CUDA
-      if (b.kind == launch::DeviceKind::kCuda) {
-        const cuda::DeviceQuery q = cuda::query_devices();
-        b.physical_count = q.error.empty() ? static_cast<int>(q.devices.size()) : -1;
-      }
-#endif
+      std::string why;
+      const int count = b.kind == launch::DeviceKind::kCuda ? cuda_device_count(&why) : 0;
+      if (b.kind == launch::DeviceKind::kCuda) b.physical_count = count > 0 ? count : -1;
       launch::bind_device(MPI_COMM_WORLD, launch::current_environment(), b);
-      // The CUDA binding is real (and tested under Slurm); the CUDA kernels exist, but the
-      // training loop, checkpoints and strategies do not drive them yet (docs/cuda.md).
-      if (b.kind != launch::DeviceKind::kCuda) return;
-#ifdef SATURN_HAVE_CUDA
-      throw InputError(
-          "--device cuda: every rank has its GPU (see the 'device:' lines), but `saturn run` "
-          "does not drive the CUDA backend yet (the training loop, checkpoints and strategies "
-          "run on the CPU model; see docs/cuda.md); use --device cpu");
-#else
-      throw InputError(
-          "--device cuda: this build has no CUDA backend (nvcc was not found when it was "
-          "configured; see INSTALL.md); use --device cpu");
-#endif
+      // Binding reads the launcher's view (CUDA_VISIBLE_DEVICES, Slurm); training needs a GPU
+      // this process can really use, which is checked here, before the run directory exists.
+      if (b.kind == launch::DeviceKind::kCuda && count == 0)
+        throw InputError(
+            fmt::format("--device cuda: no usable CUDA device in this process ({}): {}",
+                        cuda_backend_name(), why));
     });
   } catch (const comm::AgreedFailure& e) {
     return comm::report_agreed_failure(*world, e);
@@ -107,6 +97,7 @@ int run_run(RunArgs a, int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   if (a.np > 0 && size != a.np)
     throw InputError(fmt::format("--np {} but this launcher started {} ranks", a.np, size));
+  a.options.device = parse_device_kind(a.device);
   const int code = bind_rank_device(a);
   return code == kExitOk ? exec::run_batch(a.options) : code;
 }

@@ -7,18 +7,14 @@
 #include <memory>
 #include <vector>
 
-#include "runtime/checkpoint/mpi_env.hpp"
+#include "runtime/backend/device.hpp"
 #include "runtime/cli/commands.hpp"
 #include "runtime/comm/agree.hpp"
 #include "runtime/comm/mpi_communicator.hpp"
-#ifdef SATURN_HAVE_CUDA
-#include "runtime/backend/cuda/device_info.hpp"
-#endif
 #include "runtime/core/error.hpp"
 #include "runtime/core/log.hpp"
 #include "runtime/parallel/strategy.hpp"
 #include "runtime/train/parallel_trainer.hpp"
-#include "runtime/train/trainer.hpp"
 #include "runtime/workload/workload.hpp"
 
 namespace saturn::cli {
@@ -54,10 +50,10 @@ const JobSpec& pick_job(const Workload& w, const TrainArgs& a) {
                                a.workload, w.jobs.size(), ids));
 }
 
-// One job under a parallel strategy on every rank of MPI_COMM_WORLD. Every failure before
-// training is agreed by all ranks; rank 0 reports it (exit 2 for bad input, infeasible
+// One job on every rank of MPI_COMM_WORLD (one rank for --strategy single). Every failure
+// before training is agreed by all ranks; rank 0 reports it (exit 2 for bad input, infeasible
 // configurations and out-of-memory), the other ranks exit with the same code silently.
-int run_parallel(const TrainArgs& a) {
+int run_job(const TrainArgs& a) {
   const comm::MpiSession mpi;
   auto world = comm::MpiCommunicator::world();
   const int rank = world->rank();
@@ -75,6 +71,7 @@ int run_parallel(const TrainArgs& a) {
       w = load_workload(a.workload);
       const JobSpec& spec = pick_job(w, a);
       job = TrainJob{spec.id, spec.model, spec.train, w.train_data, w.val_data};
+      opt.device = parse_device_kind(a.device);
       opt.device_capacity = parse_bytes(a.memory, "--memory");
       opt.max_steps = a.max_steps;
       opt.quiet = a.quiet || rank != 0;
@@ -105,60 +102,23 @@ int run_parallel(const TrainArgs& a) {
 }
 
 int run_train(const TrainArgs& a) {
-  if (a.device == "cuda") {
-#ifdef SATURN_HAVE_CUDA
-    const auto q = cuda::query_devices();
-    if (q.devices.empty()) throw InputError(fmt::format("--device cuda: {}", q.error));
-    // The CUDA backend and model exist (runtime/backend/cuda, CudaGptModel; bench_engine
-    // --device cuda trains with them) but the training loop, checkpoints and strategies still
-    // run on the CPU model: see docs/cuda.md.
-    throw InputError(
-        fmt::format("--device cuda: {} CUDA device(s) found ({}), but `saturn train` does not "
-                    "drive the CUDA backend yet (the loop, checkpoints and strategies run on the "
-                    "CPU model; see docs/cuda.md); use --device cpu",
-                    q.devices.size(), q.devices.front().name));
-#else
-    throw InputError(
-        "--device cuda: this build has no CUDA backend (nvcc was not found when it "
-        "was configured; see INSTALL.md)");
-#endif
+  if (a.strategy == "single") {
+    if (a.degree > 1)
+      throw InputError(
+          fmt::format("--strategy single trains on one device; --degree {} needs a "
+                      "parallel strategy ({})",
+                      a.degree, strategy_list()));
+    if (comm::launched_with_several_ranks()) {
+      if (comm::launcher_rank() > 0) return kExitBadInput;  // rank 0 reports it, once
+      throw InputError(
+          fmt::format("--strategy single trains on one device, but this process was "
+                      "started as one of several MPI ranks; pick a parallel strategy "
+                      "({}) with --degree equal to the number of ranks",
+                      strategy_list()));
+    }
+    if (!a.knobs.empty()) throw InputError("--knob applies to parallel strategies only");
   }
-  if (a.strategy != "single") return run_parallel(a);
-  if (a.degree > 1)
-    throw InputError(
-        fmt::format("--strategy single trains on one device; --degree {} needs a "
-                    "parallel strategy ({})",
-                    a.degree, strategy_list()));
-  if (comm::launched_with_several_ranks()) {
-    if (comm::launcher_rank() > 0) return kExitBadInput;  // rank 0 reports it, once
-    throw InputError(
-        fmt::format("--strategy single trains on one device, but this process was "
-                    "started as one of several MPI ranks; pick a parallel strategy "
-                    "({}) with --degree equal to the number of ranks",
-                    strategy_list()));
-  }
-  if (!a.knobs.empty()) throw InputError("--knob applies to parallel strategies only");
-  const Workload w = load_workload(a.workload);
-  const JobSpec* spec = &pick_job(w, a);
-  TrainJob job{spec->id, spec->model, spec->train, w.train_data, w.val_data};
-  TrainOptions opt;
-  opt.device_capacity = parse_bytes(a.memory, "--memory");
-  opt.max_steps = a.max_steps;
-  opt.quiet = a.quiet;
-  opt.resume = a.resume;
-  opt.keep_checkpoints = a.keep_checkpoints;
-  const std::filesystem::path run_dir =
-      a.run_dir.empty() ? std::filesystem::path("runs") / w.name : std::filesystem::path(a.run_dir);
-  // Everything that can be wrong with the input is found before the run directory is touched.
-  check_trainable(job, opt);
-  std::filesystem::create_directories(run_dir);
-  std::filesystem::copy_file(a.workload, run_dir / "workload.yaml",
-                             std::filesystem::copy_options::overwrite_existing);
-  opt.job_dir = run_dir / "jobs" / job.id;
-  const ckpt::MpiGuard mpi;  // checkpoints use parallel HDF5, on MPI_COMM_SELF here
-  train_single_device(job, opt);
-  log::info("metrics: {}", (opt.job_dir / "metrics.jsonl").string());
-  return kExitOk;
+  return run_job(a);
 }
 
 }  // namespace
@@ -178,7 +138,10 @@ void add_train_command(CLI::App& root, Action* action) {
                   "Strategy knob KEY=VALUE, repeatable: micro_batch_size, micro_batches, "
                   "schedule=gpipe|1f1b, stages, tensor_degree, recompute, bucket_bytes, overlap, "
                   "prefetch, balance, device_capacity, host_capacity");
-  cmd->add_option("--device", args->device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--device", args->device,
+                  "cpu or cuda: the backend every rank trains on (cuda: the rank's GPU; exit 2 "
+                  "with the reason when none is usable)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--run-dir", args->run_dir, "Run directory (default: runs/<workload name>)");
   cmd->add_option("--memory", args->memory,
                   "Device memory capacity, e.g. 2GiB (0: unlimited); exceeding it is a clean "

@@ -4,21 +4,10 @@
 
 #include <cstring>
 
+#include "runtime/backend/device.hpp"
 #include "runtime/core/error.hpp"
 
 namespace saturn::comm {
-
-std::size_t dtype_size(DType type) {
-  switch (type) {
-    case DType::kFloat32:
-    case DType::kInt32:
-      return 4;
-    case DType::kFloat64:
-    case DType::kInt64:
-      return 8;
-  }
-  return 0;
-}
 
 const char* reduce_op_name(ReduceOp op) {
   switch (op) {
@@ -133,17 +122,25 @@ Request Communicator::irecv(void* data, std::size_t count, DType type, int sourc
 
 std::unique_ptr<Communicator> SelfCommunicator::split(int color, int /*key*/) {
   if (color < 0) return nullptr;
-  return std::make_unique<SelfCommunicator>();
+  return std::make_unique<SelfCommunicator>(device_);
+}
+
+void SelfCommunicator::move(void* dst, const void* src, std::size_t bytes) {
+  if (dst == src || bytes == 0) return;
+  if (device_ != nullptr)
+    device_->copy(dst, src, bytes);
+  else
+    std::memmove(dst, src, bytes);
 }
 
 void SelfCommunicator::do_reduce_scatter(const void* send, void* recv, std::size_t recv_count,
                                          DType type, ReduceOp /*op*/) {
-  if (send != recv) std::memmove(recv, send, recv_count * dtype_size(type));
+  move(recv, send, recv_count * dtype_size(type));
 }
 
 void SelfCommunicator::do_all_gather(const void* send, void* recv, std::size_t send_count,
                                      DType type) {
-  if (send != recv) std::memmove(recv, send, send_count * dtype_size(type));
+  move(recv, send, send_count * dtype_size(type));
 }
 
 void SelfCommunicator::do_broadcast(void*, std::size_t, DType, int root) {

@@ -15,32 +15,22 @@
 #include <memory>
 #include <string>
 
+#include "runtime/core/dtype.hpp"
+
+namespace saturn {
+class Device;
+}
+
 namespace saturn::comm {
 
-enum class DType { kFloat32, kFloat64, kInt32, kInt64 };
+// Element types (bf16 included) are the runtime's (runtime/core/dtype.hpp).
+using saturn::DType;
+using saturn::dtype_of;
+using saturn::dtype_size;
+
 enum class ReduceOp { kSum, kAvg, kMax, kMin };
 
-std::size_t dtype_size(DType type);
 const char* reduce_op_name(ReduceOp op);
-
-template <typename T>
-constexpr DType dtype_of();
-template <>
-constexpr DType dtype_of<float>() {
-  return DType::kFloat32;
-}
-template <>
-constexpr DType dtype_of<double>() {
-  return DType::kFloat64;
-}
-template <>
-constexpr DType dtype_of<std::int32_t>() {
-  return DType::kInt32;
-}
-template <>
-constexpr DType dtype_of<std::int64_t>() {
-  return DType::kInt64;
-}
 
 // What one communicator did since it was created or last reset. `seconds` is wall time spent
 // inside blocking calls, starting non-blocking ones and waiting on their requests: the
@@ -219,9 +209,11 @@ class Communicator {
 };
 
 // A communicator of one rank (no transport): every collective is a copy or a no-op. Lets a
-// strategy at degree 1 run without MPI, and tests run strategies in one process.
+// strategy at degree 1 run without MPI, and tests run strategies in one process. Its copies
+// go through `device` when one is given (buffers in device memory), else they are host memcpy.
 class SelfCommunicator final : public Communicator {
  public:
+  explicit SelfCommunicator(Device* device = nullptr) : device_(device) {}
   int rank() const override { return 0; }
   int size() const override { return 1; }
   std::string describe() const override { return "self (1 rank)"; }
@@ -247,6 +239,10 @@ class SelfCommunicator final : public Communicator {
                                         int tag) override;
   std::unique_ptr<RequestImpl> do_irecv(void* data, std::size_t count, DType type, int source,
                                         int tag) override;
+
+ private:
+  void move(void* dst, const void* src, std::size_t bytes);
+  Device* device_;
 };
 
 }  // namespace saturn::comm

@@ -22,12 +22,62 @@ MPI_Datatype mpi_type(DType t) {
       return MPI_INT32_T;
     case DType::kInt64:
       return MPI_INT64_T;
+    case DType::kBFloat16:
+      return MPI_UINT16_T;  // moved as bits; reductions use the bf16 operators below
   }
   return MPI_DATATYPE_NULL;
 }
 
+// MPI knows no bfloat16: reductions of bf16 buffers use operators that compute each element in
+// fp32 and round once, as a GPU's bf16 collective does.
+template <typename F>
+void bf16_reduce(void* in, void* inout, int* len, F&& f) {
+  const auto* a = static_cast<const BFloat16*>(in);
+  auto* b = static_cast<BFloat16*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = to_bfloat16(f(to_float(a[i]), to_float(b[i])));
+}
+void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  bf16_reduce(in, inout, len, [](float x, float y) { return x + y; });
+}
+void bf16_max(void* in, void* inout, int* len, MPI_Datatype*) {
+  bf16_reduce(in, inout, len, [](float x, float y) { return x > y ? x : y; });
+}
+void bf16_min(void* in, void* inout, int* len, MPI_Datatype*) {
+  bf16_reduce(in, inout, len, [](float x, float y) { return x < y ? x : y; });
+}
+
+MPI_Op bf16_op(ReduceOp op) {
+  // Created once, after MPI_Init (the first bf16 reduction), commutative.
+  static const MPI_Op sum = [] {
+    MPI_Op o = MPI_OP_NULL;
+    MPI_Op_create(&bf16_sum, 1, &o);
+    return o;
+  }();
+  static const MPI_Op max = [] {
+    MPI_Op o = MPI_OP_NULL;
+    MPI_Op_create(&bf16_max, 1, &o);
+    return o;
+  }();
+  static const MPI_Op min = [] {
+    MPI_Op o = MPI_OP_NULL;
+    MPI_Op_create(&bf16_min, 1, &o);
+    return o;
+  }();
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg:
+      return sum;
+    case ReduceOp::kMax:
+      return max;
+    case ReduceOp::kMin:
+      return min;
+  }
+  return MPI_OP_NULL;
+}
+
 // MPI has no average: sum, then scale on completion.
-MPI_Op mpi_op(ReduceOp op) {
+MPI_Op mpi_op(ReduceOp op, DType type) {
+  if (type == DType::kBFloat16) return bf16_op(op);
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kAvg:
@@ -48,11 +98,16 @@ void scale(void* data, std::size_t count, DType type, double factor) {
   } else if (type == DType::kFloat64) {
     auto* p = static_cast<double*>(data);
     for (std::size_t i = 0; i < count; ++i) p[i] *= factor;
+  } else if (type == DType::kBFloat16) {
+    auto* p = static_cast<BFloat16*>(data);
+    const auto f = static_cast<float>(factor);
+    for (std::size_t i = 0; i < count; ++i) p[i] = to_bfloat16(to_float(p[i]) * f);
   }
 }
 
 void require_float_for_avg(ReduceOp op, DType type) {
-  if (op == ReduceOp::kAvg && type != DType::kFloat32 && type != DType::kFloat64)
+  if (op == ReduceOp::kAvg && type != DType::kFloat32 && type != DType::kFloat64 &&
+      type != DType::kBFloat16)
     throw Error("ReduceOp::kAvg needs a floating-point type");
 }
 
@@ -157,10 +212,16 @@ std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
   return adopt(out);
 }
 
+std::unique_ptr<MpiCommunicator> MpiCommunicator::duplicate() const {
+  MPI_Comm out = MPI_COMM_NULL;
+  check(MPI_Comm_dup(comm_, &out), "MPI_Comm_dup");
+  return adopt(out);
+}
+
 void MpiCommunicator::do_allreduce(void* data, std::size_t count, DType type, ReduceOp op) {
   require_float_for_avg(op, type);
   check(MPI_Allreduce(MPI_IN_PLACE, data, count_of(count, "MPI_Allreduce"), mpi_type(type),
-                      mpi_op(op), comm_),
+                      mpi_op(op, type), comm_),
         "MPI_Allreduce");
   if (op == ReduceOp::kAvg) scale(data, count, type, 1.0 / size_);
 }
@@ -169,7 +230,7 @@ void MpiCommunicator::do_reduce_scatter(const void* send, void* recv, std::size_
                                         DType type, ReduceOp op) {
   require_float_for_avg(op, type);
   check(MPI_Reduce_scatter_block(send, recv, count_of(recv_count, "MPI_Reduce_scatter_block"),
-                                 mpi_type(type), mpi_op(op), comm_),
+                                 mpi_type(type), mpi_op(op, type), comm_),
         "MPI_Reduce_scatter_block");
   if (op == ReduceOp::kAvg) scale(recv, recv_count, type, 1.0 / size_);
 }
@@ -213,7 +274,7 @@ std::unique_ptr<RequestImpl> MpiCommunicator::do_iallreduce(void* data, std::siz
   auto r = std::make_unique<MpiRequest>(fmt::format("MPI_Iallreduce on {}", describe()),
                                         std::move(done));
   check(MPI_Iallreduce(MPI_IN_PLACE, data, count_of(count, "MPI_Iallreduce"), mpi_type(type),
-                       mpi_op(op), comm_, r->handle()),
+                       mpi_op(op, type), comm_, r->handle()),
         "MPI_Iallreduce");
   return r;
 }
@@ -230,7 +291,7 @@ std::unique_ptr<RequestImpl> MpiCommunicator::do_ireduce_scatter(const void* sen
   auto r = std::make_unique<MpiRequest>(fmt::format("MPI_Ireduce_scatter_block on {}", describe()),
                                         std::move(done));
   check(MPI_Ireduce_scatter_block(send, recv, count_of(recv_count, "MPI_Ireduce_scatter_block"),
-                                  mpi_type(type), mpi_op(op), comm_, r->handle()),
+                                  mpi_type(type), mpi_op(op, type), comm_, r->handle()),
         "MPI_Ireduce_scatter_block");
   return r;
 }

@@ -24,6 +24,9 @@ class MpiCommunicator final : public Communicator {
   int size() const override { return size_; }
   std::string describe() const override;
   std::unique_ptr<Communicator> split(int color, int key) override;
+  // A communicator of the same ranks with its own context (MPI_Comm_dup): its messages never
+  // match this one's.
+  std::unique_ptr<MpiCommunicator> duplicate() const;
   MPI_Comm handle() const { return comm_; }
 
  protected:

@@ -3,6 +3,8 @@
 // thread) while every rank — rank 0 too — trains the job segments it is given.
 #pragma once
 
+#include "runtime/backend/device.hpp"
+
 #include <filesystem>
 #include <string>
 
@@ -27,6 +29,7 @@ struct RunOptions {
   // whole-node configuration). Named explicitly, or implied by policy current-practice ("fsdp",
   // the paper's), its whole-node configuration of every job shape is tried and offered.
   std::string current_practice;
+  DeviceKind device = DeviceKind::kCpu;  // the backend every rank trains (and profiles) on
   bool replan = true;             // false: execute the first plan as made (no introspection)
   double replan_interval_s = -1;  // > 0 overrides the workload's introspection interval
 };

@@ -9,8 +9,8 @@
 
 namespace saturn {
 
-ParameterLayout::ParameterLayout(const ModelConfig& c, int tp_size)
-    : tp_size_(tp_size), arch_(c.arch) {
+ParameterLayout::ParameterLayout(const ModelConfig& c, int tp_size, std::size_t align)
+    : tp_size_(tp_size), align_(align < 1 ? 1 : align), arch_(c.arch) {
   if (tp_size < 1) throw InputError(fmt::format("tensor-parallel degree {} must be >= 1", tp_size));
   if (c.n_head % tp_size != 0)
     throw InputError(fmt::format(
@@ -75,6 +75,8 @@ ParameterLayout::ParameterLayout(const ModelConfig& c, int tp_size)
 }
 
 void ParameterLayout::close_group() {
+  // The next group starts aligned; the gap is padding no tensor covers (kept zero).
+  total_ = (total_ + align_ - 1) / align_ * align_;
   group_begin_.push_back(total_);
   group_tensor_.push_back(tensors_.size());
 }

@@ -6,6 +6,12 @@
 // and MLP columns are split (Megatron), so some tensors hold 1/tp of the canonical tensor. Each
 // tensor records how its local block maps onto the canonical tensor (split_dim, split_parts);
 // canonical_boxes() turns that into boxes for checkpoints and initialisation.
+//
+// A backend may ask for aligned groups (BackendTraits::param_align): each group then starts at
+// a multiple of `align` elements and the gaps are padding that belongs to no tensor. The same
+// layout addresses host and device buffers, so DDP slices, FSDP shards and gradient buckets
+// are the same ranges everywhere. Tensors inside a group stay adjacent (LLaMA's q, k and v
+// weights are one GEMM operand).
 #pragma once
 
 #include <cstddef>
@@ -43,12 +49,14 @@ struct BlockTensors {
 class ParameterLayout {
  public:
   // tp_size > 1: the local layout of one tensor-parallel rank; n_head and ffn_dim() must be
-  // divisible by tp_size (InputError otherwise).
-  explicit ParameterLayout(const ModelConfig& config, int tp_size = 1);
+  // divisible by tp_size (InputError otherwise). align: elements each group starts at a
+  // multiple of (1: no padding, the canonical flat layout).
+  explicit ParameterLayout(const ModelConfig& config, int tp_size = 1, std::size_t align = 1);
 
   const std::vector<ParamTensor>& tensors() const { return tensors_; }
   std::size_t total() const { return total_; }
   int tp_size() const { return tp_size_; }
+  std::size_t align() const { return align_; }
   int num_groups() const { return static_cast<int>(group_begin_.size()) - 1; }  // L + 2
   // [begin, end) in floats of a group: -1 embeddings, 0..L-1 blocks, L final norm + head.
   std::size_t group_begin(int group) const { return group_begin_[group + 1]; }
@@ -71,6 +79,7 @@ class ParameterLayout {
   std::vector<std::size_t> group_tensor_;  // size L+3
   std::size_t total_ = 0;
   int tp_size_ = 1;
+  std::size_t align_ = 1;
   Arch arch_;
 };
 

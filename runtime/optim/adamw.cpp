@@ -4,7 +4,6 @@
 #include <cmath>
 #include <numbers>
 
-#include "runtime/backend/cpu/ops.hpp"
 
 namespace saturn {
 
@@ -29,14 +28,15 @@ float clip_scale(double grad_norm, double max_norm) {
 }
 
 AdamW::AdamW(const OptimizerConfig& config, const ParameterLayout& layout, std::size_t begin,
-             std::size_t end, MemoryPool& pool)
+             std::size_t end, Device& device)
     : config_(config),
+      device_(&device),
       begin_(begin),
       end_(end),
-      m_(pool, end - begin, "optimizer state"),
-      v_(pool, end - begin, "optimizer state") {
-  m_.zero();
-  v_.zero();
+      m_(device.memory(), end - begin, "optimizer state"),
+      v_(device.memory(), end - begin, "optimizer state") {
+  device.zero(m_.data(), m_.bytes());
+  device.zero(v_.data(), v_.bytes());
   for (const auto& t : layout.tensors()) {
     const std::size_t b = std::max(t.offset, begin), e = std::min(t.offset + t.numel, end);
     if (b >= e) continue;
@@ -49,18 +49,21 @@ AdamW::AdamW(const OptimizerConfig& config, const ParameterLayout& layout, std::
   }
 }
 
-void AdamW::step(float* params, const float* grads, double lr, float grad_scale,
+void AdamW::step(float* master, void* weights, const float* grads, double lr, float grad_scale,
                  std::int64_t step) {
+  const DType wt = device_->traits().weights;
+  const bool separate = weights != nullptr && weights != static_cast<void*>(master);
   for (const auto& s : segments_) {
-    cpu::AdamWParams p{};
+    AdamWStep p{};
     p.lr = static_cast<float>(lr);
     p.beta1 = static_cast<float>(config_.beta1);
     p.beta2 = static_cast<float>(config_.beta2);
     p.eps = static_cast<float>(config_.eps);
     p.weight_decay = s.decay ? static_cast<float>(config_.weight_decay) : 0.0f;
     p.step = static_cast<int>(step);
-    cpu::adamw_update(params + s.begin, grads + s.begin, m_.data() + s.begin, v_.data() + s.begin,
-                      s.end - s.begin, p, grad_scale);
+    device_->adamw_update(master + s.begin, separate ? advance(weights, wt, s.begin) : nullptr,
+                          grads + s.begin, m_.data() + s.begin, v_.data() + s.begin,
+                          s.end - s.begin, p, grad_scale);
   }
 }
 

@@ -1,11 +1,14 @@
 // AdamW over a flat parameter buffer (or a shard of one), with decoupled weight decay only on
 // the tensors the layout marks for decay, global-norm clipping and the learning-rate schedule.
+// The moments live on a device and the update is that device's kernel (Device::adamw_update),
+// so one optimizer serves every backend, and an element range serves FSDP's shards.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
+#include "runtime/backend/device.hpp"
 #include "runtime/core/memory.hpp"
 #include "runtime/model/config.hpp"
 #include "runtime/model/parameters.hpp"
@@ -22,13 +25,16 @@ float clip_scale(double grad_norm, double max_norm);
 
 class AdamW {
  public:
-  // Moments for the elements [begin, end) of the flat layout (the whole model, or a shard).
+  // Moments for the elements [begin, end) of the flat layout (the whole model, or a shard), in
+  // `device`'s memory (zeroed); padding between groups is never updated.
   AdamW(const OptimizerConfig& config, const ParameterLayout& layout, std::size_t begin,
-        std::size_t end, MemoryPool& pool);
+        std::size_t end, Device& device);
 
-  // One update of params[begin,end) from grads[begin,end); both point at element `begin`.
+  // One update of master[begin,end) from grads[begin,end); both point at element `begin`, as
+  // does `weights`, the kernels' copy refreshed in the same pass (null or == master: none).
   // grad_scale multiplies the gradients (clipping). step is 1-based.
-  void step(float* params, const float* grads, double lr, float grad_scale, std::int64_t step);
+  void step(float* master, void* weights, const float* grads, double lr, float grad_scale,
+            std::int64_t step);
 
   float* m() { return m_.data(); }
   float* v() { return v_.data(); }
@@ -41,6 +47,7 @@ class AdamW {
     bool decay;
   };
   OptimizerConfig config_;
+  Device* device_;
   std::size_t begin_, end_;
   std::vector<Segment> segments_;
   Buffer<float> m_, v_;

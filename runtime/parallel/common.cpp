@@ -76,8 +76,19 @@ void SliceSet::add_local_tensor(const ParamTensor& t, int tp_rank, int segment, 
     e.cols = b.cols;
     e.stride = b.local_cols;
     if (!b.contiguous()) e.staging.resize(static_cast<std::size_t>(b.rows * b.cols));
-    entries_.push_back(std::move(e));
+    add(std::move(e));
   }
+}
+
+bool SliceSet::staged(const Entry& e) const {
+  return !e.staging.empty();
+}
+
+void SliceSet::add(Entry e) {
+  if (device_ == nullptr) throw Error("SliceSet used without a device");
+  if (!device_->memory().host_accessible() && e.staging.empty())
+    e.staging.resize(static_cast<std::size_t>(e.rows * e.cols));
+  entries_.push_back(std::move(e));
 }
 
 void SliceSet::add_flat_range(const ParamTensor& t, std::size_t begin, std::size_t end, int segment,
@@ -98,7 +109,7 @@ void SliceSet::add_flat_range(const ParamTensor& t, std::size_t begin, std::size
     e.rows = 1;
     e.cols = n;
     e.stride = n;
-    entries_.push_back(std::move(e));
+    add(std::move(e));
   };
   if (t.canonical_shape.size() == 1) {
     push({static_cast<std::int64_t>(begin)}, {static_cast<std::int64_t>(end - begin)}, begin);
@@ -125,13 +136,18 @@ void SliceSet::add_flat_range(const ParamTensor& t, std::size_t begin, std::size
 StateSlices SliceSet::export_from(const std::vector<float*>& segments) {
   StateSlices out;
   out.reserve(entries_.size());
+  std::vector<float> span;
   for (auto& e : entries_) {
     float* src = segments.at(static_cast<std::size_t>(e.segment)) + e.offset;
-    if (e.staging.empty()) {
+    if (!staged(e)) {
       e.slice.data = src;
     } else {
+      // One copy of the box's whole span (rows `stride` apart), then its columns on the host.
+      const std::size_t len = static_cast<std::size_t>((e.rows - 1) * e.stride + e.cols);
+      span.resize(len);
+      device_->download(span.data(), src, len * sizeof(float));
       for (std::int64_t r = 0; r < e.rows; ++r)
-        std::memcpy(e.staging.data() + r * e.cols, src + r * e.stride,
+        std::memcpy(e.staging.data() + r * e.cols, span.data() + r * e.stride,
                     static_cast<std::size_t>(e.cols) * sizeof(float));
       e.slice.data = e.staging.data();
     }
@@ -157,15 +173,27 @@ void SliceSet::import_into(const std::vector<float*>& segments, const StateSlice
     float* dst = segments.at(static_cast<std::size_t>(e.segment)) + e.offset;
     if (s.data == dst) continue;  // filled in place
     for (std::int64_t r = 0; r < e.rows; ++r)
-      std::memmove(dst + r * e.stride, s.data + r * e.cols,
-                   static_cast<std::size_t>(e.cols) * sizeof(float));
+      device_->upload(dst + r * e.stride, s.data + r * e.cols,
+                      static_cast<std::size_t>(e.cols) * sizeof(float));
   }
 }
 
-double sum_squares(const float* x, std::size_t n) {
-  double s = 0;
-  for (std::size_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
-  return s;
+DeviceSum::DeviceSum(Device& device) : device_(&device), value_(device.memory(), 1, "loss sum") {
+  reset();
+}
+
+void DeviceSum::reset() {
+  device_->zero(value_.data(), value_.bytes());
+}
+
+void DeviceSum::add(const float* x, double weight) {
+  device_->add_scaled(value_.data(), x, weight);
+}
+
+double DeviceSum::read() {
+  double v = 0;
+  device_->download(&v, value_.data(), sizeof v);
+  return v;
 }
 
 double block_flops_per_token(const ModelConfig& c, int seq_len) {
@@ -191,8 +219,8 @@ Estimate& infeasible(Estimate& e, const std::string& reason) {
 void check_capacity(Estimate& e, const Knobs& knobs, const std::string& what) {
   if (knobs.device_capacity > 0 && e.device_bytes > knobs.device_capacity)
     infeasible(
-        e, fmt::format("out of memory: {} needs {} of device memory on its busiest rank, "
-                       "more than the {} available (device_capacity)",
+        e, fmt::format("out of memory: {} needs {} of device memory at its peak on the busiest "
+                       "rank, more than the {} available (device_capacity)",
                        what, format_bytes(e.device_bytes), format_bytes(knobs.device_capacity)));
   if (knobs.host_capacity > 0 && e.host_bytes > knobs.host_capacity)
     infeasible(e, fmt::format("out of memory: {} needs {} of host memory per rank, more than the "
@@ -203,6 +231,14 @@ void check_capacity(Estimate& e, const Knobs& knobs, const std::string& what) {
 bool check_common(Estimate& e, const StrategySpec& spec, int replicas) {
   if (spec.degree < 1) {
     infeasible(e, fmt::format("degree {} must be >= 1", spec.degree));
+    return false;
+  }
+  if (spec.train.reproducible && spec.backend != DeviceKind::kCpu) {
+    // The GPU kernels sum parameter gradients with fp32 atomics, whose rounding differs run to
+    // run; a deterministic GPU mode is future work (docs/cuda.md).
+    infeasible(e, fmt::format("reproducible mode (reproducible: true) runs on the CPU backend "
+                              "only; the {} kernels are not deterministic yet",
+                              device_kind_name(spec.backend)));
     return false;
   }
   try {

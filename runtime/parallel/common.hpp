@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/backend/device.hpp"
+#include "runtime/core/memory.hpp"
 #include "runtime/data/loader.hpp"
 #include "runtime/model/config.hpp"
 #include "runtime/model/parameters.hpp"
@@ -36,9 +38,13 @@ void copy_rows(const data::Batch& batch, std::int64_t row, std::int64_t n, std::
 
 // Canonical slices of a rank's storage, built once at set-up. Storage is addressed as segments
 // (e.g. one flat buffer, or one buffer per parameter group) so the same description serves
-// parameters, AdamW m and AdamW v, which have equal layouts in separate buffers.
+// parameters, AdamW m and AdamW v, which have equal layouts in separate buffers. The storage is
+// `device`'s memory: where the host cannot read it, slices are staged through host copies
+// (export downloads, import uploads); where it can (the CPU), they point into it.
 class SliceSet {
  public:
+  SliceSet() = default;
+  explicit SliceSet(Device& device) : device_(&device) {}
   // Every canonical box of a local (possibly tensor-parallel) tensor whose first element is
   // `offset` floats into segment `segment`. Blocks that are not contiguous in local storage
   // (GPT-2's fused q|k|v columns) are exported through staging copies.
@@ -62,13 +68,27 @@ class SliceSet {
     int segment = 0;
     std::size_t offset = 0;  // of the block's first element
     std::int64_t rows = 1, cols = 1, stride = 1;
-    std::vector<float> staging;  // non-contiguous blocks only
+    std::vector<float> staging;  // non-contiguous blocks, and every block of device memory
   };
+  void add(Entry e);
+  bool staged(const Entry& e) const;
+  Device* device_ = nullptr;
   std::vector<Entry> entries_;
 };
 
-// Sum of squares of n floats in double.
-double sum_squares(const float* x, std::size_t n);
+// A running sum of double scalars in device memory (a step's losses), added to without waiting
+// for the device; read() downloads it.
+class DeviceSum {
+ public:
+  DeviceSum() = default;
+  explicit DeviceSum(Device& device);
+  void reset();                                // to 0
+  void add(const float* x, double weight);     // += double(*x) * weight, x a device scalar
+  double read();                               // waits
+ private:
+  Device* device_ = nullptr;
+  Buffer<double> value_;
+};
 
 // Forward+backward FLOPs per token of one block (matrix products and attention) and of the
 // head; used for stage balancing and estimates.

@@ -11,12 +11,13 @@
 #include <string>
 #include <vector>
 
-#include "runtime/model/gpt.hpp"
+#include "runtime/model/model.hpp"
 #include "runtime/optim/adamw.hpp"
 #include "runtime/parallel/common.hpp"
 #include "runtime/parallel/grad_buckets.hpp"
 #include "runtime/parallel/repro.hpp"
 #include "runtime/parallel/strategy.hpp"
+#include "runtime/parallel/tokens.hpp"
 
 namespace saturn::parallel {
 
@@ -26,7 +27,7 @@ class DdpStrategy : public Strategy {
   DdpStrategy(StrategySpec spec, std::string name, int tp = 1);
   std::string name() const override { return name_; }
   Estimate estimate() const override;
-  void setup(comm::Communicator& comm, MemoryPool& device, MemoryPool& host) override;
+  void setup(comm::CommPair& comms, Device& device, MemoryPool& host) override;
   StepResult train_step(const data::Batch& batch, std::int64_t step) override;
   double evaluate(const data::Batch& batch) override;
   StateSlices export_state(StateKind kind) override;
@@ -37,21 +38,22 @@ class DdpStrategy : public Strategy {
 
  private:
   ModelOptions model_options(int tp_rank) const;
-  void reproducible_micro_batches(const data::Batch& batch, const RowRange& rows, float dloss,
-                                  double* loss_sum);
+  double grad_square_sum();
   std::vector<float*> segments(StateKind kind);
 
   std::string name_;
   int tp_ = 1, dp_ = 1;
   int tp_rank_ = 0, dp_rank_ = 0;
   std::int64_t micro_ = 0;
-  std::unique_ptr<comm::Communicator> tp_comm_, dp_comm_;
-  std::unique_ptr<GptModel> model_;
+  Device* device_ = nullptr;
+  std::unique_ptr<comm::CommPair> tp_comm_, dp_comm_;
+  std::unique_ptr<Model> model_;
   std::unique_ptr<AdamW> opt_;
   std::unique_ptr<GradBuckets> buckets_;
   GradAccumulator acc_;  // reproducible mode
   SliceSet slices_;
-  std::vector<std::int32_t> inputs_, targets_;
+  TokenStage tokens_;
+  DeviceSum loss_;
 };
 
 }  // namespace saturn::parallel

@@ -10,7 +10,7 @@
 namespace saturn::parallel {
 
 struct FsdpStrategy::Gathered {
-  Buffer<float> buf;
+  Buffer<std::byte> buf;  // the group's weights, in the kernels' type
   comm::Request req;
 };
 
@@ -24,41 +24,37 @@ struct FsdpStrategy::Reduction {
 
 namespace {
 
-// Padded shard length of a group of n elements over `ranks` ranks.
-std::size_t shard_len(std::size_t n, int ranks) {
-  return (n + static_cast<std::size_t>(ranks) - 1) / static_cast<std::size_t>(ranks);
-}
-
-// Bytes live at the peak of one FSDP micro-step (gathered parameters, gradient buffers and
+// Bytes live at the peak of one FSDP micro-step (gathered weights, gradient buffers and
 // reduce-scatter results), replaying the allocation order of micro_step() without allocating.
+// wbytes: bytes per gathered weight (the kernels' type).
 std::size_t transient_peak(const ParameterLayout& layout, int ranks, bool tied, bool prefetch,
-                           bool overlap, bool repro) {
+                           bool overlap, bool repro, std::size_t wbytes) {
   const int L = layout.num_groups() - 2;
-  auto A = [&](int g) { return shard_len(layout.group_size(g), ranks) * ranks * sizeof(float); };
-  auto R = [&](int g) { return shard_len(layout.group_size(g), ranks) * sizeof(float); };
+  auto len = [&](int g) { return ShardMap::shard_len(layout.group_size(g), ranks); };
+  auto W = [&](int g) { return len(g) * ranks * wbytes; };         // gathered weights
+  auto A = [&](int g) { return len(g) * ranks * sizeof(float); };  // full gradient buffer
+  auto R = [&](int g) { return len(g) * sizeof(float); };          // reduced shard
   std::size_t live = 0, peak = 0;
   auto alloc = [&](std::size_t b) {
     live += b;
     peak = std::max(peak, live);
   };
   auto release = [&](std::size_t b) { live -= b; };
-  // Forward: each group gathered, the next one prefetched, then freed.
-  std::vector<int> fwd;
-  for (int g = -1; g <= L - 1; ++g) fwd.push_back(g);
   std::vector<bool> held(static_cast<std::size_t>(L + 2), false);
   auto gather = [&](int g) {
     if (!held[static_cast<std::size_t>(g + 1)]) {
-      alloc(A(g));
+      alloc(W(g));
       held[static_cast<std::size_t>(g + 1)] = true;
     }
   };
   auto drop = [&](int g) {
     if (held[static_cast<std::size_t>(g + 1)]) {
-      release(A(g));
+      release(W(g));
       held[static_cast<std::size_t>(g + 1)] = false;
     }
   };
-  for (int g : fwd) {
+  // Forward: each group gathered, the next one prefetched, then freed.
+  for (int g = -1; g <= L - 1; ++g) {
     gather(g);
     if (prefetch) gather(g + 1 <= L - 1 ? g + 1 : L);
     drop(g);
@@ -66,10 +62,7 @@ std::size_t transient_peak(const ParameterLayout& layout, int ranks, bool tied, 
   gather(L);
   if (tied) gather(-1);
   // Head backward.
-  struct Pending {
-    std::size_t bytes;
-  };
-  std::vector<Pending> pending;
+  std::vector<std::size_t> pending;
   alloc(A(L));
   if (tied) alloc(A(-1));
   if (prefetch) gather(L - 1);
@@ -80,13 +73,13 @@ std::size_t transient_peak(const ParameterLayout& layout, int ranks, bool tied, 
       alloc(2 * A(g));
       release(A(g));
       alloc(2 * R(g));
-      pending.push_back({2 * A(g) + 2 * R(g)});
+      pending.push_back(2 * A(g) + 2 * R(g));
     } else {
       alloc(R(g));
-      pending.push_back({A(g) + R(g)});
+      pending.push_back(A(g) + R(g));
     }
     if (!overlap) {
-      for (auto& p : pending) release(p.bytes);
+      for (auto p : pending) release(p);
       pending.clear();
     }
   };
@@ -97,7 +90,7 @@ std::size_t transient_peak(const ParameterLayout& layout, int ranks, bool tied, 
     alloc(A(l));  // gradient buffer
     if (prefetch && l >= 0) gather(l - 1);
     drop(l);
-    for (auto& p : pending) release(p.bytes);
+    for (auto p : pending) release(p);
     pending.clear();
     reduce(l);
   }
@@ -106,7 +99,9 @@ std::size_t transient_peak(const ParameterLayout& layout, int ranks, bool tied, 
 
 }  // namespace
 
-FsdpStrategy::FsdpStrategy(StrategySpec spec) : Strategy(std::move(spec)), layout_(spec_.model) {}
+FsdpStrategy::FsdpStrategy(StrategySpec spec)
+    : Strategy(std::move(spec)),
+      layout_(spec_.model, 1, backend_traits(spec_.backend).param_align) {}
 
 FsdpStrategy::~FsdpStrategy() = default;
 
@@ -119,23 +114,28 @@ Estimate FsdpStrategy::estimate() const {
   std::string why;
   const std::int64_t micro = choose_micro_batch(spec_, rows, &why);
   if (micro == 0) return infeasible(e, "fsdp: " + why);
-  std::size_t shards = 0;
-  for (int g = -1; g <= L; ++g) shards += shard_len(layout_.group_size(g), N);
-  shards *= sizeof(float);
+  const BackendTraits& bt = backend_traits(spec_.backend);
+  const ShardMap map(layout_, N, 0);
+  const std::size_t shards = map.total() * sizeof(float);
   ModelOptions o;
   o.storage = ParamStorage::kBorrowed;
   o.recompute = spec_.knobs.recompute;
-  const std::size_t acts = GptModel::activation_bytes(c, o, static_cast<int>(micro), T);
+  const std::size_t acts =
+      model_activation_bytes(spec_.backend, c, o, static_cast<int>(micro), T);
+  const std::size_t tokens = TokenStage::bytes(micro, T, rows / micro, true, true);
   const bool tied = c.arch == Arch::kGpt2;
   const bool repro = spec_.train.reproducible;
-  const std::size_t transient =
-      transient_peak(layout_, N, tied, spec_.knobs.prefetch, spec_.knobs.overlap, repro);
-  e.device_breakdown = {{"parameters", shards},
+  const std::size_t wbytes = dtype_size(bt.weights);
+  const std::size_t transient = transient_peak(layout_, N, tied, spec_.knobs.prefetch,
+                                               spec_.knobs.overlap, repro, wbytes);
+  const std::size_t params = ParamStore::bytes(bt, map.total());
+  e.device_breakdown = {{"parameters", params},
                         {"gradients", shards},
                         {"optimizer state", 2 * shards},
                         {"activations", acts},
+                        {"tokens", tokens},
                         {"gathered (peak)", transient}};
-  e.device_bytes = 4 * shards + acts + transient;
+  e.device_bytes = params + 3 * shards + acts + tokens + transient;
   if (repro) {
     e.device_breakdown["fp64 gradient accumulator"] = 2 * shards;
     e.device_bytes += 2 * shards;
@@ -144,16 +144,16 @@ Estimate FsdpStrategy::estimate() const {
   e.micro_batches = rows / micro;
   // Per micro-batch: every group gathered for forward and again for backward (the head's
   // groups once, GPT-2's embedding a third time for the tied head) and reduce-scattered once
-  // (the tied embedding twice). CommStats counts a gather as the rank's shard, a
-  // reduce-scatter as the whole buffer.
+  // (the tied embedding twice). CommStats counts a gather as the rank's shard (in the kernels'
+  // weight type), a reduce-scatter as the whole buffer (fp32; fp64 when reproducible).
   std::uint64_t per_micro = 0;
-  auto S = [&](int g) { return shard_len(layout_.group_size(g), N) * sizeof(float); };
-  const std::uint64_t rs = repro ? 2 : 1;  // reduce-scatters carry fp64 when reproducible
+  auto len = [&](int g) { return ShardMap::shard_len(layout_.group_size(g), N); };
+  const std::uint64_t rs = repro ? 2 : 1;
   for (int g = -1; g <= L; ++g) {
     const std::uint64_t gathers = g == L ? 1 : 2;
-    per_micro += gathers * S(g) + rs * static_cast<std::uint64_t>(N) * S(g);
+    per_micro += gathers * len(g) * wbytes + rs * static_cast<std::uint64_t>(N) * len(g) * 4;
   }
-  if (tied) per_micro += S(-1) + rs * static_cast<std::uint64_t>(N) * S(-1);
+  if (tied) per_micro += len(-1) * wbytes + rs * static_cast<std::uint64_t>(N) * len(-1) * 4;
   e.comm_bytes = per_micro * static_cast<std::uint64_t>(e.micro_batches);
   e.flops =
       static_cast<double>(rows) * T * (block_flops_per_token(c, T) * L + head_flops_per_token(c));
@@ -162,44 +162,30 @@ Estimate FsdpStrategy::estimate() const {
   return e;
 }
 
-void FsdpStrategy::setup(comm::Communicator& comm, MemoryPool& device, MemoryPool& /*host*/) {
-  if (comm.size() != spec_.degree)
-    throw InputError(fmt::format("fsdp at degree {} needs {} ranks; the communicator has {}",
-                                 spec_.degree, spec_.degree, comm.size()));
-  comm_ = &comm;
-  track(comm_);
+void FsdpStrategy::setup(comm::CommPair& comms, Device& device, MemoryPool& /*host*/) {
+  check_setup(comms, device);
+  comms_ = &comms;
+  track(comms_);
   device_ = &device;
-  rank_ = comm.rank();
-  size_ = comm.size();
+  rank_ = comms.rank();
+  size_ = comms.size();
   const ModelConfig& c = spec_.model;
   const int L = c.n_layer;
   tied_ = c.arch == Arch::kGpt2;
   std::string why;
-  micro_ = choose_micro_batch(spec_, spec_.train.batch_size / size_, &why);
+  const std::int64_t rows = spec_.train.batch_size / size_;
+  micro_ = choose_micro_batch(spec_, rows, &why);
   if (micro_ == 0) throw InputError("fsdp: " + why);
 
-  std::size_t offset = 0;
-  groups_.resize(static_cast<std::size_t>(L + 2));
-  for (int g = -1; g <= L; ++g) {
-    Group& G = group(g);
-    G.begin = layout_.group_begin(g);
-    G.size = layout_.group_size(g);
-    G.shard = shard_len(G.size, size_);
-    G.offset = offset;
-    offset += G.shard;
-    const std::size_t r = static_cast<std::size_t>(rank_);
-    G.own_begin = G.begin + std::min(G.size, r * G.shard);
-    G.own_end = G.begin + std::min(G.size, (r + 1) * G.shard);
-  }
-  params_ = Buffer<float>(device, offset, "parameters");
-  grads_ = Buffer<float>(device, offset, "gradients");
-  params_.zero();
-  grads_.zero();
+  shards_ = ShardMap(layout_, size_, rank_);
+  params_ = ParamStore(device, shards_.total());
+  grads_ = Buffer<float>(device.memory(), shards_.total(), "gradients");
+  device.zero(grads_.data(), grads_.bytes());
   repro_ = spec_.train.reproducible;
-  if (repro_) acc_ = GradAccumulator(device, offset);
-  opts_.resize(groups_.size());
+  if (repro_) acc_ = GradAccumulator(device, shards_.total());
+  opts_.resize(static_cast<std::size_t>(L + 2));
   for (int g = -1; g <= L; ++g) {
-    const Group& G = group(g);
+    const ShardMap::Group& G = shards_.group(g);
     if (G.own_end > G.own_begin)
       opts_[static_cast<std::size_t>(g + 1)] =
           std::make_unique<AdamW>(spec_.train.optimizer, layout_, G.own_begin, G.own_end, device);
@@ -207,44 +193,48 @@ void FsdpStrategy::setup(comm::Communicator& comm, MemoryPool& device, MemoryPoo
   ModelOptions o;
   o.storage = ParamStorage::kBorrowed;
   o.recompute = spec_.knobs.recompute;
-  model_ = std::make_unique<GptModel>(c, device, o);
+  model_ = make_model(device, c, o);
   model_->reserve(static_cast<int>(micro_), spec_.train.seq_len);
-  gathered_.resize(groups_.size());
-  grad_buffers_.resize(groups_.size());
+  gathered_.resize(static_cast<std::size_t>(L + 2));
+  grad_buffers_.resize(static_cast<std::size_t>(L + 2));
 
   // Each rank keeps only its part of every canonical tensor while the weights stream past.
   generate_canonical_weights(c, spec_.train.seed,
-                             [&](std::size_t, const ParamTensor& t, const float* values) {
-                               const Group& G = group(t.layer);
-                               const std::size_t b = std::max(G.own_begin, t.offset);
-                               const std::size_t e = std::min(G.own_end, t.offset + t.numel);
-                               if (b < e)
-                                 std::copy(values + (b - t.offset), values + (e - t.offset),
-                                           params_.data() + G.offset + (b - G.own_begin));
+                             [&](std::size_t k, const ParamTensor&, const float* values) {
+                               const ParamTensor& t = layout_.tensors()[k];
+                               const ShardMap::Piece p =
+                                   shards_.owned(t.layer, t.offset, t.offset + t.numel);
+                               if (!p.empty())
+                                 device.upload(params_.master() + p.pos, values + (p.begin - t.offset),
+                                               (p.end - p.begin) * sizeof(float));
                              });
+  params_.refresh();
+  slices_ = SliceSet(device);
   for (const auto& t : layout_.tensors()) {
-    const Group& G = group(t.layer);
-    const std::size_t b = std::max(G.own_begin, t.offset);
-    const std::size_t e = std::min(G.own_end, t.offset + t.numel);
-    if (b < e)
-      slices_.add_flat_range(t, b - t.offset, e - t.offset, t.layer + 1, b - G.own_begin, true);
+    const ShardMap::Piece p = shards_.owned(t.layer, t.offset, t.offset + t.numel);
+    if (!p.empty())
+      slices_.add_flat_range(t, p.begin - t.offset, p.end - t.offset, t.layer + 1,
+                             p.begin - shards_.group(t.layer).own_begin, true);
   }
-  const std::size_t n = static_cast<std::size_t>(micro_) * spec_.train.seq_len;
-  inputs_.resize(n);
-  targets_.resize(n);
+  tokens_ = TokenStage(device, c.vocab_size, micro_, spec_.train.seq_len, rows / micro_, true,
+                       true);
+  loss_ = DeviceSum(device);
 }
 
 void FsdpStrategy::start_gather(int g) {
   auto& slot = gathered_[static_cast<std::size_t>(g + 1)];
   if (slot) return;
-  const Group& G = group(g);
+  const ShardMap::Group& G = shards_.group(g);
+  const DType wt = device_->traits().weights;
   slot = std::make_unique<Gathered>();
-  slot->buf =
-      Buffer<float>(*device_, G.shard * static_cast<std::size_t>(size_), "gathered parameters");
-  slot->req = comm_->iall_gather(params_.data() + G.offset, slot->buf.data(), G.shard);
+  slot->buf = Buffer<std::byte>(device_->memory(),
+                                G.shard * static_cast<std::size_t>(size_) * dtype_size(wt),
+                                "gathered parameters");
+  slot->req = comms_->data().iall_gather(params_.weights_at(G.offset), slot->buf.data(), G.shard,
+                                          wt);
 }
 
-const float* FsdpStrategy::acquire(int g) {
+const void* FsdpStrategy::acquire(int g) {
   start_gather(g);
   auto& slot = gathered_[static_cast<std::size_t>(g + 1)];
   slot->req.wait();
@@ -256,31 +246,33 @@ void FsdpStrategy::release(int g) {
 }
 
 float* FsdpStrategy::new_grad_buffer(int g) {
-  const Group& G = group(g);
+  const ShardMap::Group& G = shards_.group(g);
   auto& b = grad_buffers_[static_cast<std::size_t>(g + 1)];
-  b = Buffer<float>(*device_, G.shard * static_cast<std::size_t>(size_), "gathered gradients");
-  b.zero();
+  b = Buffer<float>(device_->memory(), G.shard * static_cast<std::size_t>(size_),
+                    "gathered gradients");
+  device_->zero(b.data(), b.bytes());
   return b.data();
 }
 
 void FsdpStrategy::launch_reduction(int g) {
-  const Group& G = group(g);
+  const ShardMap::Group& G = shards_.group(g);
   auto r = std::make_unique<Reduction>();
   r->group = g;
+  comm::Communicator& data = comms_->data();
   if (repro_) {
     // This micro-batch's term, summed over ranks and micro-batches in fp64.
     Buffer<float>& g32 = grad_buffers_[static_cast<std::size_t>(g + 1)];
-    r->grads64 = Buffer<double>(*device_, g32.size(), "gathered gradients");
-    for (std::size_t i = 0; i < g32.size(); ++i) r->grads64[i] = static_cast<double>(g32[i]);
+    r->grads64 = Buffer<double>(device_->memory(), g32.size(), "gathered gradients");
+    device_->widen(r->grads64.data(), g32.data(), g32.size());
     g32.reset();
-    r->shard64 = Buffer<double>(*device_, G.shard, "gathered gradients");
-    r->req =
-        comm_->ireduce_scatter(r->grads64.data(), r->shard64.data(), G.shard, comm::ReduceOp::kSum);
+    r->shard64 = Buffer<double>(device_->memory(), G.shard, "gathered gradients");
+    r->req = data.ireduce_scatter(r->grads64.data(), r->shard64.data(), G.shard,
+                                  comm::ReduceOp::kSum);
   } else {
     r->grads = std::move(grad_buffers_[static_cast<std::size_t>(g + 1)]);
-    r->shard = Buffer<float>(*device_, G.shard, "gathered gradients");
-    r->req =
-        comm_->ireduce_scatter(r->grads.data(), r->shard.data(), G.shard, comm::ReduceOp::kSum);
+    r->shard = Buffer<float>(device_->memory(), G.shard, "gathered gradients");
+    r->req = data.ireduce_scatter(r->grads.data(), r->shard.data(), G.shard,
+                                  comm::ReduceOp::kSum);
   }
   reductions_.push_back(std::move(r));
   if (!spec_.knobs.overlap) complete_reductions();
@@ -289,23 +281,18 @@ void FsdpStrategy::launch_reduction(int g) {
 void FsdpStrategy::complete_reductions() {
   for (auto& r : reductions_) {
     r->req.wait();
-    const Group& G = group(r->group);
-    if (repro_) {
-      double* dst = acc_.data() + G.offset;
-      const double* src = r->shard64.data();
-      for (std::size_t i = 0; i < G.shard; ++i) dst[i] += src[i];
-      continue;
-    }
-    float* dst = grads_.data() + G.offset;
-    const float* src = r->shard.data();
-    for (std::size_t i = 0; i < G.shard; ++i) dst[i] += src[i];
+    const ShardMap::Group& G = shards_.group(r->group);
+    if (repro_)
+      device_->add(acc_.data() + G.offset, r->shard64.data(), G.shard);
+    else
+      device_->add(grads_.data() + G.offset, r->shard.data(), G.shard);
   }
   reductions_.clear();
 }
 
-float FsdpStrategy::micro_step(const std::int32_t* tokens, const std::int32_t* targets, float dloss,
-                               bool backward) {
-  GptModel& m = *model_;
+void FsdpStrategy::micro_step(const std::int32_t* tokens, const std::int32_t* targets,
+                              float dloss, bool backward) {
+  Model& m = *model_;
   const int L = spec_.model.n_layer;
   const bool prefetch = spec_.knobs.prefetch;
   // Forward: one group resident at a time (plus the prefetched next one).
@@ -323,7 +310,7 @@ float FsdpStrategy::micro_step(const std::int32_t* tokens, const std::int32_t* t
   }
   m.bind_group(L, acquire(L), nullptr);
   if (tied_) m.bind_group(-1, acquire(-1), nullptr);
-  const float loss = m.head_forward(targets);
+  m.head_forward(targets);
   if (!backward) {
     m.unbind_group(L);
     release(L);
@@ -331,7 +318,7 @@ float FsdpStrategy::micro_step(const std::int32_t* tokens, const std::int32_t* t
       m.unbind_group(-1);
       release(-1);
     }
-    return loss;
+    return;
   }
   // Head backward with the head's groups still gathered.
   m.bind_group(L, acquire(L), new_grad_buffer(L));
@@ -360,38 +347,38 @@ float FsdpStrategy::micro_step(const std::int32_t* tokens, const std::int32_t* t
     launch_reduction(l);
   }
   complete_reductions();
-  return loss;
 }
 
 StepResult FsdpStrategy::train_step(const data::Batch& batch, std::int64_t step) {
   ScopedTimer whole(stats_.step_s);
   const TrainConfig& tc = spec_.train;
-  const int T = tc.seq_len;
   const RowRange rows = shard_rows(tc.batch_size, rank_, size_);
   const std::int64_t accum = rows.count / micro_;
-  const float dloss = 1.0f / static_cast<float>(tc.batch_size * T);
-  grads_.zero();
-  double loss_sum = 0;
+  const float dloss = 1.0f / static_cast<float>(tc.batch_size * tc.seq_len);
+  for (std::int64_t k = 0; k < accum; ++k) tokens_.stage(batch, k, rows.begin + k * micro_, micro_);
+  tokens_.upload(accum);
+  device_->zero(grads_.data(), grads_.bytes());
+  loss_.reset();
   for (std::int64_t k = 0; k < accum; ++k) {
-    copy_rows(batch, rows.begin + k * micro_, micro_, micro_, inputs_.data(), targets_.data());
     ScopedTimer compute(stats_.compute_s);
-    loss_sum += static_cast<double>(micro_step(inputs_.data(), targets_.data(), dloss, true)) *
-                static_cast<double>(micro_);
+    micro_step(tokens_.inputs(k), tokens_.targets(k), dloss, true);
+    loss_.add(model_->loss(), static_cast<double>(micro_));
   }
-  double sums[2] = {loss_sum, 0.0};
+  double sums[2] = {loss_.read(), 0.0};
+  comm::Communicator& control = comms_->control();
   if (repro_) {
     {
       ScopedTimer compute(stats_.compute_s);
       acc_.round_and_reset(grads_.data());
     }
     ExactSquareSum exact;
-    exact.add(grads_.data(), grads_.size());
-    exact.allreduce(*comm_);
+    device_->add_exact_squares(exact, grads_.data(), grads_.size());
+    allreduce_exact(exact, control);
     sums[1] = exact.value();
-    comm_->allreduce(sums, 1, comm::ReduceOp::kSum);
+    control.allreduce(sums, 1, comm::ReduceOp::kSum);
   } else {
-    sums[1] = sum_squares(grads_.data(), grads_.size());
-    comm_->allreduce(sums, 2, comm::ReduceOp::kSum);
+    sums[1] = device_->sum_of_squares(grads_.data(), grads_.size());
+    control.allreduce(sums, 2, comm::ReduceOp::kSum);
   }
   StepResult r;
   r.loss = sums[0] / static_cast<double>(tc.batch_size);
@@ -403,8 +390,9 @@ StepResult FsdpStrategy::train_step(const data::Batch& batch, std::int64_t step)
     for (int g = -1; g <= spec_.model.n_layer; ++g) {
       auto& opt = opts_[static_cast<std::size_t>(g + 1)];
       if (!opt) continue;
-      const Group& G = group(g);
-      opt->step(params_.data() + G.offset, grads_.data() + G.offset, r.lr, scale, step + 1);
+      const ShardMap::Group& G = shards_.group(g);
+      opt->step(params_.master() + G.offset, params_.weights_at(G.offset),
+                grads_.data() + G.offset, r.lr, scale, step + 1);
     }
   }
   ++stats_.steps;
@@ -418,25 +406,34 @@ double FsdpStrategy::evaluate(const data::Batch& batch) {
   // micro-batches, padding with ignored rows.
   const std::int64_t most = (batch.batch_size + size_ - 1) / size_;
   const std::int64_t chunks = (most + micro_ - 1) / micro_;
-  double sum = 0;
-  for (std::int64_t k = 0; k < chunks; ++k) {
-    const std::int64_t r = k * micro_;
-    const std::int64_t n = std::max<std::int64_t>(0, std::min(micro_, rows.count - r));
-    copy_rows(batch, rows.begin + std::min(r, rows.count), n, micro_, inputs_.data(),
-              targets_.data());
-    const float mean = micro_step(inputs_.data(), targets_.data(), 0.0f, false);
-    sum += static_cast<double>(mean) * static_cast<double>(n * T);
+  loss_.reset();
+  for (std::int64_t first = 0; first < chunks; first += tokens_.capacity()) {
+    const std::int64_t count = std::min(tokens_.capacity(), chunks - first);
+    for (std::int64_t k = 0; k < count; ++k) {
+      const std::int64_t r = (first + k) * micro_;
+      const std::int64_t n = std::max<std::int64_t>(0, std::min(micro_, rows.count - r));
+      tokens_.stage(batch, k, rows.begin + std::min(r, rows.count), n);
+    }
+    tokens_.upload(count);
+    for (std::int64_t k = 0; k < count; ++k) {
+      const std::int64_t r = (first + k) * micro_;
+      const std::int64_t n = std::max<std::int64_t>(0, std::min(micro_, rows.count - r));
+      micro_step(tokens_.inputs(k), tokens_.targets(k), 0.0f, false);
+      loss_.add(model_->loss(), static_cast<double>(n * T));
+    }
   }
-  comm_->allreduce(&sum, 1, comm::ReduceOp::kSum);
+  double sum = loss_.read();
+  comms_->control().allreduce(&sum, 1, comm::ReduceOp::kSum);
   return sum / static_cast<double>(batch.batch_size * T);
 }
 
 std::vector<float*> FsdpStrategy::segments(StateKind kind) {
-  std::vector<float*> s(groups_.size(), nullptr);
-  for (int g = -1; g <= spec_.model.n_layer; ++g) {
+  const int L = spec_.model.n_layer;
+  std::vector<float*> s(static_cast<std::size_t>(L + 2), nullptr);
+  for (int g = -1; g <= L; ++g) {
     const std::size_t i = static_cast<std::size_t>(g + 1);
     if (kind == StateKind::kParams)
-      s[i] = params_.data() + group(g).offset;
+      s[i] = params_.master() + shards_.group(g).offset;
     else if (opts_[i])
       s[i] = kind == StateKind::kAdamM ? opts_[i]->m() : opts_[i]->v();
   }
@@ -449,6 +446,7 @@ StateSlices FsdpStrategy::export_state(StateKind kind) {
 
 void FsdpStrategy::import_state(StateKind kind, const StateSlices& slices) {
   slices_.import_into(segments(kind), slices);
+  if (kind == StateKind::kParams) params_.refresh();
 }
 
 }  // namespace saturn::parallel

@@ -11,11 +11,14 @@
 #include <memory>
 #include <vector>
 
-#include "runtime/model/gpt.hpp"
+#include "runtime/model/model.hpp"
 #include "runtime/optim/adamw.hpp"
 #include "runtime/parallel/common.hpp"
+#include "runtime/parallel/param_store.hpp"
 #include "runtime/parallel/repro.hpp"
+#include "runtime/parallel/shard_map.hpp"
 #include "runtime/parallel/strategy.hpp"
+#include "runtime/parallel/tokens.hpp"
 
 namespace saturn::parallel {
 
@@ -25,50 +28,46 @@ class FsdpStrategy : public Strategy {
   ~FsdpStrategy() override;
   std::string name() const override { return "fsdp"; }
   Estimate estimate() const override;
-  void setup(comm::Communicator& comm, MemoryPool& device, MemoryPool& host) override;
+  void setup(comm::CommPair& comms, Device& device, MemoryPool& host) override;
   StepResult train_step(const data::Batch& batch, std::int64_t step) override;
   double evaluate(const data::Batch& batch) override;
   StateSlices export_state(StateKind kind) override;
   void import_state(StateKind kind, const StateSlices& slices) override;
 
  private:
-  struct Group {
-    std::size_t begin = 0, size = 0;         // in the flat layout
-    std::size_t shard = 0;                   // padded shard length (size / N rounded up)
-    std::size_t offset = 0;                  // of this group's shard in the shard buffers
-    std::size_t own_begin = 0, own_end = 0;  // this rank's elements, flat layout
-  };
   struct Gathered;
   struct Reduction;
-  Group& group(int g) { return groups_[static_cast<std::size_t>(g + 1)]; }
   void start_gather(int g);
-  const float* acquire(int g);
+  const void* acquire(int g);
   void release(int g);
   float* new_grad_buffer(int g);
   void launch_reduction(int g);
   void complete_reductions();
-  // One micro-batch: forward (and backward when dloss > 0). Returns the mean loss.
-  float micro_step(const std::int32_t* tokens, const std::int32_t* targets, float dloss,
-                   bool backward);
+  // One micro-batch: forward, and backward when `backward`; the mean loss lands in the model's
+  // loss().
+  void micro_step(const std::int32_t* tokens, const std::int32_t* targets, float dloss,
+                  bool backward);
   std::vector<float*> segments(StateKind kind);
 
-  ParameterLayout layout_;
-  std::vector<Group> groups_;  // g = -1 .. L at [g + 1]
-  comm::Communicator* comm_ = nullptr;
-  MemoryPool* device_ = nullptr;
+  ParameterLayout layout_;  // the whole model's, with the backend's group alignment
+  ShardMap shards_;
+  comm::CommPair* comms_ = nullptr;
+  Device* device_ = nullptr;
   int rank_ = 0, size_ = 1;
   std::int64_t micro_ = 0;
   bool tied_ = false;  // GPT-2: the head reads the token embedding (group -1)
-  Buffer<float> params_, grads_;
+  ParamStore params_;  // this rank's shards: fp32 master and the kernels' copy
+  Buffer<float> grads_;
   std::vector<std::unique_ptr<AdamW>> opts_;  // per group; null when this rank owns nothing
-  std::unique_ptr<GptModel> model_;
+  std::unique_ptr<Model> model_;
   std::vector<std::unique_ptr<Gathered>> gathered_;
   std::vector<std::unique_ptr<Reduction>> reductions_;
   std::vector<Buffer<float>> grad_buffers_;  // per group, while its backward runs
   bool repro_ = false;                       // reproducible mode: reduce in fp64 into acc_
   GradAccumulator acc_;                      // the owned shards' gradients in fp64
   SliceSet slices_;
-  std::vector<std::int32_t> inputs_, targets_;
+  TokenStage tokens_;
+  DeviceSum loss_;
 };
 
 }  // namespace saturn::parallel

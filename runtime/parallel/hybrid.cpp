@@ -22,7 +22,7 @@ class UnformedHybrid final : public Strategy {
     Estimate e;
     return infeasible(e, reason_);
   }
-  void setup(comm::Communicator&, MemoryPool&, MemoryPool&) override { fail(); }
+  void setup(comm::CommPair&, Device&, MemoryPool&) override { fail(); }
   StepResult train_step(const data::Batch&, std::int64_t) override { fail(); }
   double evaluate(const data::Batch&) override { fail(); }
   StateSlices export_state(StateKind) override { fail(); }

@@ -4,19 +4,22 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
+#include "runtime/backend/cpu/device.hpp"
 #include "runtime/core/error.hpp"
 
 namespace saturn::parallel {
 
 struct OffloadStrategy::OnDevice {
   std::size_t count = 0;
-  Buffer<float> params, grads;
+  Buffer<float> master;        // the group's fp32 weights (the kernels read them on the CPU)
+  Buffer<std::byte> weights;   // the kernels' copy, when the backend keeps a separate one
+  Buffer<float> grads;
 };
 
 OffloadStrategy::OffloadStrategy(StrategySpec spec)
-    : Strategy(std::move(spec)), layout_(spec_.model) {}
+    : Strategy(std::move(spec)),
+      layout_(spec_.model, 1, backend_traits(spec_.backend).param_align) {}
 
 OffloadStrategy::~OffloadStrategy() = default;
 
@@ -29,20 +32,27 @@ Estimate OffloadStrategy::estimate() const {
   std::string why;
   const std::int64_t micro = choose_micro_batch(spec_, rows, &why);
   if (micro == 0) return infeasible(e, "offload: " + why);
+  const BackendTraits& bt = backend_traits(spec_.backend);
   ModelOptions o;
   o.storage = ParamStorage::kBorrowed;
   o.recompute = spec_.knobs.recompute;
-  const std::size_t acts = GptModel::activation_bytes(c, o, static_cast<int>(micro), T);
-  // One group's parameters and gradients on the device at a time; the head phase holds the
-  // final group and (GPT-2) the token embedding it is tied to.
+  const std::size_t acts =
+      model_activation_bytes(spec_.backend, c, o, static_cast<int>(micro), T);
+  const std::size_t tokens = TokenStage::bytes(micro, T, rows / micro, true, true);
+  // One group's weights and gradients on the device at a time; the head phase holds the final
+  // group and (GPT-2) the token embedding it is tied to. A separate kernel copy (bf16) sits
+  // beside the fp32 upload while it is converted.
+  const std::size_t per_param = sizeof(float) + (bt.separate_weights() ? dtype_size(bt.weights) : 0);
+  const std::size_t per_elem = per_param + sizeof(float);
   std::size_t group_peak = 0;
-  for (int g = -1; g < L; ++g) group_peak = std::max(group_peak, 2 * layout_.group_size(g));
-  std::size_t head = 2 * layout_.group_size(L);
-  if (c.arch == Arch::kGpt2) head += 2 * layout_.tensors()[0].numel;
-  group_peak = std::max(group_peak, head) * sizeof(float);
+  for (int g = -1; g < L; ++g) group_peak = std::max(group_peak, per_elem * layout_.group_size(g));
+  std::size_t head = per_elem * layout_.group_size(L);
+  if (c.arch == Arch::kGpt2) head += per_elem * layout_.tensors()[0].numel;
+  group_peak = std::max(group_peak, head);
   const std::size_t P = layout_.total() * sizeof(float);
-  e.device_breakdown = {{"activations", acts}, {"offloaded groups (peak)", group_peak}};
-  e.device_bytes = acts + group_peak;
+  e.device_breakdown = {
+      {"activations", acts}, {"tokens", tokens}, {"offloaded groups (peak)", group_peak}};
+  e.device_bytes = acts + tokens + group_peak;
   e.host_bytes = 4 * P;
   const bool repro = spec_.train.reproducible;
   if (repro) e.host_bytes += 2 * P;  // the fp64 gradient accumulator
@@ -61,41 +71,46 @@ Estimate OffloadStrategy::estimate() const {
   return e;
 }
 
-void OffloadStrategy::setup(comm::Communicator& comm, MemoryPool& device, MemoryPool& host) {
-  if (comm.size() != spec_.degree)
-    throw InputError(fmt::format("offload at degree {} needs {} ranks; the communicator has {}",
-                                 spec_.degree, spec_.degree, comm.size()));
-  comm_ = &comm;
-  track(comm_);
+void OffloadStrategy::setup(comm::CommPair& comms, Device& device, MemoryPool& host) {
+  check_setup(comms, device);
+  comms_ = &comms;
+  rank_ = comms.rank();
+  size_ = comms.size();
+  // The gradients live in host memory: they are reduced over MPI on host buffers, on a
+  // communicator of their own (not the data communicator, whose buffers are device memory).
+  host_comm_ = comms.control().split(0, rank_);
+  track(&comms.control());
+  track(host_comm_.get());
   device_ = &device;
-  host_ = &host;
-  rank_ = comm.rank();
-  size_ = comm.size();
+  host_ = std::make_unique<cpu::CpuDevice>(host);
   tied_ = spec_.model.arch == Arch::kGpt2;
   std::string why;
-  micro_ = choose_micro_batch(spec_, spec_.train.batch_size / size_, &why);
+  const std::int64_t rows = spec_.train.batch_size / size_;
+  micro_ = choose_micro_batch(spec_, rows, &why);
   if (micro_ == 0) throw InputError("offload: " + why);
   params_ = Buffer<float>(host, layout_.total(), "parameters");
   grads_ = Buffer<float>(host, layout_.total(), "gradients");
   params_.zero();
   grads_.zero();
-  opt_ = std::make_unique<AdamW>(spec_.train.optimizer, layout_, 0, layout_.total(), host);
-  if (spec_.train.reproducible) acc_ = GradAccumulator(host, layout_.total());
+  opt_ = std::make_unique<AdamW>(spec_.train.optimizer, layout_, 0, layout_.total(), *host_);
+  if (spec_.train.reproducible) acc_ = GradAccumulator(*host_, layout_.total());
   ModelOptions o;
   o.storage = ParamStorage::kBorrowed;
   o.recompute = spec_.knobs.recompute;
-  model_ = std::make_unique<GptModel>(spec_.model, device, o);
+  model_ = make_model(device, spec_.model, o);
   model_->reserve(static_cast<int>(micro_), spec_.train.seq_len);
   on_device_.resize(static_cast<std::size_t>(layout_.num_groups()));
   buckets_ = std::make_unique<GradBuckets>(layout_, spec_.knobs.bucket_bytes);
   generate_canonical_weights(spec_.model, spec_.train.seed,
-                             [&](std::size_t, const ParamTensor& t, const float* values) {
+                             [&](std::size_t k, const ParamTensor&, const float* values) {
+                               const ParamTensor& t = layout_.tensors()[k];
                                std::copy(values, values + t.numel, params_.data() + t.offset);
                              });
+  slices_ = SliceSet(*host_);
   for (const auto& t : layout_.tensors()) slices_.add_local_tensor(t, 0, 0, t.offset, rank_ == 0);
-  const std::size_t n = static_cast<std::size_t>(micro_) * spec_.train.seq_len;
-  inputs_.resize(n);
-  targets_.resize(n);
+  tokens_ = TokenStage(device, spec_.model.vocab_size, micro_, spec_.train.seq_len, rows / micro_,
+                       true, true);
+  loss_ = DeviceSum(device);
 }
 
 void OffloadStrategy::load(int g, bool grads, std::size_t count) {
@@ -103,32 +118,43 @@ void OffloadStrategy::load(int g, bool grads, std::size_t count) {
   d = std::make_unique<OnDevice>();
   d->count = count == 0 ? layout_.group_size(g) : count;
   const std::size_t b = layout_.group_begin(g);
-  d->params = Buffer<float>(*device_, d->count, "offloaded parameters");
-  std::memcpy(d->params.data(), params_.data() + b, d->count * sizeof(float));
+  d->master = Buffer<float>(device_->memory(), d->count, "offloaded parameters");
+  device_->upload(d->master.data(), params_.data() + b, d->count * sizeof(float));
   stats_.host_transfer_bytes += d->count * sizeof(float);
+  const void* weights = d->master.data();
+  const BackendTraits& bt = device_->traits();
+  if (bt.separate_weights()) {
+    d->weights = Buffer<std::byte>(device_->memory(), d->count * dtype_size(bt.weights),
+                                   "offloaded parameters");
+    device_->to_weights(d->weights.data(), d->master.data(), d->count);
+    d->master.reset();
+    weights = d->weights.data();
+  }
   if (grads) {
-    d->grads = Buffer<float>(*device_, d->count, "offloaded gradients");
-    std::memcpy(d->grads.data(), grads_.data() + b, d->count * sizeof(float));
+    d->grads = Buffer<float>(device_->memory(), d->count, "offloaded gradients");
+    device_->upload(d->grads.data(), grads_.data() + b, d->count * sizeof(float));
     stats_.host_transfer_bytes += d->count * sizeof(float);
   }
-  model_->bind_group(g, d->params.data(), grads ? d->grads.data() : nullptr);
+  model_->bind_group(g, weights, grads ? d->grads.data() : nullptr);
 }
 
 void OffloadStrategy::unload(int g) {
   auto& d = on_device_[static_cast<std::size_t>(g + 1)];
   if (!d) return;
   if (!d->grads.empty()) {
-    std::memcpy(grads_.data() + layout_.group_begin(g), d->grads.data(), d->count * sizeof(float));
+    device_->download(grads_.data() + layout_.group_begin(g), d->grads.data(),
+                      d->count * sizeof(float));
     stats_.host_transfer_bytes += d->count * sizeof(float);
   }
   model_->unbind_group(g);
   d.reset();
 }
 
-float OffloadStrategy::micro_step(const std::int32_t* tokens, const std::int32_t* targets,
-                                  float dloss, bool backward, bool reduce) {
-  GptModel& m = *model_;
+void OffloadStrategy::micro_step(const std::int32_t* tokens, const std::int32_t* targets,
+                                 float dloss, bool backward, bool reduce) {
+  Model& m = *model_;
   const int L = spec_.model.n_layer;
+  comm::Communicator& hc = *host_comm_;
   load(-1, false);
   m.embed_forward(tokens);
   unload(-1);
@@ -141,29 +167,28 @@ float OffloadStrategy::micro_step(const std::int32_t* tokens, const std::int32_t
   const std::size_t wte = layout_.tensors()[0].numel;
   load(L, backward);
   if (tied_) load(-1, backward, wte);
-  const float loss = m.head_forward(targets);
+  m.head_forward(targets);
   if (backward) m.head_backward(dloss);
   unload(L);
   if (tied_) unload(-1);
-  if (!backward) return loss;
+  if (!backward) return;
   // Reproducible mode: the tied embedding's classifier part is its own term (parallel/repro.hpp).
   if (tied_ && spec_.train.reproducible) acc_.flush(grads_.data(), wte);
-  if (reduce) buckets_->group_done(*comm_, grads_.data(), L);
+  if (reduce) buckets_->group_done(hc, grads_.data(), L);
   for (int l = L - 1; l >= 0; --l) {
     load(l, true);
     m.block_backward(l);
     unload(l);
     if (reduce) {
-      buckets_->group_done(*comm_, grads_.data(), l);
+      buckets_->group_done(hc, grads_.data(), l);
       buckets_->progress();
     }
   }
   load(-1, true);
   m.embed_backward();
   unload(-1);
-  if (reduce) buckets_->group_done(*comm_, grads_.data(), -1);
+  if (reduce) buckets_->group_done(hc, grads_.data(), -1);
   if (spec_.train.reproducible) acc_.flush(grads_.data(), grads_.size());
-  return loss;
 }
 
 StepResult OffloadStrategy::train_step(const data::Batch& batch, std::int64_t step) {
@@ -175,40 +200,41 @@ StepResult OffloadStrategy::train_step(const data::Batch& batch, std::int64_t st
   const float dloss = 1.0f / static_cast<float>(tc.batch_size * T);
   // Reproducible mode reduces the fp64 sums once the last micro-batch is done (no overlap).
   const bool overlap = size_ > 1 && spec_.knobs.overlap && !tc.reproducible;
+  for (std::int64_t k = 0; k < accum; ++k) tokens_.stage(batch, k, rows.begin + k * micro_, micro_);
+  tokens_.upload(accum);
   grads_.zero();
-  double loss_sum = 0;
+  loss_.reset();
   for (std::int64_t k = 0; k < accum; ++k) {
-    copy_rows(batch, rows.begin + k * micro_, micro_, micro_, inputs_.data(), targets_.data());
     ScopedTimer compute(stats_.compute_s);
     const bool reduce = overlap && k + 1 == accum;
-    loss_sum +=
-        static_cast<double>(micro_step(inputs_.data(), targets_.data(), dloss, true, reduce)) *
-        static_cast<double>(micro_);
+    micro_step(tokens_.inputs(k), tokens_.targets(k), dloss, true, reduce);
+    loss_.add(model_->loss(), static_cast<double>(micro_));
   }
   double sq = 0;
   if (tc.reproducible) {
-    if (size_ > 1) comm_->allreduce(acc_.data(), acc_.size(), comm::ReduceOp::kSum);
+    if (size_ > 1) host_comm_->allreduce(acc_.data(), acc_.size(), comm::ReduceOp::kSum);
     ScopedTimer compute(stats_.compute_s);
     acc_.round_and_reset(grads_.data());
     ExactSquareSum exact;
-    exact.add(grads_.data(), grads_.size());
+    host_->add_exact_squares(exact, grads_.data(), grads_.size());
     sq = exact.value();
   } else {
     if (overlap)
-      buckets_->finish(*comm_, grads_.data());
+      buckets_->finish(*host_comm_, grads_.data());
     else if (size_ > 1)
-      comm_->allreduce(grads_.data(), grads_.size(), comm::ReduceOp::kSum);
-    sq = sum_squares(grads_.data(), grads_.size());
+      host_comm_->allreduce(grads_.data(), grads_.size(), comm::ReduceOp::kSum);
+    sq = host_->sum_of_squares(grads_.data(), grads_.size());
   }
-  comm_->allreduce(&loss_sum, 1, comm::ReduceOp::kSum);
+  double loss_sum = loss_.read();
+  comms_->control().allreduce(&loss_sum, 1, comm::ReduceOp::kSum);
   StepResult r;
   r.loss = loss_sum / static_cast<double>(tc.batch_size);
   r.grad_norm = std::sqrt(sq);
   r.lr = scheduled_lr(tc.optimizer, tc.schedule, step, tc.steps);
   {
     ScopedTimer compute(stats_.compute_s);
-    opt_->step(params_.data(), grads_.data(), r.lr, clip_scale(r.grad_norm, tc.optimizer.grad_clip),
-               step + 1);
+    opt_->step(params_.data(), nullptr, grads_.data(), r.lr,
+               clip_scale(r.grad_norm, tc.optimizer.grad_clip), step + 1);
   }
   ++stats_.steps;
   return r;
@@ -217,14 +243,23 @@ StepResult OffloadStrategy::train_step(const data::Batch& batch, std::int64_t st
 double OffloadStrategy::evaluate(const data::Batch& batch) {
   const int T = spec_.train.seq_len;
   const RowRange rows = shard_rows(batch.batch_size, rank_, size_);
-  double sum = 0;
-  for (std::int64_t r = 0; r < rows.count; r += micro_) {
-    const std::int64_t n = std::min(micro_, rows.count - r);
-    copy_rows(batch, rows.begin + r, n, micro_, inputs_.data(), targets_.data());
-    sum += static_cast<double>(micro_step(inputs_.data(), targets_.data(), 0.0f, false, false)) *
-           static_cast<double>(n * T);
+  const std::int64_t chunks = (rows.count + micro_ - 1) / micro_;
+  loss_.reset();
+  for (std::int64_t first = 0; first < chunks; first += tokens_.capacity()) {
+    const std::int64_t count = std::min(tokens_.capacity(), chunks - first);
+    for (std::int64_t k = 0; k < count; ++k) {
+      const std::int64_t r = (first + k) * micro_;
+      tokens_.stage(batch, k, rows.begin + r, std::min(micro_, rows.count - r));
+    }
+    tokens_.upload(count);
+    for (std::int64_t k = 0; k < count; ++k) {
+      const std::int64_t r = (first + k) * micro_;
+      micro_step(tokens_.inputs(k), tokens_.targets(k), 0.0f, false, false);
+      loss_.add(model_->loss(), static_cast<double>(std::min(micro_, rows.count - r) * T));
+    }
   }
-  comm_->allreduce(&sum, 1, comm::ReduceOp::kSum);
+  double sum = loss_.read();
+  comms_->control().allreduce(&sum, 1, comm::ReduceOp::kSum);
   return sum / static_cast<double>(batch.batch_size * T);
 }
 

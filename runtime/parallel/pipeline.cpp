@@ -25,6 +25,7 @@ int grad_tag(int micro) {
 template <typename T>
 void reduce_stage(comm::Communicator* tie, comm::Communicator* dp, bool first_stage, T* grads,
                   std::size_t n, T* wte, std::size_t wte_n) {
+  // tie and dp are data communicators (the buffers are device memory).
   if (tie != nullptr) tie->allreduce(first_stage ? grads : wte, wte_n, comm::ReduceOp::kSum);
   if (dp != nullptr) {
     dp->allreduce(grads, n, comm::ReduceOp::kSum);
@@ -176,28 +177,35 @@ Estimate PipelineStrategy::estimate() const {
   const Plan pl = plan();
   if (!pl.reason.empty()) return infeasible(e, pl.reason);
   const ModelConfig& c = spec_.model;
-  const ParameterLayout layout(c);
+  const BackendTraits& bt = backend_traits(spec_.backend);
+  const ParameterLayout layout(c, 1, bt.param_align);
   const int T = spec_.train.seq_len, L = c.n_layer;
   const bool gpipe = spec_.knobs.schedule == PipelineSchedule::kGpipe;
-  const std::size_t NC = static_cast<std::size_t>(pl.micro) * T * c.d_model * sizeof(float);
-  const std::size_t wte = layout.tensors()[0].numel * sizeof(float);
+  const std::size_t NC = static_cast<std::size_t>(pl.micro) * T * c.d_model *
+                         dtype_size(bt.activations);
+  const std::size_t wte_n = layout.tensors()[0].numel;
   for (int s = 0; s < p_; ++s) {
     const int first = s == 0 ? -1 : pl.bounds[static_cast<std::size_t>(s)];
     const int last = s == p_ - 1 ? L : pl.bounds[static_cast<std::size_t>(s + 1)] - 1;
-    const std::size_t P = (layout.group_end(last) - layout.group_begin(first)) * sizeof(float);
+    const std::size_t n = layout.group_end(last) - layout.group_begin(first);
     const bool tied = c.arch == Arch::kGpt2 && p_ > 1 && s == p_ - 1;
+    const std::size_t held = n + (tied ? wte_n : 0);  // elements of parameters on the stage
+    const std::size_t P = held * sizeof(float);
     const int slots = static_cast<int>(gpipe ? pl.m : std::min<std::int64_t>(pl.m, p_ - s));
-    const std::size_t acts =
-        GptModel::activation_bytes(c, model_options(s, pl), static_cast<int>(pl.micro), T, slots);
+    const std::size_t acts = model_activation_bytes(spec_.backend, c, model_options(s, pl),
+                                                    static_cast<int>(pl.micro), T, slots);
     const std::size_t send = s > 0 ? NC : 0;
+    const std::size_t tokens = TokenStage::bytes(pl.micro, T, pl.m, s == 0, s == p_ - 1);
     const bool repro = spec_.train.reproducible;  // fp64 accumulators beside the gradients
-    const std::size_t total = (repro ? 6 : 4) * (P + (tied ? wte : 0)) + acts + send;
+    const std::size_t params = ParamStore::bytes(bt, n) + (tied ? ParamStore::bytes(bt, wte_n) : 0);
+    const std::size_t total = params + (repro ? 5 : 3) * P + acts + send + tokens;
     std::uint64_t comm = 0;
     const int links = (s > 0 ? 1 : 0) + (s < p_ - 1 ? 1 : 0);
     comm += static_cast<std::uint64_t>(pl.m) * 2 * static_cast<std::uint64_t>(links) * NC;
     const std::size_t width = repro ? 2 : 1;  // reductions carry fp64 when reproducible
+    const std::size_t wte = wte_n * sizeof(float);
     if (c.arch == Arch::kGpt2 && p_ > 1 && (s == 0 || s == p_ - 1)) comm += width * wte;
-    if (dp_ > 1) comm += width * (P + (tied ? wte : 0));
+    if (dp_ > 1) comm += width * P;
     e.comm_bytes = std::max<std::uint64_t>(e.comm_bytes, comm);
     const double blocks =
         pl.bounds[static_cast<std::size_t>(s + 1)] - pl.bounds[static_cast<std::size_t>(s)];
@@ -207,12 +215,13 @@ Estimate PipelineStrategy::estimate() const {
     e.flops = std::max(e.flops, flops);
     if (total > e.device_bytes) {
       e.device_bytes = total;
-      e.device_breakdown = {{"parameters", P + (tied ? wte : 0)},
-                            {"gradients", P + (tied ? wte : 0)},
-                            {"optimizer state", 2 * (P + (tied ? wte : 0))},
+      e.device_breakdown = {{"parameters", params},
+                            {"gradients", P},
+                            {"optimizer state", 2 * P},
                             {"activations", acts},
+                            {"tokens", tokens},
                             {"pipeline send buffer", send}};
-      if (repro) e.device_breakdown["fp64 gradient accumulator"] = 2 * (P + (tied ? wte : 0));
+      if (repro) e.device_breakdown["fp64 gradient accumulator"] = 2 * P;
     }
   }
   e.micro_batch = pl.micro;
@@ -227,22 +236,21 @@ Estimate PipelineStrategy::estimate() const {
   return e;
 }
 
-void PipelineStrategy::setup(comm::Communicator& comm, MemoryPool& device, MemoryPool& /*host*/) {
-  if (comm.size() != spec_.degree)
-    throw InputError(fmt::format("{} at degree {} needs {} ranks; the communicator has {}", name_,
-                                 spec_.degree, spec_.degree, comm.size()));
-  world_ = &comm;
-  stage_ = comm.rank() % p_;
-  dp_rank_ = comm.rank() / p_;
+void PipelineStrategy::setup(comm::CommPair& comms, Device& device, MemoryPool& /*host*/) {
+  check_setup(comms, device);
+  device_ = &device;
+  world_ = &comms;
+  stage_ = comms.rank() % p_;
+  dp_rank_ = comms.rank() / p_;
   const ModelConfig& c = spec_.model;
   const bool gpt2 = c.arch == Arch::kGpt2;
-  pp_comm_ = comm.split(dp_rank_, stage_);
-  dp_comm_ = comm.split(stage_, dp_rank_);
+  pp_comm_ = comms.split(dp_rank_, stage_);
+  dp_comm_ = comms.split(stage_, dp_rank_);
   if (gpt2 && p_ > 1) tie_comm_ = pp_comm_->split(stage_ == 0 || stage_ == p_ - 1 ? 0 : -1, stage_);
   track(world_);
   track(pp_comm_.get());
   track(dp_comm_.get());
-  if (tie_comm_) track(tie_comm_.get());
+  track(tie_comm_.get());
 
   const Plan pl = plan();
   if (!pl.reason.empty()) throw InputError(pl.reason);
@@ -253,21 +261,20 @@ void PipelineStrategy::setup(comm::Communicator& comm, MemoryPool& device, Memor
   const ModelOptions o = model_options(stage_, pl);
   const int first_group = stage_ == 0 ? -1 : o.shard.first_layer;
   const int last_group = stage_ == p_ - 1 ? L : o.shard.end_layer - 1;
-  const ParameterLayout layout(c);
+  model_ = make_model(device, c, o);
+  const ParameterLayout& layout = model_->layout();
   lo_ = layout.group_begin(first_group);
   hi_ = layout.group_end(last_group);
-  params_ = Buffer<float>(device, hi_ - lo_, "parameters");
-  grads_ = Buffer<float>(device, hi_ - lo_, "gradients");
-  params_.zero();
-  grads_.zero();
+  params_ = ParamStore(device, hi_ - lo_);
+  grads_ = Buffer<float>(device.memory(), hi_ - lo_, "gradients");
+  device.zero(grads_.data(), grads_.bytes());
   tied_copy_ = gpt2 && p_ > 1 && stage_ == p_ - 1;
   wte_size_ = layout.tensors()[0].numel;
   embed_end_ = stage_ == 0 ? layout.group_end(-1) : 0;
   if (tied_copy_) {
-    wte_params_ = Buffer<float>(device, wte_size_, "parameters");
-    wte_grads_ = Buffer<float>(device, wte_size_, "gradients");
-    wte_params_.zero();
-    wte_grads_.zero();
+    wte_params_ = ParamStore(device, wte_size_);
+    wte_grads_ = Buffer<float>(device.memory(), wte_size_, "gradients");
+    device.zero(wte_grads_.data(), wte_grads_.bytes());
   }
   opt_ = std::make_unique<AdamW>(spec_.train.optimizer, layout, lo_, hi_, device);
   if (tied_copy_)
@@ -276,67 +283,67 @@ void PipelineStrategy::setup(comm::Communicator& comm, MemoryPool& device, Memor
     acc_ = GradAccumulator(device, hi_ - lo_);
     if (tied_copy_) wte_acc_ = GradAccumulator(device, wte_size_);
   }
-  model_ = std::make_unique<GptModel>(c, device, o);
   for (int g = first_group; g <= last_group; ++g)
-    model_->bind_group(g, params_.data() + (layout.group_begin(g) - lo_),
+    model_->bind_group(g, params_.weights_at(layout.group_begin(g) - lo_),
                        grads_.data() + (layout.group_begin(g) - lo_));
   // The head reads the token embedding through group -1; only its first tensor (wte) is used.
-  if (tied_copy_) model_->bind_group(-1, wte_params_.data(), wte_grads_.data());
+  if (tied_copy_) model_->bind_group(-1, wte_params_.weights(), wte_grads_.data());
   model_->reserve(static_cast<int>(micro_), spec_.train.seq_len, slots_for(stage_));
+  act_type_ = device.traits().activations;
+  act_count_ = static_cast<std::size_t>(micro_) * spec_.train.seq_len * c.d_model;
   if (stage_ > 0)
-    grad_send_ =
-        Buffer<float>(device, static_cast<std::size_t>(micro_) * spec_.train.seq_len * c.d_model,
-                      "pipeline send buffer");
+    grad_send_ = Buffer<std::byte>(device.memory(), act_count_ * dtype_size(act_type_),
+                                   "pipeline send buffer");
   act_send_.resize(static_cast<std::size_t>(slots_for(stage_)));
 
   generate_canonical_weights(
-      c, spec_.train.seed, [&](std::size_t, const ParamTensor& t, const float* values) {
+      c, spec_.train.seed, [&](std::size_t k, const ParamTensor&, const float* values) {
+        const ParamTensor& t = layout.tensors()[k];
         if (t.offset >= lo_ && t.offset + t.numel <= hi_)
-          std::copy(values, values + t.numel, params_.data() + (t.offset - lo_));
-        if (tied_copy_ && t.offset == 0) std::copy(values, values + t.numel, wte_params_.data());
+          device.upload(params_.master() + (t.offset - lo_), values, t.numel * sizeof(float));
+        if (tied_copy_ && k == 0)
+          device.upload(wte_params_.master(), values, t.numel * sizeof(float));
       });
+  params_.refresh();
+  if (tied_copy_) wte_params_.refresh();
+  slices_ = SliceSet(device);
   for (const auto& t : layout.tensors())
     if (t.offset >= lo_ && t.offset + t.numel <= hi_)
       slices_.add_local_tensor(t, 0, 0, t.offset - lo_, dp_rank_ == 0);
   if (tied_copy_) slices_.add_local_tensor(layout.tensors()[0], 0, 1, 0, false);
-  const std::size_t n = static_cast<std::size_t>(micro_) * spec_.train.seq_len;
-  inputs_.resize(n);
-  targets_.resize(n);
+  tokens_ = TokenStage(device, c.vocab_size, micro_, spec_.train.seq_len, m_, stage_ == 0,
+                       stage_ == p_ - 1);
+  loss_ = DeviceSum(device);
 }
 
-void PipelineStrategy::forward_micro(const data::Batch& batch, std::int64_t row0, std::int64_t rows,
-                                     int i, int slot, double* loss_sum) {
-  GptModel& m = *model_;
-  const int T = spec_.train.seq_len;
-  const std::size_t NC = static_cast<std::size_t>(micro_) * T * spec_.model.d_model;
+void PipelineStrategy::forward_micro(int i, int slot, std::int64_t k, double weight) {
+  Model& m = *model_;
+  comm::Communicator& pp = pp_comm_->data();
   m.set_slot(slot);
   act_send_[static_cast<std::size_t>(slot)].wait();  // the slot's output stream is free again
   if (stage_ == 0) {
-    copy_rows(batch, row0, rows, micro_, inputs_.data(), nullptr);
     ScopedTimer busy(stats_.busy_s);
-    m.embed_forward(inputs_.data());
+    m.embed_forward(tokens_.inputs(k));
   } else {
-    pp_comm_->recv(m.residual(m.first_layer()), NC, stage_ - 1, act_tag(i));
+    pp.recv(m.residual(m.first_layer()), act_count_, act_type_, stage_ - 1, act_tag(i));
   }
   {
     ScopedTimer busy(stats_.busy_s);
     for (int l = m.first_layer(); l < m.end_layer(); ++l) m.block_forward(l);
   }
   if (stage_ == p_ - 1) {
-    copy_rows(batch, row0, rows, micro_, nullptr, targets_.data());
     ScopedTimer busy(stats_.busy_s);
-    const float mean = m.head_forward(targets_.data());
-    *loss_sum += static_cast<double>(mean) * static_cast<double>(rows * T);
+    m.head_forward(tokens_.targets(k));
+    loss_.add(m.loss(), weight);
   } else {
     act_send_[static_cast<std::size_t>(slot)] =
-        pp_comm_->isend(m.residual(m.end_layer()), NC, stage_ + 1, act_tag(i));
+        pp.isend(m.residual(m.end_layer()), act_count_, act_type_, stage_ + 1, act_tag(i));
   }
 }
 
 void PipelineStrategy::backward_micro(int i, int slot, float dloss) {
-  GptModel& m = *model_;
-  const std::size_t NC =
-      static_cast<std::size_t>(micro_) * spec_.train.seq_len * spec_.model.d_model;
+  Model& m = *model_;
+  comm::Communicator& pp = pp_comm_->data();
   m.set_slot(slot);
   const bool repro = spec_.train.reproducible;
   if (stage_ == p_ - 1) {
@@ -347,7 +354,7 @@ void PipelineStrategy::backward_micro(int i, int slot, float dloss) {
     if (repro && tied_copy_) wte_acc_.flush(wte_grads_.data(), wte_size_);
     if (repro && spec_.model.arch == Arch::kGpt2 && p_ == 1) acc_.flush(grads_.data(), embed_end_);
   } else {
-    pp_comm_->recv(m.dresidual(), NC, stage_ + 1, grad_tag(i));
+    pp.recv(m.dresidual(), act_count_, act_type_, stage_ + 1, grad_tag(i));
   }
   {
     ScopedTimer busy(stats_.busy_s);
@@ -357,8 +364,8 @@ void PipelineStrategy::backward_micro(int i, int slot, float dloss) {
   }
   if (stage_ > 0) {
     grad_send_req_.wait();
-    std::copy(m.dresidual(), m.dresidual() + NC, grad_send_.data());
-    grad_send_req_ = pp_comm_->isend(grad_send_.data(), NC, stage_ - 1, grad_tag(i));
+    device_->copy(grad_send_.data(), m.dresidual(), grad_send_.bytes());
+    grad_send_req_ = pp.isend(grad_send_.data(), act_count_, act_type_, stage_ - 1, grad_tag(i));
   }
 }
 
@@ -368,14 +375,17 @@ StepResult PipelineStrategy::train_step(const data::Batch& batch, std::int64_t s
   const int T = tc.seq_len;
   const RowRange rows = shard_rows(tc.batch_size, dp_rank_, dp_);
   const float dloss = 1.0f / static_cast<float>(tc.batch_size * T);
-  grads_.zero();
-  if (tied_copy_) wte_grads_.zero();
-  double loss_sum = 0;
+  if (stage_ == 0 || stage_ == p_ - 1) {
+    for (int i = 0; i < m_; ++i) tokens_.stage(batch, i, rows.begin + i * micro_, micro_);
+    tokens_.upload(m_);
+  }
+  device_->zero(grads_.data(), grads_.bytes());
+  if (tied_copy_) device_->zero(wte_grads_.data(), wte_grads_.bytes());
+  loss_.reset();
   const double busy_before = stats_.busy_s;
   const int slots = slots_for(stage_);
-  auto F = [&](int i) {
-    forward_micro(batch, rows.begin + i * micro_, micro_, i, i % slots, &loss_sum);
-  };
+  const double weight = static_cast<double>(micro_ * T);
+  auto F = [&](int i) { forward_micro(i, i % slots, i, weight); };
   auto B = [&](int i) { backward_micro(i, i % slots, dloss); };
   {
     ScopedTimer schedule(stats_.schedule_s);
@@ -401,17 +411,17 @@ StepResult PipelineStrategy::train_step(const data::Batch& batch, std::int64_t s
     reduce_grads();
   }
   // The last stage's embedding copy is not counted: its gradient is the first stage's.
-  double sums[2] = {stage_ == p_ - 1 ? loss_sum : 0.0, 0.0};
-  world_->allreduce(sums, 1, comm::ReduceOp::kSum);
+  double sums[2] = {stage_ == p_ - 1 ? loss_.read() : 0.0, 0.0};
+  world_->control().allreduce(sums, 1, comm::ReduceOp::kSum);
   double sq = 0;
   if (tc.reproducible) {
     ExactSquareSum exact;
-    exact.add(grads_.data(), grads_.size());
-    exact.allreduce(*pp_comm_);
+    device_->add_exact_squares(exact, grads_.data(), grads_.size());
+    allreduce_exact(exact, pp_comm_->control());
     sq = exact.value();
   } else {
-    sq = sum_squares(grads_.data(), grads_.size());
-    pp_comm_->allreduce(&sq, 1, comm::ReduceOp::kSum);
+    sq = device_->sum_of_squares(grads_.data(), grads_.size());
+    pp_comm_->control().allreduce(&sq, 1, comm::ReduceOp::kSum);
   }
   StepResult r;
   r.loss = sums[0] / static_cast<double>(tc.batch_size * T);
@@ -420,22 +430,26 @@ StepResult PipelineStrategy::train_step(const data::Batch& batch, std::int64_t s
   const float scale = clip_scale(r.grad_norm, tc.optimizer.grad_clip);
   {
     ScopedTimer compute(stats_.compute_s);
-    opt_->step(params_.data(), grads_.data(), r.lr, scale, step + 1);
-    if (tied_copy_) wte_opt_->step(wte_params_.data(), wte_grads_.data(), r.lr, scale, step + 1);
+    opt_->step(params_.master(), params_.weights(), grads_.data(), r.lr, scale, step + 1);
+    if (tied_copy_)
+      wte_opt_->step(wte_params_.master(), wte_params_.weights(), wte_grads_.data(), r.lr, scale,
+                     step + 1);
   }
   ++stats_.steps;
   return r;
 }
 
 void PipelineStrategy::reduce_grads() {
-  reduce_stage(tie_comm_.get(), dp_ > 1 ? dp_comm_.get() : nullptr, stage_ == 0, grads_.data(),
-               grads_.size(), tied_copy_ ? wte_grads_.data() : nullptr, wte_size_);
+  reduce_stage(tie_comm_ ? &tie_comm_->data() : nullptr, dp_ > 1 ? &dp_comm_->data() : nullptr,
+               stage_ == 0, grads_.data(), grads_.size(),
+               tied_copy_ ? wte_grads_.data() : nullptr, wte_size_);
 }
 
 // Reproducible mode: the same reductions on the fp64 sums, then the one rounding to fp32.
 void PipelineStrategy::reproducible_reduce() {
-  reduce_stage(tie_comm_.get(), dp_ > 1 ? dp_comm_.get() : nullptr, stage_ == 0, acc_.data(),
-               acc_.size(), tied_copy_ ? wte_acc_.data() : nullptr, wte_size_);
+  reduce_stage(tie_comm_ ? &tie_comm_->data() : nullptr, dp_ > 1 ? &dp_comm_->data() : nullptr,
+               stage_ == 0, acc_.data(), acc_.size(), tied_copy_ ? wte_acc_.data() : nullptr,
+               wte_size_);
   ScopedTimer compute(stats_.compute_s);
   acc_.round_and_reset(grads_.data());
   if (tied_copy_) {
@@ -446,23 +460,35 @@ void PipelineStrategy::reproducible_reduce() {
 double PipelineStrategy::evaluate(const data::Batch& batch) {
   const int T = spec_.train.seq_len;
   const RowRange rows = shard_rows(batch.batch_size, dp_rank_, dp_);
-  double sum = 0;
-  for (std::int64_t r = 0; r < rows.count; r += micro_) {
-    const std::int64_t n = std::min(micro_, rows.count - r);
-    // Tags only need to tell activations from gradients: messages between two ranks arrive in
-    // order.
-    forward_micro(batch, rows.begin + r, n, 0, 0, &sum);
+  const std::int64_t chunks = (rows.count + micro_ - 1) / micro_;
+  const bool ends = stage_ == 0 || stage_ == p_ - 1;
+  loss_.reset();
+  for (std::int64_t first = 0; first < chunks; first += tokens_.capacity()) {
+    const std::int64_t count = std::min(tokens_.capacity(), chunks - first);
+    if (ends) {
+      for (std::int64_t k = 0; k < count; ++k) {
+        const std::int64_t r = (first + k) * micro_;
+        tokens_.stage(batch, k, rows.begin + r, std::min(micro_, rows.count - r));
+      }
+      tokens_.upload(count);
+    }
+    for (std::int64_t k = 0; k < count; ++k) {
+      const std::int64_t r = (first + k) * micro_;
+      // Tags only need to tell activations from gradients: messages between two ranks arrive
+      // in order.
+      forward_micro(0, 0, k, static_cast<double>(std::min(micro_, rows.count - r) * T));
+    }
   }
   for (auto& q : act_send_) q.wait();
-  if (stage_ != p_ - 1) sum = 0;
-  world_->allreduce(&sum, 1, comm::ReduceOp::kSum);
+  double sum = stage_ == p_ - 1 ? loss_.read() : 0.0;
+  world_->control().allreduce(&sum, 1, comm::ReduceOp::kSum);
   return sum / static_cast<double>(batch.batch_size * T);
 }
 
 std::vector<float*> PipelineStrategy::segments(StateKind kind) {
   switch (kind) {
     case StateKind::kParams:
-      return {params_.data(), wte_params_.data()};
+      return {params_.master(), wte_params_.master()};
     case StateKind::kAdamM:
       return {opt_->m(), wte_opt_ ? wte_opt_->m() : nullptr};
     case StateKind::kAdamV:
@@ -477,6 +503,10 @@ StateSlices PipelineStrategy::export_state(StateKind kind) {
 
 void PipelineStrategy::import_state(StateKind kind, const StateSlices& slices) {
   slices_.import_into(segments(kind), slices);
+  if (kind == StateKind::kParams) {
+    params_.refresh();
+    if (tied_copy_) wte_params_.refresh();
+  }
 }
 
 }  // namespace saturn::parallel

@@ -17,11 +17,13 @@
 #include <memory>
 #include <vector>
 
-#include "runtime/model/gpt.hpp"
+#include "runtime/model/model.hpp"
 #include "runtime/optim/adamw.hpp"
 #include "runtime/parallel/common.hpp"
+#include "runtime/parallel/param_store.hpp"
 #include "runtime/parallel/repro.hpp"
 #include "runtime/parallel/strategy.hpp"
+#include "runtime/parallel/tokens.hpp"
 
 namespace saturn::parallel {
 
@@ -32,7 +34,7 @@ class PipelineStrategy : public Strategy {
   ~PipelineStrategy() override;
   std::string name() const override { return name_; }
   Estimate estimate() const override;
-  void setup(comm::Communicator& comm, MemoryPool& device, MemoryPool& host) override;
+  void setup(comm::CommPair& comms, Device& device, MemoryPool& host) override;
   StepResult train_step(const data::Batch& batch, std::int64_t step) override;
   double evaluate(const data::Batch& batch) override;
   StateSlices export_state(StateKind kind) override;
@@ -54,8 +56,9 @@ class PipelineStrategy : public Strategy {
   Plan plan() const;
   ModelOptions model_options(int stage, const Plan& plan) const;
   int slots_for(int stage) const;
-  void forward_micro(const data::Batch& batch, std::int64_t row0, std::int64_t rows, int i,
-                     int slot, double* loss_sum);
+  // Micro-batch i in activation slot `slot`: the tokens (first stage) and targets (last stage)
+  // are the token stage's micro-batch k; the loss is weighted by `weight` tokens.
+  void forward_micro(int i, int slot, std::int64_t k, double weight);
   void backward_micro(int i, int slot, float dloss);
   void reduce_grads();         // sums the gradients across stages (tied) and replicas
   void reproducible_reduce();  // the same in fp64, then rounds them into the gradients
@@ -67,23 +70,29 @@ class PipelineStrategy : public Strategy {
   int m_ = 1;
   std::int64_t micro_ = 1;
   std::vector<int> bounds_;
-  comm::Communicator* world_ = nullptr;
-  std::unique_ptr<comm::Communicator> pp_comm_, dp_comm_, tie_comm_;
-  std::unique_ptr<GptModel> model_;
+  Device* device_ = nullptr;
+  comm::CommPair* world_ = nullptr;
+  std::unique_ptr<comm::CommPair> pp_comm_, dp_comm_, tie_comm_;
+  std::unique_ptr<Model> model_;
   std::size_t lo_ = 0, hi_ = 0;  // this stage's range of the flat layout
-  Buffer<float> params_, grads_;
+  ParamStore params_;
+  Buffer<float> grads_;
   std::unique_ptr<AdamW> opt_;
   bool tied_copy_ = false;  // GPT-2 last stage (p > 1): its own copy of the token embedding
   std::size_t wte_size_ = 0;
   std::size_t embed_end_ = 0;  // end of the embedding group in this stage's buffers (stage 0)
-  Buffer<float> wte_params_, wte_grads_;
+  ParamStore wte_params_;
+  Buffer<float> wte_grads_;
   std::unique_ptr<AdamW> wte_opt_;
   GradAccumulator acc_, wte_acc_;  // reproducible mode: grads_ and wte_grads_ in fp64
-  Buffer<float> grad_send_;
+  std::size_t act_count_ = 0;      // activations per micro-batch crossing a stage boundary
+  DType act_type_ = DType::kFloat32;
+  Buffer<std::byte> grad_send_;
   comm::Request grad_send_req_;
   std::vector<comm::Request> act_send_;  // per slot
   SliceSet slices_;
-  std::vector<std::int32_t> inputs_, targets_;
+  TokenStage tokens_;
+  DeviceSum loss_;
 };
 
 }  // namespace saturn::parallel

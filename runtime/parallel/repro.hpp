@@ -13,23 +13,25 @@
 // gives the gradient norm (and so the clip factor) exactly, whatever the split.
 #pragma once
 
-#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
+#include "runtime/backend/device.hpp"
 #include "runtime/comm/communicator.hpp"
+#include "runtime/core/exact_sum.hpp"
 #include "runtime/core/memory.hpp"
-#include "runtime/model/gpt.hpp"
+#include "runtime/model/model.hpp"
 #include "runtime/parallel/strategy.hpp"
 
 namespace saturn::parallel {
 
-// An fp64 copy of (part of) a flat gradient buffer that fp32 gradient terms are added into.
+// An fp64 copy of (part of) a flat gradient buffer that fp32 gradient terms are added into, on
+// the device that holds the gradients.
 class GradAccumulator {
  public:
   GradAccumulator() = default;
-  GradAccumulator(MemoryPool& pool, std::size_t n);
+  GradAccumulator(Device& device, std::size_t n);
 
   std::size_t size() const { return acc_.size(); }
   double* data() { return acc_.data(); }
@@ -40,6 +42,7 @@ class GradAccumulator {
   void round_and_reset(float* out);
 
  private:
+  Device* device_ = nullptr;
   Buffer<double> acc_;
 };
 
@@ -48,24 +51,11 @@ class GradAccumulator {
 // token embedding gets its classifier part and its embedding part as two terms, as a pipeline
 // computes them on different stages; every other element gets one. Leaves the model's fp32
 // gradients zero.
-void reproducible_backward(GptModel& model, float dloss, GradAccumulator& acc);
+void reproducible_backward(Model& model, float dloss, GradAccumulator& acc);
 
-// The exact sum of squares of fp32 values: every square is an integer multiple of a power of
-// two fixed by the value's exponent, so per exponent the squares add up exactly in a 128-bit
-// integer. The result does not depend on the order of the values or on how they are split
-// across ranks; value() rounds once.
-class ExactSquareSum {
- public:
-  void add(const float* x, std::size_t n);
-  // Sums the partial sums of every rank of `comm` (exactly, in 64-bit integer words).
-  void allreduce(comm::Communicator& comm);
-  double value() const;
-
- private:
-  static constexpr int kBins = 255;  // fp32 exponent fields 0..254 (255: inf/nan)
-  std::array<std::uint64_t, kBins> lo_{}, hi_{};
-  std::uint64_t nonfinite_ = 0;
-};
+// Sums the exact partial sums (core/exact_sum.hpp) of every rank of `comm` (exactly, in 64-bit
+// integer words over the control communicator).
+void allreduce_exact(ExactSquareSum& sum, comm::Communicator& comm);
 
 // Why a configuration cannot train a reproducible job, or "" when it can: the canonical
 // micro-batch must divide the rows each data-parallel replica processes, a configured

@@ -40,6 +40,15 @@ StrategyStats Strategy::stats() const {
   return s;
 }
 
+void Strategy::check_setup(comm::CommPair& comms, Device& device) const {
+  if (comms.size() != spec_.degree)
+    throw InputError(fmt::format("{} at degree {} needs {} ranks; the communicator has {}", name(),
+                                 spec_.degree, spec_.degree, comms.size()));
+  if (device.kind() != spec_.backend)
+    throw InputError(fmt::format("{} was planned for the {} backend but runs on {}", name(),
+                                 device_kind_name(spec_.backend), device.describe()));
+}
+
 void Strategy::reset_stats() {
   stats_ = StrategyStats{};
   for (auto* c : comms_)
@@ -53,6 +62,8 @@ const std::vector<std::string>& strategy_names() {
 }
 
 std::unique_ptr<Strategy> make_strategy(const std::string& name, const StrategySpec& spec) {
+  // One device is DDP's degree-1 case, named for what it is.
+  if (name == "single") return std::make_unique<DdpStrategy>(spec, "single", 1);
   if (name == "ddp") return std::make_unique<DdpStrategy>(spec, "ddp", 1);
   if (name == "fsdp") return std::make_unique<FsdpStrategy>(spec);
   if (name == "pipeline") return std::make_unique<PipelineStrategy>(spec, "pipeline", spec.degree);

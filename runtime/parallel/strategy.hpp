@@ -3,10 +3,14 @@
 // exactly the job one device would train — same global batch, same initial weights, same
 // optimizer — only spread over `degree` ranks, so the solver may pick any of them for any job.
 //
+// Every strategy is written once against the backend-neutral model (model/model.hpp) and device
+// (backend/device.hpp): it never touches device memory from the host, and it talks over two
+// communicators, control (host scalars) and data (device buffers), comm/comm_pair.hpp.
+//
 // Life of a strategy:
 //   auto s = make_strategy("fsdp", spec);   // no communication yet
 //   Estimate e = s->estimate();             // static memory/communication estimate + feasibility
-//   s->setup(comm, device, host);           // collective; allocates, initialises weights
+//   s->setup(comms, device, host);          // collective; allocates, initialises weights
 //   for each step: s->train_step(global_batch, step);
 //   s->evaluate(val_batch);  s->export_state(kind) / s->import_state(kind, slices);
 #pragma once
@@ -17,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/backend/device.hpp"
+#include "runtime/comm/comm_pair.hpp"
 #include "runtime/comm/communicator.hpp"
 #include "runtime/core/memory.hpp"
 #include "runtime/data/loader.hpp"
@@ -51,12 +57,14 @@ struct Knobs {
 // "device_capacity=2GiB"}. InputError naming the item and the valid keys/values.
 Knobs parse_knobs(const std::vector<std::string>& items);
 
-// What is trained (model, global batch, optimizer) and how it is spread.
+// What is trained (model, global batch, optimizer), how it is spread, and on which backend
+// (estimates describe that backend's memory: fp32 on the CPU, bf16 and flash attention on CUDA).
 struct StrategySpec {
   ModelConfig model;
   TrainConfig train;
   int degree = 1;  // ranks
   Knobs knobs;
+  DeviceKind backend = DeviceKind::kCpu;
 };
 
 // A static estimate, computed from the spec alone (the profiler and solver call it for
@@ -111,10 +119,11 @@ class Strategy {
   // (or host_capacity).
   virtual Estimate estimate() const = 0;
 
-  // (b) Collective over `comm` (size() == degree): splits sub-communicators first, then only
-  // local work (allocation from `device`/`host`, weights initialised from train.seed exactly
-  // as one device would). `comm` and the pools must outlive the strategy.
-  virtual void setup(comm::Communicator& comm, MemoryPool& device, MemoryPool& host) = 0;
+  // (b) Collective over `comms` (size() == degree): splits sub-communicators first, then only
+  // local work (allocation on `device` and, for offload, from the `host` pool; weights
+  // initialised from train.seed exactly as one device would). `device` must be of
+  // spec().backend. The communicators, the device and the pool must outlive the strategy.
+  virtual void setup(comm::CommPair& comms, Device& device, MemoryPool& host) = 0;
 
   // (c) One optimizer step on the global batch (batch_size rows; every rank passes the same
   // batch and uses the rows it needs): micro-batches with gradient accumulation, gradients
@@ -137,6 +146,14 @@ class Strategy {
  protected:
   // Strategies register their communicators (for stats) and time their compute.
   void track(comm::Communicator* c) { comms_.push_back(c); }
+  void track(comm::CommPair* p) {
+    if (p == nullptr) return;
+    track(&p->control());
+    track(&p->data());
+  }
+  // Checks what every setup() checks first: the pair spans `degree` ranks and the device is
+  // of the spec's backend (InputError naming the strategy).
+  void check_setup(comm::CommPair& comms, Device& device) const;
   StrategySpec spec_;
   StrategyStats stats_;
 
@@ -147,6 +164,7 @@ class Strategy {
 // Strategy names: ddp, fsdp, pipeline, tensor, offload, ddp+pipeline, ddp+tensor.
 const std::vector<std::string>& strategy_names();
 // InputError for an unknown name (lists the valid ones). Never falls back to another strategy.
+// "single" (one device, degree 1) is also accepted: `saturn train` without --strategy.
 std::unique_ptr<Strategy> make_strategy(const std::string& name, const StrategySpec& spec);
 
 }  // namespace saturn::parallel

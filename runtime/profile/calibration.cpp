@@ -15,7 +15,8 @@
 #include "runtime/core/log.hpp"
 #include "runtime/core/memory.hpp"
 #include "runtime/core/rng.hpp"
-#include "runtime/model/gpt.hpp"
+#include "runtime/backend/cpu/device.hpp"
+#include "runtime/model/model.hpp"
 #include "runtime/model/parameters.hpp"
 #include "runtime/optim/adamw.hpp"
 #include "runtime/profile/text_comm.hpp"
@@ -472,23 +473,24 @@ void fit_compute(comm::Communicator& world, Calibration& cal, Gemm& probe, doubl
     m.d_model = r.C;
     m.d_ff = 0;
     m.max_seq_len = r.T;
-    MemoryPool pool("calibration");
+    cpu::CpuDevice device("calibration", 0);
     double t = 0;
     {
-      GptModel model(m, pool);
-      model.init_weights(7);
-      model.reserve(r.B, r.T);
+      const auto model = make_model(device, m);
+      model->init_weights(7);
+      model->reserve(r.B, r.T);
       const std::size_t n = static_cast<std::size_t>(r.B) * r.T;
-      std::vector<std::int32_t> tokens(n), targets(n);
+      Buffer<std::int32_t> tokens(device.memory(), n, "tokens"),
+          targets(device.memory(), n, "tokens");
       Rng rng(3);
       for (std::size_t i = 0; i < n; ++i) {
         tokens[i] = static_cast<std::int32_t>(rng.below(256));
         targets[i] = static_cast<std::int32_t>(rng.below(256));
       }
       t = ratio_to_probe(probe, o.window_s, o.repeats, [&] {
-        model.zero_grads();
-        model.forward(tokens.data(), targets.data(), r.B, r.T);
-        model.backward(1.0f / static_cast<float>(n));
+        model->zero_grads();
+        model->forward(tokens.data(), targets.data());
+        model->backward(1.0f / static_cast<float>(n));
       });
     }
     const ComputeFeatures f = cal.features(m, r.B, r.T, 1);
@@ -514,19 +516,21 @@ void measure_optimizer_and_copies(comm::Communicator& world, Calibration& cal, G
   m.n_head = 4;
   m.max_seq_len = 64;
   const ParameterLayout layout(m);
-  MemoryPool device("calibration-device"), host("calibration-host");
+  cpu::CpuDevice cpu("calibration-device", 0);
+  MemoryPool& device = cpu.memory();
+  MemoryPool host("calibration-host");
   const std::size_t P = layout.total();
   Buffer<float> params(device, P, "parameters"), grads(device, P, "gradients");
   fill_random(params.data(), P, 4);
   fill_random(grads.data(), P, 5);
-  AdamW opt(OptimizerConfig{}, layout, 0, P, device);
+  AdamW opt(OptimizerConfig{}, layout, 0, P, cpu);
   std::int64_t step = 0;
   double sink = 0;
   const double t_opt = ratio_to_probe(probe, o.window_s, o.repeats, [&] {
     double s = 0;
     for (std::size_t i = 0; i < P; ++i) s += static_cast<double>(grads[i]) * grads[i];
     sink += s;
-    opt.step(params.data(), grads.data(), 1e-4, 1.0f, ++step);
+    opt.step(params.data(), nullptr, grads.data(), 1e-4, 1.0f, ++step);
     std::memset(static_cast<void*>(grads.data()), 0, grads.bytes());
     fill_random(grads.data(), 16, static_cast<std::uint64_t>(step));
   });

@@ -7,6 +7,7 @@
 
 #include "runtime/backend/cpu/ops.hpp"
 #include "runtime/comm/agree.hpp"
+#include "runtime/comm/comm_pair.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/log.hpp"
 #include "runtime/core/memory.hpp"
@@ -128,7 +129,9 @@ Measurement run_one_trial(const TrialRequest& trial, comm::Communicator& group,
   m.device_capacity = o.device_capacity;
   m.measured_utc = utc_now();
   try {
-    MemoryPool device("device", o.device_capacity), host("host", o.host_capacity);
+    std::unique_ptr<Device> device;
+    MemoryPool host("host", o.host_capacity);
+    std::unique_ptr<comm::CommPair> comms;
     std::unique_ptr<parallel::Strategy> s;
     comm::agree_on(group, [&] {
       if (group.size() != trial.config.degree)
@@ -139,9 +142,12 @@ Measurement run_one_trial(const TrialRequest& trial, comm::Communicator& group,
       spec.train = trial.train;
       spec.degree = trial.config.degree;
       spec.knobs = parallel::parse_knobs(trial.config.knobs);
+      spec.backend = o.device;
       s = parallel::make_strategy(trial.config.strategy, spec);
+      device = make_device(o.device, group.rank(), o.device_capacity);
     });
-    comm::agree_on(group, [&] { s->setup(group, device, host); });
+    comms = comm::make_comm_pair(group, *device);
+    comm::agree_on(group, [&] { s->setup(*comms, *device, host); });
     const TrainConfig& tc = trial.train;
     const data::Batch batch = synthetic_batch(tc.batch_size, tc.seq_len, trial.model.vocab_size, 1);
     std::int64_t step = 0;
@@ -192,7 +198,7 @@ Measurement run_one_trial(const TrialRequest& trial, comm::Communicator& group,
       comm::agree_on(group, [&] { s->evaluate(val); });
       m.eval_s = max_over(group, seconds_since(te));
     }
-    std::int64_t peaks[2] = {static_cast<std::int64_t>(device.peak()),
+    std::int64_t peaks[2] = {static_cast<std::int64_t>(device->memory().peak()),
                              static_cast<std::int64_t>(host.peak())};
     group.allreduce(peaks, 2, comm::ReduceOp::kMax);
     m.peak_device_bytes = static_cast<std::size_t>(peaks[0]);

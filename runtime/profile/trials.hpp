@@ -11,6 +11,8 @@
 // measurement, for comparison).
 #pragma once
 
+#include "runtime/backend/device.hpp"
+
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -40,6 +42,7 @@ struct TrialOptions {
   // steps overrun it is not worth more trial time: the steps done so far are the measurement
   // (Measurement::reason says so), and the round's other groups are not held up much longer.
   double time_limit_s = 60;
+  DeviceKind device = DeviceKind::kCpu;  // the backend the trials run on
 };
 
 // The world's ranks by node (the trials' placement): a single-node configuration of degree d

@@ -1,17 +1,15 @@
 // Small helpers of the profiler: wall clocks, UTC timestamps, medians.
 #pragma once
 
-#include <chrono>
 #include <string>
 #include <vector>
 
+#include "runtime/core/clock.hpp"
+
 namespace saturn::profile {
 
-using Clock = std::chrono::steady_clock;
-
-inline double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
+using saturn::Clock;
+using saturn::seconds_since;
 
 // "2025-05-10T12:34:56Z".
 std::string utc_now();

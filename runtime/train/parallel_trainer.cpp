@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <chrono>
 #include <cmath>
 #include <fstream>
 #include <memory>
@@ -12,7 +11,9 @@
 #include "runtime/backend/cpu/ops.hpp"
 #include "runtime/checkpoint/train_io.hpp"
 #include "runtime/comm/agree.hpp"
+#include "runtime/comm/comm_pair.hpp"
 #include "runtime/comm/mpi_communicator.hpp"
+#include "runtime/core/clock.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/log.hpp"
 #include "runtime/core/memory.hpp"
@@ -20,31 +21,25 @@
 #include "runtime/parallel/assemble.hpp"
 
 namespace saturn {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-}  // namespace
 
 TrainResult train_with_strategy(const TrainJob& job, const TrainOptions& options,
                                 const ParallelOptions& par, comm::Communicator& comm) {
   const TrainConfig& tc = job.train;
   const int rank = comm.rank();
-  parallel::StrategySpec spec{job.model, job.train, par.degree, par.knobs};
+  parallel::StrategySpec spec{job.model, job.train, par.degree, par.knobs, options.device};
   if (spec.knobs.device_capacity == 0) spec.knobs.device_capacity = options.device_capacity;
   if (spec.knobs.host_capacity == 0) spec.knobs.host_capacity = options.host_capacity;
 
-  // The pools outlive the strategy, which returns its buffers to them.
-  MemoryPool device(fmt::format("cpu:{}", rank), spec.knobs.device_capacity);
+  // Declared in this order so that the strategy goes first: it returns its buffers to the
+  // device and the pool, and its communicators are split from `comms`.
+  std::unique_ptr<Device> device;
   MemoryPool host(fmt::format("host:{}", rank), spec.knobs.host_capacity);
-  // 1. Local checks, identical on every rank except for the data files each rank opens.
+  std::unique_ptr<comm::CommPair> comms;
   std::unique_ptr<parallel::Strategy> strategy;
   std::optional<data::TokenLoader> train_loader, val_loader;
   parallel::Estimate estimate;
+  // 1. Local checks, identical on every rank except for the device and the data files each
+  // rank opens.
   comm::agree_on(comm, [&] {
     if (par.degree != comm.size())
       throw InputError(
@@ -62,10 +57,15 @@ TrainResult train_with_strategy(const TrainJob& job, const TrainOptions& options
     val_loader.emplace(data::TokenLoader::validation(
         data::TokenArray::open(job.val_data, static_cast<std::uint32_t>(job.model.vocab_size)),
         tc.seq_len));
+    device = make_device(options.device, options.device_index < 0 ? rank : options.device_index,
+                         spec.knobs.device_capacity);
   });
+  // The data communicator (a duplicate of `comm`, staged when device memory is not host
+  // memory): collective, so created once every rank has its device.
+  comms = comm::make_comm_pair(comm, *device);
 
   // 2. Set-up: sub-communicators, then allocation and initial weights.
-  comm::agree_on(comm, [&] { strategy->setup(comm, device, host); });
+  comm::agree_on(comm, [&] { strategy->setup(*comms, *device, host); });
 
   // 3. Checkpoints go through MPI-IO on the job's communicator; resume from the newest valid
   // one when asked (any strategy and degree wrote it: the layout is canonical).
@@ -115,16 +115,18 @@ TrainResult train_with_strategy(const TrainJob& job, const TrainOptions& options
   const int T = tc.seq_len;
   if (!options.quiet && rank == 0)
     log::info(
-        "job {}: {} {}x{} d_model {}, strategy {} on {} ranks ({}), batch {} in "
-        "micro-batches of {}, {} steps; estimated peak {} per rank",
+        "job {}: {} {}x{} d_model {} ({:.2f}M parameters), {} on {} ({}), batch {} in "
+        "micro-batches of {} x {} tokens, {} steps; estimated peak {} per rank",
         job.id, arch_name(job.model.arch), job.model.n_layer, job.model.n_head, job.model.d_model,
-        par.strategy, par.degree, estimate.layout, tc.batch_size, estimate.micro_batch, total_steps,
+        static_cast<double>(job.model.num_parameters()) / 1e6, par.strategy,
+        par.degree == 1 ? device->describe() : fmt::format("{} ranks", par.degree),
+        estimate.layout, tc.batch_size, estimate.micro_batch, T, total_steps,
         format_bytes(estimate.device_bytes));
 
   TrainResult result;
   const auto t_start = Clock::now();
   auto t_last_print = t_start;
-  double train_time = 0;
+  double train_time = 0;  // excludes evaluation, for tokens/s
   data::Batch batch;
   std::int64_t done = first_step;
   for (std::int64_t step = first_step; step < total_steps; ++step) {
@@ -169,11 +171,14 @@ TrainResult train_with_strategy(const TrainJob& job, const TrainOptions& options
     }
     if (!options.quiet && rank == 0 &&
         (r.has_val || seconds_since(t_last_print) >= options.progress_interval_s || r.step == 1)) {
-      const double rate =
-          static_cast<double>((r.step - first_step) * tc.batch_size * T) / train_time;
+      const std::int64_t ran = r.step - first_step;  // this process's steps
+      const double rate = static_cast<double>(ran * tc.batch_size * T) / train_time;
+      const double eta =
+          static_cast<double>(total_steps - r.step) * train_time / static_cast<double>(ran);
       const std::string val = r.has_val ? fmt::format(" | val {:.4f}", r.val_loss) : "";
-      log::info("step {}/{} | loss {:.4f}{} | lr {:.2e} | {:.0f} tok/s", r.step, total_steps,
-                r.loss, val, r.lr, rate);
+      log::info("step {:>{}}/{} | loss {:.4f}{} | lr {:.2e} | {} tok/s | ETA {}", r.step,
+                std::to_string(total_steps).size(), total_steps, r.loss, val, r.lr,
+                format_rate(rate), format_clock(eta));
       t_last_print = Clock::now();
     }
     done = r.step;
@@ -199,7 +204,7 @@ TrainResult train_with_strategy(const TrainJob& job, const TrainOptions& options
   // final.h5 marks a finished job (saturn run --resume skips it): not after --max-steps.
   if (!result.stopped && done == tc.steps && !options.job_dir.empty())
     ckpt::save_final(mpi->handle(), ck, {done, train_loader->position(), ""}, source);
-  std::int64_t peak = static_cast<std::int64_t>(device.peak());
+  std::int64_t peak = static_cast<std::int64_t>(device->memory().peak());
   comm.allreduce(&peak, 1, comm::ReduceOp::kMax);
   result.peak_device_bytes = static_cast<std::size_t>(peak);
   if (par.gather_final_params)
@@ -208,13 +213,29 @@ TrainResult train_with_strategy(const TrainJob& job, const TrainOptions& options
   if (!options.quiet && rank == 0) {
     const parallel::StrategyStats st = strategy->stats();
     log::info(
-        "job {}: done in {:.1f} s, peak device memory {} per rank (estimate {}), {:.0f}% "
-        "of step time communicating (rank 0)",
-        job.id, seconds_since(t_start), format_bytes(result.peak_device_bytes),
+        "job {}: done in {}, peak device memory {} per rank (estimate {}), {:.0f}% of step time "
+        "communicating (rank 0)",
+        job.id, format_clock(seconds_since(t_start)), format_bytes(result.peak_device_bytes),
         format_bytes(estimate.device_bytes),
         st.step_s > 0 ? 100.0 * st.comm.seconds / st.step_s : 0.0);
   }
   return result;
+}
+
+TrainResult train_single_device(const TrainJob& job, const TrainOptions& options) {
+  ParallelOptions par;
+  par.strategy = "single";
+  par.degree = 1;
+  par.gather_final_params = true;
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (initialized) {
+    auto self = comm::MpiCommunicator::borrow(MPI_COMM_SELF);
+    return train_with_strategy(job, options, par, *self);
+  }
+  // Without MPI there are no checkpoints (parallel HDF5 needs it).
+  comm::SelfCommunicator self;
+  return train_with_strategy(job, options, par, self);
 }
 
 }  // namespace saturn

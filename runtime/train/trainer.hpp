@@ -1,5 +1,5 @@
-// Training one job on one device: the loop of `saturn train` (micro-batches, gradient
-// accumulation, clipping, schedule, AdamW), periodic validation, progress and metrics.
+// What one job is, how a run of it is configured, and what it reports; the training loop itself
+// is train_with_strategy (parallel_trainer.hpp), of which one device is the degree-1 case.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/backend/device.hpp"
 #include "runtime/model/config.hpp"
 
 namespace saturn {
@@ -22,6 +23,8 @@ struct TrainJob {
 
 struct TrainOptions {
   std::filesystem::path job_dir;     // metrics.jsonl, final.h5 (empty: write nothing)
+  DeviceKind device = DeviceKind::kCpu;  // the backend every rank trains on
+  int device_index = -1;  // which device of the node (-1: the rank's own, see make_device)
   std::size_t device_capacity = 0;   // bytes; 0 = unlimited
   std::size_t host_capacity = 0;     // bytes of host memory per rank (offload); 0 = unlimited
   double progress_interval_s = 2.0;  // progress lines at most this often (and at evaluations)
@@ -50,15 +53,9 @@ struct TrainResult {
   std::vector<float> final_params;  // canonical flat layout
 };
 
-// Micro-batch size actually used: the configured one, or the largest divisor of the global
-// batch that is at most 8 (so activations stay small and every micro-batch is full); for a
-// reproducible job the canonical micro-batch (canonical_micro_batch).
-std::int64_t resolve_micro_batch(const TrainConfig& train);
-
-// Validates the job (data files readable and long enough, model fits the device capacity)
-// without writing anything; throws InputError / OutOfMemoryError / IoError.
-void check_trainable(const TrainJob& job, const TrainOptions& options);
-
+// One device: train_with_strategy with the one-device strategy ("single", a degree-1 DDP) on
+// this process alone (MPI_COMM_SELF when MPI is initialised, which checkpoints need), with the
+// final parameters gathered into TrainResult::final_params.
 TrainResult train_single_device(const TrainJob& job, const TrainOptions& options);
 
 // A reproducible job resumes with the CPU threads per rank its checkpoint recorded, whatever

@@ -57,7 +57,7 @@ else
   cat "$work/cpu.log"
 fi
 
-kernels='does not drive the CUDA backend yet|has no CUDA backend'
+kernels='no usable CUDA device'
 # 2. --device cuda, one GPU per rank.
 run "$work/two.log" CUDA_VISIBLE_DEVICES=2,3 SLURM_JOB_GPUS=6,7 -- --device cuda --run-dir "$work/two"
 [[ $rc == 2 ]] || bad "--device cuda: rc=$rc, want 2"

@@ -64,4 +64,26 @@ void softmax_crossentropy_backward(float* dlogits, const float* probs, const int
   }
 }
 
+void softmax_crossentropy_backward_inplace(float* probs, const int32_t* targets, float dloss,
+                                           int N, int V) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    const int32_t y = targets[n];
+    float* row = probs + static_cast<std::size_t>(n) * V;
+    const float scale = y < 0 ? 0.0f : dloss;
+    for (int v = 0; v < V; ++v) row[v] *= scale;
+    if (y >= 0) row[y] -= dloss;
+  }
+}
+
+void loss_mean(float* out, const float* losses, const int32_t* targets, int N) {
+  double sum = 0;
+  std::size_t counted = 0;
+  for (int n = 0; n < N; ++n) {
+    sum += losses[n];
+    if (targets[n] >= 0) ++counted;
+  }
+  *out = counted == 0 ? 0.0f : static_cast<float>(sum / static_cast<double>(counted));
+}
+
 }  // namespace saturn::cpu

@@ -85,6 +85,9 @@ void swiglu_backward(float* dgate, float* dup, const float* dout, const float* g
 void residual_forward(float* out, const float* a, const float* b, std::size_t n);
 // da += dout; db += dout
 void residual_backward(float* da, float* db, const float* dout, std::size_t n);
+// out[n, :] += bias for N rows of C (tensor parallelism's row-parallel layers add their bias
+// once, after the reduction).
+void add_bias(float* out, const float* bias, int N, int C);
 
 // ---- crossentropy.cpp ------------------------------------------------------------------------
 // Fused softmax + cross-entropy over the vocabulary. probs[N,V] is saved for backward (it may
@@ -95,6 +98,13 @@ void softmax_crossentropy_forward(float* losses, float* probs, const float* logi
 // the objective (1 / tokens in the global batch for a mean).
 void softmax_crossentropy_backward(float* dlogits, const float* probs, const int32_t* targets,
                                    float dloss, int N, int V);
+// In place: probs becomes dloss * (probs - onehot(target)) (zero rows for ignored targets), so
+// the head needs no second [N, V] buffer.
+void softmax_crossentropy_backward_inplace(float* probs, const int32_t* targets, float dloss,
+                                           int N, int V);
+// *out = the mean of losses[n] over the rows whose target is >= 0 (0 when there is none),
+// summed in fp64 in row order.
+void loss_mean(float* out, const float* losses, const int32_t* targets, int N);
 
 // ---- adamw.cpp -------------------------------------------------------------------------------
 struct AdamWParams {

@@ -21,4 +21,11 @@ void residual_backward(float* da, float* db, const float* dout, std::size_t n) {
   }
 }
 
+void add_bias(float* out, const float* bias, int N, int C) {
+  for (int n = 0; n < N; ++n) {
+    float* row = out + static_cast<std::size_t>(n) * C;
+    for (int c = 0; c < C; ++c) row[c] += bias[c];
+  }
+}
+
 }  // namespace saturn::cpu

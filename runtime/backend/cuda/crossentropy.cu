@@ -36,7 +36,26 @@ __global__ void crossentropy_kernel(float* losses, bf16* logits, const std::int3
   }
 }
 
+// One block: the row losses summed in fp64 in a fixed order (thread-strided partials, then
+// the block's fixed tree), divided by the count of rows whose target is >= 0.
+__global__ void loss_mean_kernel(float* out, const float* losses, const std::int32_t* targets,
+                                 int N) {
+  double s = 0.0, counted = 0.0;
+  for (int n = threadIdx.x; n < N; n += blockDim.x) {
+    s += static_cast<double>(losses[n]);
+    if (targets[n] >= 0) counted += 1.0;
+  }
+  s = block_sum(s);
+  counted = block_sum(counted);
+  if (threadIdx.x == 0) *out = counted == 0.0 ? 0.0f : static_cast<float>(s / counted);
+}
+
 }  // namespace
+
+void loss_mean(Context& ctx, float* out, const float* losses, const std::int32_t* targets, int N) {
+  loss_mean_kernel<<<1, kThreads, 0, ctx.stream()>>>(out, losses, targets, N);
+  SATURN_CUDA_LAUNCH_CHECK("loss_mean_kernel");
+}
 
 void crossentropy_forward(Context& ctx, float* losses, const bf16* logits,
                           const std::int32_t* targets, int N, int V) {

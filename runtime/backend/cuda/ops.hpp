@@ -89,6 +89,9 @@ void swiglu_backward(Context& ctx, bf16* dgate, bf16* dup, const bf16* dout, con
 // ---- residual.cu -----------------------------------------------------------------------------
 void residual_forward(Context& ctx, bf16* out, const bf16* a, const bf16* b, std::size_t n);
 void residual_backward(Context& ctx, bf16* da, bf16* db, const bf16* dout, std::size_t n);
+// out[n, :] += bias for N rows of C (tensor parallelism's row-parallel layers add their bias
+// once, after the reduction).
+void add_bias(Context& ctx, bf16* out, const bf16* bias, int N, int C);
 
 // ---- crossentropy.cu -------------------------------------------------------------------------
 // The classifier's loss, fused with the softmax: losses[N] (fp32) = -log softmax(logits)[target]
@@ -99,6 +102,9 @@ void crossentropy_forward(Context& ctx, float* losses, const bf16* logits,
 // in one pass; losses may be null or receive the loss again.
 void crossentropy_backward(Context& ctx, bf16* logits_to_dlogits, float* losses,
                            const std::int32_t* targets, float dloss, int N, int V);
+// *out = the mean of losses[n] over the rows whose target is >= 0 (0 when none), fp64 sums in a
+// fixed order; stays on the device.
+void loss_mean(Context& ctx, float* out, const float* losses, const std::int32_t* targets, int N);
 
 // ---- adamw.cu --------------------------------------------------------------------------------
 struct AdamWParams {
@@ -122,6 +128,14 @@ double sum_of_squares(Context& ctx, const float* x, std::size_t n);
 void column_sum_accumulate(Context& ctx, float* dst, const bf16* src, int N, int C);
 void convert(Context& ctx, bf16* dst, const float* src, std::size_t n);
 void convert(Context& ctx, float* dst, const bf16* src, std::size_t n);
+// ---- vector.cu: what strategies compute on device buffers -------------------------------------
+void add(Context& ctx, float* dst, const float* src, std::size_t n);     // dst += src
+void add(Context& ctx, double* dst, const double* src, std::size_t n);   // dst += src
+void accumulate(Context& ctx, double* acc, float* g, std::size_t n);     // acc += g; g = 0
+void round_into(Context& ctx, float* out, double* acc, std::size_t n);   // out = fp32(acc); acc = 0
+void widen(Context& ctx, double* dst, const float* src, std::size_t n);  // dst = src
+void add_scaled(Context& ctx, double* acc, const float* x, double weight);  // device scalars
+
 // Fills with one value (tests poison outputs with NaN to catch unwritten elements).
 void fill(Context& ctx, bf16* dst, float value, std::size_t n);
 void fill(Context& ctx, float* dst, float value, std::size_t n);

@@ -1,0 +1,149 @@
+// The CPU backend as the model program (runtime/model/transformer.hpp) sees it: its element
+// types and one static function per op, forwarding to the fp32 kernels of ops.hpp. The CUDA
+// backend has the same shape (runtime/backend/cuda/backend.hpp); the model is written once
+// against it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "runtime/backend/cpu/ops.hpp"
+#include "runtime/backend/device.hpp"
+#include "runtime/model/config.hpp"
+
+namespace saturn::cpu {
+
+struct Backend {
+  static constexpr DeviceKind kKind = DeviceKind::kCpu;
+  using Act = float;     // activations and their gradients
+  using Weight = float;  // what the kernels read: the fp32 master weights themselves
+  // Attention keeps its [B, H, T, T] softmax probabilities for backward, and needs a scratch of
+  // the same size there.
+  using AttnSaved = float;
+  static std::size_t attention_saved(std::size_t B, std::size_t H, std::size_t T) {
+    return B * H * T * T;
+  }
+  static std::size_t attention_scratch(std::size_t B, std::size_t H, std::size_t T) {
+    return B * H * T * T;
+  }
+  struct Context {};  // no stream, no handle: every op completes before it returns
+
+  static void check_config(const ModelConfig&) {}
+
+  template <typename T>
+  static void zero(Context&, T* p, std::size_t n) {
+    if (n > 0) std::memset(static_cast<void*>(p), 0, n * sizeof(T));
+  }
+  template <typename T>
+  static void copy(Context&, T* dst, const T* src, std::size_t n) {
+    if (n > 0 && dst != src) std::memcpy(static_cast<void*>(dst), src, n * sizeof(T));
+  }
+  // `rows` rows of `width` elements, `dst_pitch` and `src_pitch` elements apart.
+  template <typename T>
+  static void copy_rows(Context&, T* dst, std::size_t dst_pitch, const T* src,
+                        std::size_t src_pitch, std::size_t width, std::size_t rows) {
+    for (std::size_t r = 0; r < rows; ++r)
+      std::memcpy(static_cast<void*>(dst + r * dst_pitch), src + r * src_pitch,
+                  width * sizeof(T));
+  }
+  template <typename T>
+  static void upload(Context& c, T* dst, const T* host, std::size_t n) {
+    copy(c, dst, host, n);
+  }
+  static void to_weights(Context&, Weight*, const float*, std::size_t) {}  // weights are master
+
+  static void embedding_forward(Context&, float* out, const std::int32_t* tokens, const float* wte,
+                                const float* wpe, int B, int T, int C) {
+    cpu::embedding_forward(out, tokens, wte, wpe, B, T, C);
+  }
+  static void embedding_backward(Context&, float* dwte, float* dwpe, const float* dout,
+                                 const std::int32_t* tokens, int B, int T, int C) {
+    cpu::embedding_backward(dwte, dwpe, dout, tokens, B, T, C);
+  }
+  static void layernorm_forward(Context&, float* out, float* mean, float* rstd, const float* inp,
+                                const float* w, const float* b, int N, int C, float eps) {
+    cpu::layernorm_forward(out, mean, rstd, inp, w, b, N, C, eps);
+  }
+  static void layernorm_backward(Context&, float* dinp, float* dw, float* db, const float* dout,
+                                 const float* inp, const float* w, const float* mean,
+                                 const float* rstd, int N, int C) {
+    cpu::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+  }
+  static void rmsnorm_forward(Context&, float* out, float* rstd, const float* inp, const float* w,
+                              int N, int C, float eps) {
+    cpu::rmsnorm_forward(out, rstd, inp, w, N, C, eps);
+  }
+  static void rmsnorm_backward(Context&, float* dinp, float* dw, const float* dout,
+                               const float* inp, const float* w, const float* rstd, int N, int C) {
+    cpu::rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C);
+  }
+  static void linear_forward(Context&, float* out, const float* inp, const float* w,
+                             const float* bias, int N, int C, int OC, bool w_in_out) {
+    cpu::linear_forward(out, inp, w, bias, N, C, OC,
+                        w_in_out ? WeightLayout::kInOut : WeightLayout::kOutIn);
+  }
+  static void linear_backward(Context&, float* dinp, float* dw, float* db, const float* dout,
+                              const float* inp, const float* w, int N, int C, int OC,
+                              bool w_in_out) {
+    cpu::linear_backward(dinp, dw, db, dout, inp, w, N, C, OC,
+                         w_in_out ? WeightLayout::kInOut : WeightLayout::kOutIn);
+  }
+  static void add_bias(Context&, float* out, const float* bias, int N, int C) {
+    cpu::add_bias(out, bias, N, C);
+  }
+  static void rotary_forward(Context&, float* out, const float* inp, int B, int T, int H, int hd,
+                             int stride, float theta) {
+    cpu::rotary_forward(out, inp, B, T, H, hd, stride, theta);
+  }
+  static void rotary_backward(Context&, float* dinp, const float* dout, int B, int T, int H,
+                              int hd, int stride, float theta) {
+    cpu::rotary_backward(dinp, dout, B, T, H, hd, stride, theta);
+  }
+  static void attention_forward(Context&, float* out, AttnSaved* saved, const float* q,
+                                const float* k, const float* v, int stride, int B, int T, int H,
+                                int hd) {
+    cpu::attention_forward(out, saved, q, k, v, stride, B, T, H, hd);
+  }
+  static void attention_backward(Context&, float* dq, float* dk, float* dv, AttnSaved* scratch,
+                                 const float* dout, const float* /*out*/, const AttnSaved* saved,
+                                 const float* q, const float* k, const float* v, int stride, int B,
+                                 int T, int H, int hd) {
+    cpu::attention_backward(dq, dk, dv, scratch, dout, q, k, v, saved, stride, B, T, H, hd);
+  }
+  static void gelu_forward(Context&, float* out, const float* inp, std::size_t n) {
+    cpu::gelu_forward(out, inp, n);
+  }
+  static void gelu_backward(Context&, float* dinp, const float* inp, const float* dout,
+                            std::size_t n) {
+    cpu::gelu_backward(dinp, inp, dout, n);
+  }
+  static void swiglu_forward(Context&, float* out, const float* gate, const float* up,
+                             std::size_t n) {
+    cpu::swiglu_forward(out, gate, up, n);
+  }
+  static void swiglu_backward(Context&, float* dgate, float* dup, const float* dout,
+                              const float* gate, const float* up, std::size_t n) {
+    cpu::swiglu_backward(dgate, dup, dout, gate, up, n);
+  }
+  static void residual_forward(Context&, float* out, const float* a, const float* b,
+                               std::size_t n) {
+    cpu::residual_forward(out, a, b, n);
+  }
+  // Turns the logits into softmax probabilities in place and writes each row's loss.
+  static void crossentropy_forward(Context&, float* losses, float* logits,
+                                   const std::int32_t* targets, int N, int V) {
+    cpu::softmax_crossentropy_forward(losses, logits, logits, targets, N, V);
+  }
+  // The probabilities crossentropy_forward left become dloss * (p - onehot(target)).
+  static void crossentropy_backward(Context&, float* probs, const std::int32_t* targets,
+                                    float dloss, int N, int V) {
+    cpu::softmax_crossentropy_backward_inplace(probs, targets, dloss, N, V);
+  }
+  static void loss_mean(Context&, float* out, const float* losses, const std::int32_t* targets,
+                        int N) {
+    cpu::loss_mean(out, losses, targets, N);
+  }
+};
+
+}  // namespace saturn::cpu

@@ -1,0 +1,160 @@
+// The CUDA backend as the model program (runtime/model/transformer.hpp) sees it: the element
+// types of types.hpp and one static function per op, forwarding to the kernels of ops.hpp on
+// the context's stream. The model stores bf16 as saturn::BFloat16 (the same bits and layout as
+// __nv_bfloat16), so only this adapter converts pointer types.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "runtime/backend/cuda/check.hpp"
+#include "runtime/backend/cuda/context.hpp"
+#include "runtime/backend/cuda/ops.hpp"
+#include "runtime/backend/cuda/types.hpp"
+#include "runtime/core/error.hpp"
+#include "runtime/model/config.hpp"
+
+namespace saturn::cuda {
+
+static_assert(sizeof(BFloat16) == sizeof(bf16) && alignof(BFloat16) <= alignof(bf16));
+
+struct Backend : BackendTypes {
+  using Context = cuda::Context;
+
+  static bf16* b(BFloat16* p) { return reinterpret_cast<bf16*>(p); }
+  static const bf16* b(const BFloat16* p) { return reinterpret_cast<const bf16*>(p); }
+
+  static void check_config(const ModelConfig& c) {
+    if (c.head_dim() > kAttentionMaxHeadDim)
+      throw InputError("the CUDA backend supports head dimensions up to " +
+                       std::to_string(kAttentionMaxHeadDim) + ", got " +
+                       std::to_string(c.head_dim()) + " (d_model " + std::to_string(c.d_model) +
+                       " / n_head " + std::to_string(c.n_head) + ")");
+  }
+
+  template <typename T>
+  static void zero(Context& ctx, T* p, std::size_t n) {
+    if (n > 0) SATURN_CUDA_CHECK(cudaMemsetAsync(p, 0, n * sizeof(T), ctx.stream()));
+  }
+  template <typename T>
+  static void copy(Context& ctx, T* dst, const T* src, std::size_t n) {
+    if (n > 0 && dst != src)
+      SATURN_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyDeviceToDevice,
+                                        ctx.stream()));
+  }
+  template <typename T>
+  static void copy_rows(Context& ctx, T* dst, std::size_t dst_pitch, const T* src,
+                        std::size_t src_pitch, std::size_t width, std::size_t rows) {
+    if (rows == 0 || width == 0) return;
+    SATURN_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch * sizeof(T), src, src_pitch * sizeof(T),
+                                        width * sizeof(T), rows, cudaMemcpyDeviceToDevice,
+                                        ctx.stream()));
+  }
+  // From host memory the caller reuses on return: the copy is complete before it does.
+  template <typename T>
+  static void upload(Context& ctx, T* dst, const T* host, std::size_t n) {
+    if (n == 0) return;
+    SATURN_CUDA_CHECK(
+        cudaMemcpyAsync(dst, host, n * sizeof(T), cudaMemcpyHostToDevice, ctx.stream()));
+    ctx.synchronize("upload");
+  }
+  static void to_weights(Context& ctx, Weight* weights, const float* master, std::size_t n) {
+    convert(ctx, b(weights), master, n);
+  }
+
+  static void embedding_forward(Context& ctx, Act* out, const std::int32_t* tokens,
+                                const Weight* wte, const Weight* wpe, int B, int T, int C) {
+    cuda::embedding_forward(ctx, b(out), tokens, b(wte), b(wpe), B, T, C);
+  }
+  static void embedding_backward(Context& ctx, float* dwte, float* dwpe, const Act* dout,
+                                 const std::int32_t* tokens, int B, int T, int C) {
+    cuda::embedding_backward(ctx, dwte, dwpe, b(dout), tokens, B, T, C);
+  }
+  static void layernorm_forward(Context& ctx, Act* out, float* mean, float* rstd, const Act* inp,
+                                const Weight* w, const Weight* bias, int N, int C, float eps) {
+    cuda::layernorm_forward(ctx, b(out), mean, rstd, b(inp), b(w), b(bias), N, C, eps);
+  }
+  static void layernorm_backward(Context& ctx, Act* dinp, float* dw, float* db, const Act* dout,
+                                 const Act* inp, const Weight* w, const float* mean,
+                                 const float* rstd, int N, int C) {
+    cuda::layernorm_backward(ctx, b(dinp), dw, db, b(dout), b(inp), b(w), mean, rstd, N, C);
+  }
+  static void rmsnorm_forward(Context& ctx, Act* out, float* rstd, const Act* inp,
+                              const Weight* w, int N, int C, float eps) {
+    cuda::rmsnorm_forward(ctx, b(out), rstd, b(inp), b(w), N, C, eps);
+  }
+  static void rmsnorm_backward(Context& ctx, Act* dinp, float* dw, const Act* dout,
+                               const Act* inp, const Weight* w, const float* rstd, int N, int C) {
+    cuda::rmsnorm_backward(ctx, b(dinp), dw, b(dout), b(inp), b(w), rstd, N, C);
+  }
+  static void linear_forward(Context& ctx, Act* out, const Act* inp, const Weight* w,
+                             const Weight* bias, int N, int C, int OC, bool w_in_out) {
+    cuda::linear_forward(ctx, b(out), b(inp), b(w), b(bias), N, C, OC,
+                         w_in_out ? WeightLayout::kInOut : WeightLayout::kOutIn);
+  }
+  static void linear_backward(Context& ctx, Act* dinp, float* dw, float* db, const Act* dout,
+                              const Act* inp, const Weight* w, int N, int C, int OC,
+                              bool w_in_out) {
+    cuda::linear_backward(ctx, b(dinp), dw, db, b(dout), b(inp), b(w), N, C, OC,
+                          w_in_out ? WeightLayout::kInOut : WeightLayout::kOutIn);
+  }
+  static void add_bias(Context& ctx, Act* out, const Weight* bias, int N, int C) {
+    cuda::add_bias(ctx, b(out), b(bias), N, C);
+  }
+  static void rotary_forward(Context& ctx, Act* out, const Act* inp, int B, int T, int H, int hd,
+                             int stride, float theta) {
+    cuda::rotary_forward(ctx, b(out), b(inp), B, T, H, hd, stride, theta);
+  }
+  static void rotary_backward(Context& ctx, Act* dinp, const Act* dout, int B, int T, int H,
+                              int hd, int stride, float theta) {
+    cuda::rotary_backward(ctx, b(dinp), b(dout), B, T, H, hd, stride, theta);
+  }
+  static void attention_forward(Context& ctx, Act* out, AttnSaved* lse, const Act* q,
+                                const Act* k, const Act* v, int stride, int B, int T, int H,
+                                int hd) {
+    cuda::attention_forward(ctx, b(out), lse, b(q), b(k), b(v), stride, B, T, H, hd);
+  }
+  static void attention_backward(Context& ctx, Act* dq, Act* dk, Act* dv, AttnSaved* delta,
+                                 const Act* dout, const Act* out, const AttnSaved* lse,
+                                 const Act* q, const Act* k, const Act* v, int stride, int B,
+                                 int T, int H, int hd) {
+    cuda::attention_backward(ctx, b(dq), b(dk), b(dv), delta, b(dout), b(out), lse, b(q), b(k),
+                             b(v), stride, B, T, H, hd);
+  }
+  static void gelu_forward(Context& ctx, Act* out, const Act* inp, std::size_t n) {
+    cuda::gelu_forward(ctx, b(out), b(inp), n);
+  }
+  static void gelu_backward(Context& ctx, Act* dinp, const Act* inp, const Act* dout,
+                            std::size_t n) {
+    cuda::gelu_backward(ctx, b(dinp), b(inp), b(dout), n);
+  }
+  static void swiglu_forward(Context& ctx, Act* out, const Act* gate, const Act* up,
+                             std::size_t n) {
+    cuda::swiglu_forward(ctx, b(out), b(gate), b(up), n);
+  }
+  static void swiglu_backward(Context& ctx, Act* dgate, Act* dup, const Act* dout,
+                              const Act* gate, const Act* up, std::size_t n) {
+    cuda::swiglu_backward(ctx, b(dgate), b(dup), b(dout), b(gate), b(up), n);
+  }
+  static void residual_forward(Context& ctx, Act* out, const Act* a, const Act* x,
+                               std::size_t n) {
+    cuda::residual_forward(ctx, b(out), b(a), b(x), n);
+  }
+  // The logits stay as they are (the backward recomputes the softmax from them).
+  static void crossentropy_forward(Context& ctx, float* losses, Act* logits,
+                                   const std::int32_t* targets, int N, int V) {
+    cuda::crossentropy_forward(ctx, losses, b(logits), targets, N, V);
+  }
+  static void crossentropy_backward(Context& ctx, Act* logits, const std::int32_t* targets,
+                                    float dloss, int N, int V) {
+    cuda::crossentropy_backward(ctx, b(logits), nullptr, targets, dloss, N, V);
+  }
+  static void loss_mean(Context& ctx, float* out, const float* losses,
+                        const std::int32_t* targets, int N) {
+    cuda::loss_mean(ctx, out, losses, targets, N);
+  }
+};
+
+}  // namespace saturn::cuda

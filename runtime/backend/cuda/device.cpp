@@ -1,0 +1,122 @@
+#include "runtime/backend/cuda/device.hpp"
+
+#include <fmt/format.h>
+
+#include <vector>
+
+#include "runtime/backend/cuda/check.hpp"
+#include "runtime/backend/cuda/ops.hpp"
+
+namespace saturn::cuda {
+
+CudaDevice::CudaDevice(int index, std::size_t capacity) : index_(index) {
+  SATURN_CUDA_CHECK(cudaSetDevice(index));
+  cudaDeviceProp prop{};
+  SATURN_CUDA_CHECK(cudaGetDeviceProperties(&prop, index));
+  if (capacity == 0) {
+    std::size_t free_bytes = 0, total = 0;
+    SATURN_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+    capacity = free_bytes;
+  }
+  description_ = fmt::format("cuda:{} ({})", index, prop.name);
+  allocator_ = std::make_unique<CachingDeviceAllocator>(index);
+  pool_ = std::make_unique<MemoryPool>(fmt::format("cuda:{}", index), capacity, allocator_.get());
+  ctx_ = std::make_unique<Context>(index, *pool_);
+}
+
+CudaDevice::~CudaDevice() {
+  // The context first (it returns its workspace to the pool), then the pool, then the cache.
+  ctx_.reset();
+  pool_.reset();
+  allocator_.reset();
+}
+
+const BackendTraits& CudaDevice::traits() const {
+  return backend_traits(DeviceKind::kCuda);
+}
+
+void CudaDevice::upload(void* dst, const void* src, std::size_t bytes) {
+  if (bytes == 0) return;
+  SATURN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ctx_->stream()));
+  // The caller may reuse `src` at once; pageable copies are staged, but not necessarily done.
+  ctx_->synchronize("upload to the device");
+}
+
+void CudaDevice::download(void* dst, const void* src, std::size_t bytes) {
+  if (bytes == 0) return;
+  SATURN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, ctx_->stream()));
+  ctx_->synchronize("download from the device");
+}
+
+void CudaDevice::copy(void* dst, const void* src, std::size_t bytes) {
+  if (bytes == 0 || dst == src) return;
+  SATURN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, ctx_->stream()));
+}
+
+void CudaDevice::zero(void* dst, std::size_t bytes) {
+  if (bytes == 0) return;
+  SATURN_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, ctx_->stream()));
+}
+
+void CudaDevice::synchronize(const char* what) {
+  ctx_->synchronize(what);
+}
+
+double CudaDevice::sum_of_squares(const float* x, std::size_t n) {
+  return cuda::sum_of_squares(*ctx_, x, n);
+}
+
+void CudaDevice::add_exact_squares(ExactSquareSum& into, const float* x, std::size_t n) {
+  // The exact (integer-binned) sum is host arithmetic: reproducible mode, which needs it, runs
+  // on the CPU backend; here it serves tests and tools, in slices to bound host memory.
+  constexpr std::size_t kSlice = std::size_t{1} << 22;
+  std::vector<float> host(std::min(n, kSlice));
+  for (std::size_t i = 0; i < n; i += kSlice) {
+    const std::size_t len = std::min(kSlice, n - i);
+    download(host.data(), x + i, len * sizeof(float));
+    into.add(host.data(), len);
+  }
+}
+
+void CudaDevice::add(float* dst, const float* src, std::size_t n) {
+  cuda::add(*ctx_, dst, src, n);
+}
+
+void CudaDevice::to_weights(void* weights, const float* master, std::size_t n) {
+  if (weights == static_cast<const void*>(master)) return;
+  convert(*ctx_, static_cast<bf16*>(weights), master, n);
+}
+
+void CudaDevice::adamw_update(float* master, void* weights, const float* grad, float* m, float* v,
+                              std::size_t n, const AdamWStep& s, float grad_scale) {
+  AdamWParams p{};
+  p.lr = s.lr;
+  p.beta1 = s.beta1;
+  p.beta2 = s.beta2;
+  p.eps = s.eps;
+  p.weight_decay = s.weight_decay;
+  p.step = s.step;
+  cuda::adamw_update(*ctx_, master, static_cast<bf16*>(weights), grad, m, v, n, p, grad_scale);
+}
+
+void CudaDevice::accumulate(double* acc, float* g, std::size_t n) {
+  cuda::accumulate(*ctx_, acc, g, n);
+}
+
+void CudaDevice::round_into(float* out, double* acc, std::size_t n) {
+  cuda::round_into(*ctx_, out, acc, n);
+}
+
+void CudaDevice::widen(double* dst, const float* src, std::size_t n) {
+  cuda::widen(*ctx_, dst, src, n);
+}
+
+void CudaDevice::add(double* dst, const double* src, std::size_t n) {
+  cuda::add(*ctx_, dst, src, n);
+}
+
+void CudaDevice::add_scaled(double* acc, const float* x, double weight) {
+  cuda::add_scaled(*ctx_, acc, x, weight);
+}
+
+}  // namespace saturn::cuda

@@ -1,0 +1,48 @@
+// The CUDA provider (backend/cuda_provider.hpp) of a build with the CUDA backend: real GPUs, or,
+// compiled into saturn_emu's backend, the CPU emulator's (tests/gpu/emu), which names itself.
+#include <fmt/format.h>
+
+#include "runtime/backend/cuda/backend.hpp"
+#include "runtime/backend/cuda/device.hpp"
+#include "runtime/backend/cuda/device_info.hpp"
+#include "runtime/backend/cuda_provider.hpp"
+#include "runtime/core/error.hpp"
+#include "runtime/model/transformer.hpp"
+
+namespace saturn {
+
+template class Transformer<cuda::Backend>;
+
+std::unique_ptr<Device> make_cuda_device(int index, std::size_t capacity) {
+  std::string why;
+  const int count = cuda_device_count(&why);
+  if (count == 0) throw InputError(fmt::format("--device cuda: no usable CUDA device: {}", why));
+  // A rank's own GPU: ranks of a node take the node's GPUs in turn (the launcher binds them;
+  // with more ranks than GPUs, ranks share one).
+  return std::make_unique<cuda::CudaDevice>(index % count, capacity);
+}
+
+std::unique_ptr<Model> make_cuda_model(Device& device, const ModelConfig& config,
+                                       const ModelOptions& options) {
+  auto* cuda_device = dynamic_cast<cuda::CudaDevice*>(&device);
+  if (cuda_device == nullptr)
+    throw Error(fmt::format("make_cuda_model: {} is not a CUDA device", device.describe()));
+  return std::make_unique<Transformer<cuda::Backend>>(config, options, cuda_device->context(),
+                                                      device.memory());
+}
+
+int cuda_device_count(std::string* why) {
+  const cuda::DeviceQuery q = cuda::query_devices();
+  if (q.devices.empty() && why != nullptr) *why = q.error;
+  return static_cast<int>(q.devices.size());
+}
+
+const char* cuda_backend_name() {
+#ifdef SATURN_CUDA_EMULATION
+  return "cuda (emulated on the CPU)";
+#else
+  return "cuda";
+#endif
+}
+
+}  // namespace saturn

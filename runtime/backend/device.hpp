@@ -1,0 +1,105 @@
+// One rank's compute device, as the strategies and the training loop see it: its memory, copies
+// between it and the host, and the few vector operations a strategy needs on device buffers
+// (norms, sums, conversions, the optimizer update). The transformer's own passes are the
+// backend's kernels, run by the model program (runtime/model/transformer.hpp); this interface
+// is what lets one strategy implementation drive the CPU and a GPU alike.
+//
+// Rules every caller follows: a pointer handed to these calls is device memory from memory()
+// (or from a pool of the same device); the host never dereferences it (on a GPU it cannot, and
+// the CUDA emulator faults when it tries). Host memory goes in and out through upload() and
+// download() only. Operations are ordered as called; those that return a value wait for it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "runtime/core/dtype.hpp"
+#include "runtime/core/exact_sum.hpp"
+#include "runtime/core/memory.hpp"
+
+namespace saturn {
+
+enum class DeviceKind { kCpu, kCuda };
+const char* device_kind_name(DeviceKind kind);  // "cpu", "cuda"
+// InputError naming the valid ones.
+DeviceKind parse_device_kind(const std::string& name);
+
+// What a backend's model keeps, in which precision, and how its flat parameter layout is
+// aligned: all that memory estimates need, known without a device.
+struct BackendTraits {
+  DeviceKind kind = DeviceKind::kCpu;
+  DType activations = DType::kFloat32;  // activations and their gradients
+  DType weights = DType::kFloat32;      // the parameters the kernels read (master copy: fp32)
+  std::size_t param_align = 1;          // elements; every tensor of the flat layout starts at a
+                                        // multiple (aligned operands for the device's GEMMs)
+  // The kernels read a copy of the fp32 master weights in another type (bf16 on CUDA); on the
+  // CPU the master weights are what the kernels read.
+  bool separate_weights() const { return weights != DType::kFloat32; }
+};
+const BackendTraits& backend_traits(DeviceKind kind);
+
+// The scalars of one AdamW update (as torch.optim.AdamW takes them).
+struct AdamWStep {
+  float lr = 0;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0;  // decoupled; 0 for tensors that are not decayed
+  int step = 1;            // 1-based, for bias correction
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  Device() = default;
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  virtual const BackendTraits& traits() const = 0;
+  DeviceKind kind() const { return traits().kind; }
+  // For messages and logs, e.g. "cpu:0", "cuda:0 (NVIDIA H200)".
+  virtual std::string describe() const = 0;
+  virtual MemoryPool& memory() = 0;
+
+  // ---- copies (bytes). upload: the host source may be reused on return. download: the host
+  // destination holds the data on return.
+  virtual void upload(void* dst, const void* src, std::size_t bytes) = 0;
+  virtual void download(void* dst, const void* src, std::size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, std::size_t bytes) = 0;  // device to device
+  // Sets `bytes` at `dst` to zero, ordered with the other operations.
+  virtual void zero(void* dst, std::size_t bytes) = 0;
+  // Waits for everything enqueued; `what` names the point in errors.
+  virtual void synchronize(const char* what) = 0;
+
+  // ---- fp32 vectors
+  // Sum of squares accumulated in fp64 in an order fixed by n alone (waits for the result).
+  virtual double sum_of_squares(const float* x, std::size_t n) = 0;
+  // Adds the squares of x exactly (reproducible mode's order-free norm; waits).
+  virtual void add_exact_squares(ExactSquareSum& into, const float* x, std::size_t n) = 0;
+  virtual void add(float* dst, const float* src, std::size_t n) = 0;  // dst += src
+  // The kernels' copy of master weights: converts into `weights` (traits().weights). Nothing
+  // to do where the kernels read the master weights themselves (weights == master).
+  virtual void to_weights(void* weights, const float* master, std::size_t n) = 0;
+  // AdamW on master weights (and their kernel copy `weights`, when separate and not null),
+  // torch.optim.AdamW's arithmetic; grad_scale multiplies the gradients first (clipping).
+  virtual void adamw_update(float* master, void* weights, const float* grad, float* m, float* v,
+                            std::size_t n, const AdamWStep& step, float grad_scale) = 0;
+
+  // ---- fp64 accumulators (reproducible mode)
+  virtual void accumulate(double* acc, float* g, std::size_t n) = 0;    // acc += g; g = 0
+  virtual void round_into(float* out, double* acc, std::size_t n) = 0;  // out = fp32(acc); acc = 0
+  virtual void widen(double* dst, const float* src, std::size_t n) = 0;  // dst = src
+  virtual void add(double* dst, const double* src, std::size_t n) = 0;   // dst += src
+
+  // ---- device scalars: *acc += double(*x) * weight (losses summed without a host round trip)
+  virtual void add_scaled(double* acc, const float* x, double weight) = 0;
+};
+
+// A device of `kind` for this rank with `capacity` bytes of memory (0: as much as it has).
+// cuda: device `index` (the rank's local GPU); throws Error naming why when CUDA is not usable
+// (not built, no driver, no device). The name appears in out-of-memory messages.
+std::unique_ptr<Device> make_device(DeviceKind kind, int index, std::size_t capacity);
+
+}  // namespace saturn

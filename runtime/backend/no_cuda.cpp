@@ -1,0 +1,33 @@
+// The CUDA provider of a build without the CUDA backend (nvcc not found, or SATURN_CUDA=OFF):
+// asking for a CUDA device says so instead of failing later.
+#include <fmt/format.h>
+
+#include "runtime/backend/cuda_provider.hpp"
+#include "runtime/core/error.hpp"
+
+namespace saturn {
+
+namespace {
+constexpr const char* kWhy =
+    "this saturn was built without the CUDA backend (nvcc was not found when it was configured, "
+    "or SATURN_CUDA=OFF); rebuild on a machine with the CUDA toolkit (INSTALL.md)";
+}
+
+std::unique_ptr<Device> make_cuda_device(int, std::size_t) {
+  throw InputError(fmt::format("--device cuda: {}", kWhy));
+}
+
+std::unique_ptr<Model> make_cuda_model(Device&, const ModelConfig&, const ModelOptions&) {
+  throw Error(kWhy);
+}
+
+int cuda_device_count(std::string* why) {
+  if (why != nullptr) *why = kWhy;
+  return 0;
+}
+
+const char* cuda_backend_name() {
+  return "none";
+}
+
+}  // namespace saturn

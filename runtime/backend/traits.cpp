@@ -1,0 +1,36 @@
+// What each backend keeps, in which precision (backend/device.hpp): known on every machine, so
+// that estimates for GPU configurations can be made where no GPU is.
+#include <fmt/format.h>
+
+#include "runtime/backend/device.hpp"
+#include "runtime/core/error.hpp"
+
+namespace saturn {
+
+const char* device_kind_name(DeviceKind kind) {
+  switch (kind) {
+    case DeviceKind::kCpu:
+      return "cpu";
+    case DeviceKind::kCuda:
+      return "cuda";
+  }
+  return "?";
+}
+
+DeviceKind parse_device_kind(const std::string& name) {
+  if (name == "cpu") return DeviceKind::kCpu;
+  if (name == "cuda") return DeviceKind::kCuda;
+  throw InputError(fmt::format("unknown device '{}' (valid: cpu, cuda)", name));
+}
+
+const BackendTraits& backend_traits(DeviceKind kind) {
+  // CPU: fp32 everywhere, the canonical unpadded layout. CUDA: bf16 activations and a bf16 copy
+  // of the weights for the kernels; parameter groups start at 64 elements (128 bytes of bf16,
+  // 256 of fp32), so every group's GEMM operands and every shard boundary of a group are
+  // aligned as cuBLASLt's fast kernels and vector loads want.
+  static const BackendTraits cpu{DeviceKind::kCpu, DType::kFloat32, DType::kFloat32, 1};
+  static const BackendTraits cuda{DeviceKind::kCuda, DType::kBFloat16, DType::kBFloat16, 64};
+  return kind == DeviceKind::kCuda ? cuda : cpu;
+}
+
+}  // namespace saturn

@@ -1,0 +1,7 @@
+// The entry point of `saturn` (and of saturn_emu, the same program over the emulated CUDA
+// backend): everything is in run_main.
+#include "runtime/cli/commands.hpp"
+
+int main(int argc, char** argv) {
+  return saturn::cli::run_main(argc, argv);
+}

@@ -1,0 +1,455 @@
+// The model program: the GPT decoder family (gpt2, llama) written once, forward, backward and
+// recomputation, over a backend's ops (runtime/backend/<backend>/backend.hpp). Each backend
+// instantiates it once (transformer_cpu.cpp; the CUDA backend's transformer_cuda.cpp); every
+// other file sees it through the Model interface (model.hpp).
+//
+// A backend B provides its element types (B::Act for activations and their gradients,
+// B::Weight for the weights the kernels read, B::AttnSaved for what attention keeps for
+// backward), a B::Context (stream, handles) and static functions for the ops, each enqueued in
+// call order. Parameter gradients, norm statistics and losses are fp32 on every backend.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <type_traits>
+#include <vector>
+
+#include "runtime/core/error.hpp"
+#include "runtime/core/memory.hpp"
+#include "runtime/model/activations.hpp"
+#include "runtime/model/model.hpp"
+
+namespace saturn {
+
+template <class B>
+class Transformer final : public Model {
+ public:
+  using Act = typename B::Act;
+  using Weight = typename B::Weight;
+  using Ctx = typename B::Context;
+  static constexpr bool kSeparateWeights = !std::is_same_v<Weight, float>;
+
+  Transformer(const ModelConfig& config, const ModelOptions& options, Ctx& ctx, MemoryPool& pool)
+      : config_(config),
+        options_(options),
+        traits_(backend_traits(B::kKind)),
+        layout_((config.validate(), B::check_config(config), config), options.shard.tp_size,
+                traits_.param_align),
+        ctx_(&ctx),
+        pool_(&pool) {
+    const ModelShard& s = options_.shard;
+    first_ = s.first_layer;
+    end_ = s.end_layer < 0 ? config_.n_layer : s.end_layer;
+    if (first_ < 0 || first_ > end_ || end_ > config_.n_layer)
+      throw InputError(fmt::format("model shard layers [{}, {}) are outside [0, {})", first_,
+                                   end_, config_.n_layer));
+    if (s.tp_rank < 0 || s.tp_rank >= s.tp_size)
+      throw InputError(
+          fmt::format("tensor-parallel rank {} is outside [0, {})", s.tp_rank, s.tp_size));
+    const std::size_t groups = static_cast<std::size_t>(layout_.num_groups());
+    group_weights_.assign(groups, nullptr);
+    group_grads_.assign(groups, nullptr);
+    if (options_.storage == ParamStorage::kOwned) {
+      master_ = Buffer<float>(pool, layout_.total(), "parameters");
+      B::zero(*ctx_, master_.data(), master_.size());
+      if constexpr (kSeparateWeights) {
+        weights_ = Buffer<Weight>(pool, layout_.total(), "parameters");
+        B::zero(*ctx_, weights_.data(), weights_.size());
+      }
+      grads_ = Buffer<float>(pool, layout_.total(), "gradients");
+      B::zero(*ctx_, grads_.data(), grads_.size());
+      for (int g = -1; g + 1 < layout_.num_groups(); ++g) {
+        group_weights_[static_cast<std::size_t>(g + 1)] = owned_weights() + layout_.group_begin(g);
+        group_grads_[static_cast<std::size_t>(g + 1)] = grads_.data() + layout_.group_begin(g);
+      }
+    }
+  }
+
+  const ModelConfig& config() const override { return config_; }
+  const ModelOptions& options() const override { return options_; }
+  const ParameterLayout& layout() const override { return layout_; }
+  const BackendTraits& traits() const override { return traits_; }
+  int first_layer() const override { return first_; }
+  int end_layer() const override { return end_; }
+
+  float* master() override {
+    require_owned("master");
+    return master_.data();
+  }
+  void* weights() override {
+    require_owned("weights");
+    return owned_weights();
+  }
+  float* grads() override {
+    require_owned("grads");
+    return grads_.data();
+  }
+  void refresh_weights() override {
+    require_owned("refresh_weights");
+    if constexpr (kSeparateWeights) B::to_weights(*ctx_, weights_.data(), master_.data(), layout_.total());
+  }
+  void init_weights(std::uint64_t seed) override {
+    require_owned("init_weights");
+    const auto& local = layout_.tensors();
+    std::vector<float> staging;
+    generate_canonical_weights(config_, seed,
+                               [&](std::size_t k, const ParamTensor&, const float* values) {
+                                 const ParamTensor& t = local[k];
+                                 staging.resize(t.numel);
+                                 canonical_to_local(t, options_.shard.tp_rank, values,
+                                                    staging.data());
+                                 B::upload(*ctx_, master_.data() + t.offset, staging.data(),
+                                           t.numel);
+                               });
+    refresh_weights();
+  }
+  void zero_grads() override {
+    require_owned("zero_grads");
+    B::zero(*ctx_, grads_.data(), grads_.size());
+  }
+
+  void bind_group(int group, const void* weights, float* grads) override {
+    if (options_.storage != ParamStorage::kBorrowed)
+      throw Error("bind_group on a model that owns its parameters");
+    if (group < -1 || group >= config_.n_layer + 1)
+      throw Error(fmt::format("bind_group: no parameter group {}", group));
+    group_weights_[static_cast<std::size_t>(group + 1)] = static_cast<const Weight*>(weights);
+    group_grads_[static_cast<std::size_t>(group + 1)] = grads;
+  }
+
+  void set_tp_allreduce(std::function<void(void*, std::size_t)> f) override {
+    tp_allreduce_ = std::move(f);
+  }
+
+  void reserve(int B_, int T_, int slots) override {
+    if (acts_ && B_ == B_n_ && T_ == T_n_ && slots == static_cast<int>(acts_->slots.size()))
+      return;
+    if (T_ > config_.max_seq_len)
+      throw InputError(fmt::format("sequence length {} exceeds the model's seq_len {}", T_,
+                                   config_.max_seq_len));
+    if (B_ < 1 || T_ < 1) throw InputError(fmt::format("micro-batch {}x{} is empty", B_, T_));
+    if (slots < 1) throw Error(fmt::format("reserve: {} activation slots", slots));
+    acts_.reset();  // release the old set before allocating the new one
+    auto a = std::make_unique<Acts>();
+    MemoryPool& pool = *pool_;
+    build_activations<B>(*a, config_, options_, first_, end_, B_, T_, slots,
+                         [&pool](auto& buf, std::size_t n, const char* tag) {
+                           using Elem = std::remove_reference_t<decltype(*buf.data())>;
+                           buf = Buffer<Elem>(pool, n, tag);
+                         });
+    acts_ = std::move(a);
+    slot_ = 0;
+    B_n_ = B_;
+    T_n_ = T_;
+  }
+  void set_slot(int slot) override {
+    if (!acts_ || slot < 0 || slot >= static_cast<int>(acts_->slots.size()))
+      throw Error(fmt::format("activation slot {} is not reserved", slot));
+    slot_ = slot;
+  }
+  int slots() const override { return acts_ ? static_cast<int>(acts_->slots.size()) : 0; }
+  int batch() const override { return B_n_; }
+  int seq() const override { return T_n_; }
+
+  const float* loss() const override { return cur().loss.data(); }
+  void* residual(int l) override { return resid(l); }
+  void* dresidual() override { return acts_->dres.data(); }
+  const void* logits() const override { return cur().logits.data(); }
+
+  void embed_forward(const std::int32_t* tokens) override {
+    require_reserved();
+    auto& s = cur();
+    B::copy(*ctx_, s.tokens.data(), tokens, static_cast<std::size_t>(B_n_) * T_n_);
+    const auto& t = layout_.tensors();
+    const Weight* wpe = config_.arch == Arch::kGpt2 ? p(t[1]) : nullptr;
+    B::embedding_forward(*ctx_, resid(first_), s.tokens.data(), p(t[0]), wpe, B_n_, T_n_,
+                         config_.d_model);
+  }
+
+  void block_forward(int l) override {
+    require_reserved();
+    block_forward_into(l, resid(l + 1));
+  }
+
+  void head_forward(const std::int32_t* targets) override {
+    require_reserved();
+    auto& s = cur();
+    const int N = B_n_ * T_n_, C = config_.d_model, V = config_.vocab_size;
+    const auto& t = layout_.tensors();
+    const Act* x = resid(config_.n_layer);
+    const Weight* head_w;
+    if (config_.arch == Arch::kGpt2) {
+      const auto& lnw = t[t.size() - 2];
+      const auto& lnb = t[t.size() - 1];
+      B::layernorm_forward(*ctx_, s.lnf.data(), s.lnf_mean.data(), s.lnf_rstd.data(), x, p(lnw),
+                           p(lnb), N, C, config_.norm_eps);
+      head_w = p(t[0]);  // tied to the token embedding
+    } else {
+      B::rmsnorm_forward(*ctx_, s.lnf.data(), s.lnf_rstd.data(), x, p(t[t.size() - 2]), N, C,
+                         config_.norm_eps);
+      head_w = p(t[t.size() - 1]);
+    }
+    B::linear_forward(*ctx_, s.logits.data(), s.lnf.data(), head_w, nullptr, N, C, V, false);
+    if (targets == nullptr) return;
+    B::copy(*ctx_, s.targets.data(), targets, static_cast<std::size_t>(N));
+    B::crossentropy_forward(*ctx_, s.losses.data(), s.logits.data(), s.targets.data(), N, V);
+    B::loss_mean(*ctx_, s.loss.data(), s.losses.data(), s.targets.data(), N);
+  }
+
+  void head_backward(float dloss) override {
+    require_reserved();
+    auto& a = *acts_;
+    auto& s = cur();
+    const int N = B_n_ * T_n_, C = config_.d_model, V = config_.vocab_size;
+    const std::size_t NC = static_cast<std::size_t>(N) * C;
+    const auto& t = layout_.tensors();
+    // The logits become their own gradient in place: a second [N, V] buffer would dominate
+    // memory for large vocabularies.
+    B::crossentropy_backward(*ctx_, s.logits.data(), s.targets.data(), dloss, N, V);
+    const Act* dlogits = s.logits.data();
+    B::zero(*ctx_, a.dln.data(), NC);
+    B::zero(*ctx_, a.dres.data(), NC);
+    const Act* x = resid(config_.n_layer);
+    if (config_.arch == Arch::kGpt2) {
+      B::linear_backward(*ctx_, a.dln.data(), g(t[0]), nullptr, dlogits, s.lnf.data(), p(t[0]), N,
+                         C, V, false);
+      const auto& lnw = t[t.size() - 2];
+      const auto& lnb = t[t.size() - 1];
+      B::layernorm_backward(*ctx_, a.dres.data(), g(lnw), g(lnb), a.dln.data(), x, p(lnw),
+                            s.lnf_mean.data(), s.lnf_rstd.data(), N, C);
+    } else {
+      const auto& head = t[t.size() - 1];
+      const auto& nw = t[t.size() - 2];
+      B::linear_backward(*ctx_, a.dln.data(), g(head), nullptr, dlogits, s.lnf.data(), p(head), N,
+                         C, V, false);
+      B::rmsnorm_backward(*ctx_, a.dres.data(), g(nw), a.dln.data(), x, p(nw), s.lnf_rstd.data(),
+                          N, C);
+    }
+  }
+
+  void block_backward(int l) override {
+    require_reserved();
+    auto& a = *acts_;
+    // Recomputation: rebuild this block's activations from its saved input first (into
+    // scratch, so the saved streams, possibly still being sent, are not written).
+    if (options_.recompute) block_forward_into(l, a.recompute_out.data());
+    auto& L = layer_acts(l);
+    const BlockTensors w = layout_.block(l);
+    const int tp = options_.shard.tp_size;
+    const int N = B_n_ * T_n_, C = config_.d_model, Cl = C / tp, F = config_.ffn_dim() / tp,
+              H = config_.n_head / tp, hd = config_.head_dim();
+    const std::size_t NC = static_cast<std::size_t>(N) * C, NF = static_cast<std::size_t>(N) * F,
+                      NCl = static_cast<std::size_t>(N) * Cl;
+    const Act* x = resid(l);
+    Act* dres = a.dres.data();  // holds d(out); becomes d(res2), then d(x)
+    const Act* q = L.qkv.data();
+    Act* dq = a.dqkv.data();
+    Ctx& c = *ctx_;
+    // Column-parallel inputs: each rank holds part of d(input); the sum is the whole gradient.
+    auto column_parallel_done = [&](Act* dinp) {
+      if (tp > 1) reduce_tp(dinp, NC);
+    };
+    B::zero(c, a.dact.data(), NF);
+    B::zero(c, a.dfc.data(), NF);
+    B::zero(c, a.dln.data(), NC);
+    if (config_.arch == Arch::kGpt2) {
+      // MLP branch: out = res2 + fcproj(gelu(fc(ln2(res2))))
+      B::linear_backward(c, a.dact.data(), g(*w.fcprojw), g(*w.fcprojb), dres, L.act.data(),
+                         p(*w.fcprojw), N, F, C, true);
+      B::gelu_backward(c, a.dfc.data(), L.fc.data(), a.dact.data(), NF);
+      B::linear_backward(c, a.dln.data(), g(*w.fcw), g(*w.fcb), a.dfc.data(), L.ln2.data(),
+                         p(*w.fcw), N, C, F, true);
+      column_parallel_done(a.dln.data());
+      B::layernorm_backward(c, dres, g(*w.ln2w), g(*w.ln2b), a.dln.data(), L.res2.data(),
+                            p(*w.ln2w), L.ln2_mean.data(), L.ln2_rstd.data(), N, C);
+      // Attention branch: res2 = x + proj(attn(qkv(ln1(x))))
+      B::zero(c, a.datty.data(), NCl);
+      B::linear_backward(c, a.datty.data(), g(*w.projw), g(*w.projb), dres, L.atty.data(),
+                         p(*w.projw), N, Cl, C, true);
+      B::zero(c, a.dqkv.data(), 3 * NCl);
+      B::attention_backward(c, dq, dq + Cl, dq + 2 * Cl, a.datt.data(), a.datty.data(),
+                            L.atty.data(), L.att.data(), q, q + Cl, q + 2 * Cl, 3 * Cl, B_n_, T_n_,
+                            H, hd);
+      B::zero(c, a.dln.data(), NC);
+      B::linear_backward(c, a.dln.data(), g(*w.qkvw), g(*w.qkvb), dq, L.ln1.data(), p(*w.qkvw), N,
+                         C, 3 * Cl, true);
+      // The key bias shifts every score of a query row by the same amount, which softmax
+      // ignores: its gradient is exactly zero. Computed, it is rounding noise that Adam's
+      // normalisation would turn into real steps that differ with any change of summation
+      // order (strategies, thread counts), so it is kept at its exact value.
+      B::zero(c, g(*w.qkvb) + Cl, static_cast<std::size_t>(Cl));
+      column_parallel_done(a.dln.data());
+      B::layernorm_backward(c, dres, g(*w.ln1w), g(*w.ln1b), a.dln.data(), x, p(*w.ln1w),
+                            L.ln1_mean.data(), L.ln1_rstd.data(), N, C);
+    } else {
+      B::linear_backward(c, a.dact.data(), g(*w.downw), nullptr, dres, L.act.data(), p(*w.downw),
+                         N, F, C, false);
+      B::zero(c, a.dup.data(), NF);
+      B::swiglu_backward(c, a.dfc.data(), a.dup.data(), a.dact.data(), L.fc.data(), L.up.data(),
+                         NF);
+      B::linear_backward(c, a.dln.data(), g(*w.gatew), nullptr, a.dfc.data(), L.ln2.data(),
+                         p(*w.gatew), N, C, F, false);
+      B::linear_backward(c, a.dln.data(), g(*w.upw), nullptr, a.dup.data(), L.ln2.data(),
+                         p(*w.upw), N, C, F, false);
+      column_parallel_done(a.dln.data());
+      B::rmsnorm_backward(c, dres, g(*w.ln2w), a.dln.data(), L.res2.data(), p(*w.ln2w),
+                          L.ln2_rstd.data(), N, C);
+      B::zero(c, a.datty.data(), NCl);
+      B::linear_backward(c, a.datty.data(), g(*w.projw), nullptr, dres, L.atty.data(),
+                         p(*w.projw), N, Cl, C, false);
+      B::zero(c, a.dqkv.data(), 3 * NCl);
+      B::attention_backward(c, dq, dq + Cl, dq + 2 * Cl, a.datt.data(), a.datty.data(),
+                            L.atty.data(), L.att.data(), q, q + Cl, q + 2 * Cl, 3 * Cl, B_n_, T_n_,
+                            H, hd);
+      // Rotary is linear: gradients w.r.t. the pre-rotary q and k need only the incoming
+      // gradient. v has no rotary, so its third of each row is copied.
+      B::zero(c, a.dqkv_pre.data(), 3 * NCl);
+      B::rotary_backward(c, a.dqkv_pre.data(), dq, B_n_, T_n_, H, hd, 3 * Cl, config_.rope_theta);
+      B::rotary_backward(c, a.dqkv_pre.data() + Cl, dq + Cl, B_n_, T_n_, H, hd, 3 * Cl,
+                         config_.rope_theta);
+      const std::size_t W = 3 * static_cast<std::size_t>(Cl);
+      B::copy_rows(c, a.dqkv_pre.data() + 2 * Cl, W, dq + 2 * Cl, W, static_cast<std::size_t>(Cl),
+                   static_cast<std::size_t>(N));
+      B::zero(c, a.dln.data(), NC);
+      B::linear_backward(c, a.dln.data(), g(*w.qkvw), nullptr, a.dqkv_pre.data(), L.ln1.data(),
+                         p(*w.qkvw), N, C, 3 * Cl, false);
+      column_parallel_done(a.dln.data());
+      B::rmsnorm_backward(c, dres, g(*w.ln1w), a.dln.data(), x, p(*w.ln1w), L.ln1_rstd.data(), N,
+                          C);
+    }
+  }
+
+  void embed_backward() override {
+    require_reserved();
+    const auto& t = layout_.tensors();
+    float* dwpe = config_.arch == Arch::kGpt2 ? g(t[1]) : nullptr;
+    B::embedding_backward(*ctx_, g(t[0]), dwpe, acts_->dres.data(), cur().tokens.data(), B_n_,
+                          T_n_, config_.d_model);
+  }
+
+ private:
+  using Acts = TransformerActivations<B>;
+
+  Weight* owned_weights() {
+    if constexpr (kSeparateWeights)
+      return weights_.data();
+    else
+      return master_.data();
+  }
+  void require_owned(const char* what) const {
+    if (options_.storage != ParamStorage::kOwned)
+      throw Error(fmt::format("{} needs owned parameter storage (this model borrows its groups)",
+                              what));
+  }
+  void require_reserved() const {
+    if (!acts_) throw Error("model pass before reserve(): no activations allocated");
+  }
+  typename Acts::Slot& cur() { return acts_->slots[static_cast<std::size_t>(slot_)]; }
+  const typename Acts::Slot& cur() const {
+    if (!acts_) throw Error("model pass before reserve(): no activations allocated");
+    return acts_->slots[static_cast<std::size_t>(slot_)];
+  }
+  typename Acts::Layer& layer_acts(int l) {
+    if (options_.recompute) return acts_->shared;
+    return cur().layers[static_cast<std::size_t>(l - first_)];
+  }
+  Act* resid(int l) { return cur().resid[static_cast<std::size_t>(l - first_)].data(); }
+
+  const Weight* p(const ParamTensor& t) const {
+    const Weight* base = group_weights_[static_cast<std::size_t>(t.layer + 1)];
+    if (base == nullptr)
+      throw Error(fmt::format("parameters of {} (group {}) are not bound", t.name, t.layer));
+    return base + (t.offset - layout_.group_begin(t.layer));
+  }
+  float* g(const ParamTensor& t) {
+    float* base = group_grads_[static_cast<std::size_t>(t.layer + 1)];
+    if (base == nullptr)
+      throw Error(fmt::format("gradients of {} (group {}) are not bound", t.name, t.layer));
+    return base + (t.offset - layout_.group_begin(t.layer));
+  }
+  void reduce_tp(Act* data, std::size_t n) {
+    if (!tp_allreduce_)
+      throw Error("tensor-parallel model without an allreduce (set_tp_allreduce not called)");
+    tp_allreduce_(data, n);
+  }
+
+  void block_forward_into(int l, Act* out) {
+    auto& L = layer_acts(l);
+    const BlockTensors w = layout_.block(l);
+    const int tp = options_.shard.tp_size;
+    const int N = B_n_ * T_n_, C = config_.d_model, Cl = C / tp, F = config_.ffn_dim() / tp,
+              H = config_.n_head / tp, hd = config_.head_dim();
+    const std::size_t NC = static_cast<std::size_t>(N) * C, NF = static_cast<std::size_t>(N) * F;
+    const float eps = config_.norm_eps;
+    const Act* x = resid(l);
+    Act* q = L.qkv.data();
+    Ctx& c = *ctx_;
+    // Row-parallel projections: partial sums on each rank, reduced, then the (replicated)
+    // bias.
+    auto row_parallel_done = [&](Act* y, const Weight* bias) {
+      if (tp == 1) return;
+      reduce_tp(y, NC);
+      if (bias != nullptr) B::add_bias(c, y, bias, N, C);
+    };
+    if (config_.arch == Arch::kGpt2) {
+      B::layernorm_forward(c, L.ln1.data(), L.ln1_mean.data(), L.ln1_rstd.data(), x, p(*w.ln1w),
+                           p(*w.ln1b), N, C, eps);
+      B::linear_forward(c, q, L.ln1.data(), p(*w.qkvw), p(*w.qkvb), N, C, 3 * Cl, true);
+      B::attention_forward(c, L.atty.data(), L.att.data(), q, q + Cl, q + 2 * Cl, 3 * Cl, B_n_,
+                           T_n_, H, hd);
+      // res2 = x + proj(atty): the projection lands in res2, then x is added.
+      B::linear_forward(c, L.res2.data(), L.atty.data(), p(*w.projw),
+                        tp == 1 ? p(*w.projb) : nullptr, N, Cl, C, true);
+      row_parallel_done(L.res2.data(), p(*w.projb));
+      B::residual_forward(c, L.res2.data(), L.res2.data(), x, NC);
+      B::layernorm_forward(c, L.ln2.data(), L.ln2_mean.data(), L.ln2_rstd.data(), L.res2.data(),
+                           p(*w.ln2w), p(*w.ln2b), N, C, eps);
+      B::linear_forward(c, L.fc.data(), L.ln2.data(), p(*w.fcw), p(*w.fcb), N, C, F, true);
+      B::gelu_forward(c, L.act.data(), L.fc.data(), NF);
+      B::linear_forward(c, out, L.act.data(), p(*w.fcprojw), tp == 1 ? p(*w.fcprojb) : nullptr, N,
+                        F, C, true);
+      row_parallel_done(out, p(*w.fcprojb));
+    } else {
+      B::rmsnorm_forward(c, L.ln1.data(), L.ln1_rstd.data(), x, p(*w.ln1w), N, C, eps);
+      B::linear_forward(c, q, L.ln1.data(), p(*w.qkvw), nullptr, N, C, 3 * Cl, false);
+      B::rotary_forward(c, q, q, B_n_, T_n_, H, hd, 3 * Cl, config_.rope_theta);
+      B::rotary_forward(c, q + Cl, q + Cl, B_n_, T_n_, H, hd, 3 * Cl, config_.rope_theta);
+      B::attention_forward(c, L.atty.data(), L.att.data(), q, q + Cl, q + 2 * Cl, 3 * Cl, B_n_,
+                           T_n_, H, hd);
+      B::linear_forward(c, L.res2.data(), L.atty.data(), p(*w.projw), nullptr, N, Cl, C, false);
+      row_parallel_done(L.res2.data(), nullptr);
+      B::residual_forward(c, L.res2.data(), L.res2.data(), x, NC);
+      B::rmsnorm_forward(c, L.ln2.data(), L.ln2_rstd.data(), L.res2.data(), p(*w.ln2w), N, C,
+                         eps);
+      B::linear_forward(c, L.fc.data(), L.ln2.data(), p(*w.gatew), nullptr, N, C, F, false);
+      B::linear_forward(c, L.up.data(), L.ln2.data(), p(*w.upw), nullptr, N, C, F, false);
+      B::swiglu_forward(c, L.act.data(), L.fc.data(), L.up.data(), NF);
+      B::linear_forward(c, out, L.act.data(), p(*w.downw), nullptr, N, F, C, false);
+      row_parallel_done(out, nullptr);
+    }
+    B::residual_forward(c, out, out, L.res2.data(), NC);
+  }
+
+  ModelConfig config_;
+  ModelOptions options_;
+  const BackendTraits& traits_;
+  ParameterLayout layout_;
+  Ctx* ctx_;
+  MemoryPool* pool_;
+  int first_ = 0, end_ = 0;
+  Buffer<float> master_;
+  Buffer<Weight> weights_;  // separate kernel copy only (kSeparateWeights)
+  Buffer<float> grads_;
+  std::vector<const Weight*> group_weights_;  // per group g at [g + 1]
+  std::vector<float*> group_grads_;
+  std::function<void(void*, std::size_t)> tp_allreduce_;
+  std::unique_ptr<Acts> acts_;
+  int slot_ = 0;
+  int B_n_ = 0, T_n_ = 0;
+};
+
+}  // namespace saturn
