@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include "runtime/backend/cuda_provider.hpp"
+
 int main(int argc, char** argv) {
+  saturn::install_cuda_provider();  // the one the test executable links (saturn_add_test)
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   ::testing::InitGoogleTest(&argc, argv);

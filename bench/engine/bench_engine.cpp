@@ -3,7 +3,7 @@
 // reaches beside plain OpenBLAS sgemm on the same shapes. Prints one JSON object per line;
 // bench/engine/run.py runs it beside PyTorch and prints the table.
 //
-// --device cuda: the same step on the CUDA backend (bf16, CudaGptModel + CudaAdamW with
+// --device cuda: the same step on the CUDA backend (the same model program in bf16, AdamW with
 // clipping), reporting tokens/s and MFU = (6·N + 12·L·C·T) FLOPs per token (weights, plus
 // attention's score and value products, PaLM's convention) × tokens/s over the GPU's dense bf16
 // peak; bench/engine/run_cuda.py runs it beside PyTorch eager and torch.compile.
@@ -17,17 +17,17 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "runtime/backend/cuda_provider.hpp"
 #include "runtime/backend/cpu/ops.hpp"
+#include "runtime/backend/device.hpp"
 #include "runtime/core/memory.hpp"
 #include "runtime/core/rng.hpp"
-#include "runtime/model/gpt.hpp"
+#include "runtime/model/model.hpp"
 #include "runtime/optim/adamw.hpp"
 #ifdef SATURN_HAVE_CUDA
-#include "runtime/backend/cuda/allocator.hpp"
 #include "runtime/backend/cuda/check.hpp"
-#include "runtime/backend/cuda/device_info.hpp"
-#include "runtime/model/gpt_cuda.hpp"
-#include "runtime/optim/adamw_cuda.hpp"
+#include "runtime/backend/cuda/device.hpp"
+#include "runtime/backend/cuda/ops.hpp"
 #endif
 
 namespace {
@@ -171,80 +171,12 @@ void op_breakdown(saturn::cuda::Context& ctx, saturn::MemoryPool& pool,
   ctx.synchronize("op breakdown");
 }
 
-int run_cuda(const saturn::ModelConfig& mc, const std::string& arch, int batch, int seq, int steps,
-             double peak_tflops, bool ops) {
-  using namespace saturn;
-  const auto q = cuda::query_devices();
-  if (q.devices.empty()) {
-    fmt::print(stderr, "bench_engine --device cuda: {}\n", q.error);
-    return 2;
-  }
-  const std::string name = q.devices.front().name;
-  const double peak = peak_tflops > 0 ? peak_tflops * 1e12 : bf16_peak_flops(name);
-  cuda::CachingDeviceAllocator allocator(0);
-  MemoryPool pool("cuda:0", 0, &allocator);
-  double dt = 0;
-  std::size_t params = 0;
-  {
-    cuda::Context ctx(0, pool);
-    CudaGptModel model(mc, ctx);
-    model.init_weights(1);
-    OptimizerConfig oc;
-    CudaAdamW opt(oc, model);
-    Rng rng(2);
-    const std::size_t n = static_cast<std::size_t>(batch) * seq;
-    std::vector<std::int32_t> tokens(n), targets(n);
-    for (auto& t : tokens)
-      t = static_cast<std::int32_t>(rng.below(static_cast<std::uint64_t>(mc.vocab_size)));
-    for (auto& t : targets)
-      t = static_cast<std::int32_t>(rng.below(static_cast<std::uint64_t>(mc.vocab_size)));
-    int step = 0;
-    auto one_step = [&] {
-      model.zero_grads();
-      model.forward(tokens.data(), targets.data(), batch, seq);
-      model.backward(1.0f / static_cast<float>(n));
-      const double norm = opt.grad_norm();  // waits for the device
-      opt.step(1e-4, clip_scale(norm, oc.grad_clip), ++step);
-      ctx.synchronize("benchmark step");
-    };
-    one_step();  // first-use costs (cuBLASLt heuristics, module load) stay out of the timing
-    dt = time_median(steps, one_step);
-    params = model.num_params();
-  }
-  std::size_t model_peak = pool.peak();
-  const double tokens_per_s = static_cast<double>(batch) * seq / dt;
-  const double flops_per_token =
-      6.0 * static_cast<double>(params) + 12.0 * mc.n_layer * static_cast<double>(mc.d_model) * seq;
-  nlohmann::json out = {{"kind", "train"},
-                        {"device", "cuda"},
-                        {"gpu", name},
-                        {"arch", arch},
-                        {"layers", mc.n_layer},
-                        {"d_model", mc.d_model},
-                        {"heads", mc.n_head},
-                        {"vocab", mc.vocab_size},
-                        {"seq", seq},
-                        {"batch", batch},
-                        {"params", params},
-                        {"step_s", dt},
-                        {"tokens_per_s", tokens_per_s},
-                        {"flops_per_token", flops_per_token},
-                        {"peak_flops", peak},
-                        {"mfu", peak > 0 ? flops_per_token * tokens_per_s / peak : 0.0},
-                        {"peak_bytes", model_peak},
-                        {"reserved_bytes", allocator.peak_reserved()}};
-  fmt::print("{}\n", out.dump());
-  if (ops) {
-    cuda::Context ctx(0, pool);
-    op_breakdown(ctx, pool, mc, batch, seq);
-  }
-  return 0;
-}
 #endif
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  saturn::install_cuda_provider();
   using namespace saturn;
   CLI::App app{"Saturn engine benchmark (one model shape)"};
   std::string arch = "gpt2";
@@ -273,47 +205,87 @@ int main(int argc, char** argv) {
   mc.d_model = d_model;
   mc.vocab_size = vocab;
   mc.max_seq_len = seq;
-  if (device == "cuda") {
-#ifdef SATURN_HAVE_CUDA
-    return run_cuda(mc, arch, batch, seq, steps, peak_tflops, ops);
-#else
-    fmt::print(stderr,
-               "bench_engine --device cuda: this build has no CUDA backend (nvcc was not found "
-               "when it was configured)\n");
+  const DeviceKind kind = parse_device_kind(device);
+  std::unique_ptr<Device> dev;
+  try {
+    dev = make_device(kind, 0, 0);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "bench_engine --device {}: {}\n", device, e.what());
     return 2;
-#endif
   }
-  MemoryPool pool("cpu:0");
-  GptModel model(mc, pool);
-  model.init_weights(1);
-  OptimizerConfig oc;
-  AdamW opt(oc, model.layout(), 0, model.num_params(), pool);
-  Rng rng(2);
+  double dt = 0;
+  std::size_t params = 0;
+  {
+    const auto model = make_model(*dev, mc);
+    model->init_weights(1);
+    OptimizerConfig oc;
+    AdamW opt(oc, model->layout(), 0, model->layout().total(), *dev);
+    Rng rng(2);
+    const std::size_t n = static_cast<std::size_t>(batch) * seq;
+    std::vector<std::int32_t> tokens(n), targets(n);
+    for (auto& t : tokens)
+      t = static_cast<std::int32_t>(rng.below(static_cast<std::uint64_t>(mc.vocab_size)));
+    for (auto& t : targets)
+      t = static_cast<std::int32_t>(rng.below(static_cast<std::uint64_t>(mc.vocab_size)));
+    Buffer<std::int32_t> dev_tokens(dev->memory(), n, "tokens"), dev_targets(dev->memory(), n,
+                                                                              "tokens");
+    dev->upload(dev_tokens.data(), tokens.data(), n * sizeof(std::int32_t));
+    dev->upload(dev_targets.data(), targets.data(), n * sizeof(std::int32_t));
+    model->reserve(batch, seq);
+    int step = 0;
+    auto one_step = [&] {
+      model->zero_grads();
+      model->forward(dev_tokens.data(), dev_targets.data());
+      model->backward(1.0f / static_cast<float>(n));
+      // cuda: the clip scale from the norm on the host, one wait per step as training has
+      // (the CPU measurement has always been the step without it).
+      const float scale =
+          kind == DeviceKind::kCpu
+              ? 1.0f
+              : clip_scale(std::sqrt(dev->sum_of_squares(model->grads(), model->layout().total())),
+                           oc.grad_clip);
+      opt.step(model->master(), model->weights(), model->grads(), 1e-4, scale, ++step);
+      dev->synchronize("benchmark step");
+    };
+    dt = time_median(steps, one_step);
+    params = static_cast<std::size_t>(mc.num_parameters());
+  }
   const std::size_t n = static_cast<std::size_t>(batch) * seq;
-  std::vector<std::int32_t> tokens(n), targets(n);
-  for (auto& t : tokens) t = static_cast<std::int32_t>(rng.below(256));
-  for (auto& t : targets) t = static_cast<std::int32_t>(rng.below(256));
-  int step = 0;
-  const double dt = time_median(steps, [&] {
-    model.zero_grads();
-    model.forward(tokens.data(), targets.data(), batch, seq);
-    model.backward(1.0f / static_cast<float>(n));
-    opt.step(model.params(), model.grads(), 1e-4, 1.0f, ++step);
-  });
   nlohmann::json out = {{"kind", "train"},
+                        {"device", device},
                         {"arch", arch},
                         {"layers", layers},
                         {"d_model", d_model},
                         {"heads", heads},
+                        {"vocab", vocab},
                         {"seq", seq},
                         {"batch", batch},
-                        {"params", model.num_params()},
-                        {"threads", omp_get_max_threads()},
+                        {"params", params},
                         {"step_s", dt},
                         {"tokens_per_s", static_cast<double>(n) / dt},
-                        {"peak_bytes", pool.peak()},
-                        {"blas_core", openblas_get_corename()}};
+                        {"peak_bytes", dev->memory().peak()}};
+  if (kind == DeviceKind::kCpu) {
+    out["threads"] = omp_get_max_threads();
+    out["blas_core"] = openblas_get_corename();
+  } else {
+#ifdef SATURN_HAVE_CUDA
+    auto& cd = dynamic_cast<cuda::CudaDevice&>(*dev);
+    const double flops_per_token =
+        6.0 * static_cast<double>(params) +
+        12.0 * mc.n_layer * static_cast<double>(mc.d_model) * seq;
+    const double peak = peak_tflops > 0 ? peak_tflops * 1e12 : bf16_peak_flops(cd.describe());
+    out["gpu"] = cd.describe();
+    out["flops_per_token"] = flops_per_token;
+    out["peak_flops"] = peak;
+    out["mfu"] = peak > 0 ? flops_per_token * static_cast<double>(n) / dt / peak : 0.0;
+    out["reserved_bytes"] = cd.allocator().peak_reserved();
+    fmt::print("{}\n", out.dump());
+    if (ops) op_breakdown(cd.context(), cd.memory(), mc, batch, seq);
+    return 0;
+#endif
+  }
   fmt::print("{}\n", out.dump());
+  if (kind != DeviceKind::kCpu) return 0;
 
   // GEMM shapes of this model's linears (forward): N x C -> OC.
   const int N = static_cast<int>(n), C = d_model, F = mc.ffn_dim();

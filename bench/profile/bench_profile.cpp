@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <map>
 
+#include "runtime/backend/cuda_provider.hpp"
 #include "runtime/comm/mpi_communicator.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/profile/profiler.hpp"
@@ -55,6 +56,7 @@ std::map<std::string, const ConfigRow*> tried(const ProfileResult& r) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  saturn::install_cuda_provider();
   const comm::MpiSession mpi;
   int code = 0;
   {

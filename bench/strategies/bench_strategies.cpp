@@ -14,6 +14,9 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "runtime/backend/cuda_provider.hpp"
+#include "runtime/backend/cpu/device.hpp"
+#include "runtime/comm/comm_pair.hpp"
 #include "runtime/comm/mpi_communicator.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/rng.hpp"
@@ -59,7 +62,10 @@ int run(int argc, char** argv) {
   spec.train.steps = warmup + steps;
   spec.degree = world->size();
   spec.knobs = parallel::parse_knobs(knobs);
-  MemoryPool device("cpu"), host("host");  // outlive the strategy, which returns buffers to them
+  // Outlive the strategy, which returns buffers to them and splits the communicators.
+  cpu::CpuDevice device("cpu", 0);
+  MemoryPool host("host");
+  const auto comms = comm::make_comm_pair(*job, device);
   auto s = parallel::make_strategy(strategy, spec);
   const parallel::Estimate e = s->estimate();
   nlohmann::json out = {{"strategy", strategy}, {"degree", spec.degree}, {"knobs", knobs}};
@@ -68,7 +74,7 @@ int run(int argc, char** argv) {
     if (world->rank() == 0) std::printf("%s\n", out.dump().c_str());
     return 0;
   }
-  s->setup(*job, device, host);
+  s->setup(*comms, device, host);
   std::vector<std::uint32_t> tokens(200000);
   Rng rng(1);
   for (auto& t : tokens) t = static_cast<std::uint32_t>(rng.below(256));
@@ -90,7 +96,7 @@ int run(int argc, char** argv) {
   const parallel::StrategyStats st = s->stats();
   double comm_fraction = st.step_s > 0 ? st.comm.seconds / st.step_s : 0.0;
   world->allreduce(&comm_fraction, 1, comm::ReduceOp::kMax);
-  std::int64_t peak = static_cast<std::int64_t>(device.peak());
+  std::int64_t peak = static_cast<std::int64_t>(device.memory().peak());
   std::int64_t host_peak = static_cast<std::int64_t>(host.peak());
   world->allreduce(&peak, 1, comm::ReduceOp::kMax);
   world->allreduce(&host_peak, 1, comm::ReduceOp::kMax);
@@ -120,6 +126,7 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  saturn::install_cuda_provider();
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
   int rc = 0;

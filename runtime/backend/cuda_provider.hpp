@@ -1,8 +1,9 @@
-// The CUDA backend as the rest of the runtime reaches it, without CUDA headers. Exactly one
-// library of an executable defines these: the CUDA backend (runtime/backend/cuda), its build on
-// the CPU emulator (tests/gpu/emu, for saturn_emu), or, in a build without CUDA, a provider
-// whose every call explains that (runtime/backend/no_cuda.cpp). Libraries never link one;
-// executables do (CMake: saturn_cuda_provider).
+// The CUDA backend as the rest of the runtime reaches it, without CUDA headers or a link-time
+// dependency: one library of each executable provides it — the CUDA backend
+// (runtime/backend/cuda), its build on the CPU emulator (tests/gpu/emu, for saturn_emu), or, in
+// a build without CUDA, one whose every call explains that (runtime/backend/no_cuda.cpp) — and
+// the executable's main() installs it first (install_cuda_provider). Libraries never link one,
+// so the same libraries serve saturn and saturn_emu.
 #pragma once
 
 #include <cstddef>
@@ -17,15 +18,23 @@ class Model;
 struct ModelConfig;
 struct ModelOptions;
 
-// GPU `index` as a Device with `capacity` bytes of memory (0: what the GPU has). Error naming
-// why when none is usable.
-std::unique_ptr<Device> make_cuda_device(int index, std::size_t capacity);
-// The model program on a device make_cuda_device returned.
-std::unique_ptr<Model> make_cuda_model(Device& device, const ModelConfig& config,
-                                       const ModelOptions& options);
-// How many CUDA devices this process can use, and why none when 0 (`why` set).
-int cuda_device_count(std::string* why);
-// "cuda" for the real backend, "cuda (emulated on the CPU)" for saturn_emu, "none".
-const char* cuda_backend_name();
+struct CudaProvider {
+  // "cuda", "cuda (emulated on the CPU)" or "none".
+  const char* name = "none";
+  // How many CUDA devices this process can use; `why` says why when 0.
+  int (*device_count)(std::string* why) = nullptr;
+  // GPU `index` (modulo the count) as a Device with `capacity` bytes (0: what it has free);
+  // InputError naming why none is usable.
+  std::unique_ptr<Device> (*make_device)(int index, std::size_t capacity) = nullptr;
+  // The model program on a device make_device returned.
+  std::unique_ptr<Model> (*make_model)(Device& device, const ModelConfig& config,
+                                       const ModelOptions& options) = nullptr;
+};
+
+// Defined by the provider library the executable links; main() calls it before anything else.
+void install_cuda_provider();
+// What install_cuda_provider() set; a provider that explains its absence before that.
+const CudaProvider& cuda_provider();
+void set_cuda_provider(const CudaProvider& provider);
 
 }  // namespace saturn

@@ -8,7 +8,7 @@
 namespace saturn {
 
 std::unique_ptr<Device> make_device(DeviceKind kind, int index, std::size_t capacity) {
-  if (kind == DeviceKind::kCuda) return make_cuda_device(index, capacity);
+  if (kind == DeviceKind::kCuda) return cuda_provider().make_device(index, capacity);
   return std::make_unique<cpu::CpuDevice>(fmt::format("cpu:{}", index), capacity);
 }
 

@@ -8,26 +8,29 @@
 namespace saturn {
 
 namespace {
+
 constexpr const char* kWhy =
     "this saturn was built without the CUDA backend (nvcc was not found when it was configured, "
     "or SATURN_CUDA=OFF); rebuild on a machine with the CUDA toolkit (INSTALL.md)";
-}
 
-std::unique_ptr<Device> make_cuda_device(int, std::size_t) {
-  throw InputError(fmt::format("--device cuda: {}", kWhy));
-}
-
-std::unique_ptr<Model> make_cuda_model(Device&, const ModelConfig&, const ModelOptions&) {
-  throw Error(kWhy);
-}
-
-int cuda_device_count(std::string* why) {
+int count(std::string* why) {
   if (why != nullptr) *why = kWhy;
   return 0;
 }
 
-const char* cuda_backend_name() {
-  return "none";
+std::unique_ptr<Device> device(int, std::size_t) {
+  throw InputError(fmt::format("--device cuda: {}", kWhy));
+}
+
+std::unique_ptr<Model> model(Device&, const ModelConfig&, const ModelOptions&) {
+  throw Error(kWhy);
+}
+
+}  // namespace
+
+void install_cuda_provider() {
+  static const CudaProvider provider{"none", &count, &device, &model};
+  set_cuda_provider(provider);
 }
 
 }  // namespace saturn

@@ -2,6 +2,7 @@
 // that estimates for GPU configurations can be made where no GPU is.
 #include <fmt/format.h>
 
+#include "runtime/backend/cuda_provider.hpp"
 #include "runtime/backend/device.hpp"
 #include "runtime/core/error.hpp"
 
@@ -31,6 +32,37 @@ const BackendTraits& backend_traits(DeviceKind kind) {
   static const BackendTraits cpu{DeviceKind::kCpu, DType::kFloat32, DType::kFloat32, 1};
   static const BackendTraits cuda{DeviceKind::kCuda, DType::kBFloat16, DType::kBFloat16, 64};
   return kind == DeviceKind::kCuda ? cuda : cpu;
+}
+
+namespace {
+
+constexpr const char* kNotInstalled =
+    "no CUDA provider is installed in this program (its main() must call "
+    "install_cuda_provider(); a build error)";
+
+int not_installed_count(std::string* why) {
+  if (why != nullptr) *why = kNotInstalled;
+  return 0;
+}
+std::unique_ptr<Device> not_installed_device(int, std::size_t) {
+  throw Error(kNotInstalled);
+}
+std::unique_ptr<Model> not_installed_model(Device&, const ModelConfig&, const ModelOptions&) {
+  throw Error(kNotInstalled);
+}
+
+const CudaProvider kNone{"none", &not_installed_count, &not_installed_device,
+                         &not_installed_model};
+const CudaProvider* g_provider = &kNone;
+
+}  // namespace
+
+const CudaProvider& cuda_provider() {
+  return *g_provider;
+}
+
+void set_cuda_provider(const CudaProvider& provider) {
+  g_provider = &provider;
 }
 
 }  // namespace saturn

@@ -50,7 +50,8 @@ int bind_rank_device(const RunArgs& a) {
   try {
     comm::agree_on(*world, [&] {
       std::string why;
-      const int count = b.kind == launch::DeviceKind::kCuda ? cuda_device_count(&why) : 0;
+      const int count =
+          b.kind == launch::DeviceKind::kCuda ? cuda_provider().device_count(&why) : 0;
       if (b.kind == launch::DeviceKind::kCuda) b.physical_count = count > 0 ? count : -1;
       launch::bind_device(MPI_COMM_WORLD, launch::current_environment(), b);
       // Binding reads the launcher's view (CUDA_VISIBLE_DEVICES, Slurm); training needs a GPU
@@ -58,7 +59,7 @@ int bind_rank_device(const RunArgs& a) {
       if (b.kind == launch::DeviceKind::kCuda && count == 0)
         throw InputError(
             fmt::format("--device cuda: no usable CUDA device in this process ({}): {}",
-                        cuda_backend_name(), why));
+                        cuda_provider().name, why));
     });
   } catch (const comm::AgreedFailure& e) {
     return comm::report_agreed_failure(*world, e);

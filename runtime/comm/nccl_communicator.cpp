@@ -21,6 +21,8 @@ ncclDataType_t nccl_type(DType t) {
       return ncclInt32;
     case DType::kInt64:
       return ncclInt64;
+    case DType::kBFloat16:
+      return ncclBfloat16;
   }
   return ncclFloat32;
 }

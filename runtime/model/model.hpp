@@ -111,10 +111,18 @@ class Model {
   virtual void block_backward(int l) = 0;
   virtual void embed_backward() = 0;
   // The whole micro-batch on the shard's layers (the shard runs the embedding and the head).
-  void forward(const std::int32_t* tokens, const std::int32_t* targets);
+  void forward(const std::int32_t* tokens, const std::int32_t* targets) {
+    embed_forward(tokens);
+    for (int l = first_layer(); l < end_layer(); ++l) block_forward(l);
+    head_forward(targets);
+  }
   // dloss: weight of each token's loss in the objective (1/tokens of the whole global batch,
   // so micro-batch gradients add up to the mean).
-  void backward(float dloss);
+  void backward(float dloss) {
+    head_backward(dloss);
+    for (int l = end_layer() - 1; l >= first_layer(); --l) block_backward(l);
+    embed_backward();
+  }
 
   // Device scalar: the current slot's mean loss of its last head_forward with targets.
   virtual const float* loss() const = 0;

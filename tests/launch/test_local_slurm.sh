@@ -198,7 +198,7 @@ if [[ $mode == run ]]; then
   [[ -n "${job[template]}" ]] || bad "submit the template"
 
   # 3. Device binding of `saturn run --device cuda` on the fake GPUs (binding is real; the run
-  # then stops with exit 2: `saturn run` does not drive the CUDA backend yet). One batch job,
+  # then stops with exit 2: no GPU is usable on this machine). One batch job,
   # one step each.
   cuda_run="$saturn run $work/w.yaml --run-dir $work/cuda --device cuda"
   if [[ $have_pmix == 1 ]]; then
@@ -252,7 +252,7 @@ echo '== end'")
     done
     ok "binding, $title"
   }
-  kernels='does not drive the CUDA backend yet|has no CUDA backend'
+  kernels='no usable CUDA device'
   # Without cgroups a job's GPU ids are global (CUDA_VISIBLE_DEVICES=4,5 for a second job), so
   # the patterns match the id and require the choice to be that same id in the list.
   g='([0-9])'

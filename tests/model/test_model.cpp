@@ -8,7 +8,7 @@
 
 #include "runtime/core/error.hpp"
 #include "runtime/core/rng.hpp"
-#include "runtime/model/gpt.hpp"
+#include "runtime/model/cpu_model.hpp"
 #include "runtime/optim/adamw.hpp"
 
 namespace saturn {
@@ -39,7 +39,7 @@ class ModelGradient : public ::testing::TestWithParam<Arch> {};
 TEST_P(ModelGradient, MatchesFiniteDifferences) {
   const ModelConfig c = tiny(GetParam());
   MemoryPool pool("cpu:0");
-  GptModel model(c, pool);
+  CpuModel model(c, pool);
   model.init_weights(3);
   // Scale weights up so activations are far from linear and every term matters.
   for (std::size_t i = 0; i < model.num_params(); ++i) model.params()[i] *= 3.0f;
@@ -80,7 +80,7 @@ TEST(Model, GradientAccumulationEqualsOneBigBatch) {
   for (Arch arch : {Arch::kGpt2, Arch::kLlama}) {
     const ModelConfig c = tiny(arch);
     MemoryPool pool("cpu:0");
-    GptModel big(c, pool), small(c, pool);
+    CpuModel big(c, pool), small(c, pool);
     big.init_weights(9);
     small.init_weights(9);
     const int T = 8;
@@ -107,10 +107,11 @@ TEST(Model, GradientAccumulationEqualsOneBigBatch) {
 std::vector<float> train_losses(Arch arch, int steps) {
   const ModelConfig c = tiny(arch);
   MemoryPool pool("cpu:0");
-  GptModel model(c, pool);
+  CpuModel model(c, pool);
   model.init_weights(1234);
   OptimizerConfig oc;
-  AdamW opt(oc, model.layout(), 0, model.num_params(), pool);
+  cpu::CpuDevice device(pool);
+  AdamW opt(oc, model.layout(), 0, model.num_params(), device);
   std::vector<float> losses;
   const int B = 4, T = 8;
   for (int s = 0; s < steps; ++s) {
@@ -119,7 +120,7 @@ std::vector<float> train_losses(Arch arch, int steps) {
     model.zero_grads();
     losses.push_back(model.forward(tokens.data(), targets.data(), B, T));
     model.backward(1.0f / (B * T));
-    opt.step(model.params(), model.grads(), 1e-3, 1.0f, s + 1);
+    opt.step(model.params(), nullptr, model.grads(), 1e-3, 1.0f, s + 1);
   }
   for (std::size_t i = 0; i < model.num_params(); i += 97) losses.push_back(model.params()[i]);
   return losses;
@@ -154,7 +155,7 @@ TEST(Model, OutOfMemoryIsACleanErrorAtTheFirstAllocationThatExceeds) {
   const std::size_t weights = ParameterLayout(c).total() * sizeof(float);
   // Room for parameters and gradients, not for activations.
   MemoryPool pool("cpu:0", 2 * weights + 1024);
-  GptModel model(c, pool);
+  CpuModel model(c, pool);
   try {
     model.reserve(4, 8);
     FAIL() << "expected OutOfMemoryError";
@@ -170,7 +171,7 @@ TEST(Model, OutOfMemoryIsACleanErrorAtTheFirstAllocationThatExceeds) {
   // Not even the parameters fit: the error names them.
   MemoryPool tiny_pool("cpu:0", weights / 2);
   try {
-    GptModel m(c, tiny_pool);
+    CpuModel m(c, tiny_pool);
     FAIL() << "expected OutOfMemoryError";
   } catch (const OutOfMemoryError& e) {
     EXPECT_EQ(e.what_for(), "parameters");
@@ -181,7 +182,7 @@ TEST(Model, InvalidShapesAreInputErrors) {
   ModelConfig c = tiny(Arch::kGpt2);
   c.n_head = 3;  // does not divide 16
   MemoryPool pool("cpu:0");
-  EXPECT_THROW(GptModel(c, pool), InputError);
+  EXPECT_THROW(CpuModel(c, pool), InputError);
 }
 
 }  // namespace

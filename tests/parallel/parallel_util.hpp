@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/backend/cpu/device.hpp"
+#include "runtime/comm/comm_pair.hpp"
 #include "runtime/comm/mpi_communicator.hpp"
 #include "runtime/core/rng.hpp"
 #include "runtime/data/loader.hpp"
@@ -30,6 +32,18 @@ inline comm::Communicator& world() {
   static std::unique_ptr<comm::MpiCommunicator> w = comm::MpiCommunicator::world();
   return *w;
 }
+
+// What a strategy runs on in a test: a CPU device, a host pool (offload) and the communicator
+// pair over `c`. Declare it before the strategy, which must go first.
+struct Harness {
+  explicit Harness(comm::Communicator& c, const std::string& name = "cpu")
+      : device(name, 0), host(name + "-host"), comms(comm::make_comm_pair(c, device)) {}
+  void setup(parallel::Strategy& s) { s.setup(*comms, device, host); }
+  std::size_t peak() { return device.memory().peak(); }
+  cpu::CpuDevice device;
+  MemoryPool host;
+  std::unique_ptr<comm::CommPair> comms;
+};
 
 // Tiny models: 4 layers (a stage per rank at degree 4), 4 heads and an MLP width divisible by
 // 4 (tensor parallelism at degree 4).

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "parallel_util.hpp"
+#include "runtime/model/cpu_model.hpp"
 #include "runtime/comm/agree.hpp"
 #include "runtime/optim/adamw.hpp"
 #include "runtime/parallel/pipeline.hpp"
@@ -144,9 +145,10 @@ struct Canonical {
 Canonical trained_state(Arch arch) {
   const ModelConfig c = tiny_model(arch);
   MemoryPool pool("cpu:0");
-  GptModel model(c, pool);
+  CpuModel model(c, pool);
   model.init_weights(11);
-  AdamW opt(OptimizerConfig{}, model.layout(), 0, model.num_params(), pool);
+  cpu::CpuDevice device(pool);
+  AdamW opt(OptimizerConfig{}, model.layout(), 0, model.num_params(), device);
   const int B = 2, T = 16;
   const auto tok = pattern_tokens(B * T + 1, c.vocab_size, 3);
   std::vector<std::int32_t> in(tok.begin(), tok.end() - 1), tg(tok.begin() + 1, tok.end());
@@ -154,7 +156,7 @@ Canonical trained_state(Arch arch) {
     model.zero_grads();
     model.forward(in.data(), tg.data(), B, T);
     model.backward(1.0f / (B * T));
-    opt.step(model.params(), model.grads(), 1e-3, 1.0f, s + 1);
+    opt.step(model.params(), nullptr, model.grads(), 1e-3, 1.0f, s + 1);
   }
   Canonical k;
   k.params.assign(model.params(), model.params() + model.num_params());
@@ -170,9 +172,9 @@ TEST_P(RoundTrip, ImportThenExportGivesBackTheCanonicalState) {
   const Arch arch = GetParam();
   const Canonical k = trained_state(arch);
   for (const auto& [name, knobs] : all_strategies(w.size())) {
-    MemoryPool device("cpu"), host("host");
+    Harness h(w);
     auto s = parallel::make_strategy(name, spec_for(arch, w.size(), knobs));
-    s->setup(w, device, host);
+    h.setup(*s);
     for (StateKind kind : {StateKind::kParams, StateKind::kAdamM, StateKind::kAdamV}) {
       StateSlices slices = s->export_state(kind);
       // Boxes lie inside their tensors, and each writer box is written by one rank only
@@ -204,20 +206,20 @@ TEST_P(RoundTrip, TrainingContinuesAcrossStrategies) {
   for (int i = 0; i < 10; ++i) batches.push_back(loader.next_batch(8));
 
   comm::SelfCommunicator self;
-  MemoryPool d0("ref"), h0("ref-host");
+  Harness h0(self, "ref");
   auto ref = parallel::make_strategy("ddp", spec_for(arch, 1));
-  ref->setup(self, d0, h0);
+  h0.setup(*ref);
   for (int i = 0; i < 10; ++i) ref->train_step(batches[static_cast<std::size_t>(i)], i);
   const std::vector<float> want =
       parallel::assemble_canonical(self, c, ref->export_state(StateKind::kParams));
 
   for (const std::string second : {"tensor", "pipeline"}) {
-    MemoryPool d1("a"), h1("a-host"), d2("b"), h2("b-host");
+    Harness h1(w, "a"), h2(w, "b");
     auto a = parallel::make_strategy("fsdp", spec_for(arch, w.size()));
-    a->setup(w, d1, h1);
+    h1.setup(*a);
     for (int i = 0; i < 5; ++i) a->train_step(batches[static_cast<std::size_t>(i)], i);
     auto b = parallel::make_strategy(second, spec_for(arch, w.size()));
-    b->setup(w, d2, h2);
+    h2.setup(*b);
     for (StateKind kind : {StateKind::kParams, StateKind::kAdamM, StateKind::kAdamV}) {
       const std::vector<float> state = canonical_everywhere(*a, c, kind);
       StateSlices slices = b->export_state(kind);
@@ -236,9 +238,9 @@ INSTANTIATE_TEST_SUITE_P(BothArchs, RoundTrip, ::testing::Values(Arch::kGpt2, Ar
 
 TEST(Slices, ReplicatedStateHasExactlyOneWriterAndFsdpCutsRowsIntoThreeBoxes) {
   comm::Communicator& w = world();
-  MemoryPool device("cpu"), host("host");
+  Harness h(w);
   auto tp = parallel::make_strategy("tensor", spec_for(Arch::kGpt2, w.size()));
-  tp->setup(w, device, host);
+  h.setup(*tp);
   // Every replicated tensor: all ranks export it, one marks it writer, and copies agree.
   const auto slices = tp->export_state(StateKind::kParams);
   std::int32_t writers = 0;
@@ -247,9 +249,9 @@ TEST(Slices, ReplicatedStateHasExactlyOneWriterAndFsdpCutsRowsIntoThreeBoxes) {
   w.allreduce(&writers, 1, comm::ReduceOp::kSum);
   EXPECT_EQ(writers, 1);
 
-  MemoryPool d2("cpu"), h2("host");
+  Harness h2(w);
   auto fsdp = parallel::make_strategy("fsdp", spec_for(Arch::kLlama, w.size()));
-  fsdp->setup(w, d2, h2);
+  h2.setup(*fsdp);
   std::map<std::string, int> boxes;
   for (const auto& s : fsdp->export_state(StateKind::kParams)) {
     ++boxes[s.name];

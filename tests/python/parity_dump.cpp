@@ -12,7 +12,7 @@
 
 #include "runtime/core/memory.hpp"
 #include "runtime/core/rng.hpp"
-#include "runtime/model/gpt.hpp"
+#include "runtime/model/cpu_model.hpp"
 #include "runtime/optim/adamw.hpp"
 
 namespace {
@@ -53,7 +53,7 @@ int main(int argc, char** argv) {
   oc.grad_clip = 1.0;
 
   MemoryPool pool("cpu:0");
-  GptModel model(mc, pool);
+  CpuModel model(mc, pool);
   model.init_weights(42);
   // Larger-than-init weights make the test sensitive to every term (init is near-uniform).
   {
@@ -98,7 +98,8 @@ int main(int argc, char** argv) {
   }
   d.meta["names"] = names;
 
-  AdamW opt(oc, model.layout(), 0, model.num_params(), pool);
+  cpu::CpuDevice device(pool);
+  AdamW opt(oc, model.layout(), 0, model.num_params(), device);
   std::vector<float> losses;
   const float dloss = 1.0f / static_cast<float>(B * T);
   for (int s = 0; s < steps; ++s) {
@@ -108,7 +109,7 @@ int main(int argc, char** argv) {
     if (s == 0) {
       // Logits before backward (backward overwrites the probabilities).
       std::vector<float> logits(static_cast<std::size_t>(B) * T * mc.vocab_size);
-      GptModel probe(mc, pool);
+      CpuModel probe(mc, pool);
       std::memcpy(probe.params(), model.params(), model.num_params() * sizeof(float));
       probe.forward_logits(tokens.data(), B, T);
       std::memcpy(logits.data(), probe.logits(), logits.size() * sizeof(float));
@@ -125,7 +126,7 @@ int main(int argc, char** argv) {
     for (std::size_t i = 0; i < model.num_params(); ++i)
       ss += static_cast<double>(model.grads()[i]) * model.grads()[i];
     const float scale = clip_scale(std::sqrt(ss), oc.grad_clip);
-    opt.step(model.params(), model.grads(), oc.lr, scale, s + 1);
+    opt.step(model.params(), nullptr, model.grads(), oc.lr, scale, s + 1);
   }
   d.meta["losses"] = losses;
   for (const auto& t : model.layout().tensors())

@@ -13,9 +13,17 @@ namespace saturn {
 
 template class Transformer<cuda::Backend>;
 
+namespace {
+
+int device_count(std::string* why) {
+  const cuda::DeviceQuery q = cuda::query_devices();
+  if (q.devices.empty() && why != nullptr) *why = q.error;
+  return static_cast<int>(q.devices.size());
+}
+
 std::unique_ptr<Device> make_cuda_device(int index, std::size_t capacity) {
   std::string why;
-  const int count = cuda_device_count(&why);
+  const int count = device_count(&why);
   if (count == 0) throw InputError(fmt::format("--device cuda: no usable CUDA device: {}", why));
   // A rank's own GPU: ranks of a node take the node's GPUs in turn (the launcher binds them;
   // with more ranks than GPUs, ranks share one).
@@ -31,18 +39,16 @@ std::unique_ptr<Model> make_cuda_model(Device& device, const ModelConfig& config
                                                       device.memory());
 }
 
-int cuda_device_count(std::string* why) {
-  const cuda::DeviceQuery q = cuda::query_devices();
-  if (q.devices.empty() && why != nullptr) *why = q.error;
-  return static_cast<int>(q.devices.size());
-}
+}  // namespace
 
-const char* cuda_backend_name() {
+void install_cuda_provider() {
 #ifdef SATURN_CUDA_EMULATION
-  return "cuda (emulated on the CPU)";
+  static const CudaProvider provider{"cuda (emulated on the CPU)", &device_count,
+                                     &make_cuda_device, &make_cuda_model};
 #else
-  return "cuda";
+  static const CudaProvider provider{"cuda", &device_count, &make_cuda_device, &make_cuda_model};
 #endif
+  set_cuda_provider(provider);
 }
 
 }  // namespace saturn

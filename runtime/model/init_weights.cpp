@@ -1,0 +1,41 @@
+// The canonical initial weights (model.hpp): the same values for every backend, strategy and
+// degree, streamed tensor by tensor.
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "runtime/core/rng.hpp"
+#include "runtime/model/model.hpp"
+
+namespace saturn {
+
+void generate_canonical_weights(
+    const ModelConfig& config, std::uint64_t seed,
+    const std::function<void(std::size_t, const ParamTensor&, const float*)>& visit) {
+  const ParameterLayout layout(config);
+  Rng rng(seed);
+  const double residual_scale = 1.0 / std::sqrt(2.0 * config.n_layer);
+  std::vector<float> w;
+  for (std::size_t k = 0; k < layout.tensors().size(); ++k) {
+    const ParamTensor& t = layout.tensors()[k];
+    w.resize(t.numel);
+    const bool is_norm = t.name.find("ln_") != std::string::npos ||
+                         t.name.find("layernorm") != std::string::npos ||
+                         t.name.find("norm.weight") != std::string::npos;
+    const bool is_bias = t.name.size() > 5 && t.name.compare(t.name.size() - 5, 5, ".bias") == 0;
+    if (is_bias) {
+      std::fill(w.begin(), w.end(), 0.0f);
+    } else if (is_norm) {
+      std::fill(w.begin(), w.end(), 1.0f);
+    } else {
+      const bool residual_proj = t.name.find("c_proj.weight") != std::string::npos ||
+                                 t.name.find("o_proj") != std::string::npos ||
+                                 t.name.find("down_proj") != std::string::npos;
+      const double std = 0.02 * (residual_proj ? residual_scale : 1.0);
+      for (std::size_t i = 0; i < t.numel; ++i) w[i] = static_cast<float>(std * rng.normal());
+    }
+    visit(k, t, w.data());
+  }
+}
+
+}  // namespace saturn
