@@ -294,7 +294,7 @@ __global__ __launch_bounds__(kWarps * 32) void attention_dkv_kernel(
   }
 }
 
-void check_shape(int B, int T, int H, int hd) {
+void check_shape(int B, int H, int hd) {
   if (hd <= 0 || hd > kAttentionMaxHeadDim)
     throw InputError(fmt::format("CUDA attention supports head dimensions 1..{}, got {}",
                                  kAttentionMaxHeadDim, hd));
@@ -325,7 +325,7 @@ void allow_smem(Kernel kernel, std::size_t bytes) {
 
 void attention_forward(Context& ctx, bf16* out, float* lse, const bf16* q, const bf16* k,
                        const bf16* v, int stride, int B, int T, int H, int hd) {
-  check_shape(B, T, H, hd);
+  check_shape(B, H, hd);
   if (B == 0 || T == 0 || H == 0) return;
   const float scale = 1.0f / sqrtf(static_cast<float>(hd));
   const dim3 grid((T + kWarps - 1) / kWarps, B * H);
@@ -339,7 +339,7 @@ void attention_forward(Context& ctx, bf16* out, float* lse, const bf16* q, const
 void attention_backward(Context& ctx, bf16* dq, bf16* dk, bf16* dv, float* delta_scratch,
                         const bf16* dout, const bf16* out, const float* lse, const bf16* q,
                         const bf16* k, const bf16* v, int stride, int B, int T, int H, int hd) {
-  check_shape(B, T, H, hd);
+  check_shape(B, H, hd);
   if (B == 0 || T == 0 || H == 0) return;
   const float scale = 1.0f / sqrtf(static_cast<float>(hd));
   const dim3 grid((T + kWarps - 1) / kWarps, B * H);

@@ -11,8 +11,9 @@
 namespace saturn::cuda::detail {
 
 // Block size of the elementwise and row kernels. Every one of them works for any multiple of 32;
-// the CPU emulator (tests/gpu/emu), which runs a block's threads as OS threads, uses small ones.
-#ifdef SATURN_CUDA_EMULATION
+// the CPU emulator (tests/gpu/emu) uses small ones for speed, except in the build that checks
+// the real size (SATURN_EMU_REAL_BLOCKS).
+#if defined(SATURN_CUDA_EMULATION) && !defined(SATURN_EMU_REAL_BLOCKS)
 constexpr int kThreads = 64;
 #else
 constexpr int kThreads = 256;

@@ -1,9 +1,8 @@
-// A small CUDA emulator for the backend's kernels on the CPU (test only): the kernel sources are
-// compiled as C++ after their launches are rewritten (transform.py), each block runs its
-// threads as std::threads with real barriers, warp shuffles exchange values through per-warp
-// slots, and shared memory is process-wide storage reused block after block (blocks run one at
-// a time). It checks indexing, synchronisation structure and arithmetic, not timing or the
-// memory model of a real GPU.
+// The kernel language of the CUDA emulator (test only): force-included into the backend's .cu
+// sources after transform.py has turned every launch `k<<<grid, block, smem, stream>>>(args)`
+// into `::emu::launch(...)`, so that they compile as C++ and run on the CPU (emu_core.hpp). The
+// host-side CUDA runtime calls those sources make (cudaMemsetAsync, ...) are the emulated
+// runtime's (emu_runtime.cpp), which enforces that device memory is only reached by the device.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -12,8 +11,10 @@
 #include <atomic>
 #include <cmath>
 #include <cstddef>
-#include <cstring>
 #include <functional>
+
+#include "tests/gpu/emu/emu_core.hpp"
+#include "tests/gpu/emu/emu_kernel_state.hpp"
 
 // The CUDA headers define these as attributes for host compilers: replaced for kernels-as-C++.
 #undef __global__
@@ -27,46 +28,40 @@
 #define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
+// A block's threads run one block at a time on one OS thread: a function-local static is the
+// block's shared memory (it keeps the previous block's values: garbage, as on a GPU).
 #define __shared__ static
-#define cudaFuncSetAttribute(...) cudaSuccess
-#define cudaMemcpyAsync(dst, src, bytes, kind, stream) \
-  (std::memcpy((dst), (src), (bytes)), cudaSuccess)
-#define cudaMemsetAsync(ptr, value, bytes, stream) \
-  (std::memset((ptr), (value), (bytes)), cudaSuccess)
-#define cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, kind, stream) \
-  (::emu::memcpy2d((dst), (dpitch), (src), (spitch), (width), (height)), cudaSuccess)
-#define cudaStreamSynchronize(stream) cudaSuccess
+#ifndef SATURN_CUDA_EMULATION
 #define SATURN_CUDA_EMULATION 1
+#endif
 
-extern thread_local uint3 threadIdx;
-extern thread_local uint3 blockIdx;
-extern dim3 blockDim;
-extern dim3 gridDim;
-
-namespace emu {
-void syncthreads();
-float shfl(float v, int src_lane);
-double shfl(double v, int src_lane);
-void* dynamic_smem();
-void memcpy2d(void* dst, std::size_t dpitch, const void* src, std::size_t spitch, std::size_t width,
-              std::size_t height);
-// Runs body() as the kernel for every block of `grid`, `block` threads each.
-void launch(dim3 grid, dim3 block, std::size_t smem_bytes, const std::function<void()>& body);
-}  // namespace emu
+// What a rewritten launch calls (transform.py). Every launch is ordered on the one emulated
+// device: the stream is accepted and ignored.
+inline void emu_launch(dim3 grid, dim3 block, std::size_t smem, cudaStream_t /*stream*/,
+                       const std::function<void()>& body) {
+  emu::launch(emu::Dim3{grid.x, grid.y, grid.z}, emu::Dim3{block.x, block.y, block.z}, smem, body);
+}
+// cuda_runtime.h's overload for kernel pointers (the kernel sources include only the C API).
+template <typename F>
+inline cudaError_t cudaFuncSetAttribute(F* kernel, cudaFuncAttribute attr, int value) {
+  return cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), attr, value);
+}
 
 inline void __syncthreads() {
   emu::syncthreads();
 }
 template <typename T>
 inline T __shfl_sync(unsigned, T v, int src) {
-  return emu::shfl(v, src);
+  return static_cast<T>(emu::shuffle(static_cast<double>(v), src));
 }
 template <typename T>
 inline T __shfl_xor_sync(unsigned, T v, int mask) {
-  return emu::shfl(v, static_cast<int>(threadIdx.x % 32) ^ mask);
+  return static_cast<T>(emu::shuffle(static_cast<double>(v), static_cast<int>(threadIdx.x % 32) ^ mask));
 }
 inline float atomicAdd(float* p, float v) {
-  return std::atomic_ref<float>(*p).fetch_add(v);
+  const float old = *p;
+  *p = old + v;
+  return old;
 }
 inline float rsqrtf(float x) {
   return 1.0f / std::sqrt(x);

@@ -1,10 +1,12 @@
 // The emulator's linear layers: the backend's own GEMM plans (linear_plan.cpp) executed on the
 // CPU the way cuBLASLt would (bf16 operands, fp32 accumulation, bias epilogue, bf16 or fp32
-// output), so the model code above them runs unchanged.
+// output), inside the device arena, so the model code above them runs unchanged. This file
+// replaces linear.cpp (the cuBLASLt calls) in the emulated build.
 #include <type_traits>
 
 #include "runtime/backend/cuda/linear_plan.hpp"
 #include "runtime/backend/cuda/ops.hpp"
+#include "tests/gpu/emu/emu_core.hpp"
 
 namespace saturn::cuda {
 namespace {
@@ -16,6 +18,7 @@ float element(const GemmOperand& o, int i, int j) {
 
 template <typename D>
 void run(const GemmPlan& p, const bf16* bias) {
+  emu::DeviceAccess access;
   D* d = static_cast<D*>(p.d);
   for (int j = 0; j < p.n; ++j)
     for (int i = 0; i < p.m; ++i) {

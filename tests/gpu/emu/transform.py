@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """Rewrites a CUDA kernel source for the CPU emulator (emu_cuda.hpp): every launch
-`k<<<grid, block, smem, stream>>>(args);` becomes `::emu::launch(grid, block, smem, [&] { k(args); });`
+`k<<<grid, block, smem, stream>>>(args);` becomes
+`emu_launch(grid, block, smem, stream, [&] { k(args); });` (emu_cuda.hpp)
 and `extern __shared__ T name[];` becomes a pointer to the emulator's dynamic shared memory.
 Usage: transform.py IN.cu OUT.cpp"""
 import re
@@ -27,7 +28,9 @@ def rewrite(m):
     args.append(cur.strip())
     grid, block = args[0], args[1]
     smem = args[2] if len(args) > 2 else "0"
-    return f"::emu::launch(dim3({grid}), dim3({block}), {smem}, [&] {{ {m.group(1)}({m.group(3)}); }});"
+    stream = args[3] if len(args) > 3 else "nullptr"
+    return (f"emu_launch(dim3({grid}), dim3({block}), {smem}, {stream}, "
+            f"[&] {{ {m.group(1)}({m.group(3)}); }});")
 
 
 out, n = launch.subn(rewrite, src)

@@ -1,0 +1,505 @@
+#include "tests/gpu/emu/emu_core.hpp"
+
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <numeric>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "tests/gpu/emu/emu_kernel_state.hpp"
+
+thread_local uint3 threadIdx;
+thread_local uint3 blockIdx;
+thread_local dim3 blockDim;
+thread_local dim3 gridDim;
+
+namespace emu {
+
+// ================================ device memory ================================================
+
+namespace {
+
+constexpr std::size_t kAlign = 256;  // cudaMalloc's alignment
+
+std::size_t env_bytes(const char* name, std::size_t fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  const double x = std::strtod(v, &end);
+  std::size_t scale = 1;
+  if (end != nullptr) {
+    if (*end == 'G' || *end == 'g') scale = std::size_t{1} << 30;
+    if (*end == 'M' || *end == 'm') scale = std::size_t{1} << 20;
+  }
+  return static_cast<std::size_t>(x * static_cast<double>(scale));
+}
+
+class Arena {
+ public:
+  static Arena& get() {
+    static Arena* a = new Arena();  // never destroyed: device frees may come from static dtors
+    return *a;
+  }
+
+  void* alloc(std::size_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const std::size_t need = (std::max<std::size_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
+    // First fit among the free ranges (offset -> size).
+    for (auto it = free_.begin(); it != free_.end(); ++it) {
+      if (it->second < need) continue;
+      const std::size_t off = it->first, size = it->second;
+      free_.erase(it);
+      if (size > need) free_.emplace(off + need, size - need);
+      live_.emplace(off, need);
+      in_use_ += need;
+      extend(off + need);
+      // Fresh device memory is not zero on a GPU: fill it with NaN bytes so code that reads
+      // before writing shows up.
+      Open open(*this);
+      std::memset(base_ + off, 0xFF, need);
+      return base_ + off;
+    }
+    return nullptr;
+  }
+
+  bool release(void* p) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!contains(p)) return false;
+    const std::size_t off = static_cast<std::size_t>(static_cast<char*>(p) - base_);
+    auto it = live_.find(off);
+    if (it == live_.end()) return false;
+    std::size_t begin = off, size = it->second;
+    in_use_ -= size;
+    live_.erase(it);
+    // Merge with the free neighbours.
+    auto next = free_.lower_bound(begin);
+    if (next != free_.end() && next->first == begin + size) {
+      size += next->second;
+      next = free_.erase(next);
+    }
+    if (next != free_.begin()) {
+      auto prev = std::prev(next);
+      if (prev->first + prev->second == begin) {
+        begin = prev->first;
+        size += prev->second;
+        free_.erase(prev);
+      }
+    }
+    free_.emplace(begin, size);
+    return true;
+  }
+
+  bool contains(const void* p) const {
+    const char* c = static_cast<const char*>(p);
+    return c >= base_ && c < base_ + size_;
+  }
+
+  bool live_range(const void* p, std::size_t bytes) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!contains(p)) return false;
+    const std::size_t off = static_cast<std::size_t>(static_cast<const char*>(p) - base_);
+    auto it = live_.upper_bound(off);
+    if (it == live_.begin()) return false;
+    --it;
+    return off + bytes <= it->first + it->second;
+  }
+
+  std::size_t total() const { return size_; }
+  std::size_t in_use() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return in_use_;
+  }
+
+  void open() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (open_++ == 0) protect(PROT_READ | PROT_WRITE);
+  }
+  void close() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (--open_ == 0) protect(PROT_NONE);
+  }
+
+  // For the fault handler (no locking there).
+  const char* base() const { return base_; }
+  std::size_t size() const { return size_; }
+
+ private:
+  struct Open {
+    explicit Open(Arena& a) : a_(a) {
+      if (a_.open_++ == 0) a_.protect(PROT_READ | PROT_WRITE);
+    }
+    ~Open() {
+      if (--a_.open_ == 0) a_.protect(PROT_NONE);
+    }
+    Arena& a_;
+  };
+
+  Arena() {
+    size_ = env_bytes("SATURN_EMU_MEMORY", std::size_t{16} << 30);
+    void* p = mmap(nullptr, size_, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+      std::fprintf(stderr, "CUDA emulator: cannot reserve %zu bytes of device memory\n", size_);
+      std::abort();
+    }
+    base_ = static_cast<char*>(p);
+    free_.emplace(0, size_);
+    install_fault_handler();
+  }
+
+  void extend(std::size_t end) {
+    const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+    const std::size_t want = (end + page - 1) / page * page;
+    if (want > high_) {
+      // The newly used range takes the protection the rest of the arena has right now.
+      if (open_ > 0 &&
+          mprotect(base_ + high_, want - high_, PROT_READ | PROT_WRITE) != 0) {
+        std::perror("CUDA emulator: mprotect");
+        std::abort();
+      }
+      high_ = want;
+    }
+  }
+
+  void protect(int prot) {
+    if (high_ == 0) return;
+    if (mprotect(base_, high_, prot) != 0) {
+      std::perror("CUDA emulator: mprotect");
+      std::abort();
+    }
+  }
+
+  static void install_fault_handler();
+
+  mutable std::mutex mutex_;
+  char* base_ = nullptr;
+  std::size_t size_ = 0;
+  std::size_t high_ = 0;  // bytes from base_ ever handed out (rounded to pages)
+  std::size_t in_use_ = 0;
+  int open_ = 0;
+  std::map<std::size_t, std::size_t> free_, live_;  // offset -> size
+};
+
+struct sigaction g_previous_segv;
+
+void write_str(const char* s) {
+  const ssize_t ignored = write(STDERR_FILENO, s, std::strlen(s));
+  (void)ignored;
+}
+
+void on_fault(int sig, siginfo_t* info, void* context) {
+  const Arena& a = Arena::get();
+  const char* addr = static_cast<const char*>(info->si_addr);
+  if (addr >= a.base() && addr < a.base() + a.size()) {
+    char msg[256];
+    std::snprintf(msg, sizeof msg,
+                  "\nCUDA emulator: host code touched emulated device memory at %p (offset %zu "
+                  "of the device arena) outside a kernel, copy or memset: device memory must "
+                  "only be reached through the device (upload/download/copy, kernels)\n",
+                  static_cast<const void*>(addr), static_cast<std::size_t>(addr - a.base()));
+    write_str(msg);
+    signal(SIGABRT, SIG_DFL);
+    abort();
+  }
+  // Not ours: the previous handler (MPI's, or the default) decides.
+  if (g_previous_segv.sa_flags & SA_SIGINFO) {
+    if (g_previous_segv.sa_sigaction != nullptr) {
+      g_previous_segv.sa_sigaction(sig, info, context);
+      return;
+    }
+  } else if (g_previous_segv.sa_handler != SIG_DFL && g_previous_segv.sa_handler != SIG_IGN) {
+    g_previous_segv.sa_handler(sig);
+    return;
+  }
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+void Arena::install_fault_handler() {
+  struct sigaction sa;
+  std::memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = &on_fault;
+  sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGSEGV, &sa, &g_previous_segv);
+}
+
+}  // namespace
+
+void* device_alloc(std::size_t bytes) {
+  return Arena::get().alloc(bytes);
+}
+bool device_free(void* p) {
+  return Arena::get().release(p);
+}
+bool is_device(const void* p) {
+  return Arena::get().contains(p);
+}
+bool is_device_range(const void* p, std::size_t bytes) {
+  return Arena::get().live_range(p, bytes);
+}
+std::size_t device_total() {
+  return Arena::get().total();
+}
+std::size_t device_in_use() {
+  return Arena::get().in_use();
+}
+
+DeviceAccess::DeviceAccess() {
+  Arena::get().open();
+}
+DeviceAccess::~DeviceAccess() {
+  Arena::get().close();
+}
+
+// ================================ kernels ======================================================
+
+}  // namespace emu
+
+// The context switch of the fibers (x86-64 System V): saves the callee-saved registers and the
+// floating-point control words on the current stack, stores the stack pointer in *from, loads
+// `to` and restores the same from there.
+extern "C" void saturn_emu_switch(void** from, void* to);
+asm(R"(
+  .text
+  .globl saturn_emu_switch
+  .type saturn_emu_switch,@function
+saturn_emu_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size saturn_emu_switch, .-saturn_emu_switch
+  .section .note.GNU-stack,"",@progbits
+  .text
+)");
+
+namespace emu {
+namespace {
+
+constexpr std::size_t kStackBytes = std::size_t{256} << 10;  // per thread of a block
+
+enum class Wait { kNone, kBlock, kWarp };
+
+struct Fiber {
+  void* sp = nullptr;
+  char* stack = nullptr;  // mmap'd, with a guard page below
+  bool done = false;
+  Wait wait = Wait::kNone;
+  unsigned shuffles = 0;  // warp shuffles this thread has done (parity picks the slot set)
+};
+
+struct Runner {
+  std::vector<Fiber> fibers;
+  void* scheduler_sp = nullptr;
+  unsigned current = 0;
+  const std::function<void()>* body = nullptr;
+  std::vector<double> slots[2];  // warp shuffle values, by shuffle parity, per thread
+  std::vector<unsigned char> smem;
+  std::mt19937_64 rng;
+  bool running = false;
+
+  Runner() {
+    const char* s = std::getenv("SATURN_EMU_SEED");
+    rng.seed(s != nullptr ? std::strtoull(s, nullptr, 10) : 20240520ULL);
+  }
+
+  void ensure(unsigned threads) {
+    while (fibers.size() < threads) {
+      Fiber f;
+      const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+      void* p = mmap(nullptr, kStackBytes + page, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+      if (p == MAP_FAILED) throw std::runtime_error("CUDA emulator: cannot map a thread stack");
+      mprotect(p, page, PROT_NONE);  // guard: a kernel thread overflowing its stack faults
+      f.stack = static_cast<char*>(p) + page;
+      fibers.push_back(f);
+    }
+    slots[0].assign(threads, 0.0);
+    slots[1].assign(threads, 0.0);
+  }
+};
+
+Runner& runner() {
+  static thread_local Runner r;
+  return r;
+}
+
+[[noreturn]] void fiber_main() {
+  Runner& r = runner();
+  (*r.body)();
+  r.fibers[r.current].done = true;
+  saturn_emu_switch(&r.fibers[r.current].sp, r.scheduler_sp);
+  std::abort();  // a finished fiber is never resumed
+}
+
+void start(Fiber& f) {
+  // A frame that saturn_emu_switch "returns" into fiber_main from: the control words, six
+  // registers, the return address, and a fake caller's return address (alignment as after a
+  // call).
+  char* top = f.stack + kStackBytes;
+  top -= reinterpret_cast<std::uintptr_t>(top) % 16;
+  auto* sp = reinterpret_cast<std::uint64_t*>(top);
+  *--sp = 0;                                              // fiber_main's caller (none)
+  *--sp = reinterpret_cast<std::uint64_t>(&fiber_main);  // popped by ret
+  for (int i = 0; i < 6; ++i) *--sp = 0;                 // rbp rbx r12 r13 r14 r15
+  --sp;
+  const std::uint32_t mxcsr = 0x1F80;
+  const std::uint16_t fpcw = 0x037F;
+  std::memcpy(reinterpret_cast<char*>(sp), &mxcsr, 4);
+  std::memcpy(reinterpret_cast<char*>(sp) + 4, &fpcw, 2);
+  f.sp = sp;
+  f.done = false;
+  f.wait = Wait::kNone;
+  f.shuffles = 0;
+}
+
+void yield(Wait w) {
+  Runner& r = runner();
+  if (!r.running) throw std::logic_error("CUDA emulator: a barrier outside a kernel");
+  Fiber& f = r.fibers[r.current];
+  f.wait = w;
+  saturn_emu_switch(&f.sp, r.scheduler_sp);
+}
+
+[[noreturn]] void deadlock(unsigned threads, const std::vector<Fiber>& fibers) {
+  unsigned block = 0, warp = 0, done = 0;
+  for (unsigned t = 0; t < threads; ++t) {
+    if (fibers[t].done) ++done;
+    if (fibers[t].wait == Wait::kBlock) ++block;
+    if (fibers[t].wait == Wait::kWarp) ++warp;
+  }
+  std::fprintf(stderr,
+               "CUDA emulator: deadlock in block (%u,%u,%u): %u thread(s) wait at __syncthreads, "
+               "%u at a warp shuffle, %u exited; a barrier not every thread reaches hangs (or is "
+               "undefined) on a GPU\n",
+               blockIdx.x, blockIdx.y, blockIdx.z, block, warp, done);
+  std::abort();
+}
+
+void run_block(Runner& r, unsigned threads) {
+  std::vector<unsigned> order(threads);
+  std::iota(order.begin(), order.end(), 0u);
+  for (unsigned t = 0; t < threads; ++t) start(r.fibers[t]);
+  for (;;) {
+    // One phase: every runnable thread runs until it waits or exits, in a shuffled order.
+    std::shuffle(order.begin(), order.end(), r.rng);
+    for (unsigned t : order) {
+      Fiber& f = r.fibers[t];
+      if (f.done || f.wait != Wait::kNone) continue;
+      r.current = t;
+      threadIdx = uint3{t, 0, 0};
+      saturn_emu_switch(&r.scheduler_sp, f.sp);
+    }
+    // Release what can be released: a warp whose live lanes all wait at a shuffle (every lane
+    // must take part: one that exited is a deadlock), and the block when every thread that has
+    // not exited waits at __syncthreads.
+    bool released = false, all_done = true, all_block = true;
+    for (unsigned w = 0; w < threads / 32; ++w) {
+      bool all = true;
+      for (unsigned l = 0; l < 32; ++l)
+        if (r.fibers[w * 32 + l].wait != Wait::kWarp) all = false;
+      if (all) {
+        for (unsigned l = 0; l < 32; ++l) r.fibers[w * 32 + l].wait = Wait::kNone;
+        released = true;
+      }
+    }
+    for (unsigned t = 0; t < threads; ++t) {
+      const Fiber& f = r.fibers[t];
+      if (!f.done) all_done = false;
+      if (!f.done && f.wait != Wait::kBlock) all_block = false;
+    }
+    if (all_done) return;
+    if (released) continue;
+    if (all_block) {
+      for (unsigned t = 0; t < threads; ++t) r.fibers[t].wait = Wait::kNone;
+      continue;
+    }
+    deadlock(threads, r.fibers);
+  }
+}
+
+}  // namespace
+
+void syncthreads() {
+  yield(Wait::kBlock);
+}
+
+double shuffle(double v, int src_lane) {
+  Runner& r = runner();
+  const unsigned t = r.current, warp = t / 32;
+  Fiber& f = r.fibers[t];
+  // Every lane deposits into the slot set of this shuffle's parity and waits for its warp; a
+  // lane can be at most one shuffle ahead of the slowest (it waits there), so reading the
+  // other parity's slots never sees a newer value.
+  std::vector<double>& slot = r.slots[f.shuffles % 2];
+  slot[t] = v;
+  yield(Wait::kWarp);
+  const double got = slot[warp * 32 + static_cast<unsigned>(src_lane & 31)];
+  ++f.shuffles;
+  return got;
+}
+
+void* dynamic_smem() {
+  return runner().smem.data();
+}
+
+void launch(Dim3 grid, Dim3 block, std::size_t smem_bytes, const std::function<void()>& body) {
+  const unsigned threads = block.x * block.y * block.z;
+  if (threads == 0 || threads % 32 != 0 || threads > 1024 || block.y != 1 || block.z != 1)
+    throw std::runtime_error("CUDA emulator: blocks must be 1-D, a multiple of 32 threads, at "
+                             "most 1024; got " +
+                             std::to_string(block.x) + "x" + std::to_string(block.y) + "x" +
+                             std::to_string(block.z));
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0) throw std::runtime_error("CUDA emulator: empty grid");
+  if (grid.y > 65535 || grid.z > 65535)
+    throw std::runtime_error("CUDA emulator: grid y/z beyond 65535 (a launch error on a GPU)");
+  Runner& r = runner();
+  if (r.running) throw std::logic_error("CUDA emulator: a launch from inside a kernel");
+  r.ensure(threads);
+  r.body = &body;
+  blockDim = dim3(block.x, block.y, block.z);
+  gridDim = dim3(grid.x, grid.y, grid.z);
+  const std::size_t blocks = static_cast<std::size_t>(grid.x) * grid.y * grid.z;
+  std::vector<std::size_t> order(blocks);
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::shuffle(order.begin(), order.end(), r.rng);
+  DeviceAccess access;
+  r.running = true;
+  for (std::size_t b : order) {
+    blockIdx = uint3{static_cast<unsigned>(b % grid.x),
+                     static_cast<unsigned>(b / grid.x % grid.y),
+                     static_cast<unsigned>(b / (static_cast<std::size_t>(grid.x) * grid.y))};
+    r.smem.assign(smem_bytes + 16, 0xFF);  // garbage, as on a GPU
+    run_block(r, threads);
+  }
+  r.running = false;
+}
+
+}  // namespace emu
