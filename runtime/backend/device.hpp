@@ -32,8 +32,9 @@ struct BackendTraits {
   DeviceKind kind = DeviceKind::kCpu;
   DType activations = DType::kFloat32;  // activations and their gradients
   DType weights = DType::kFloat32;      // the parameters the kernels read (master copy: fp32)
-  std::size_t param_align = 1;          // elements; every tensor of the flat layout starts at a
-                                        // multiple (aligned operands for the device's GEMMs)
+  std::size_t param_align = 1;          // elements: every parameter group of the flat layout
+                                        // starts at a multiple (aligned GEMM operands)
+  std::size_t device_workspace = 0;     // bytes the backend itself holds on each device
   // The kernels read a copy of the fp32 master weights in another type (bf16 on CUDA); on the
   // CPU the master weights are what the kernels read.
   bool separate_weights() const { return weights != DType::kFloat32; }

@@ -29,8 +29,11 @@ const BackendTraits& backend_traits(DeviceKind kind) {
   // of the weights for the kernels; parameter groups start at 64 elements (128 bytes of bf16,
   // 256 of fp32), so every group's GEMM operands and every shard boundary of a group are
   // aligned as cuBLASLt's fast kernels and vector loads want.
-  static const BackendTraits cpu{DeviceKind::kCpu, DType::kFloat32, DType::kFloat32, 1};
-  static const BackendTraits cuda{DeviceKind::kCuda, DType::kBFloat16, DType::kBFloat16, 64};
+  // The CUDA context's cuBLASLt workspace (32 MiB, cuda/context.cpp) and its reduction scratch
+  // (513 doubles, one 512-byte granule of the caching allocator).
+  static const BackendTraits cpu{DeviceKind::kCpu, DType::kFloat32, DType::kFloat32, 1, 0};
+  static const BackendTraits cuda{DeviceKind::kCuda, DType::kBFloat16, DType::kBFloat16, 64,
+                                  (std::size_t{32} << 20) + 4608};
   return kind == DeviceKind::kCuda ? cuda : cpu;
 }
 

@@ -41,7 +41,7 @@ struct RunArgs {
 // rank and the devices it sees, and logs the choice (launch/binding.hpp, docs/slurm.md). On
 // the CPU backend that is a logged no-op. Returns kExitOk when every rank has its device;
 // otherwise rank 0 throws the reason and the other ranks return its exit code quietly.
-int bind_rank_device(const RunArgs& a) {
+int bind_rank_device(RunArgs& a) {
   auto world = comm::MpiCommunicator::world();
   if (world->size() > 1) log::set_rank(world->rank());
   launch::BindOptions b;
@@ -53,7 +53,9 @@ int bind_rank_device(const RunArgs& a) {
       const int count =
           b.kind == launch::DeviceKind::kCuda ? cuda_provider().device_count(&why) : 0;
       if (b.kind == launch::DeviceKind::kCuda) b.physical_count = count > 0 ? count : -1;
-      launch::bind_device(MPI_COMM_WORLD, launch::current_environment(), b);
+      const launch::DeviceChoice choice =
+          launch::bind_device(MPI_COMM_WORLD, launch::current_environment(), b);
+      if (b.kind == launch::DeviceKind::kCuda) a.options.device_index = choice.ordinal;
       // Binding reads the launcher's view (CUDA_VISIBLE_DEVICES, Slurm); training needs a GPU
       // this process can really use, which is checked here, before the run directory exists.
       if (b.kind == launch::DeviceKind::kCuda && count == 0)

@@ -355,6 +355,14 @@ bool launched_with_several_ranks() {
   return false;
 }
 
+int launcher_local_rank() {
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}) {
+    const char* v = std::getenv(var);
+    if (v != nullptr) return std::atoi(v);
+  }
+  return -1;
+}
+
 int launcher_rank() {
   for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMI_RANK"}) {
     const char* v = std::getenv(var);

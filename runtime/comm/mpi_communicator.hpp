@@ -77,5 +77,7 @@ struct MpiSession {
 bool launched_with_several_ranks();
 // This process's rank as the launcher's environment gives it, or -1 (not launched by one).
 int launcher_rank();
+// Its rank among the processes of its node (Open MPI, MPICH/Hydra, Slurm), or -1.
+int launcher_local_rank();
 
 }  // namespace saturn::comm

@@ -192,6 +192,7 @@ int run_batch(const RunOptions& options) {
     req.device_capacity = capacity;
     req.host_capacity = host_capacity;
     req.trials = options.trials;
+    req.device = options.device;
     req.current_practice = current_practice_trial(options);
     for (std::size_t j = 0; j < w.jobs.size(); ++j) {
       const bool done = !resume.finished.empty() && resume.finished[j];
@@ -219,6 +220,8 @@ int run_batch(const RunOptions& options) {
   ctx.workload = &w;
   ctx.device_capacity = capacity;
   ctx.host_capacity = host_capacity;
+  ctx.device = options.device;
+  ctx.device_index = options.device_index;
   ctx.progress_interval_s = 1.0;
 
   int coordinator_code = 0;

@@ -30,6 +30,7 @@ struct RunOptions {
   // the paper's), its whole-node configuration of every job shape is tried and offered.
   std::string current_practice;
   DeviceKind device = DeviceKind::kCpu;  // the backend every rank trains (and profiles) on
+  int device_index = -1;  // this rank's device as the launch binding chose it (-1: its own)
   bool replan = true;             // false: execute the first plan as made (no introspection)
   double replan_interval_s = -1;  // > 0 overrides the workload's introspection interval
 };

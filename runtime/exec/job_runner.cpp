@@ -68,6 +68,8 @@ SegmentOutcome run_segment(const RunContext& ctx, const SegmentLaunch& launch, M
   opt.job_dir = ctx.run_dir / "jobs" / job.id;
   opt.device_capacity = ctx.device_capacity;
   opt.host_capacity = ctx.host_capacity;
+  opt.device = ctx.device;
+  opt.device_index = ctx.device_index;
   opt.quiet = true;   // the coordinator prints the batch's progress
   opt.resume = true;  // continue from the job's newest checkpoint when it has one
   ParallelOptions par;

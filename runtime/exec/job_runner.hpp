@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/backend/device.hpp"
 #include "runtime/workload/workload.hpp"
 
 namespace saturn::exec {
@@ -45,6 +46,8 @@ struct RunContext {
   const Workload* workload = nullptr;
   std::size_t device_capacity = 0;  // per rank, bytes (0: unlimited)
   std::size_t host_capacity = 0;    // per rank, bytes (0: unlimited)
+  DeviceKind device = DeviceKind::kCpu;  // the backend every job trains on
+  int device_index = -1;                 // this rank's device (launch binding), -1: its own
   double progress_interval_s = 1.0;
 };
 

@@ -12,6 +12,7 @@ PlanningInput build_planning_input(const PlanningRequest& request, comm::Communi
   pr.steps = request.remaining_steps;
   pr.device_capacity = request.device_capacity;
   pr.host_capacity = request.host_capacity;
+  pr.device = request.device;
   profile::ProfileOptions opts;
   opts.store = request.store;
   opts.trials = request.trials;

@@ -10,6 +10,7 @@
 #include "runtime/comm/communicator.hpp"
 #include "runtime/exec/cluster.hpp"
 #include "runtime/exec/coordinator.hpp"
+#include "runtime/backend/device.hpp"
 #include "runtime/workload/workload.hpp"
 
 namespace saturn::exec {
@@ -23,6 +24,7 @@ struct PlanningRequest {
   std::size_t host_capacity = 0;              // bytes of host memory per rank (0: unlimited)
   bool trials = true;
   std::string current_practice;  // profile::ProfileOptions::current_practice
+  DeviceKind device = DeviceKind::kCpu;  // the backend of the jobs
 };
 
 // Collective over `world`: trials run on disjoint rank groups, results land in the store.

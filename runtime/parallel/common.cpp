@@ -228,6 +228,15 @@ void check_capacity(Estimate& e, const Knobs& knobs, const std::string& what) {
                               what, format_bytes(e.host_bytes), format_bytes(knobs.host_capacity)));
 }
 
+void finish_estimate(Estimate& e, const StrategySpec& spec, const std::string& what) {
+  const std::size_t fixed = backend_traits(spec.backend).device_workspace;
+  if (fixed > 0) {
+    e.device_breakdown["backend workspace"] = fixed;
+    e.device_bytes += fixed;
+  }
+  check_capacity(e, spec.knobs, what);
+}
+
 bool check_common(Estimate& e, const StrategySpec& spec, int replicas) {
   if (spec.degree < 1) {
     infeasible(e, fmt::format("degree {} must be >= 1", spec.degree));

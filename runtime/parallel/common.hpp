@@ -114,6 +114,9 @@ class ScopedTimer {
 Estimate& infeasible(Estimate& e, const std::string& reason);
 // Marks the estimate infeasible when the busiest rank exceeds the capacities in `knobs`.
 void check_capacity(Estimate& e, const Knobs& knobs, const std::string& what);
+// The last step of every estimate: adds what the backend itself holds on each device (the GEMM
+// library's workspace on CUDA), then check_capacity.
+void finish_estimate(Estimate& e, const StrategySpec& spec, const std::string& what);
 
 // Checks shared by every strategy: degree >= 1, the model valid, the global batch divisible
 // into `replicas` data-parallel replicas. Returns false (estimate infeasible) otherwise.

@@ -81,7 +81,7 @@ Estimate DdpStrategy::estimate() const {
   e.flops = tokens_per_step *
             (block_flops_per_token(c, T) * c.n_layer / tp_ + head_flops_per_token(c));
   e.layout = tp_ > 1 ? fmt::format("dp={} x tp={}", dp_, tp_) : fmt::format("dp={}", dp_);
-  check_capacity(e, spec_.knobs, name_);
+  finish_estimate(e, spec_, name_);
   return e;
 }
 

@@ -158,7 +158,7 @@ Estimate FsdpStrategy::estimate() const {
   e.flops =
       static_cast<double>(rows) * T * (block_flops_per_token(c, T) * L + head_flops_per_token(c));
   e.layout = fmt::format("dp={} (sharded 1/{})", N, N);
-  check_capacity(e, spec_.knobs, "fsdp");
+  finish_estimate(e, spec_, "fsdp");
   return e;
 }
 

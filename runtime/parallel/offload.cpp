@@ -67,7 +67,7 @@ Estimate OffloadStrategy::estimate() const {
   e.flops =
       static_cast<double>(rows) * T * (block_flops_per_token(c, T) * L + head_flops_per_token(c));
   e.layout = fmt::format("dp={}, parameters and optimizer on the host", spec_.degree);
-  check_capacity(e, spec_.knobs, "offload");
+  finish_estimate(e, spec_, "offload");
   return e;
 }
 

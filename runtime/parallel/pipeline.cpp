@@ -232,7 +232,7 @@ Estimate PipelineStrategy::estimate() const {
                           pl.bounds[static_cast<std::size_t>(s + 1)]);
   e.layout = fmt::format("dp={} x pp={}; stages{}; {} m={}", dp_, p_, stages,
                          gpipe ? "gpipe" : "1f1b", pl.m);
-  check_capacity(e, spec_.knobs, name_);
+  finish_estimate(e, spec_, name_);
   return e;
 }
 

@@ -45,8 +45,10 @@ std::size_t breakdown(const parallel::Estimate& e, const char* tag) {
 
 CostEstimate estimate_cost(const ModelConfig& model, const TrainConfig& train,
                            const ConfigSpec& config, const Calibration& cal,
-                           std::size_t device_capacity, std::size_t host_capacity) {
+                           std::size_t device_capacity, std::size_t host_capacity,
+                           DeviceKind backend) {
   parallel::StrategySpec spec;
+  spec.backend = backend;
   spec.model = model;
   spec.train = train;
   spec.degree = config.degree;

@@ -21,6 +21,8 @@
 //   optimizer = AdamW + clipping + zeroing per local parameter.
 #pragma once
 
+#include "runtime/backend/device.hpp"
+
 #include <cstdint>
 #include <map>
 #include <string>
@@ -64,12 +66,14 @@ struct CostEstimate {
   std::string layout;
 };
 
-// Estimates `config` for one job's model and training settings. device_capacity and
+// Estimates `config` for one job's model and training settings on `backend` (its memory: the
+// backend's precision and attention; its times: the calibration's rates). device_capacity and
 // host_capacity (bytes, 0 = unlimited) make configurations that would not fit infeasible.
 // Unknown strategies or knobs are InputError.
 CostEstimate estimate_cost(const ModelConfig& model, const TrainConfig& train,
                            const ConfigSpec& config, const Calibration& calibration,
-                           std::size_t device_capacity = 0, std::size_t host_capacity = 0);
+                           std::size_t device_capacity = 0, std::size_t host_capacity = 0,
+                           DeviceKind backend = DeviceKind::kCpu);
 
 // Evaluations a job runs: one every eval_every steps, and one at the end.
 std::int64_t evaluations(const TrainConfig& train, std::int64_t steps);

@@ -10,6 +10,7 @@
 #include <map>
 #include <thread>
 
+#include "runtime/backend/cuda_provider.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/profile/text_comm.hpp"
 
@@ -129,8 +130,14 @@ Hardware detect_local_hardware(int ranks) {
   return h;
 }
 
-Hardware detect_hardware(comm::Communicator& world, std::vector<int>* node_of_rank) {
+Hardware detect_hardware(comm::Communicator& world, std::vector<int>* node_of_rank,
+                         DeviceKind device) {
   Hardware h = detect_local_hardware(1);
+  if (device == DeviceKind::kCuda) {
+    // Which GPU rank 0 has: profiles measured on one GPU model do not describe another.
+    const auto d = make_device(DeviceKind::kCuda, 0, 0);
+    h.device_kind = fmt::format("{}: {}", cuda_provider().name, d->describe());
+  }
   // Ranks on one node share a host name; group them in order of first appearance.
   const std::vector<std::string> hosts = all_gather_text(world, host_name());
   std::map<std::string, std::size_t> index;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/backend/device.hpp"
 #include "runtime/comm/communicator.hpp"
 
 namespace saturn::profile {
@@ -37,7 +38,10 @@ struct Hardware {
 // Collective over `world`: this machine's fingerprint, the node layout from the ranks' host
 // names. Every rank returns the same value (rank 0's CPU description). node_of_rank, when given,
 // receives each rank's node index (into ranks_per_node).
-Hardware detect_hardware(comm::Communicator& world, std::vector<int>* node_of_rank = nullptr);
+// `device`: the backend the ranks train on (the fingerprint's device_kind: "cpu", or the CUDA
+// provider's name and the device's description).
+Hardware detect_hardware(comm::Communicator& world, std::vector<int>* node_of_rank = nullptr,
+                         DeviceKind device = DeviceKind::kCpu);
 
 // The fingerprint of this process alone (one node, one rank): for tools that run without
 // mpirun and only need to recognise the machine (`saturn plan`).

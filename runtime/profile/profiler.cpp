@@ -138,7 +138,7 @@ class Profiler {
             c.key = ProfileKey{shapes_[s].signature, c.config, hw_.id()};
             c.key_id = c.key.id();
             c.est = estimate_cost(shapes_[s].model, shapes_[s].train, c.config, cal_, capacity_,
-                                  req_.host_capacity);
+                                  req_.host_capacity, req_.device);
             if (const ProfileEntry* e = store_.find(c.key_id); e && e->measured)
               if (reusable(*e->measured, trial_capacity_)) c.measured = e->measured;
             c.status = c.est.feasible ? "estimate" : "infeasible: " + c.est.reason;
@@ -549,12 +549,19 @@ std::filesystem::path default_calibration_cache() {
   return {};
 }
 
+// The trials run on the request's backend.
+TrialOptions trial_options(const ProfileOptions& options, const ProfileRequest& request) {
+  TrialOptions t = options.trial;
+  t.device = request.device;
+  return t;
+}
+
 ProfileResult profile_workload(const ProfileRequest& request, comm::Communicator& world,
                                const ProfileOptions& options) {
   const auto t0 = Clock::now();
   const bool talk = !options.quiet && world.rank() == 0;
   std::vector<int> node_of_rank;
-  const Hardware hw = detect_hardware(world, &node_of_rank);
+  const Hardware hw = detect_hardware(world, &node_of_rank, request.device);
   const ProfileRequest req = with_cluster(request, hw);
 
   // Rank 0 reads the store (and, when it lacks this hardware, the shared calibration cache);
@@ -624,7 +631,7 @@ ProfileResult profile_workload(const ProfileRequest& request, comm::Communicator
     log::info("{} trial{} on {} ranks", chosen.size(), chosen.size() == 1 ? "" : "s", world.size());
   TrialRunStats ts;
   const std::vector<Measurement> results =
-      run_trials(p.requests(chosen), topology, world, options.trial, &ts);
+      run_trials(p.requests(chosen), topology, world, trial_options(options, request), &ts);
   p.record(chosen, results);
   p.stats().trial_rounds = ts.rounds;
   double trials_s = ts.seconds;  // rank 0's, like every number of the result

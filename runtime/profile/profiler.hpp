@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/backend/device.hpp"
 #include "runtime/comm/communicator.hpp"
 #include "runtime/profile/calibration.hpp"
 #include "runtime/profile/cost_model.hpp"
@@ -70,6 +71,7 @@ struct ProfileRequest {
   std::vector<std::int64_t> steps;  // per workload job (empty: train.steps); 0 leaves a job out
   std::size_t device_capacity = 0;  // bytes per device (0: the cluster's memory_gib, if any)
   std::size_t host_capacity = 0;    // bytes of host memory per rank for offload (0: unlimited)
+  DeviceKind device = DeviceKind::kCpu;  // the backend the jobs (and the trials) run on
 };
 
 // How to run one configuration of the problem, and where its numbers came from.

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <memory>
@@ -57,8 +58,13 @@ TrainResult train_with_strategy(const TrainJob& job, const TrainOptions& options
     val_loader.emplace(data::TokenLoader::validation(
         data::TokenArray::open(job.val_data, static_cast<std::uint32_t>(job.model.vocab_size)),
         tc.seq_len));
-    device = make_device(options.device, options.device_index < 0 ? rank : options.device_index,
-                         spec.knobs.device_capacity);
+    // The rank's own device: what the launch binding chose, else (a GPU) its node-local rank;
+    // a CPU "device" index only names the pool.
+    int index = options.device_index;
+    if (index < 0)
+      index = options.device == DeviceKind::kCpu ? rank
+                                                  : std::max(0, comm::launcher_local_rank());
+    device = make_device(options.device, index, spec.knobs.device_capacity);
   });
   // The data communicator (a duplicate of `comm`, staged when device memory is not host
   // memory): collective, so created once every rank has its device.

@@ -29,7 +29,8 @@ namespace emu {
 
 namespace {
 
-constexpr std::size_t kAlign = 256;  // cudaMalloc's alignment
+constexpr std::size_t kAlign = 256;                       // cudaMalloc's alignment
+constexpr std::size_t kFillLimit = std::size_t{8} << 20;  // NaN-filled on allocation up to this
 
 std::size_t env_bytes(const char* name, std::size_t fallback) {
   const char* v = std::getenv(name);
@@ -64,9 +65,12 @@ class Arena {
       in_use_ += need;
       extend(off + need);
       // Fresh device memory is not zero on a GPU: fill it with NaN bytes so code that reads
-      // before writing shows up.
-      Open open(*this);
-      std::memset(base_ + off, 0xFF, need);
+      // before writing shows up. Not the very large blocks (workspaces): their pages would stay
+      // populated and make every protection change walk them.
+      if (need <= kFillLimit) {
+        Open open(*this);
+        std::memset(base_ + off, 0xFF, need);
+      }
       return base_ + off;
     }
     return nullptr;
@@ -315,19 +319,37 @@ struct Fiber {
   unsigned shuffles = 0;  // warp shuffles this thread has done (parity picks the slot set)
 };
 
+// xorshift64*: the schedule's shuffles need speed, not statistical quality.
+struct FastRng {
+  std::uint64_t s;
+  std::uint64_t next() {
+    s ^= s >> 12;
+    s ^= s << 25;
+    s ^= s >> 27;
+    return s * 0x2545F4914F6CDD1DULL;
+  }
+  unsigned below(unsigned n) { return static_cast<unsigned>(next() % n); }
+};
+
 struct Runner {
   std::vector<Fiber> fibers;
   void* scheduler_sp = nullptr;
-  unsigned current = 0;
+  Fiber* current = nullptr;
+  unsigned current_index = 0;
   const std::function<void()>* body = nullptr;
   std::vector<double> slots[2];  // warp shuffle values, by shuffle parity, per thread
   std::vector<unsigned char> smem;
-  std::mt19937_64 rng;
+  FastRng rng{20240520ULL};
   bool running = false;
+  std::vector<unsigned> order;  // the threads' run order, reshuffled every phase
+  // Per block being run: how many threads have exited, wait at __syncthreads, or wait at a
+  // shuffle in each warp.
+  unsigned done = 0, at_block = 0;
+  std::vector<unsigned> at_warp;
 
   Runner() {
-    const char* s = std::getenv("SATURN_EMU_SEED");
-    rng.seed(s != nullptr ? std::strtoull(s, nullptr, 10) : 20240520ULL);
+    if (const char* s = std::getenv("SATURN_EMU_SEED"); s != nullptr)
+      rng.s = std::strtoull(s, nullptr, 10) | 1;
   }
 
   void ensure(unsigned threads) {
@@ -343,8 +365,11 @@ struct Runner {
     }
     slots[0].assign(threads, 0.0);
     slots[1].assign(threads, 0.0);
+    at_warp.assign(threads / 32, 0);
   }
 };
+
+Runner* g_runner = nullptr;  // the launching thread's (kernels run on the thread that launches)
 
 Runner& runner() {
   static thread_local Runner r;
@@ -352,10 +377,11 @@ Runner& runner() {
 }
 
 [[noreturn]] void fiber_main() {
-  Runner& r = runner();
+  Runner& r = *g_runner;
   (*r.body)();
-  r.fibers[r.current].done = true;
-  saturn_emu_switch(&r.fibers[r.current].sp, r.scheduler_sp);
+  r.current->done = true;
+  ++r.done;
+  saturn_emu_switch(&r.current->sp, r.scheduler_sp);
   std::abort();  // a finished fiber is never resumed
 }
 
@@ -381,67 +407,63 @@ void start(Fiber& f) {
 }
 
 void yield(Wait w) {
-  Runner& r = runner();
-  if (!r.running) throw std::logic_error("CUDA emulator: a barrier outside a kernel");
-  Fiber& f = r.fibers[r.current];
+  Runner* r = g_runner;
+  if (r == nullptr || !r->running) throw std::logic_error("CUDA emulator: a barrier outside a kernel");
+  Fiber& f = *r->current;
   f.wait = w;
-  saturn_emu_switch(&f.sp, r.scheduler_sp);
+  if (w == Wait::kBlock)
+    ++r->at_block;
+  else
+    ++r->at_warp[r->current_index / 32];
+  saturn_emu_switch(&f.sp, r->scheduler_sp);
 }
 
-[[noreturn]] void deadlock(unsigned threads, const std::vector<Fiber>& fibers) {
-  unsigned block = 0, warp = 0, done = 0;
-  for (unsigned t = 0; t < threads; ++t) {
-    if (fibers[t].done) ++done;
-    if (fibers[t].wait == Wait::kBlock) ++block;
-    if (fibers[t].wait == Wait::kWarp) ++warp;
-  }
+[[noreturn]] void deadlock(const Runner& r, unsigned threads) {
+  unsigned warp = 0;
+  for (unsigned w : r.at_warp) warp += w;
   std::fprintf(stderr,
-               "CUDA emulator: deadlock in block (%u,%u,%u): %u thread(s) wait at __syncthreads, "
-               "%u at a warp shuffle, %u exited; a barrier not every thread reaches hangs (or is "
-               "undefined) on a GPU\n",
-               blockIdx.x, blockIdx.y, blockIdx.z, block, warp, done);
+               "CUDA emulator: deadlock in block (%u,%u,%u) of %u threads: %u wait at "
+               "__syncthreads, %u at a warp shuffle, %u exited; a barrier not every thread "
+               "reaches hangs (or is undefined) on a GPU\n",
+               blockIdx.x, blockIdx.y, blockIdx.z, threads, r.at_block, warp, r.done);
   std::abort();
 }
 
 void run_block(Runner& r, unsigned threads) {
-  std::vector<unsigned> order(threads);
-  std::iota(order.begin(), order.end(), 0u);
+  std::vector<unsigned>& order = r.order;
   for (unsigned t = 0; t < threads; ++t) start(r.fibers[t]);
+  r.done = r.at_block = 0;
+  std::fill(r.at_warp.begin(), r.at_warp.end(), 0u);
   for (;;) {
     // One phase: every runnable thread runs until it waits or exits, in a shuffled order.
-    std::shuffle(order.begin(), order.end(), r.rng);
-    for (unsigned t : order) {
+    for (unsigned i = threads - 1; i > 0; --i) std::swap(order[i], order[r.rng.below(i + 1)]);
+    for (unsigned i = 0; i < threads; ++i) {
+      const unsigned t = order[i];
       Fiber& f = r.fibers[t];
       if (f.done || f.wait != Wait::kNone) continue;
-      r.current = t;
+      r.current = &f;
+      r.current_index = t;
       threadIdx = uint3{t, 0, 0};
       saturn_emu_switch(&r.scheduler_sp, f.sp);
     }
-    // Release what can be released: a warp whose live lanes all wait at a shuffle (every lane
-    // must take part: one that exited is a deadlock), and the block when every thread that has
-    // not exited waits at __syncthreads.
-    bool released = false, all_done = true, all_block = true;
+    if (r.done == threads) return;
+    // Release a warp whose 32 lanes all wait at a shuffle (every lane takes part: one that
+    // exited is a deadlock), else the block once every thread not exited waits at
+    // __syncthreads.
+    bool released = false;
     for (unsigned w = 0; w < threads / 32; ++w) {
-      bool all = true;
-      for (unsigned l = 0; l < 32; ++l)
-        if (r.fibers[w * 32 + l].wait != Wait::kWarp) all = false;
-      if (all) {
-        for (unsigned l = 0; l < 32; ++l) r.fibers[w * 32 + l].wait = Wait::kNone;
-        released = true;
-      }
+      if (r.at_warp[w] != 32) continue;
+      for (unsigned l = 0; l < 32; ++l) r.fibers[w * 32 + l].wait = Wait::kNone;
+      r.at_warp[w] = 0;
+      released = true;
     }
-    for (unsigned t = 0; t < threads; ++t) {
-      const Fiber& f = r.fibers[t];
-      if (!f.done) all_done = false;
-      if (!f.done && f.wait != Wait::kBlock) all_block = false;
-    }
-    if (all_done) return;
     if (released) continue;
-    if (all_block) {
+    if (r.at_block > 0 && r.at_block + r.done == threads) {
       for (unsigned t = 0; t < threads; ++t) r.fibers[t].wait = Wait::kNone;
+      r.at_block = 0;
       continue;
     }
-    deadlock(threads, r.fibers);
+    deadlock(r, threads);
   }
 }
 
@@ -452,9 +474,9 @@ void syncthreads() {
 }
 
 double shuffle(double v, int src_lane) {
-  Runner& r = runner();
-  const unsigned t = r.current, warp = t / 32;
-  Fiber& f = r.fibers[t];
+  Runner& r = *g_runner;
+  const unsigned t = r.current_index, warp = t / 32;
+  Fiber& f = *r.current;
   // Every lane deposits into the slot set of this shuffle's parity and waits for its warp; a
   // lane can be at most one shuffle ahead of the slowest (it waits there), so reading the
   // other parity's slots never sees a newer value.
@@ -467,7 +489,7 @@ double shuffle(double v, int src_lane) {
 }
 
 void* dynamic_smem() {
-  return runner().smem.data();
+  return g_runner->smem.data();
 }
 
 void launch(Dim3 grid, Dim3 block, std::size_t smem_bytes, const std::function<void()>& body) {
@@ -489,8 +511,12 @@ void launch(Dim3 grid, Dim3 block, std::size_t smem_bytes, const std::function<v
   const std::size_t blocks = static_cast<std::size_t>(grid.x) * grid.y * grid.z;
   std::vector<std::size_t> order(blocks);
   std::iota(order.begin(), order.end(), std::size_t{0});
-  std::shuffle(order.begin(), order.end(), r.rng);
+  for (std::size_t i = blocks - 1; i > 0; --i)
+    std::swap(order[i], order[r.rng.next() % (i + 1)]);
+  r.order.resize(threads);
+  std::iota(r.order.begin(), r.order.end(), 0u);
   DeviceAccess access;
+  g_runner = &r;
   r.running = true;
   for (std::size_t b : order) {
     blockIdx = uint3{static_cast<unsigned>(b % grid.x),
@@ -500,6 +526,7 @@ void launch(Dim3 grid, Dim3 block, std::size_t smem_bytes, const std::function<v
     run_block(r, threads);
   }
   r.running = false;
+  g_runner = nullptr;
 }
 
 }  // namespace emu
