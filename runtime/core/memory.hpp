@@ -3,6 +3,7 @@
 // and the solver rely on these peaks; sharding strategies prove their savings with them.
 #pragma once
 
+#include <cassert>
 #include <cstddef>
 #include <cstring>
 #include <map>
@@ -69,7 +70,8 @@ class MemoryPool {
 };
 
 // An owning, move-only array of T allocated from a pool. operator[] dereferences on the host:
-// only for pools whose memory is host-accessible.
+// only for pools whose memory is host-accessible (asserted in debug builds; device memory is
+// reached through the device, backend/device.hpp).
 template <typename T>
 class Buffer {
  public:
@@ -103,8 +105,14 @@ class Buffer {
   std::size_t size() const { return count_; }
   std::size_t bytes() const { return count_ * sizeof(T); }
   bool empty() const { return count_ == 0; }
-  T& operator[](std::size_t i) { return data_[i]; }
-  const T& operator[](std::size_t i) const { return data_[i]; }
+  T& operator[](std::size_t i) {
+    assert(pool_ != nullptr && pool_->host_accessible() && "host access to device memory");
+    return data_[i];
+  }
+  const T& operator[](std::size_t i) const {
+    assert(pool_ != nullptr && pool_->host_accessible() && "host access to device memory");
+    return data_[i];
+  }
   MemoryPool* pool() const { return pool_; }
 
  private:

@@ -123,7 +123,7 @@ Estimate FsdpStrategy::estimate() const {
   const std::size_t acts =
       model_activation_bytes(spec_.backend, c, o, static_cast<int>(micro), T);
   const std::size_t tokens = TokenStage::bytes(micro, T, rows / micro, true, true);
-  const bool tied = c.arch == Arch::kGpt2;
+  const bool tied = TiedHead(c, layout_).tied;
   const bool repro = spec_.train.reproducible;
   const std::size_t wbytes = dtype_size(bt.weights);
   const std::size_t transient = transient_peak(layout_, N, tied, spec_.knobs.prefetch,
@@ -171,7 +171,7 @@ void FsdpStrategy::setup(comm::CommPair& comms, Device& device, MemoryPool& /*ho
   size_ = comms.size();
   const ModelConfig& c = spec_.model;
   const int L = c.n_layer;
-  tied_ = c.arch == Arch::kGpt2;
+  tied_ = TiedHead(c, layout_).tied;
   std::string why;
   const std::int64_t rows = spec_.train.batch_size / size_;
   micro_ = choose_micro_batch(spec_, rows, &why);

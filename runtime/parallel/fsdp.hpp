@@ -18,6 +18,7 @@
 #include "runtime/parallel/repro.hpp"
 #include "runtime/parallel/shard_map.hpp"
 #include "runtime/parallel/strategy.hpp"
+#include "runtime/parallel/tied_head.hpp"
 #include "runtime/parallel/tokens.hpp"
 
 namespace saturn::parallel {

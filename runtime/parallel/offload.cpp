@@ -47,7 +47,8 @@ Estimate OffloadStrategy::estimate() const {
   std::size_t group_peak = 0;
   for (int g = -1; g < L; ++g) group_peak = std::max(group_peak, per_elem * layout_.group_size(g));
   std::size_t head = per_elem * layout_.group_size(L);
-  if (c.arch == Arch::kGpt2) head += per_elem * layout_.tensors()[0].numel;
+  const TiedHead tied(c, layout_);
+  head += per_elem * tied.elements;
   group_peak = std::max(group_peak, head);
   const std::size_t P = layout_.total() * sizeof(float);
   e.device_breakdown = {
@@ -61,7 +62,7 @@ Estimate OffloadStrategy::estimate() const {
   // Per micro-batch every group's parameters go to the device twice (forward, backward) and
   // its gradients to the device and back once (the tied embedding's twice).
   std::uint64_t per_micro = 4 * P;
-  if (c.arch == Arch::kGpt2) per_micro += 3 * layout_.tensors()[0].numel * sizeof(float);
+  per_micro += 3 * tied.elements * sizeof(float);
   e.host_transfer_bytes = per_micro * static_cast<std::uint64_t>(e.micro_batches);
   if (spec_.degree > 1) e.comm_bytes = repro ? 2 * P : P;
   e.flops =
@@ -83,7 +84,7 @@ void OffloadStrategy::setup(comm::CommPair& comms, Device& device, MemoryPool& h
   track(host_comm_.get());
   device_ = &device;
   host_ = std::make_unique<cpu::CpuDevice>(host);
-  tied_ = spec_.model.arch == Arch::kGpt2;
+  tied_ = TiedHead(spec_.model, layout_).tied;
   std::string why;
   const std::int64_t rows = spec_.train.batch_size / size_;
   micro_ = choose_micro_batch(spec_, rows, &why);
@@ -164,7 +165,7 @@ void OffloadStrategy::micro_step(const std::int32_t* tokens, const std::int32_t*
     unload(l);
   }
   // The head phase: final group, and GPT-2's token embedding only (not the positions).
-  const std::size_t wte = layout_.tensors()[0].numel;
+  const std::size_t wte = TiedHead(spec_.model, layout_).elements;
   load(L, backward);
   if (tied_) load(-1, backward, wte);
   m.head_forward(targets);

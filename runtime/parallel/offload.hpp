@@ -24,6 +24,7 @@
 #include "runtime/parallel/grad_buckets.hpp"
 #include "runtime/parallel/repro.hpp"
 #include "runtime/parallel/strategy.hpp"
+#include "runtime/parallel/tied_head.hpp"
 #include "runtime/parallel/tokens.hpp"
 
 namespace saturn::parallel {

@@ -183,12 +183,13 @@ Estimate PipelineStrategy::estimate() const {
   const bool gpipe = spec_.knobs.schedule == PipelineSchedule::kGpipe;
   const std::size_t NC = static_cast<std::size_t>(pl.micro) * T * c.d_model *
                          dtype_size(bt.activations);
-  const std::size_t wte_n = layout.tensors()[0].numel;
+  const TiedHead head(c, layout);
+  const std::size_t wte_n = head.elements;
   for (int s = 0; s < p_; ++s) {
     const int first = s == 0 ? -1 : pl.bounds[static_cast<std::size_t>(s)];
     const int last = s == p_ - 1 ? L : pl.bounds[static_cast<std::size_t>(s + 1)] - 1;
     const std::size_t n = layout.group_end(last) - layout.group_begin(first);
-    const bool tied = c.arch == Arch::kGpt2 && p_ > 1 && s == p_ - 1;
+    const bool tied = head.tied && p_ > 1 && s == p_ - 1;
     const std::size_t held = n + (tied ? wte_n : 0);  // elements of parameters on the stage
     const std::size_t P = held * sizeof(float);
     const int slots = static_cast<int>(gpipe ? pl.m : std::min<std::int64_t>(pl.m, p_ - s));
@@ -204,7 +205,7 @@ Estimate PipelineStrategy::estimate() const {
     comm += static_cast<std::uint64_t>(pl.m) * 2 * static_cast<std::uint64_t>(links) * NC;
     const std::size_t width = repro ? 2 : 1;  // reductions carry fp64 when reproducible
     const std::size_t wte = wte_n * sizeof(float);
-    if (c.arch == Arch::kGpt2 && p_ > 1 && (s == 0 || s == p_ - 1)) comm += width * wte;
+    if (head.tied && p_ > 1 && (s == 0 || s == p_ - 1)) comm += width * wte;
     if (dp_ > 1) comm += width * P;
     e.comm_bytes = std::max<std::uint64_t>(e.comm_bytes, comm);
     const double blocks =
@@ -243,10 +244,10 @@ void PipelineStrategy::setup(comm::CommPair& comms, Device& device, MemoryPool& 
   stage_ = comms.rank() % p_;
   dp_rank_ = comms.rank() / p_;
   const ModelConfig& c = spec_.model;
-  const bool gpt2 = c.arch == Arch::kGpt2;
+  const bool tied = TiedHead(c, ParameterLayout(c)).tied;
   pp_comm_ = comms.split(dp_rank_, stage_);
   dp_comm_ = comms.split(stage_, dp_rank_);
-  if (gpt2 && p_ > 1) tie_comm_ = pp_comm_->split(stage_ == 0 || stage_ == p_ - 1 ? 0 : -1, stage_);
+  if (tied && p_ > 1) tie_comm_ = pp_comm_->split(stage_ == 0 || stage_ == p_ - 1 ? 0 : -1, stage_);
   track(world_);
   track(pp_comm_.get());
   track(dp_comm_.get());
@@ -268,9 +269,9 @@ void PipelineStrategy::setup(comm::CommPair& comms, Device& device, MemoryPool& 
   params_ = ParamStore(device, hi_ - lo_);
   grads_ = Buffer<float>(device.memory(), hi_ - lo_, "gradients");
   device.zero(grads_.data(), grads_.bytes());
-  tied_copy_ = gpt2 && p_ > 1 && stage_ == p_ - 1;
-  wte_size_ = layout.tensors()[0].numel;
-  embed_end_ = stage_ == 0 ? layout.group_end(-1) : 0;
+  const TiedHead head(c, layout);
+  tied_copy_ = head.tied && p_ > 1 && stage_ == p_ - 1;
+  wte_size_ = head.elements;
   if (tied_copy_) {
     wte_params_ = ParamStore(device, wte_size_);
     wte_grads_ = Buffer<float>(device.memory(), wte_size_, "gradients");
@@ -352,7 +353,7 @@ void PipelineStrategy::backward_micro(int i, int slot, float dloss) {
     // Reproducible mode: the tied embedding's classifier part is its own term, whether the
     // last stage holds a copy (p > 1) or the embedding itself (p = 1).
     if (repro && tied_copy_) wte_acc_.flush(wte_grads_.data(), wte_size_);
-    if (repro && spec_.model.arch == Arch::kGpt2 && p_ == 1) acc_.flush(grads_.data(), embed_end_);
+    if (repro && p_ == 1 && wte_size_ > 0) acc_.flush(grads_.data(), wte_size_);
   } else {
     pp.recv(m.dresidual(), act_count_, act_type_, stage_ + 1, grad_tag(i));
   }

@@ -23,6 +23,7 @@
 #include "runtime/parallel/param_store.hpp"
 #include "runtime/parallel/repro.hpp"
 #include "runtime/parallel/strategy.hpp"
+#include "runtime/parallel/tied_head.hpp"
 #include "runtime/parallel/tokens.hpp"
 
 namespace saturn::parallel {
@@ -79,8 +80,7 @@ class PipelineStrategy : public Strategy {
   Buffer<float> grads_;
   std::unique_ptr<AdamW> opt_;
   bool tied_copy_ = false;  // GPT-2 last stage (p > 1): its own copy of the token embedding
-  std::size_t wte_size_ = 0;
-  std::size_t embed_end_ = 0;  // end of the embedding group in this stage's buffers (stage 0)
+  std::size_t wte_size_ = 0;  // the tied embedding's elements (TiedHead; 0 for LLaMA)
   ParamStore wte_params_;
   Buffer<float> wte_grads_;
   std::unique_ptr<AdamW> wte_opt_;

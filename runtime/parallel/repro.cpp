@@ -4,6 +4,8 @@
 
 #include <vector>
 
+#include "runtime/parallel/tied_head.hpp"
+
 namespace saturn::parallel {
 
 GradAccumulator::GradAccumulator(Device& device, std::size_t n)
@@ -22,10 +24,8 @@ void GradAccumulator::round_and_reset(float* out) {
 void reproducible_backward(Model& model, float dloss, GradAccumulator& acc) {
   float* g = model.grads();
   model.head_backward(dloss);
-  if (model.config().arch == Arch::kGpt2) {
-    const std::size_t e = model.layout().group_end(-1);
-    acc.flush(g, e);
-  }
+  const TiedHead head(model.config(), model.layout());
+  if (head.tied) acc.flush(g, head.elements);
   for (int l = model.end_layer() - 1; l >= model.first_layer(); --l) model.block_backward(l);
   model.embed_backward();
   acc.flush(g, model.layout().total());

@@ -91,6 +91,20 @@ TEST(MemoryPool, BackingAllocatorGetsTheSameAccounting) {
   EXPECT_EQ(pool.in_use(), 0u);
 }
 
+// Buffer::operator[] is host access: refused (an assert) on a pool whose memory is not host
+// memory. This file is compiled with assertions on (tests/core/CMakeLists.txt), as debug builds
+// are.
+TEST(MemoryPool, IndexingDeviceMemoryIsRefused) {
+  RecordingBacking backing;
+  MemoryPool pool("cuda:0", 0, &backing);
+  Buffer<float> a(pool, 4, "parameters");
+  EXPECT_DEATH({ a[1] = 2.0f; }, "host access to device memory");
+  MemoryPool host("host");
+  Buffer<float> b(host, 4, "parameters");
+  b[1] = 2.0f;
+  EXPECT_EQ(b[1], 2.0f);
+}
+
 TEST(ParseBytes, UnitsAndErrors) {
   EXPECT_EQ(parse_bytes("4096", "x"), 4096u);
   EXPECT_EQ(parse_bytes("2GiB", "x"), 2ull << 30);

@@ -1,7 +1,9 @@
 // The CUDA runtime API as the CPU emulator provides it (test only): the functions the backend's
 // host code calls (runtime/backend/cuda/*.cpp and the host halves of the .cu files), defined
-// here instead of in libcudart, so that the real host code runs unchanged. One emulated device;
-// streams and events are ordered trivially (every operation completes before it returns).
+// here instead of in libcudart, so that the real host code runs unchanged. A process sees
+// SATURN_EMU_DEVICES emulated GPUs (default 8, so that a node's ranks each find their own);
+// they share the process's one device arena, which is each process's own. Streams and events
+// are ordered trivially (every operation completes before it returns).
 //
 // Strictness: copies and memsets check that their device side lies inside one live device
 // allocation and their host side does not touch device memory (a wrong cudaMemcpyKind is an
@@ -12,6 +14,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -21,6 +24,15 @@ namespace {
 
 thread_local cudaError_t g_last = cudaSuccess;
 int g_device = 0;
+
+int device_count() {
+  static const int n = [] {
+    const char* v = std::getenv("SATURN_EMU_DEVICES");
+    const int c = v != nullptr ? std::atoi(v) : 8;
+    return c > 0 ? c : 8;
+  }();
+  return n;
+}
 
 cudaError_t fail(cudaError_t e, const char* what) {
   std::fprintf(stderr, "CUDA emulator: %s\n", what);
@@ -174,7 +186,8 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
 }
 
 cudaError_t cudaSetDevice(int device) {
-  if (device != 0) return fail(cudaErrorInvalidDevice, "cudaSetDevice: the emulator has one device (0)");
+  if (device < 0 || device >= device_count())
+    return fail(cudaErrorInvalidDevice, "cudaSetDevice: no such emulated device (SATURN_EMU_DEVICES)");
   g_device = device;
   return cudaSuccess;
 }
@@ -183,11 +196,12 @@ cudaError_t cudaGetDevice(int* device) {
   return cudaSuccess;
 }
 cudaError_t cudaGetDeviceCount(int* count) {
-  *count = 1;
+  *count = device_count();
   return cudaSuccess;
 }
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
-  if (device != 0) return fail(cudaErrorInvalidDevice, "cudaGetDeviceProperties: no such device");
+  if (device < 0 || device >= device_count())
+    return fail(cudaErrorInvalidDevice, "cudaGetDeviceProperties: no such device");
   std::memset(p, 0, sizeof *p);
   std::snprintf(p->name, sizeof p->name, "Saturn CUDA emulator");
   p->totalGlobalMem = emu::device_total();
