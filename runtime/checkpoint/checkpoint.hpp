@@ -168,5 +168,8 @@ CheckpointMeta visit_model_tensors(const std::filesystem::path& path, const Tens
 // datasets of a checkpoint whose path contains SUBSTRING (any, when absent): a crash in the
 // middle of a write.
 inline constexpr const char* kTestKillEnv = "SATURN_CKPT_TEST_KILL";
+// Test hook: with SATURN_CKPT_TEST_NO_RESERVE set, no disk space is reserved before a write, as
+// on a file system that cannot preallocate: a full disk then fails inside HDF5's writes.
+inline constexpr const char* kTestNoReserveEnv = "SATURN_CKPT_TEST_NO_RESERVE";
 
 }  // namespace saturn::ckpt

@@ -1,17 +1,21 @@
 #include "runtime/checkpoint/file_io.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 
 #include "runtime/checkpoint/checksum.hpp"
 #include "runtime/checkpoint/metadata.hpp"
+#include "runtime/core/error.hpp"
 #include "runtime/model/parameters.hpp"
 
 namespace saturn::ckpt::detail {
@@ -114,6 +118,21 @@ std::pair<std::int64_t, std::int64_t> part(std::int64_t n, std::int64_t parts, s
   return {k * q + std::min(k, r), (k + 1) * q + std::min(k + 1, r)};
 }
 
+// HDF5's error stack does not carry errno: a note when the file's disk is full (< 1 MiB free).
+std::string full_disk_note(hid_t obj) {
+  const ssize_t n = H5Fget_name(obj, nullptr, 0);
+  if (n <= 0) return "";
+  std::string name(static_cast<std::size_t>(n) + 1, '\0');
+  if (H5Fget_name(obj, name.data(), name.size()) < 0) return "";
+  name.resize(static_cast<std::size_t>(n));
+  struct statvfs vs {};
+  if (::statvfs(name.c_str(), &vs) != 0) return "";
+  const std::size_t free_bytes = static_cast<std::size_t>(vs.f_bavail) * vs.f_frsize;
+  if (free_bytes >= (std::size_t{1} << 20)) return "";
+  return fmt::format(" ({}: {} free on its file system)", std::strerror(ENOSPC),
+                     format_bytes(free_bytes));
+}
+
 }  // namespace
 
 bool check_datasets(hid_t file, const ModelConfig& model, Status& st) {
@@ -182,7 +201,7 @@ void transfer(Status& st, const std::string& path, hid_t ds, hid_t dxpl,
   if (rc < 0) {
     const std::string cause = h5::take_error();
     st.fail(path, std::string(write ? "cannot write" : "cannot read") +
-                      (cause.empty() ? "" : ": " + cause));
+                      (cause.empty() ? "" : ": " + cause) + (write ? full_disk_note(ds) : ""));
   }
 }
 
@@ -218,6 +237,57 @@ void fsync_path(const fs::path& p, bool directory) {
   ::close(fd);
   if (rc != 0)
     throw std::runtime_error(fmt::format("fsync {}: {}", p.string(), std::strerror(err)));
+}
+
+SpaceReservation::SpaceReservation(const fs::path& path) : path_(path) {
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0)
+    throw std::runtime_error(
+        fmt::format("cannot create {}: {}", path.string(), std::strerror(errno)));
+}
+
+SpaceReservation::~SpaceReservation() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void SpaceReservation::reserve(std::uint64_t bytes) {
+  if (std::getenv(kTestNoReserveEnv) != nullptr) supported_ = false;
+  if (fd_ < 0 || !supported_ || bytes == 0) return;
+  int rc = 0;
+  do {
+    rc = ::fallocate(fd_, FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(bytes));
+  } while (rc != 0 && errno == EINTR);
+  if (rc == 0) return;
+  const int err = errno;
+  if (err == EOPNOTSUPP || err == ENOSYS || err == EINVAL) {
+    supported_ = false;  // e.g. a parallel file system: HDF5 then meets a full disk itself
+    return;
+  }
+  // What the file could have: the space free, and what it holds already.
+  struct statvfs vs {};
+  struct stat st {};
+  std::string available;
+  if (::fstatvfs(fd_, &vs) == 0 && ::fstat(fd_, &st) == 0)
+    available = fmt::format(", {} available",
+                            format_bytes(static_cast<std::size_t>(vs.f_bavail) * vs.f_frsize +
+                                         static_cast<std::size_t>(st.st_blocks) * 512));
+  throw std::runtime_error(fmt::format("not enough disk space: the file needs {}{} ({})",
+                                       format_bytes(static_cast<std::size_t>(bytes)), available,
+                                       std::strerror(err)));
+}
+
+void SpaceReservation::free_for_close(std::uint64_t keep) noexcept {
+  if (fd_ < 0) return;
+  if (::ftruncate(fd_, 0) != 0) return;
+  if (supported_ && keep > 0)
+    (void)::fallocate(fd_, FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(keep));
+}
+
+void SpaceReservation::trim() noexcept {
+  if (fd_ < 0 || !supported_) return;
+  struct stat st {};
+  // Truncating to its own size frees the blocks reserved past the end (ext4, xfs, tmpfs).
+  if (::fstat(fd_, &st) == 0) (void)::ftruncate(fd_, st.st_size);
 }
 
 }  // namespace saturn::ckpt::detail

@@ -54,4 +54,35 @@ std::uint64_t split_hash(MPI_Comm comm, hid_t ds, const std::vector<std::int64_t
 // fsync of a file or a directory; throws std::runtime_error naming it.
 void fsync_path(const std::filesystem::path& p, bool directory);
 
+// Disk space set aside for a file before HDF5 writes it (rank 0 only). A full disk inside
+// parallel HDF5 is not survivable: a rank whose metadata write fails at H5Fclose leaves the
+// collective close early and the other ranks wait in it forever (seen with Open MPI 4.1 and
+// HDF5 1.10 on a full tmpfs). So the blocks are allocated up front (fallocate with
+// FALLOC_FL_KEEP_SIZE: the file's size stays 0, so H5Fcreate does not truncate them away), a
+// full disk is found there, before any collective HDF5 call, and what HDF5 writes later lands
+// in blocks it already has. Where the file system cannot preallocate, nothing is reserved.
+class SpaceReservation {
+ public:
+  SpaceReservation() = default;
+  // Creates (truncates) `path`.
+  explicit SpaceReservation(const std::filesystem::path& path);
+  SpaceReservation(const SpaceReservation&) = delete;
+  SpaceReservation& operator=(const SpaceReservation&) = delete;
+  ~SpaceReservation();
+
+  // Allocates the first `bytes` of the file. std::runtime_error naming the file, the space
+  // needed and the space free when the disk is full (or the quota exceeded).
+  void reserve(std::uint64_t bytes);
+  // After a failed write, before the collective close: frees the file's blocks, then sets
+  // aside `keep` bytes again (best effort) for the metadata HDF5 writes while closing.
+  void free_for_close(std::uint64_t keep) noexcept;
+  // After a successful close: frees the reserved blocks past the end of the file.
+  void trim() noexcept;
+
+ private:
+  std::filesystem::path path_;
+  int fd_ = -1;
+  bool supported_ = true;
+};
+
 }  // namespace saturn::ckpt::detail

@@ -3,11 +3,14 @@
 #include <fmt/format.h>
 
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "runtime/checkpoint/mpi_env.hpp"
 #include "runtime/checkpoint/slices.hpp"
+#include "runtime/comm/agree.hpp"
+#include "runtime/comm/mpi_communicator.hpp"
 #include "runtime/core/log.hpp"
 #include "runtime/workload/config_json.hpp"
 
@@ -51,6 +54,16 @@ SliceSource source_of(const StateView& v) {
   };
 }
 
+// Runs a save and agrees on its outcome over the job's ranks: a checkpoint that cannot be
+// written (a full disk, an I/O error) fails the job on every rank alike, as comm::AgreedFailure,
+// which `saturn run` reports as that job's failure (any other exception there stops the run).
+fs::path agreed_save(MPI_Comm comm, const std::function<fs::path()>& save) {
+  fs::path file;
+  const auto c = comm::MpiCommunicator::borrow(comm);
+  comm::agree_on(*c, [&] { file = save(); });
+  return file;
+}
+
 }  // namespace
 
 fs::path save_training_checkpoint(MPI_Comm comm, const JobCheckpointing& job,
@@ -63,7 +76,9 @@ fs::path save_training_checkpoint(MPI_Comm comm, const JobCheckpointing& job,
   ensure_mpi();
   SaveOptions opt;
   opt.keep_last = job.keep_last;
-  const fs::path file = save_step_checkpoint(comm, job.job_dir, make_meta(job, point), source, opt);
+  const fs::path file = agreed_save(comm, [&] {
+    return save_step_checkpoint(comm, job.job_dir, make_meta(job, point), source, opt);
+  });
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
   if (rank == 0) log::info("job {}: checkpoint {}", job.job_id, file.string());
@@ -78,7 +93,9 @@ fs::path save_final(MPI_Comm comm, const JobCheckpointing& job, const TrainPoint
 fs::path save_final(MPI_Comm comm, const JobCheckpointing& job, const TrainPoint& point,
                     const SliceSource& source) {
   ensure_mpi();
-  return save_final_checkpoint(comm, job.job_dir, make_meta(job, point), source);
+  return agreed_save(comm, [&] {
+    return save_final_checkpoint(comm, job.job_dir, make_meta(job, point), source);
+  });
 }
 
 std::optional<TrainPoint> resume_training(MPI_Comm comm, const JobCheckpointing& job,

@@ -46,14 +46,15 @@ CheckpointMeta make_meta(const JobCheckpointing& job, const TrainPoint& point);
 // checkpoint_every > 0 and step a multiple of it.
 bool checkpoint_due(const TrainConfig& train, std::int64_t step);
 
-// jobs/<id>/checkpoints/step-<step>.h5, `latest`, retention. Collective over comm. A parallel
+// jobs/<id>/checkpoints/step-<step>.h5, `latest`, retention. Collective over comm; a failure
+// (e.g. a full disk) is agreed by the ranks and thrown on all as comm::AgreedFailure. A parallel
 // trainer passes a SliceSource, e.g.
 //   [&](ckpt::StatePart p) { return strategy.export_state(parallel::StateKind(int(p))); }
 std::filesystem::path save_training_checkpoint(MPI_Comm comm, const JobCheckpointing& job,
                                                const TrainPoint& point, const StateView& state);
 std::filesystem::path save_training_checkpoint(MPI_Comm comm, const JobCheckpointing& job,
                                                const TrainPoint& point, const SliceSource& source);
-// jobs/<id>/final.h5. Collective over comm.
+// jobs/<id>/final.h5. Collective over comm; failures as save_training_checkpoint's.
 std::filesystem::path save_final(MPI_Comm comm, const JobCheckpointing& job,
                                  const TrainPoint& point, const StateView& state);
 std::filesystem::path save_final(MPI_Comm comm, const JobCheckpointing& job,

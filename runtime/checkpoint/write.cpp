@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <stdexcept>
 
 #include "runtime/checkpoint/agreement.hpp"
@@ -69,14 +70,25 @@ void write_checkpoint(MPI_Comm comm, const fs::path& path, const CheckpointMeta&
   agree(comm, path, st);
 
   const auto [kill_rank, kill_after] = test_kill_point(path);
+  const ParameterLayout layout(m.model);
+  // About 2 KiB of headers and attributes per dataset (three per tensor).
+  const std::size_t block = std::clamp<std::size_t>(3 * layout.tensors().size() * 2048,
+                                                    std::size_t{64} << 10, std::size_t{4} << 20);
+  // Disk space (SpaceReservation): the weights, then the moments when they come, and room for
+  // the metadata (allocated in blocks of `block`; a block or two in practice).
+  const std::uint64_t tensor_bytes = layout.total() * sizeof(float);
+  const std::uint64_t metadata_bytes = 2 * block + (std::uint64_t{1} << 20);
+  std::optional<SpaceReservation> space;
   bool closed_ok = false;
+  h5::Handle file;
   try {
-    h5::Handle file;
+    if (me == 0)
+      attempt(st, "", [&] {
+        space.emplace(tmp);
+        space->reserve(tensor_bytes + metadata_bytes);
+      });
+    agree(comm, path, st);
     attempt(st, "", [&] {
-      // About 2 KiB of headers and attributes per dataset (three per tensor).
-      const std::size_t datasets = 3 * ParameterLayout(m.model).tensors().size();
-      const std::size_t block =
-          std::clamp<std::size_t>(datasets * 2048, std::size_t{64} << 10, std::size_t{4} << 20);
       h5::Handle fapl = file_access(comm, block);
       file = h5::file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()));
       if (!file) h5_fail(fmt::format("cannot create {}", tmp.string()));
@@ -106,12 +118,16 @@ void write_checkpoint(MPI_Comm comm, const fs::path& path, const CheckpointMeta&
       const bool any = any_slices(descs);
       if (kind == kMoment1) {
         with_optimizer = any;
-        if (any)
+        if (any) {
+          attempt(st, "", [&] {
+            if (space) space->reserve(3 * tensor_bytes + metadata_bytes);
+          });
           attempt(st, "/optimizer", [&] {
             for (const char* g : {"optimizer", "optimizer/m", "optimizer/v"})
               h5::Handle grp = h5::group(
                   check(H5Gcreate2(file.get(), g, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), "group"));
           });
+        }
         agree(comm, path, st);
       }
       if (kind == kMoment2 && any != with_optimizer)
@@ -171,8 +187,15 @@ void write_checkpoint(MPI_Comm comm, const fs::path& path, const CheckpointMeta&
     dcpl.reset();
     dxpl.reset();
     closed_ok = file.reset();
+    if (space) space->trim();
   } catch (const Error&) {
-    // Every rank is here together (errors are agreed, plans identical): the file is closed.
+    // Every rank is here together (errors are agreed, plans identical). Closing flushes HDF5's
+    // metadata collectively, and a rank whose flush fails (the disk is full: what failed may be
+    // the write of the data itself) leaves the others waiting in the close forever. So rank 0
+    // first frees the file's blocks, and the ranks close it only then.
+    if (space) space->free_for_close(metadata_bytes);
+    MPI_Barrier(comm);
+    file.reset();
     if (me == 0) {
       std::error_code ec;
       fs::remove(tmp, ec);
