@@ -42,9 +42,12 @@ void agree(MPI_Comm comm, const std::filesystem::path& file, const Status& st) {
   MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm);
   if (first == INT_MAX) return;
   std::string ds = st.dataset, msg = st.message;
+  int input = st.bad_input ? 1 : 0;
   bcast_string(comm, first, ds);
   bcast_string(comm, first, msg);
+  MPI_Bcast(&input, 1, MPI_INT, first, comm);
   if (size_of(comm) > 1 && first != 0) msg += fmt::format(" (on rank {})", first);
+  if (input) throw InputError(fmt::format("checkpoint {}: {}", file.string(), msg));
   throw CheckpointError(file, ds, msg);
 }
 

@@ -22,11 +22,15 @@ void bcast_string(MPI_Comm comm, int root, std::string& s);
 // A rank's outcome of one phase.
 struct Status {
   bool failed = false;
+  // The failure is the caller's input, not the file (an InputError, e.g. a checkpoint of
+  // another job): agree() throws InputError then.
+  bool bad_input = false;
   std::string dataset;
   std::string message;
-  void fail(std::string ds, std::string msg) {
+  void fail(std::string ds, std::string msg, bool input = false) {
     if (failed) return;  // keep the first cause
     failed = true;
+    bad_input = input;
     dataset = std::move(ds);
     message = std::move(msg);
   }
@@ -43,8 +47,8 @@ void attempt(Status& st, const std::string& dataset, F&& f) {
   }
 }
 
-// Collective. If any rank failed, every rank throws the lowest failing rank's CheckpointError
-// naming `file` and the dataset.
+// Collective. If any rank failed, every rank throws the lowest failing rank's error: a
+// CheckpointError naming `file` and the dataset, or for bad input an InputError naming `file`.
 void agree(MPI_Comm comm, const std::filesystem::path& file, const Status& st);
 
 }  // namespace saturn::ckpt::detail

@@ -70,6 +70,17 @@ CheckpointMeta read_checkpoint(MPI_Comm comm, const fs::path& path, const SliceS
   h5::QuietErrors quiet;
   const int me = rank_of(comm);
   OpenCheckpoint oc = open_checked(comm, path);
+  if (options.check_meta) {
+    Status st;
+    try {
+      options.check_meta(oc.meta);
+    } catch (const InputError& e) {
+      st.fail("", e.what(), true);
+    } catch (const std::exception& e) {
+      st.fail("", e.what());
+    }
+    agree(comm, path, st);
+  }
   if (options.expect_model) {
     const ParameterLayout want(*options.expect_model), have(oc.meta.model);
     bool same = want.tensors().size() == have.tensors().size();

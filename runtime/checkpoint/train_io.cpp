@@ -6,6 +6,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <stdexcept>
 
 #include "runtime/checkpoint/mpi_env.hpp"
 #include "runtime/checkpoint/slices.hpp"
@@ -52,6 +53,30 @@ SliceSource source_of(const StateView& v) {
   return [&v](StatePart p) {
     return p == StatePart::kParams ? v.params : p == StatePart::kAdamM ? v.m : v.v;
   };
+}
+
+// Whether `job` may continue from a checkpoint with these root attributes: InputError when
+// the file is not this job's to continue (refused: continuing would be silently wrong), another
+// error when the attributes contradict each other (the file is not valid).
+void check_resumable(const JobCheckpointing& job, const CheckpointMeta& m) {
+  if (m.job_id != job.job_id)
+    throw InputError(
+        fmt::format("it belongs to job '{}', not to job '{}' (copied from another "
+                    "job's directory?); move it away to resume this job",
+                    m.job_id, job.job_id));
+  if (m.step > job.train.steps)
+    throw InputError(fmt::format(
+        "it is at step {}, past job {}'s {} steps (were the workload's steps lowered?); give "
+        "the job at least {} steps, or move its checkpoints away to train it from scratch",
+        m.step, job.job_id, job.train.steps, m.step));
+  if (m.train.batch_size != job.train.batch_size || m.train.seq_len != job.train.seq_len)
+    throw InputError(fmt::format(
+        "it was written with batch_size {} and seq_len {}, job {} now has {} and {}: a job "
+        "continues with the batch size and sequence length it started with (its data position "
+        "and token count are counted in them)",
+        m.train.batch_size, m.train.seq_len, job.job_id, job.train.batch_size, job.train.seq_len));
+  if (const std::string why = check_consistency(m, job.sequences_per_epoch); !why.empty())
+    throw std::runtime_error("inconsistent root attributes: " + why);
 }
 
 // Runs a save and agrees on its outcome over the job's ranks: a checkpoint that cannot be
@@ -110,6 +135,7 @@ std::optional<TrainPoint> resume_training(MPI_Comm comm, const JobCheckpointing&
   MPI_Comm_rank(comm, &rank);
   ReadOptions opt;
   opt.expect_model = job.model;
+  opt.check_meta = [&job](const CheckpointMeta& m) { check_resumable(job, m); };
   const auto loaded = load_newest_valid(comm, job.job_dir, source, sink, opt);
   if (!loaded) {
     if (rank == 0)
@@ -119,9 +145,11 @@ std::optional<TrainPoint> resume_training(MPI_Comm comm, const JobCheckpointing&
   }
   const CheckpointMeta& m = loaded->meta;
   if (rank == 0) {
-    if (m.job_id != job.job_id)
-      log::warn("checkpoint {} was written by job '{}', resuming job '{}' from it",
-                loaded->file.string(), m.job_id, job.job_id);
+    if (!m.meta_verified)
+      log::warn(
+          "checkpoint {} has no {} (written before it existed): its step, data position "
+          "and configuration are not checksummed",
+          loaded->file.string(), kMetaChecksumAttr);
     const auto saved = to_json(m.train), now = to_json(job.train);
     for (const auto& [key, value] : now.items())
       if (saved.contains(key) && saved[key] != value)

@@ -28,6 +28,9 @@ struct JobCheckpointing {
   std::filesystem::path job_dir;  // jobs/<job-id>
   int keep_last = 3;
   int compute_threads = 0;  // threads per rank of this segment, recorded in its checkpoints
+  // Sequences per epoch of the training data (0: unknown): resuming checks the checkpoint's
+  // data position against it exactly.
+  std::uint64_t sequences_per_epoch = 0;
 };
 
 // Where training stands after `step` optimizer steps.
@@ -62,9 +65,11 @@ std::filesystem::path save_final(MPI_Comm comm, const JobCheckpointing& job,
 
 // Loads the newest valid checkpoint of the job into `into` (falling back past corrupt ones,
 // with warnings) and returns where to continue; nullopt when the job has no checkpoint
-// (training starts from scratch). IoError when it has some but none is valid; InputError when
-// the checkpoint holds another model. Collective over comm. A parallel trainer passes a
-// source (export_state) and a sink (import_state).
+// (training starts from scratch). A checkpoint whose step, tokens_seen and data position do
+// not agree (check_consistency) is not valid. IoError when it has some but none is valid;
+// InputError, refusing to resume, when the newest valid one is not this job's: another job's,
+// another model, another batch_size or seq_len, or a step past the job's steps. Collective
+// over comm. A parallel trainer passes a source (export_state) and a sink (import_state).
 std::optional<TrainPoint> resume_training(MPI_Comm comm, const JobCheckpointing& job,
                                           const StateView& into);
 std::optional<TrainPoint> resume_training(MPI_Comm comm, const JobCheckpointing& job,

@@ -146,6 +146,7 @@ TrainResult train_single_device(const TrainJob& job, const TrainOptions& options
   ckpt::JobCheckpointing ck{
       job.id, job.model, tc, "single", 1, options.job_dir, options.keep_checkpoints};
   ck.compute_threads = cpu::compute_threads();
+  ck.sequences_per_epoch = s.train_loader.num_sequences();
   const ckpt::StateView state = ckpt::single_device_view(s.model.layout(), s.model.params(),
                                                          s.optimizer.m(), s.optimizer.v());
   std::int64_t first_step = 0;
