@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -337,6 +338,7 @@ std::optional<int> self_launch_if_needed(int np, const std::string& hostfile,
   log::info("launch: {}", line);
   ChildOptions child;
   child.own_process_group = true;
+  child.parent_death_signal = SIGTERM;
   child.graceful_stop_signal = SIGUSR1;  // mpirun forwards SIGUSR1 to every rank as it is
   return run_child(plan.argv, plan.env, child);
 }
@@ -368,6 +370,7 @@ int run_child(const std::vector<std::string>& argv, const Environment& env,
   } release;
   g_own_group = options.own_process_group ? 1 : 0;
   g_graceful = options.graceful_stop_signal;
+  const pid_t parent = ::getpid();
 
   // Everything the child needs is built before fork: after it, only async-signal-safe calls.
   std::vector<std::string> env_strings;
@@ -403,6 +406,10 @@ int run_child(const std::vector<std::string>& argv, const Environment& env,
   const pid_t pid = ::fork();
   if (pid == 0) {
     if (options.own_process_group) ::setpgid(0, 0);
+    if (options.parent_death_signal != 0) {
+      ::prctl(PR_SET_PDEATHSIG, options.parent_death_signal);
+      if (::getppid() != parent) ::_exit(128 + options.parent_death_signal);  // died already
+    }
     for (std::size_t i = 0; i < kForwarded.size(); ++i)
       if (installed[i]) ::signal(kForwarded[i], SIG_DFL);
     sigset_t none;

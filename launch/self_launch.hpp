@@ -103,8 +103,8 @@ std::filesystem::path current_executable();
 // started this process (detect_launcher(env) is kNone), it logs the decisions, runs
 // `mpirun ... <this executable> <args>` with the child's environment built from `env`, and
 // returns mpirun's exit status for the parent to exit with (99 passes through for requeues).
-// mpirun runs in its own process group; SIGINT, SIGTERM or SIGHUP here reach the ranks as
-// SIGUSR1 (checkpoint, exit 99).
+// mpirun runs in its own process group and dies with this process (SIGTERM: it stops the
+// ranks); SIGINT, SIGTERM or SIGHUP here reach the ranks as SIGUSR1 (checkpoint, exit 99).
 // Otherwise it returns nullopt: this process is a rank, and the caller initialises MPI (and
 // should check that the world size equals np). `args` are this process's arguments after
 // argv[0], passed on unchanged. InputError for np < 1 or a bad hostfile.
@@ -118,6 +118,8 @@ struct ChildOptions {
   // alone and is forwarded as below (mpirun itself would kill the ranks one second after
   // SIGINT or SIGTERM, whatever they were doing).
   bool own_process_group = false;
+  // Sent to the child when this process dies, even by SIGKILL (PR_SET_PDEATHSIG); 0: none.
+  int parent_death_signal = 0;
   // The first SIGINT, SIGTERM or SIGHUP is forwarded as this signal (0: as itself), with a
   // note on stderr; a second one as itself.
   int graceful_stop_signal = 0;

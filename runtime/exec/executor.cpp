@@ -21,6 +21,7 @@
 #include "runtime/exec/job_runner.hpp"
 #include "runtime/exec/messages.hpp"
 #include "runtime/exec/planning.hpp"
+#include "runtime/exec/run_lock.hpp"
 #include "runtime/exec/signals.hpp"
 
 namespace saturn::exec {
@@ -173,7 +174,8 @@ int run_batch(const RunOptions& options) {
   ResumeState resume;
   RankMap ranks;
   PlanningInput planning;
-  double profiling_s = 0;  // calibration and trials, before the batch's clock starts
+  double profiling_s = 0;       // calibration and trials, before the batch's clock starts
+  std::optional<RunLock> lock;  // rank 0's, released when run_batch returns
   try {
     // Everything about the input is checked before any rank trains or anything is written.
     comm::agree_on(*world, [&] {
@@ -198,6 +200,12 @@ int run_batch(const RunOptions& options) {
                 fmt::format("--resume: the run's data file {} no longer exists", f.string()));
       }
       run_dir = options.run_dir.empty() ? fs::path("runs") / w.name : options.run_dir;
+      if (fs::exists(run_dir) && !fs::is_directory(run_dir))
+        throw InputError(fmt::format("run directory {} is not a directory", run_dir.string()));
+      // One run per directory (run_lock.hpp), from before anything in it is read or written
+      // until the last rank is done. A --resume of nothing is refused below without creating it.
+      if (rank == 0 && (!options.resume || fs::is_directory(run_dir)))
+        lock = RunLock::acquire(run_dir, !options.resume);
       // Not given on --resume: the memory the interrupted run was given (same machine).
       const auto memory = [&](const std::string& given, const char* key, const char* flag) {
         if (given.empty() && state && state->contains(key)) {
