@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -99,17 +100,42 @@ int parse_positive(std::string_view text, std::string_view where) {
 // State shared with the signal handler. Only sig_atomic_t-sized plain values are touched there.
 volatile std::sig_atomic_t g_child_pid = 0;
 volatile std::sig_atomic_t g_pending_signal = 0;
+volatile std::sig_atomic_t g_own_group = 0;       // ChildOptions::own_process_group
+volatile std::sig_atomic_t g_graceful = 0;        // ChildOptions::graceful_stop_signal
+volatile std::sig_atomic_t g_stop_forwarded = 0;  // a graceful stop was sent already
 std::atomic<bool> g_child_running{false};
-constexpr std::array<int, 4> kForwarded = {SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
+constexpr std::array<int, 5> kForwarded = {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2};
+
+bool is_stop(int sig) {
+  return sig == SIGINT || sig == SIGTERM || sig == SIGHUP;
+}
+
+// Async-signal-safe note on stderr.
+void say(const char* text) {
+  [[maybe_unused]] const ssize_t w = ::write(STDERR_FILENO, text, std::strlen(text));
+}
 
 void forward_signal(int sig, siginfo_t* info, void*) {
-  // A terminal's Ctrl-C reaches the whole foreground process group, the child included.
-  if (info != nullptr && info->si_code == SI_KERNEL) return;
+  // A terminal's Ctrl-C reaches the whole foreground process group, the child included, unless
+  // the child has a group of its own.
+  if (!g_own_group && info != nullptr && info->si_code == SI_KERNEL) return;
+  int out = sig;
+  if (g_graceful != 0 && is_stop(sig)) {
+    if (g_stop_forwarded == 0) {
+      g_stop_forwarded = 1;
+      out = g_graceful;
+      say(sig == SIGINT    ? "saturn: SIGINT: asking every rank to checkpoint and stop (send it "
+                             "again to stop them at once)\n"
+          : sig == SIGTERM ? "saturn: SIGTERM: asking every rank to checkpoint and stop (send "
+                             "it again to stop them at once)\n"
+                           : "saturn: SIGHUP: asking every rank to checkpoint and stop\n");
+    }
+  }
   const pid_t child = g_child_pid;
   if (child > 0) {
-    ::kill(child, sig);
+    ::kill(child, out);
   } else {
-    g_pending_signal = sig;
+    g_pending_signal = out;
   }
 }
 
@@ -310,7 +336,11 @@ std::optional<int> self_launch_if_needed(int np, const std::string& hostfile,
   std::string line;
   for (const auto& a : plan.argv) line += (line.empty() ? "" : " ") + a;
   log::info("launch: {}", line);
-  return run_child(plan.argv, plan.env);
+  ChildOptions child;
+  child.own_process_group = true;
+  child.parent_death_signal = SIGTERM;
+  child.graceful_stop_signal = SIGUSR1;  // mpirun forwards SIGUSR1 to every rank as it is
+  return run_child(plan.argv, plan.env, child);
 }
 
 std::filesystem::path current_executable() {
@@ -320,7 +350,8 @@ std::filesystem::path current_executable() {
   return p;
 }
 
-int run_child(const std::vector<std::string>& argv, const Environment& env) {
+int run_child(const std::vector<std::string>& argv, const Environment& env,
+              const ChildOptions& options) {
   if (argv.empty()) throw IoError("run_child: empty command");
   const std::string program = find_on_path(env, argv[0]);
   if (program.empty())
@@ -331,9 +362,15 @@ int run_child(const std::vector<std::string>& argv, const Environment& env) {
     ~Release() {
       g_child_pid = 0;
       g_pending_signal = 0;
+      g_own_group = 0;
+      g_graceful = 0;
+      g_stop_forwarded = 0;
       g_child_running = false;
     }
   } release;
+  g_own_group = options.own_process_group ? 1 : 0;
+  g_graceful = options.graceful_stop_signal;
+  const pid_t parent = ::getpid();
 
   // Everything the child needs is built before fork: after it, only async-signal-safe calls.
   std::vector<std::string> env_strings;
@@ -368,6 +405,11 @@ int run_child(const std::vector<std::string>& argv, const Environment& env) {
 
   const pid_t pid = ::fork();
   if (pid == 0) {
+    if (options.own_process_group) ::setpgid(0, 0);
+    if (options.parent_death_signal != 0) {
+      ::prctl(PR_SET_PDEATHSIG, options.parent_death_signal);
+      if (::getppid() != parent) ::_exit(128 + options.parent_death_signal);  // died already
+    }
     for (std::size_t i = 0; i < kForwarded.size(); ++i)
       if (installed[i]) ::signal(kForwarded[i], SIG_DFL);
     sigset_t none;

@@ -103,6 +103,8 @@ std::filesystem::path current_executable();
 // started this process (detect_launcher(env) is kNone), it logs the decisions, runs
 // `mpirun ... <this executable> <args>` with the child's environment built from `env`, and
 // returns mpirun's exit status for the parent to exit with (99 passes through for requeues).
+// mpirun runs in its own process group and dies with this process (SIGTERM: it stops the
+// ranks); SIGINT, SIGTERM or SIGHUP here reach the ranks as SIGUSR1 (checkpoint, exit 99).
 // Otherwise it returns nullopt: this process is a rank, and the caller initialises MPI (and
 // should check that the world size equals np). `args` are this process's arguments after
 // argv[0], passed on unchanged. InputError for np < 1 or a bad hostfile.
@@ -110,12 +112,26 @@ std::optional<int> self_launch_if_needed(int np, const std::string& hostfile,
                                          const std::vector<std::string>& args,
                                          const Environment& env);
 
+// How run_child ties the child to this process.
+struct ChildOptions {
+  // The child gets a process group of its own, so a terminal's Ctrl-C reaches this process
+  // alone and is forwarded as below (mpirun itself would kill the ranks one second after
+  // SIGINT or SIGTERM, whatever they were doing).
+  bool own_process_group = false;
+  // Sent to the child when this process dies, even by SIGKILL (PR_SET_PDEATHSIG); 0: none.
+  int parent_death_signal = 0;
+  // The first SIGINT, SIGTERM or SIGHUP is forwarded as this signal (0: as itself), with a
+  // note on stderr; a second one as itself.
+  int graceful_stop_signal = 0;
+};
+
 // Runs argv with exactly `env` as its environment, waits, and returns its exit status (128 + N
-// when signal N killed it). While it runs, SIGINT, SIGTERM, SIGUSR1 and SIGUSR2 sent to this
-// process are forwarded to the child (mpirun passes them on to every rank); signals a terminal
-// sends to the whole process group are not sent twice, and signals this process ignores stay
-// ignored. argv[0] is looked up on env's PATH when it has no '/'. Throws IoError when it cannot
-// be started. One child at a time per process.
-int run_child(const std::vector<std::string>& argv, const Environment& env);
+// when signal N killed it). While it runs, SIGINT, SIGTERM, SIGHUP, SIGUSR1 and SIGUSR2 sent to
+// this process are forwarded to the child (see ChildOptions); without own_process_group,
+// signals a terminal sends to the whole process group are not sent twice; signals this process
+// ignores stay ignored. argv[0] is looked up on env's PATH when it has no '/'. Throws IoError
+// when it cannot be started. One child at a time per process.
+int run_child(const std::vector<std::string>& argv, const Environment& env,
+              const ChildOptions& options = {});
 
 }  // namespace saturn::launch

@@ -29,6 +29,9 @@ namespace saturn::ckpt {
 
 inline constexpr const char* kFormat = "saturn-checkpoint";
 inline constexpr int kVersion = 1;
+// Root attribute: a checksum over every other root attribute (docs/checkpoints.md). HDF5
+// checksums its object headers but not the heap that holds variable-length strings.
+inline constexpr const char* kMetaChecksumAttr = "meta_checksum";
 
 // A checkpoint that cannot be written, read or verified. file() and dataset() ("" when the
 // failure is not about one dataset, e.g. a truncated file) are also in what().
@@ -58,9 +61,18 @@ struct CheckpointMeta {
   std::string rng_state;              // opaque to checkpoints (the trainer's RNG streams)
   int compute_threads = 0;            // threads per rank that wrote it (0: not recorded)
   std::string created_utc;            // ISO 8601; set by write_checkpoint
+  // Read: the file's meta_checksum matched (false: a file written before it existed).
+  bool meta_verified = false;
 
   std::int64_t schedule_position() const { return schedule_step >= 0 ? schedule_step : step; }
 };
+
+// Whether the fields a resume uses agree with each other: tokens_seen = step x batch_size x
+// seq_len (the file's train_config), and the data position is where step x batch_size training
+// sequences lead: exactly, given the data's sequences per epoch (> 0), else as far as the
+// position alone tells (EPOCH:INDEX must fit some epoch length above INDEX). "" when they agree,
+// else what does not.
+std::string check_consistency(const CheckpointMeta& meta, std::uint64_t sequences_per_epoch = 0);
 
 // What one rank holds (to write) or wants (to read). m and v may be empty on every rank (weights
 // only); otherwise they must cover the same tensors as params.
@@ -115,6 +127,10 @@ struct ReadOptions {
   // When set, the checkpoint's model must have exactly this layout (names and shapes), else
   // InputError (the file is valid, it is just not this job's model).
   std::optional<ModelConfig> expect_model;
+  // When set, called on every rank with the root attributes before any tensor is read. It
+  // throws InputError for a file that is not this job's to load (refused), anything else for a
+  // file that is not valid (a CheckpointError: load_newest_valid tries the previous one).
+  std::function<void(const CheckpointMeta&)> check_meta;
 };
 
 // Reads the root attributes only (collective). Throws CheckpointError.
@@ -168,5 +184,8 @@ CheckpointMeta visit_model_tensors(const std::filesystem::path& path, const Tens
 // datasets of a checkpoint whose path contains SUBSTRING (any, when absent): a crash in the
 // middle of a write.
 inline constexpr const char* kTestKillEnv = "SATURN_CKPT_TEST_KILL";
+// Test hook: with SATURN_CKPT_TEST_NO_RESERVE set, no disk space is reserved before a write, as
+// on a file system that cannot preallocate: a full disk then fails inside HDF5's writes.
+inline constexpr const char* kTestNoReserveEnv = "SATURN_CKPT_TEST_NO_RESERVE";
 
 }  // namespace saturn::ckpt

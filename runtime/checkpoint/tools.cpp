@@ -47,6 +47,13 @@ std::string format_inspection(const fs::path& file, const CheckpointInfo& info) 
                    m.model.vocab_size, layout.total()));
   line(fmt::format("data position: {}", m.data_position));
   line(fmt::format("rng state:     {}", m.rng_state));
+  line(fmt::format("metadata:      {}", m.meta_verified
+                                            ? "OK (meta_checksum verified)"
+                                            : "not checksummed (written before meta_checksum)"));
+  const std::string inconsistent = check_consistency(m);
+  line(fmt::format("consistency:   {}", inconsistent.empty()
+                                            ? "step, tokens_seen and data_position agree"
+                                            : "FAILED (" + inconsistent + ")"));
   std::size_t bytes = 0, width = 0;
   for (const auto& d : info.datasets) {
     bytes += static_cast<std::size_t>(numel(d.shape)) * sizeof(float);

@@ -10,6 +10,7 @@
 namespace saturn::ckpt {
 
 // Metadata and datasets; with `verify`, every checksum recomputed (CheckpointInfo::all_ok).
+// Root attributes whose meta_checksum does not match throw CheckpointError.
 CheckpointInfo inspect_checkpoint(const std::filesystem::path& file, bool verify = true);
 
 // Human-readable report (what `saturn ckpt inspect` prints).

@@ -3,11 +3,15 @@
 #include <fmt/format.h>
 
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <stdexcept>
 
 #include "runtime/checkpoint/mpi_env.hpp"
 #include "runtime/checkpoint/slices.hpp"
+#include "runtime/comm/agree.hpp"
+#include "runtime/comm/mpi_communicator.hpp"
 #include "runtime/core/log.hpp"
 #include "runtime/workload/config_json.hpp"
 
@@ -51,6 +55,40 @@ SliceSource source_of(const StateView& v) {
   };
 }
 
+// Whether `job` may continue from a checkpoint with these root attributes: InputError when
+// the file is not this job's to continue (refused: continuing would be silently wrong), another
+// error when the attributes contradict each other (the file is not valid).
+void check_resumable(const JobCheckpointing& job, const CheckpointMeta& m) {
+  if (m.job_id != job.job_id)
+    throw InputError(
+        fmt::format("it belongs to job '{}', not to job '{}' (copied from another "
+                    "job's directory?); move it away to resume this job",
+                    m.job_id, job.job_id));
+  if (m.step > job.train.steps)
+    throw InputError(fmt::format(
+        "it is at step {}, past job {}'s {} steps (were the workload's steps lowered?); give "
+        "the job at least {} steps, or move its checkpoints away to train it from scratch",
+        m.step, job.job_id, job.train.steps, m.step));
+  if (m.train.batch_size != job.train.batch_size || m.train.seq_len != job.train.seq_len)
+    throw InputError(fmt::format(
+        "it was written with batch_size {} and seq_len {}, job {} now has {} and {}: a job "
+        "continues with the batch size and sequence length it started with (its data position "
+        "and token count are counted in them)",
+        m.train.batch_size, m.train.seq_len, job.job_id, job.train.batch_size, job.train.seq_len));
+  if (const std::string why = check_consistency(m, job.sequences_per_epoch); !why.empty())
+    throw std::runtime_error("inconsistent root attributes: " + why);
+}
+
+// Runs a save and agrees on its outcome over the job's ranks: a checkpoint that cannot be
+// written (a full disk, an I/O error) fails the job on every rank alike, as comm::AgreedFailure,
+// which `saturn run` reports as that job's failure (any other exception there stops the run).
+fs::path agreed_save(MPI_Comm comm, const std::function<fs::path()>& save) {
+  fs::path file;
+  const auto c = comm::MpiCommunicator::borrow(comm);
+  comm::agree_on(*c, [&] { file = save(); });
+  return file;
+}
+
 }  // namespace
 
 fs::path save_training_checkpoint(MPI_Comm comm, const JobCheckpointing& job,
@@ -63,7 +101,9 @@ fs::path save_training_checkpoint(MPI_Comm comm, const JobCheckpointing& job,
   ensure_mpi();
   SaveOptions opt;
   opt.keep_last = job.keep_last;
-  const fs::path file = save_step_checkpoint(comm, job.job_dir, make_meta(job, point), source, opt);
+  const fs::path file = agreed_save(comm, [&] {
+    return save_step_checkpoint(comm, job.job_dir, make_meta(job, point), source, opt);
+  });
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
   if (rank == 0) log::info("job {}: checkpoint {}", job.job_id, file.string());
@@ -78,7 +118,9 @@ fs::path save_final(MPI_Comm comm, const JobCheckpointing& job, const TrainPoint
 fs::path save_final(MPI_Comm comm, const JobCheckpointing& job, const TrainPoint& point,
                     const SliceSource& source) {
   ensure_mpi();
-  return save_final_checkpoint(comm, job.job_dir, make_meta(job, point), source);
+  return agreed_save(comm, [&] {
+    return save_final_checkpoint(comm, job.job_dir, make_meta(job, point), source);
+  });
 }
 
 std::optional<TrainPoint> resume_training(MPI_Comm comm, const JobCheckpointing& job,
@@ -93,6 +135,7 @@ std::optional<TrainPoint> resume_training(MPI_Comm comm, const JobCheckpointing&
   MPI_Comm_rank(comm, &rank);
   ReadOptions opt;
   opt.expect_model = job.model;
+  opt.check_meta = [&job](const CheckpointMeta& m) { check_resumable(job, m); };
   const auto loaded = load_newest_valid(comm, job.job_dir, source, sink, opt);
   if (!loaded) {
     if (rank == 0)
@@ -102,9 +145,11 @@ std::optional<TrainPoint> resume_training(MPI_Comm comm, const JobCheckpointing&
   }
   const CheckpointMeta& m = loaded->meta;
   if (rank == 0) {
-    if (m.job_id != job.job_id)
-      log::warn("checkpoint {} was written by job '{}', resuming job '{}' from it",
-                loaded->file.string(), m.job_id, job.job_id);
+    if (!m.meta_verified)
+      log::warn(
+          "checkpoint {} has no {} (written before it existed): its step, data position "
+          "and configuration are not checksummed",
+          loaded->file.string(), kMetaChecksumAttr);
     const auto saved = to_json(m.train), now = to_json(job.train);
     for (const auto& [key, value] : now.items())
       if (saved.contains(key) && saved[key] != value)

@@ -28,6 +28,9 @@ struct JobCheckpointing {
   std::filesystem::path job_dir;  // jobs/<job-id>
   int keep_last = 3;
   int compute_threads = 0;  // threads per rank of this segment, recorded in its checkpoints
+  // Sequences per epoch of the training data (0: unknown): resuming checks the checkpoint's
+  // data position against it exactly.
+  std::uint64_t sequences_per_epoch = 0;
 };
 
 // Where training stands after `step` optimizer steps.
@@ -46,14 +49,15 @@ CheckpointMeta make_meta(const JobCheckpointing& job, const TrainPoint& point);
 // checkpoint_every > 0 and step a multiple of it.
 bool checkpoint_due(const TrainConfig& train, std::int64_t step);
 
-// jobs/<id>/checkpoints/step-<step>.h5, `latest`, retention. Collective over comm. A parallel
+// jobs/<id>/checkpoints/step-<step>.h5, `latest`, retention. Collective over comm; a failure
+// (e.g. a full disk) is agreed by the ranks and thrown on all as comm::AgreedFailure. A parallel
 // trainer passes a SliceSource, e.g.
 //   [&](ckpt::StatePart p) { return strategy.export_state(parallel::StateKind(int(p))); }
 std::filesystem::path save_training_checkpoint(MPI_Comm comm, const JobCheckpointing& job,
                                                const TrainPoint& point, const StateView& state);
 std::filesystem::path save_training_checkpoint(MPI_Comm comm, const JobCheckpointing& job,
                                                const TrainPoint& point, const SliceSource& source);
-// jobs/<id>/final.h5. Collective over comm.
+// jobs/<id>/final.h5. Collective over comm; failures as save_training_checkpoint's.
 std::filesystem::path save_final(MPI_Comm comm, const JobCheckpointing& job,
                                  const TrainPoint& point, const StateView& state);
 std::filesystem::path save_final(MPI_Comm comm, const JobCheckpointing& job,
@@ -61,9 +65,11 @@ std::filesystem::path save_final(MPI_Comm comm, const JobCheckpointing& job,
 
 // Loads the newest valid checkpoint of the job into `into` (falling back past corrupt ones,
 // with warnings) and returns where to continue; nullopt when the job has no checkpoint
-// (training starts from scratch). IoError when it has some but none is valid; InputError when
-// the checkpoint holds another model. Collective over comm. A parallel trainer passes a
-// source (export_state) and a sink (import_state).
+// (training starts from scratch). A checkpoint whose step, tokens_seen and data position do
+// not agree (check_consistency) is not valid. IoError when it has some but none is valid;
+// InputError, refusing to resume, when the newest valid one is not this job's: another job's,
+// another model, another batch_size or seq_len, or a step past the job's steps. Collective
+// over comm. A parallel trainer passes a source (export_state) and a sink (import_state).
 std::optional<TrainPoint> resume_training(MPI_Comm comm, const JobCheckpointing& job,
                                           const StateView& into);
 std::optional<TrainPoint> resume_training(MPI_Comm comm, const JobCheckpointing& job,

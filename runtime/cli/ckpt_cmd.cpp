@@ -29,6 +29,9 @@ struct CkptArgs {
 int run_inspect(const CkptArgs& a) {
   const ckpt::MpiGuard mpi;
   const ckpt::CheckpointInfo info = ckpt::inspect_checkpoint(a.file, !a.no_verify);
+  // step, tokens_seen and data_position must agree as a resume checks them (without the data,
+  // whose epoch length is not in the file, as far as the position alone tells).
+  const std::string inconsistent = ckpt::check_consistency(info.meta);
   if (a.json) {
     const auto& m = info.meta;
     nlohmann::json j = {{"file", a.file},
@@ -44,7 +47,10 @@ int run_inspect(const CkptArgs& a) {
                         {"created_utc", m.created_utc},
                         {"model_config", to_json(m.model)},
                         {"train_config", to_json(m.train)},
-                        {"checksums_ok", info.all_ok()}};
+                        {"checksums_ok", info.all_ok()},
+                        {"meta_verified", m.meta_verified},
+                        {"consistent", inconsistent.empty()}};
+    if (!inconsistent.empty()) j["inconsistency"] = inconsistent;
     if (m.schedule_step >= 0) j["schedule_step"] = m.schedule_step;
     for (const auto& d : info.datasets) {
       nlohmann::json e = {{"path", d.path},
@@ -57,7 +63,7 @@ int run_inspect(const CkptArgs& a) {
   } else {
     std::printf("%s", ckpt::format_inspection(a.file, info).c_str());
   }
-  return info.all_ok() ? kExitOk : kExitFailure;
+  return info.all_ok() && inconsistent.empty() ? kExitOk : kExitFailure;
 }
 
 int run_export(const CkptArgs& a) {
@@ -78,8 +84,8 @@ void add_ckpt_command(CLI::App& root, Action* action) {
 
   CLI::App* inspect = cmd->add_subcommand(
       "inspect",
-      "Step, job, strategy, tensors with shapes and sizes, and whether every checksum matches "
-      "(exit 1 when one does not)");
+      "Step, job, strategy, tensors with shapes and sizes, whether every checksum matches and "
+      "whether step, tokens_seen and data_position agree (exit 1 when not)");
   inspect->add_option("file", args->file, "Checkpoint file (.h5)")
       ->required()
       ->check(CLI::ExistingFile);

@@ -175,6 +175,16 @@ struct Coordinator::Impl {
     std::ifstream in(setup.run_dir / "timeline.jsonl");
     std::string line;
     double last_t = 0;
+    // Segments still open when their run ended had no report: the run was killed (SIGKILL, a
+    // lost node, an MPI abort) with them, by its last event.
+    auto close_killed = [&] {
+      for (auto& js : jobs)
+        if (!js.past_segments.empty() && js.past_segments.back()["end_s"].is_null()) {
+          auto& seg = js.past_segments.back();
+          seg["end_s"] = std::max(last_t, seg["start_s"].get<double>());
+          seg["status"] = "interrupted";
+        }
+    };
     while (std::getline(in, line)) {
       nlohmann::json e;
       try {
@@ -182,8 +192,9 @@ struct Coordinator::Impl {
       } catch (const nlohmann::json::exception&) {
         continue;  // the half-written last line of a run that was killed
       }
-      last_t = std::max(last_t, e.value("t", 0.0));
       const std::string kind = e.value("event", "");
+      if (kind == "plan") close_killed();  // each run's first event: the previous run is over
+      last_t = std::max(last_t, e.value("t", 0.0));
       JobState* js = e.contains("job") ? find(e["job"].get<std::string>()) : nullptr;
       if (js == nullptr) continue;
       if (kind == "job_start") {
@@ -207,15 +218,17 @@ struct Coordinator::Impl {
         if (kind == "job_end" && e.contains("val_loss")) js->val_loss = e["val_loss"].get<double>();
       }
     }
-    // A segment a hard kill cut short: it ended by the last event written; the work after its
-    // job's newest checkpoint is lost (this run restarts from there).
+    close_killed();
+    // What a killed segment kept is its job's checkpoint at the time: the step the job's next
+    // segment started from, or for its last one the newest checkpoint this run resumes from.
     for (auto& js : jobs)
-      for (auto& seg : js.past_segments)
-        if (seg["end_s"].is_null()) {
-          seg["end_s"] = last_t;
-          seg["end_step"] = js.steps_done;
-          seg["status"] = "interrupted";
-        }
+      for (std::size_t k = 0; k < js.past_segments.size(); ++k) {
+        auto& seg = js.past_segments[k];
+        if (seg["status"] != "interrupted") continue;
+        seg["end_step"] = k + 1 < js.past_segments.size()
+                              ? js.past_segments[k + 1].value("start_step", js.steps_done)
+                              : js.steps_done;
+      }
   }
 
   double now() const {
@@ -597,8 +610,9 @@ struct Coordinator::Impl {
       e["event"] = "job_stop";
       e["reason"] = o.value("reason", "");
       event(e);
-      const bool by_signal = o.value("reason", "").rfind("signal", 0) == 0;
-      if (by_signal && !stopping) enter_stopping(o.value("signal", 10));
+      const bool by_signal =
+          o.value("signal", 0) != 0 || o.value("reason", "").rfind("signal", 0) == 0;
+      if (by_signal && !stopping) enter_stopping(o.value("signal", 0));
       js->status = stopping ? Status::kStopped : Status::kPending;
       if (js->move_after_stop && !stopping) js->status = Status::kPending;
     }
@@ -610,9 +624,9 @@ struct Coordinator::Impl {
     stopping = true;
     stop_signal = sig;
     event({{"event", "signal"}, {"signal", sig}});
-    log::warn("signal {} received: checkpointing every running job, then exiting with code 99",
-              sig);
-    for (auto& js : jobs) request_stop(js, fmt::format("signal {}", sig));
+    const std::string what = sig != 0 ? describe_signal(sig) : std::string("a stop signal");
+    log::warn("{} received: checkpointing every running job, then exiting with code 99", what);
+    for (auto& js : jobs) request_stop(js, what);
   }
 
   bool all_done() const {
@@ -763,7 +777,7 @@ struct Coordinator::Impl {
       while (auto m = try_recv_json(control, MPI_ANY_SOURCE, kTagReady, &from)) {
         busy = true;
         if (m->value("type", "") == "signal") {
-          enter_stopping(m->value("signal", 10));
+          enter_stopping(m->value("signal", 0));
           continue;
         }
         idle.insert(from);

@@ -10,6 +10,7 @@
 #include <optional>
 #include <thread>
 
+#include "runtime/checkpoint/checkpoint.hpp"
 #include "runtime/checkpoint/store.hpp"
 #include "runtime/comm/agree.hpp"
 #include "runtime/comm/mpi_communicator.hpp"
@@ -20,6 +21,7 @@
 #include "runtime/exec/job_runner.hpp"
 #include "runtime/exec/messages.hpp"
 #include "runtime/exec/planning.hpp"
+#include "runtime/exec/run_lock.hpp"
 #include "runtime/exec/signals.hpp"
 
 namespace saturn::exec {
@@ -60,6 +62,55 @@ ResumeState read_resume_state(const Workload& w, const fs::path& run_dir) {
     }
   }
   return s;
+}
+
+// The root attributes of a checkpoint, or nullopt when it cannot be read (a corrupt newest
+// checkpoint is the loader's to skip, with its warning). Rank 0 alone, on MPI_COMM_SELF.
+std::optional<ckpt::CheckpointMeta> meta_of(const fs::path& file) {
+  try {
+    return ckpt::read_meta(MPI_COMM_SELF, file);
+  } catch (const ckpt::CheckpointError&) {
+    return std::nullopt;
+  }
+}
+
+// --resume: a job whose checkpoints are another job's, or past its steps, cannot continue from
+// them; the resume is refused before any rank trains (it used to "finish" such a job with steps
+// that never ran and no final.h5).
+void check_resumable(const Workload& w, const fs::path& run_dir) {
+  for (const auto& job : w.jobs) {
+    const fs::path job_dir = run_dir / "jobs" / job.id;
+    const std::int64_t steps = job.train.steps;
+    const fs::path final = ckpt::final_path(job_dir);
+    if (fs::exists(final)) {
+      const auto m = meta_of(final);
+      if (m && m->job_id != job.id)
+        throw InputError(fmt::format("--resume: {} belongs to job '{}', not to job '{}'",
+                                     final.string(), m->job_id, job.id));
+      if (m && m->step != steps)
+        throw InputError(fmt::format(
+            "--resume: job {} finished at step {} ({}), but the workload now gives it {} steps; "
+            "restore steps: {}, or move {} away to continue the job from its newest checkpoint",
+            job.id, m->step, final.string(), steps, m->step, final.filename().string()));
+      continue;
+    }
+    const auto files = ckpt::list_checkpoints(job_dir);
+    if (files.empty()) continue;
+    const auto step = ckpt::parse_step_file_name(files.front().filename().string());
+    if (step && *step > steps)
+      throw InputError(fmt::format(
+          "--resume: job {}'s newest checkpoint {} is at step {}, past the job's {} steps (were "
+          "the workload's steps lowered?); give it at least {} steps, or move {} away to train "
+          "it from scratch",
+          job.id, files.front().string(), *step, steps, *step,
+          ckpt::checkpoints_dir(job_dir).string()));
+    const auto m = meta_of(files.front());
+    if (m && m->job_id != job.id)
+      throw InputError(fmt::format(
+          "--resume: {} belongs to job '{}', not to job '{}' (copied from another job's "
+          "directory?); move it away to resume the job",
+          files.front().string(), m->job_id, job.id));
+  }
 }
 
 // Every rank: ask the coordinator for work, run it, report, until told to exit.
@@ -123,7 +174,8 @@ int run_batch(const RunOptions& options) {
   ResumeState resume;
   RankMap ranks;
   PlanningInput planning;
-  double profiling_s = 0;  // calibration and trials, before the batch's clock starts
+  double profiling_s = 0;       // calibration and trials, before the batch's clock starts
+  std::optional<RunLock> lock;  // rank 0's, released when run_batch returns
   try {
     // Everything about the input is checked before any rank trains or anything is written.
     comm::agree_on(*world, [&] {
@@ -148,6 +200,12 @@ int run_batch(const RunOptions& options) {
                 fmt::format("--resume: the run's data file {} no longer exists", f.string()));
       }
       run_dir = options.run_dir.empty() ? fs::path("runs") / w.name : options.run_dir;
+      if (fs::exists(run_dir) && !fs::is_directory(run_dir))
+        throw InputError(fmt::format("run directory {} is not a directory", run_dir.string()));
+      // One run per directory (run_lock.hpp), from before anything in it is read or written
+      // until the last rank is done. A --resume of nothing is refused below without creating it.
+      if (rank == 0 && (!options.resume || fs::is_directory(run_dir)))
+        lock = RunLock::acquire(run_dir, !options.resume);
       // Not given on --resume: the memory the interrupted run was given (same machine).
       const auto memory = [&](const std::string& given, const char* key, const char* flag) {
         if (given.empty() && state && state->contains(key)) {
@@ -170,7 +228,10 @@ int run_batch(const RunOptions& options) {
       if (options.resume && !has_run)
         throw InputError(fmt::format("--resume: {} holds no run to resume (no timeline.jsonl)",
                                      run_dir.string()));
-      if (options.resume) resume = read_resume_state(w, run_dir);
+      if (options.resume) {
+        if (rank == 0) check_resumable(w, run_dir);
+        resume = read_resume_state(w, run_dir);
+      }
     });
     comm::agree_on(*world, [&] { ranks = discover_cluster(MPI_COMM_WORLD, w.cluster, capacity); });
     if (rank == 0 && !options.quiet)

@@ -55,6 +55,7 @@ nlohmann::json SegmentOutcome::to_json() const {
                       {"has_val", has_val},
                       {"peak_device_bytes", peak_device_bytes}};
   if (has_val) j["val_loss"] = val_loss;
+  if (signal != 0) j["signal"] = signal;
   return j;
 }
 
@@ -84,10 +85,12 @@ SegmentOutcome run_segment(const RunContext& ctx, const SegmentLaunch& launch, M
     const auto now = Clock::now();
     const double step_time = std::chrono::duration<double>(now - last_step_end).count();
     last_step_end = now;
-    std::int32_t flags = 0;  // 1: stop requested (coordinator or signal), 2: failure injected
+    // [0]: 1 stop requested (coordinator or signal), 2 failure injected; [1]: a stop signal
+    // some rank received (the job's ranks learn its number, so the report names it).
+    std::int32_t flags[2] = {0, 0};
     if (leader) {
       if (auto m = try_recv_json(ctx.control, 0, kTagStop)) {
-        flags |= 1;
+        flags[0] |= 1;
         stop_reason = m->value("reason", "re-plan");
       }
       if (r.has_val || r.step == job.train.steps ||
@@ -103,17 +106,21 @@ SegmentOutcome run_segment(const RunContext& ctx, const SegmentLaunch& launch, M
       }
     }
     if (const int sig = stop_signal_received(); sig != 0) {
-      flags |= 1;
-      if (stop_reason.empty()) stop_reason = fmt::format("signal {}", sig);
+      flags[0] |= 1;
+      flags[1] = sig;
     }
-    if (comm.rank() == comm.size() - 1 && injected_failure(job.id, r.step)) flags |= 2;
-    comm.allreduce(&flags, 1, comm::ReduceOp::kMax);
-    if (flags & 2)
+    if (comm.rank() == comm.size() - 1 && injected_failure(job.id, r.step)) flags[0] |= 2;
+    comm.allreduce(flags, 2, comm::ReduceOp::kMax);
+    if (flags[0] & 2)
       throw comm::AgreedFailure(
           fmt::format("injected failure at step {} (SATURN_FAIL_JOB)", r.step), kExitFailure,
           comm.size() - 1);
-    if ((flags & 1) && stop_reason.empty()) stop_reason = "stop requested";
-    return (flags & 1) != 0;
+    if (flags[1] != 0) {  // a signal outranks a re-plan's stop: the whole batch stops
+      out.signal = flags[1];
+      stop_reason = describe_signal(flags[1]);
+    }
+    if ((flags[0] & 1) && stop_reason.empty()) stop_reason = "stop requested";
+    return (flags[0] & 1) != 0;
   };
   try {
     par.knobs = parallel::parse_knobs(launch.knobs);

@@ -31,7 +31,8 @@ struct SegmentLaunch {
 struct SegmentOutcome {
   std::string status;     // finished | stopped | failed
   std::int64_t step = 0;  // optimizer steps done when the segment ended
-  std::string reason;     // failed: why; stopped: "signal N" or "re-plan"
+  std::string reason;     // failed: why; stopped: "signal N (SIGNAME)" or "re-plan"
+  int signal = 0;         // stopped by a stop signal some rank of the job received: its number
   bool has_val = false;
   double val_loss = 0;
   double peak_device_bytes = 0;

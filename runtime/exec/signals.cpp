@@ -1,5 +1,7 @@
 #include "runtime/exec/signals.hpp"
 
+#include <fmt/format.h>
+
 #include <csignal>
 
 namespace saturn::exec {
@@ -18,6 +20,7 @@ void install_stop_signal_handlers() {
   sa.sa_flags = SA_RESTART;  // blocking MPI and file calls resume after the handler
   sigaction(SIGUSR1, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
 }
 
 int stop_signal_received() {
@@ -26,6 +29,17 @@ int stop_signal_received() {
 
 void request_stop(int signal_number) {
   if (g_stop_signal == 0) g_stop_signal = signal_number;
+}
+
+std::string describe_signal(int signal_number) {
+  const char* name = signal_number == SIGUSR1   ? "SIGUSR1"
+                     : signal_number == SIGUSR2 ? "SIGUSR2"
+                     : signal_number == SIGTERM ? "SIGTERM"
+                     : signal_number == SIGINT  ? "SIGINT"
+                     : signal_number == SIGHUP  ? "SIGHUP"
+                                                : nullptr;
+  return name ? fmt::format("signal {} ({})", signal_number, name)
+              : fmt::format("signal {}", signal_number);
 }
 
 }  // namespace saturn::exec

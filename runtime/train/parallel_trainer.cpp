@@ -81,6 +81,7 @@ TrainResult train_with_strategy(const TrainJob& job, const TrainOptions& options
   ckpt::JobCheckpointing ck{
       job.id, job.model, tc, par.strategy, par.degree, options.job_dir, options.keep_checkpoints};
   ck.compute_threads = cpu::compute_threads();
+  ck.sequences_per_epoch = train_loader->num_sequences();
   const ckpt::SliceSource source = [&](ckpt::StatePart part) {
     return strategy->export_state(static_cast<parallel::StateKind>(static_cast<int>(part)));
   };

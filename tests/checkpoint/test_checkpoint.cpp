@@ -354,7 +354,9 @@ TEST_F(OneProcess, SingleDeviceViewAndTrainPoint) {
   job.job_dir = dir_ / "jobs" / "j";
   EXPECT_FALSE(checkpoint_due(job.train, 4));
   EXPECT_TRUE(checkpoint_due(job.train, 10));
-  TrainPoint pt{10, {2, 17}, ""};
+  // 10 steps of 4 sequences: 40, i.e. epoch 2, index 6 of a 17-sequence epoch (positions that
+  // contradict the step are not valid).
+  TrainPoint pt{10, {2, 6}, ""};
   save_training_checkpoint(MPI_COMM_SELF, job, pt,
                            single_device_view(layout, p.data(), m.data(), v.data()));
   std::vector<float> p2(p.size()), m2(m.size()), v2(v.size());
@@ -362,7 +364,7 @@ TEST_F(OneProcess, SingleDeviceViewAndTrainPoint) {
                                     single_device_view(layout, p2.data(), m2.data(), v2.data()));
   ASSERT_TRUE(back);
   EXPECT_EQ(back->step, 10);
-  EXPECT_EQ(back->position, (data::LoaderPosition{2, 17}));
+  EXPECT_EQ(back->position, (data::LoaderPosition{2, 6}));
   EXPECT_EQ(back->rng_state, "{\"seed\":1234}");
   EXPECT_EQ(std::memcmp(p.data(), p2.data(), p.size() * 4), 0);
   EXPECT_EQ(std::memcmp(m.data(), m2.data(), m.size() * 4), 0);

@@ -334,7 +334,7 @@ if [[ $mode == requeue ]]; then
     why=
     [[ $state == COMPLETED && $restarts == 1 ]] || why="state $state, restarts $restarts"
     # The first start: USR1 reached the ranks, each job checkpointed, the launcher exited 99.
-    grep -q 'warning: signal 10 received: checkpointing every running job' "$log" ||
+    grep -q 'warning: signal 10 (SIGUSR1) received: checkpointing every running job' "$log" ||
       why+=" [no signal in the ranks]"
     first=$(sed -n '1,/launcher exited with 99/p' "$log")
     for j in m-lr1e-3-bs3 m-lr3e-3-bs3; do

@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# Signals and what summary.json says about them (issue 15, item 8):
+#  1. SIGINT to `saturn run --np 2`: every job checkpoints, exit 99 (it used to exit 1: mpirun
+#     itself killed the ranks a second after SIGINT); --resume finishes; no segment is marked
+#     "interrupted", and each job's segments chain (a segment ends where the next starts);
+#  2. SIGTERM to rank 1, then to rank 0: exit 99, named "signal 15 (SIGTERM)" in the log, the
+#     timeline and the stop reasons (it could be logged as "signal 10");
+#  3. kill -9 of a rank in two successive runs, then a resume to the end: the killed segments
+#     are "interrupted", each ending at the step its job's next segment started from (they all
+#     used to get the same end_step).
+# Usage: test_run_signals.sh SATURN_EXE
+set -uo pipefail
+saturn="$1"
+py=/usr/bin/python3
+source "$(dirname "$0")/../lib.sh"
+export OMP_NUM_THREADS=1 SATURN_CALIBRATION_CACHE=none
+started=()  # launchers this test started, killed on exit if still there
+trap 'for p in "${started[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$work"' EXIT
+
+prepare_data "$saturn" 20 || bad "data prepare"
+cat >"$work/w.yaml" <<YAML
+name: signals
+data: {train: $work/data/train.bin, val: $work/data/val.bin}
+defaults:
+  seq_len: 32
+  steps: 400
+  eval_every: 100
+  eval_batches: 1
+  checkpoint_every: 10
+  seed: 3
+models:
+  small: {arch: gpt2, n_layer: 2, n_head: 2, d_model: 32}
+jobs:
+  - sweep: {model: [small], lr: [1e-3, 3e-3], batch_size: [8]}
+solver: {time_limit: 1}
+YAML
+
+# Largest step any job of run directory $1 has written to its metrics (0 when none).
+max_step() {
+  $py - "$1" <<'PY' 2>/dev/null || echo 0
+import glob, json, sys
+steps = [0]
+for f in glob.glob(sys.argv[1] + "/jobs/*/metrics.jsonl"):
+    for line in open(f):
+        try:
+            steps.append(json.loads(line)["step"])
+        except ValueError:
+            pass
+print(max(steps))
+PY
+}
+wait_past() {  # wait_past DIR STEP
+  for _ in $(seq 1 900); do
+    [ "$(max_step "$1")" -gt "$2" ] && return 0
+    sleep 0.1
+  done
+  return 1
+}
+# start DIR [saturn run args]: a launcher in the background ($launcher), with SIGINT at its
+# default (a non-interactive shell starts background commands with SIGINT ignored).
+start() {
+  local dir=$1
+  shift
+  env --default-signal=INT "$saturn" run "$@" --np 2 --no-trials >"$dir.log" 2>&1 &
+  launcher=$!
+  started+=("$launcher")
+}
+# rank N: the pid of rank N of the launcher's mpirun (its child with OMPI_COMM_WORLD_RANK=N).
+rank() {
+  for p in $(pgrep -P "$(pgrep -P "$launcher")"); do
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1" && echo "$p"
+  done | head -1
+}
+
+# summary_check DIR EXIT_CODE [MIN_INTERRUPTED]: every job's segments chain from step 0;
+# "interrupted" appears at least MIN_INTERRUPTED times, and never when MIN_INTERRUPTED is 0.
+summary_check() {
+  $py - "$@" <<'PY'
+import json, os, sys
+d, code = sys.argv[1], int(sys.argv[2])
+least = int(sys.argv[3]) if len(sys.argv) > 3 else 0
+s = json.load(open(os.path.join(d, "summary.json")))
+assert s["exit_code"] == code, s["exit_code"]
+interrupted = 0
+for j in s["jobs"]:
+    segs = j["segments"]
+    assert segs[0]["start_step"] == 0, (j["id"], segs)
+    for a, b in zip(segs, segs[1:]):
+        assert a["end_step"] == b["start_step"], (j["id"], "segments do not chain", segs)
+        assert a["status"] in ("stopped", "interrupted"), (j["id"], segs)
+    interrupted += sum(seg["status"] == "interrupted" for seg in segs)
+    if code == 0:
+        assert j["status"] == "finished" and segs[-1]["end_step"] == j["steps"], (j["id"], segs)
+assert interrupted >= least and (least > 0 or interrupted == 0), (interrupted, least)
+print("segments:", {j["id"]: [(g["start_step"], g["end_step"], g["status"]) for g in j["segments"]] for j in s["jobs"]})
+PY
+}
+
+# 1. SIGINT to the launcher.
+A="$work/sigint"
+start "$A" "$work/w.yaml" --run-dir "$A"
+wait_past "$A" 20 || bad "sigint: no training"
+kill -INT "$launcher"
+wait "$launcher"
+rc=$?
+[ $rc -eq 99 ] && grep -q "SIGINT: asking every rank to checkpoint and stop" "$A.log" &&
+  summary_check "$A" 99 >/dev/null && ok "SIGINT: every job checkpointed, exit 99, summary.json says 99" ||
+  { bad "SIGINT: exit $rc"; tail -5 "$A.log"; }
+"$saturn" run --resume "$A" --np 2 --no-trials >"$A.resume.log" 2>&1 && summary_check "$A" 0 &&
+  ok "SIGINT: --resume finished; segments chain, none 'interrupted'" || { bad "SIGINT: resume"; tail -5 "$A.resume.log"; }
+
+# 2. SIGTERM to one rank.
+for who in 1 0; do
+  B="$work/sigterm-rank$who"
+  start "$B" "$work/w.yaml" --run-dir "$B"
+  wait_past "$B" 20 || bad "sigterm $who: no training"
+  victim=$(rank $who)
+  kill -TERM "$victim"
+  wait "$launcher"
+  rc=$?
+  if [ $rc -eq 99 ] && grep -q "warning: signal 15 (SIGTERM) received: checkpointing every running job" "$B.log" &&
+    ! grep -q "signal 10" "$B.log" && $py - "$B" <<'PY'
+import json, os, sys
+events = [json.loads(l) for l in open(os.path.join(sys.argv[1], "timeline.jsonl"))]
+assert [e["signal"] for e in events if e["event"] == "signal"] == [15], events
+stops = [e["reason"] for e in events if e["event"] == "job_stop"]
+assert stops and all(r == "signal 15 (SIGTERM)" for r in stops), stops
+PY
+  then
+    ok "SIGTERM to rank $who (pid $victim): exit 99, named signal 15 (SIGTERM) in the log and the timeline"
+  else
+    bad "SIGTERM to rank $who (pid $victim): exit $rc"; grep -i signal "$B.log" | head -5
+  fi
+done
+
+# 3. kill -9 of a rank, twice, then a resume to the end.
+C="$work/killed"
+start "$C" "$work/w.yaml" --run-dir "$C"
+wait_past "$C" 40 || bad "kill -9: no training"
+kill -9 "$(rank 1)"
+wait "$launcher"
+reached=$(max_step "$C")
+start "$C.2" --resume "$C"
+wait_past "$C" $((reached + 40)) || bad "kill -9: the first resume did not train"
+kill -9 "$(rank 1)"
+wait "$launcher"
+"$saturn" run --resume "$C" --np 2 --no-trials >"$C.3.log" 2>&1 || { bad "kill -9: last resume: exit $?"; tail -5 "$C.3.log"; }
+# The killed rank's job in each killed run is "interrupted" (the other rank's job may have
+# checkpointed on mpirun's SIGTERM and stopped).
+summary_check "$C" 0 2 && ok "kill -9 twice: the killed segments are 'interrupted', each ends where its job's next starts" ||
+  bad "kill -9 twice: summary.json segments"
+finish
