@@ -209,7 +209,10 @@ void attention_case(GpuOps& t, int B, int T, int H, int hd) {
   cuda::attention_backward(t.ctx(), d_dqkv, d_dqkv + C, d_dqkv + 2 * C, delta, t.upload_bf16(dout),
                            d_out, d_lse, d_qkv, d_qkv + C, d_qkv + 2 * C, stride, B, T, H, hd);
   const Vec got = t.download(d_dqkv, dqkv.size());
-  // Compare q, k and v gradients separately (each has its own scale).
+  // Compare q, k and v gradients separately (each has its own scale). dq and dk go through
+  // dS = P ⊙ (dP − Δ), Δ = rowsum(dO ⊙ O): the GPU's Δ comes from its bf16 output O (as in the
+  // model), the CPU's from fp32, and where dP ≈ Δ the difference cancels down to ~2^-9·|dP|,
+  // twice the bf16 bound's share: 2^-6 per element for these two.
   for (int part = 0; part < 3; ++part) {
     Vec g, w;
     for (std::size_t r = 0; r < N; ++r)
@@ -218,7 +221,7 @@ void attention_case(GpuOps& t, int B, int T, int H, int hd) {
         w.push_back(dqkv[r * stride + part * C + c]);
       }
     SCOPED_TRACE(part == 0 ? "dq" : part == 1 ? "dk" : "dv");
-    SATURN_EXPECT_CLOSE(g, w, kTolBf16);
+    SATURN_EXPECT_CLOSE(g, w, part == 2 ? kTolBf16 : 2 * kTolBf16);
   }
 }
 

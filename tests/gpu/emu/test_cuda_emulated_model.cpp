@@ -36,6 +36,12 @@ TEST_P(EmulatedModel, TrainingTracksCpu) {
 INSTANTIATE_TEST_SUITE_P(Arch, EmulatedModel, ::testing::Values(Arch::kGpt2, Arch::kLlama),
                          [](const auto& p) { return std::string(arch_name(p.param)); });
 
+// What estimates add for the backend itself is what a CUDA device takes before any model.
+TEST(EmulatedDevice, WorkspaceIsWhatTheTraitsSay) {
+  auto device = make_device(DeviceKind::kCuda, 0, 0);
+  EXPECT_EQ(device->memory().in_use(), backend_traits(DeviceKind::kCuda).device_workspace);
+}
+
 TEST(EmulatedDevice, HostAccessToDeviceMemoryFaultsWithAClearMessage) {
   auto device = make_device(DeviceKind::kCuda, 0, 0);
   Buffer<float> b(device->memory(), 16, "test");
