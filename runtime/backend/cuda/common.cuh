@@ -11,10 +11,10 @@
 namespace saturn::cuda::detail {
 
 // Block size of the elementwise and row kernels. Every one of them works for any multiple of 32;
-// the CPU emulator (tests/gpu/emu) uses small ones for speed, except in the build that checks
-// the real size (SATURN_EMU_REAL_BLOCKS).
+// the CPU emulator (tests/gpu/emu) uses one warp for speed (its cost is one context switch per
+// thread per barrier), except in the build that checks the real size (SATURN_EMU_REAL_BLOCKS).
 #if defined(SATURN_CUDA_EMULATION) && !defined(SATURN_EMU_REAL_BLOCKS)
-constexpr int kThreads = 64;
+constexpr int kThreads = 32;
 #else
 constexpr int kThreads = 256;
 #endif

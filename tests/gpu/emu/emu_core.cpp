@@ -269,9 +269,9 @@ DeviceAccess::~DeviceAccess() {
 
 }  // namespace emu
 
-// The context switch of the fibers (x86-64 System V): saves the callee-saved registers and the
-// floating-point control words on the current stack, stores the stack pointer in *from, loads
-// `to` and restores the same from there.
+// The context switch of the fibers (x86-64 System V): saves the callee-saved registers on the
+// current stack, stores the stack pointer in *from, loads `to` and restores the same from there.
+// The floating-point control words are not switched: kernels never change them.
 extern "C" void saturn_emu_switch(void** from, void* to);
 asm(R"(
   .text
@@ -284,14 +284,8 @@ saturn_emu_switch:
   pushq %r13
   pushq %r14
   pushq %r15
-  subq $8, %rsp
-  stmxcsr (%rsp)
-  fnstcw 4(%rsp)
   movq %rsp, (%rdi)
   movq %rsi, %rsp
-  ldmxcsr (%rsp)
-  fldcw 4(%rsp)
-  addq $8, %rsp
   popq %r15
   popq %r14
   popq %r13
@@ -307,7 +301,7 @@ saturn_emu_switch:
 namespace emu {
 namespace {
 
-constexpr std::size_t kStackBytes = std::size_t{256} << 10;  // per thread of a block
+constexpr std::size_t kStackBytes = std::size_t{128} << 10;  // per thread of a block
 
 enum class Wait { kNone, kBlock, kWarp };
 
@@ -328,7 +322,10 @@ struct FastRng {
     s ^= s >> 27;
     return s * 0x2545F4914F6CDD1DULL;
   }
-  unsigned below(unsigned n) { return static_cast<unsigned>(next() % n); }
+  // Lemire's multiply-shift: no division in the scheduler's hot loop.
+  unsigned below(unsigned n) {
+    return static_cast<unsigned>(((next() >> 32) * n) >> 32);
+  }
 };
 
 struct Runner {
@@ -371,6 +368,28 @@ struct Runner {
 
 Runner* g_runner = nullptr;  // the launching thread's (kernels run on the thread that launches)
 
+// SATURN_EMU_STATS=1: what the emulator did, printed at exit (for tuning it).
+struct Stats {
+  std::uint64_t launches = 0, blocks = 0, phases = 0, switches = 0;
+  std::map<std::string, std::uint64_t> by_kernel;  // switches by launch shape
+  bool on = std::getenv("SATURN_EMU_STATS") != nullptr;
+  ~Stats() {
+    if (on) {
+      std::vector<std::pair<std::uint64_t, std::string>> v;
+      for (const auto& [k, n] : by_kernel) v.push_back({n, k});
+      std::sort(v.rbegin(), v.rend());
+      for (std::size_t i = 0; i < v.size() && i < 12; ++i)
+        std::fprintf(stderr, "  %12llu switches: %s\n", static_cast<unsigned long long>(v[i].first),
+                     v[i].second.c_str());
+    }
+    if (on)
+      std::fprintf(stderr, "CUDA emulator: %llu launches, %llu blocks, %llu phases, %llu switches\n",
+                   static_cast<unsigned long long>(launches), static_cast<unsigned long long>(blocks),
+                   static_cast<unsigned long long>(phases), static_cast<unsigned long long>(switches));
+  }
+};
+Stats g_stats;
+
 Runner& runner() {
   static thread_local Runner r;
   return r;
@@ -385,21 +404,17 @@ Runner& runner() {
   std::abort();  // a finished fiber is never resumed
 }
 
-void start(Fiber& f) {
-  // A frame that saturn_emu_switch "returns" into fiber_main from: the control words, six
-  // registers, the return address, and a fake caller's return address (alignment as after a
-  // call).
-  char* top = f.stack + kStackBytes;
+void start(Fiber& f, unsigned t) {
+  // A frame that saturn_emu_switch "returns" into fiber_main from: six registers, the return
+  // address, and a fake caller's return address (alignment as after a call). Each thread's
+  // stack top is moved by a different number of cache lines: stacks a power of two apart would
+  // all map to the same cache sets and evict one another at every switch.
+  char* top = f.stack + kStackBytes - (t % 512) * 80;
   top -= reinterpret_cast<std::uintptr_t>(top) % 16;
   auto* sp = reinterpret_cast<std::uint64_t*>(top);
   *--sp = 0;                                              // fiber_main's caller (none)
   *--sp = reinterpret_cast<std::uint64_t>(&fiber_main);  // popped by ret
   for (int i = 0; i < 6; ++i) *--sp = 0;                 // rbp rbx r12 r13 r14 r15
-  --sp;
-  const std::uint32_t mxcsr = 0x1F80;
-  const std::uint16_t fpcw = 0x037F;
-  std::memcpy(reinterpret_cast<char*>(sp), &mxcsr, 4);
-  std::memcpy(reinterpret_cast<char*>(sp) + 4, &fpcw, 2);
   f.sp = sp;
   f.done = false;
   f.wait = Wait::kNone;
@@ -431,12 +446,13 @@ void yield(Wait w) {
 
 void run_block(Runner& r, unsigned threads) {
   std::vector<unsigned>& order = r.order;
-  for (unsigned t = 0; t < threads; ++t) start(r.fibers[t]);
+  for (unsigned t = 0; t < threads; ++t) start(r.fibers[t], t);
   r.done = r.at_block = 0;
   std::fill(r.at_warp.begin(), r.at_warp.end(), 0u);
   for (;;) {
     // One phase: every runnable thread runs until it waits or exits, in a shuffled order.
     for (unsigned i = threads - 1; i > 0; --i) std::swap(order[i], order[r.rng.below(i + 1)]);
+    ++g_stats.phases;
     for (unsigned i = 0; i < threads; ++i) {
       const unsigned t = order[i];
       Fiber& f = r.fibers[t];
@@ -444,6 +460,7 @@ void run_block(Runner& r, unsigned threads) {
       r.current = &f;
       r.current_index = t;
       threadIdx = uint3{t, 0, 0};
+      ++g_stats.switches;
       saturn_emu_switch(&r.scheduler_sp, f.sp);
     }
     if (r.done == threads) return;
@@ -516,6 +533,8 @@ void launch(Dim3 grid, Dim3 block, std::size_t smem_bytes, const std::function<v
   r.order.resize(threads);
   std::iota(r.order.begin(), r.order.end(), 0u);
   DeviceAccess access;
+  ++g_stats.launches;
+  const std::uint64_t switches_before = g_stats.switches;
   g_runner = &r;
   r.running = true;
   for (std::size_t b : order) {
@@ -523,10 +542,16 @@ void launch(Dim3 grid, Dim3 block, std::size_t smem_bytes, const std::function<v
                      static_cast<unsigned>(b / grid.x % grid.y),
                      static_cast<unsigned>(b / (static_cast<std::size_t>(grid.x) * grid.y))};
     r.smem.assign(smem_bytes + 16, 0xFF);  // garbage, as on a GPU
+    ++g_stats.blocks;
     run_block(r, threads);
   }
   r.running = false;
   g_runner = nullptr;
+  if (g_stats.on) {
+    g_stats.by_kernel[body.target_type().name() + std::string(" grid ") + std::to_string(grid.x) +
+                      "x" + std::to_string(grid.y) + " block " + std::to_string(threads)] +=
+        g_stats.switches - switches_before;
+  }
 }
 
 }  // namespace emu
