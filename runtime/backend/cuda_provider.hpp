@@ -23,6 +23,9 @@ struct CudaProvider {
   const char* name = "none";
   // How many CUDA devices this process can use; `why` says why when 0.
   int (*device_count)(std::string* why) = nullptr;
+  // The model name of GPU `index` (for fingerprints and logs), without touching the device;
+  // the reason when it cannot be read. Never throws.
+  std::string (*device_name)(int index) = nullptr;
   // GPU `index` (modulo the count) as a Device with `capacity` bytes (0: what it has free);
   // InputError naming why none is usable.
   std::unique_ptr<Device> (*make_device)(int index, std::size_t capacity) = nullptr;

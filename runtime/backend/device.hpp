@@ -15,6 +15,7 @@
 #include <memory>
 #include <string>
 
+#include "runtime/core/adamw_step.hpp"
 #include "runtime/core/dtype.hpp"
 #include "runtime/core/exact_sum.hpp"
 #include "runtime/core/memory.hpp"
@@ -38,18 +39,11 @@ struct BackendTraits {
   // The kernels read a copy of the fp32 master weights in another type (bf16 on CUDA); on the
   // CPU the master weights are what the kernels read.
   bool separate_weights() const { return weights != DType::kFloat32; }
+  // What one buffer of `bytes` takes from the device's pool (its allocator's rounding: the CUDA
+  // caching allocator's granules; exact on the CPU). Estimates count every buffer this way.
+  std::size_t footprint(std::size_t bytes) const;
 };
 const BackendTraits& backend_traits(DeviceKind kind);
-
-// The scalars of one AdamW update (as torch.optim.AdamW takes them).
-struct AdamWStep {
-  float lr = 0;
-  float beta1 = 0.9f;
-  float beta2 = 0.999f;
-  float eps = 1e-8f;
-  float weight_decay = 0;  // decoupled; 0 for tensors that are not decayed
-  int step = 1;            // 1-based, for bias correction
-};
 
 class Device {
  public:

@@ -18,6 +18,10 @@ int count(std::string* why) {
   return 0;
 }
 
+std::string name(int) {
+  return kWhy;
+}
+
 std::unique_ptr<Device> device(int, std::size_t) {
   throw InputError(fmt::format("--device cuda: {}", kWhy));
 }
@@ -29,7 +33,7 @@ std::unique_ptr<Model> model(Device&, const ModelConfig&, const ModelOptions&) {
 }  // namespace
 
 void install_cuda_provider() {
-  static const CudaProvider provider{"none", &count, &device, &model};
+  static const CudaProvider provider{"none", &count, &name, &device, &model};
   set_cuda_provider(provider);
 }
 

@@ -2,7 +2,6 @@
 // that estimates for GPU configurations can be made where no GPU is.
 #include <fmt/format.h>
 
-#include "runtime/backend/cuda_provider.hpp"
 #include "runtime/backend/device.hpp"
 #include "runtime/core/error.hpp"
 
@@ -24,6 +23,15 @@ DeviceKind parse_device_kind(const std::string& name) {
   throw InputError(fmt::format("unknown device '{}' (valid: cpu, cuda)", name));
 }
 
+std::size_t BackendTraits::footprint(std::size_t bytes) const {
+  if (kind == DeviceKind::kCpu || bytes == 0) return bytes;
+  // cuda::CachingDeviceAllocator::round (test_cuda_plan holds the two equal): 512-byte granules
+  // below 1 MiB, 2 MiB ones above.
+  constexpr std::size_t kSmall = 512, kLarge = std::size_t{2} << 20, kSplit = std::size_t{1} << 20;
+  const std::size_t g = bytes < kSplit ? kSmall : kLarge;
+  return (bytes + g - 1) / g * g;
+}
+
 const BackendTraits& backend_traits(DeviceKind kind) {
   // CPU: fp32 everywhere, the canonical unpadded layout. CUDA: bf16 activations and a bf16 copy
   // of the weights for the kernels; parameter groups start at 64 elements (128 bytes of bf16,
@@ -35,37 +43,6 @@ const BackendTraits& backend_traits(DeviceKind kind) {
   static const BackendTraits cuda{DeviceKind::kCuda, DType::kBFloat16, DType::kBFloat16, 64,
                                   (std::size_t{32} << 20) + 4608};
   return kind == DeviceKind::kCuda ? cuda : cpu;
-}
-
-namespace {
-
-constexpr const char* kNotInstalled =
-    "no CUDA provider is installed in this program (its main() must call "
-    "install_cuda_provider(); a build error)";
-
-int not_installed_count(std::string* why) {
-  if (why != nullptr) *why = kNotInstalled;
-  return 0;
-}
-std::unique_ptr<Device> not_installed_device(int, std::size_t) {
-  throw Error(kNotInstalled);
-}
-std::unique_ptr<Model> not_installed_model(Device&, const ModelConfig&, const ModelOptions&) {
-  throw Error(kNotInstalled);
-}
-
-const CudaProvider kNone{"none", &not_installed_count, &not_installed_device,
-                         &not_installed_model};
-const CudaProvider* g_provider = &kNone;
-
-}  // namespace
-
-const CudaProvider& cuda_provider() {
-  return *g_provider;
-}
-
-void set_cuda_provider(const CudaProvider& provider) {
-  g_provider = &provider;
 }
 
 }  // namespace saturn

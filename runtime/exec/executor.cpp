@@ -254,6 +254,7 @@ int run_batch(const RunOptions& options) {
     req.host_capacity = host_capacity;
     req.trials = options.trials;
     req.device = options.device;
+    req.device_index = options.device_index;
     req.current_practice = current_practice_trial(options);
     for (std::size_t j = 0; j < w.jobs.size(); ++j) {
       const bool done = !resume.finished.empty() && resume.finished[j];

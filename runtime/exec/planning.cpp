@@ -21,10 +21,15 @@ PlanningInput build_planning_input(const PlanningRequest& request, comm::Communi
   // memory fails its trial instead of the job.
   opts.trial.device_capacity = request.device_capacity;
   opts.trial.host_capacity = request.host_capacity;
+  opts.trial.device_index = request.device_index;
   // Calibrate once per hardware, not once per run directory (SATURN_CALIBRATION_CACHE=none
   // turns the shared cache off).
   opts.calibration_cache = profile::default_calibration_cache();
   opts.quiet = world.rank() != 0;
+  if (world.rank() == 0 && request.device == DeviceKind::kCuda)
+    log::info(
+        "profiles: step times of untried CUDA configurations are estimated from the CPU's "
+        "calibrated rates (no GPU calibration yet); trials measure the GPU itself");
   const profile::ProfileResult result = profile::profile_workload(pr, world, opts);
   if (world.rank() == 0) {
     const auto& st = result.stats;

@@ -25,6 +25,7 @@ struct PlanningRequest {
   bool trials = true;
   std::string current_practice;  // profile::ProfileOptions::current_practice
   DeviceKind device = DeviceKind::kCpu;  // the backend of the jobs
+  int device_index = -1;                 // this rank's device (launch binding), -1: its own
 };
 
 // Collective over `world`: trials run on disjoint rank groups, results land in the store.

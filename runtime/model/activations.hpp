@@ -122,16 +122,19 @@ void build_activations(TransformerActivations<B>& a, const ModelConfig& c, const
   }
 }
 
-// Bytes build_activations allocates for backend B, counted without allocating.
+// Bytes build_activations allocates for backend B (as its pool counts them, each buffer at its
+// allocator footprint), counted without allocating.
 template <class B>
 std::size_t count_activation_bytes(const ModelConfig& c, const ModelOptions& o, int Bsz, int T,
                                    int slots) {
   TransformerActivations<B> a;
   const int end = o.shard.end_layer < 0 ? c.n_layer : o.shard.end_layer;
+  const BackendTraits& traits = backend_traits(B::kKind);
   std::size_t total = 0;
-  build_activations<B>(
-      a, c, o, o.shard.first_layer, end, Bsz, T, slots,
-      [&total](auto& buf, std::size_t n, const char*) { total += n * sizeof(*buf.data()); });
+  build_activations<B>(a, c, o, o.shard.first_layer, end, Bsz, T, slots,
+                       [&](auto& buf, std::size_t n, const char*) {
+                         total += traits.footprint(n * sizeof(*buf.data()));
+                       });
   return total;
 }
 

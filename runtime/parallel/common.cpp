@@ -172,6 +172,10 @@ void SliceSet::import_into(const std::vector<float*>& segments, const StateSlice
     if (s.data == nullptr) throw Error(fmt::format("import: slice of {} has no data", s.name));
     float* dst = segments.at(static_cast<std::size_t>(e.segment)) + e.offset;
     if (s.data == dst) continue;  // filled in place
+    if (e.rows == 1 || e.stride == e.cols) {  // contiguous on the device: one copy
+      device_->upload(dst, s.data, static_cast<std::size_t>(e.rows * e.cols) * sizeof(float));
+      continue;
+    }
     for (std::int64_t r = 0; r < e.rows; ++r)
       device_->upload(dst + r * e.stride, s.data + r * e.cols,
                       static_cast<std::size_t>(e.cols) * sizeof(float));

@@ -51,20 +51,21 @@ Estimate DdpStrategy::estimate() const {
   const int T = spec_.train.seq_len;
   const BackendTraits& bt = backend_traits(spec_.backend);
   const std::size_t n = ParameterLayout(c, tp_, bt.param_align).total();
-  const std::size_t P = n * sizeof(float);
+  const std::size_t P = n * sizeof(float);   // an fp32 copy of the parameters (communication)
+  const std::size_t held = bt.footprint(P);  // ... as one buffer of the device's pool
   const std::size_t acts =
       model_activation_bytes(spec_.backend, c, model_options(0), static_cast<int>(micro), T);
-  const std::size_t tokens = TokenStage::bytes(micro, T, rows / micro, true, true);
+  const std::size_t tokens = TokenStage::bytes(bt, micro, T, rows / micro, true, true);
   e.device_breakdown = {{"parameters", ParamStore::bytes(bt, n)},
-                        {"gradients", P},
-                        {"optimizer state", 2 * P},
+                        {"gradients", held},
+                        {"optimizer state", 2 * held},
                         {"activations", acts},
                         {"tokens", tokens}};
-  e.device_bytes = ParamStore::bytes(bt, n) + 3 * P + acts + tokens;
+  e.device_bytes = ParamStore::bytes(bt, n) + 3 * held + acts + tokens;
   const bool repro = spec_.train.reproducible;
   if (repro) {
-    e.device_breakdown["fp64 gradient accumulator"] = 2 * P;
-    e.device_bytes += 2 * P;
+    e.device_breakdown["fp64 gradient accumulator"] = bt.footprint(2 * P);
+    e.device_bytes += bt.footprint(2 * P);
   }
   e.micro_batch = micro;
   e.micro_batches = rows / micro;

@@ -25,15 +25,21 @@ struct FsdpStrategy::Reduction {
 namespace {
 
 // Bytes live at the peak of one FSDP micro-step (gathered weights, gradient buffers and
-// reduce-scatter results), replaying the allocation order of micro_step() without allocating.
-// wbytes: bytes per gathered weight (the kernels' type).
+// reduce-scatter results), replaying the allocation order of micro_step() without allocating,
+// each buffer at its footprint in the backend's pool.
 std::size_t transient_peak(const ParameterLayout& layout, int ranks, bool tied, bool prefetch,
-                           bool overlap, bool repro, std::size_t wbytes) {
+                           bool overlap, bool repro, const BackendTraits& bt) {
   const int L = layout.num_groups() - 2;
-  auto len = [&](int g) { return ShardMap::shard_len(layout.group_size(g), ranks); };
-  auto W = [&](int g) { return len(g) * ranks * wbytes; };         // gathered weights
-  auto A = [&](int g) { return len(g) * ranks * sizeof(float); };  // full gradient buffer
-  auto R = [&](int g) { return len(g) * sizeof(float); };          // reduced shard
+  const std::size_t wbytes = dtype_size(bt.weights);
+  auto len = [&](int g) {
+    return ShardMap::shard_len(layout.group_size(g), ranks, layout.align());
+  };
+  const std::size_t n = static_cast<std::size_t>(ranks);
+  auto W = [&](int g) { return bt.footprint(len(g) * n * wbytes); };        // gathered weights
+  auto A = [&](int g) { return bt.footprint(len(g) * n * sizeof(float)); };  // gradient buffer
+  auto A64 = [&](int g) { return bt.footprint(len(g) * n * sizeof(double)); };
+  auto R = [&](int g) { return bt.footprint(len(g) * sizeof(float)); };  // reduced shard
+  auto R64 = [&](int g) { return bt.footprint(len(g) * sizeof(double)); };
   std::size_t live = 0, peak = 0;
   auto alloc = [&](std::size_t b) {
     live += b;
@@ -70,10 +76,10 @@ std::size_t transient_peak(const ParameterLayout& layout, int ranks, bool tied, 
   if (tied) drop(-1);
   auto reduce = [&](int g) {
     if (repro) {  // the fp32 gradient becomes an fp64 copy, reduced into an fp64 shard
-      alloc(2 * A(g));
+      alloc(A64(g));
       release(A(g));
-      alloc(2 * R(g));
-      pending.push_back(2 * A(g) + 2 * R(g));
+      alloc(R64(g));
+      pending.push_back(A64(g) + R64(g));
     } else {
       alloc(R(g));
       pending.push_back(A(g) + R(g));
@@ -115,30 +121,37 @@ Estimate FsdpStrategy::estimate() const {
   const std::int64_t micro = choose_micro_batch(spec_, rows, &why);
   if (micro == 0) return infeasible(e, "fsdp: " + why);
   const BackendTraits& bt = backend_traits(spec_.backend);
-  const ShardMap map(layout_, N, 0);
-  const std::size_t shards = map.total() * sizeof(float);
+  const ShardMap map(layout_, N, 0);  // rank 0 owns the most
+  const std::size_t shards = bt.footprint(map.total() * sizeof(float));
+  // AdamW's moments: a pair of buffers per group this rank owns part of.
+  std::size_t moments = 0;
+  for (int g = -1; g <= L; ++g) {
+    const ShardMap::Group& G = map.group(g);
+    if (G.own_end > G.own_begin) moments += 2 * bt.footprint((G.own_end - G.own_begin) * 4);
+  }
   ModelOptions o;
   o.storage = ParamStorage::kBorrowed;
   o.recompute = spec_.knobs.recompute;
   const std::size_t acts =
       model_activation_bytes(spec_.backend, c, o, static_cast<int>(micro), T);
-  const std::size_t tokens = TokenStage::bytes(micro, T, rows / micro, true, true);
+  const std::size_t tokens = TokenStage::bytes(bt, micro, T, rows / micro, true, true);
   const bool tied = TiedHead(c, layout_).tied;
   const bool repro = spec_.train.reproducible;
   const std::size_t wbytes = dtype_size(bt.weights);
   const std::size_t transient = transient_peak(layout_, N, tied, spec_.knobs.prefetch,
-                                               spec_.knobs.overlap, repro, wbytes);
+                                               spec_.knobs.overlap, repro, bt);
   const std::size_t params = ParamStore::bytes(bt, map.total());
   e.device_breakdown = {{"parameters", params},
                         {"gradients", shards},
-                        {"optimizer state", 2 * shards},
+                        {"optimizer state", moments},
                         {"activations", acts},
                         {"tokens", tokens},
                         {"gathered (peak)", transient}};
-  e.device_bytes = params + 3 * shards + acts + tokens + transient;
+  e.device_bytes = params + shards + moments + acts + tokens + transient;
   if (repro) {
-    e.device_breakdown["fp64 gradient accumulator"] = 2 * shards;
-    e.device_bytes += 2 * shards;
+    const std::size_t acc = bt.footprint(map.total() * sizeof(double));
+    e.device_breakdown["fp64 gradient accumulator"] = acc;
+    e.device_bytes += acc;
   }
   e.micro_batch = micro;
   e.micro_batches = rows / micro;
@@ -147,7 +160,7 @@ Estimate FsdpStrategy::estimate() const {
   // (the tied embedding twice). CommStats counts a gather as the rank's shard (in the kernels'
   // weight type), a reduce-scatter as the whole buffer (fp32; fp64 when reproducible).
   std::uint64_t per_micro = 0;
-  auto len = [&](int g) { return ShardMap::shard_len(layout_.group_size(g), N); };
+  auto len = [&](int g) { return ShardMap::shard_len(layout_.group_size(g), N, layout_.align()); };
   const std::uint64_t rs = repro ? 2 : 1;
   for (int g = -1; g <= L; ++g) {
     const std::uint64_t gathers = g == L ? 1 : 2;

@@ -38,17 +38,21 @@ Estimate OffloadStrategy::estimate() const {
   o.recompute = spec_.knobs.recompute;
   const std::size_t acts =
       model_activation_bytes(spec_.backend, c, o, static_cast<int>(micro), T);
-  const std::size_t tokens = TokenStage::bytes(micro, T, rows / micro, true, true);
+  const std::size_t tokens = TokenStage::bytes(bt, micro, T, rows / micro, true, true);
   // One group's weights and gradients on the device at a time; the head phase holds the final
-  // group and (GPT-2) the token embedding it is tied to. A separate kernel copy (bf16) sits
-  // beside the fp32 upload while it is converted.
-  const std::size_t per_param = sizeof(float) + (bt.separate_weights() ? dtype_size(bt.weights) : 0);
-  const std::size_t per_elem = per_param + sizeof(float);
+  // group and (GPT-2) the token embedding it is tied to. Per loaded group of c elements, at the
+  // footprints of the backend's pool: the fp32 upload and, where the kernels read another type,
+  // its conversion (the upload is freed before the gradients arrive), then the gradients.
+  auto loaded = [&](std::size_t count) {
+    return bt.footprint(count * sizeof(float)) +
+           (bt.separate_weights() ? bt.footprint(count * dtype_size(bt.weights))
+                                  : bt.footprint(count * sizeof(float)));
+  };
   std::size_t group_peak = 0;
-  for (int g = -1; g < L; ++g) group_peak = std::max(group_peak, per_elem * layout_.group_size(g));
-  std::size_t head = per_elem * layout_.group_size(L);
+  for (int g = -1; g < L; ++g) group_peak = std::max(group_peak, loaded(layout_.group_size(g)));
   const TiedHead tied(c, layout_);
-  head += per_elem * tied.elements;
+  std::size_t head = loaded(layout_.group_size(L));
+  if (tied.tied) head += loaded(tied.elements);
   group_peak = std::max(group_peak, head);
   const std::size_t P = layout_.total() * sizeof(float);
   e.device_breakdown = {

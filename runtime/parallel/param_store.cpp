@@ -27,7 +27,8 @@ void ParamStore::refresh(std::size_t begin, std::size_t n) {
 }
 
 std::size_t ParamStore::bytes(const BackendTraits& traits, std::size_t n) {
-  return n * sizeof(float) + (traits.separate_weights() ? n * dtype_size(traits.weights) : 0);
+  return traits.footprint(n * sizeof(float)) +
+         (traits.separate_weights() ? traits.footprint(n * dtype_size(traits.weights)) : 0);
 }
 
 }  // namespace saturn::parallel

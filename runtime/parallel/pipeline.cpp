@@ -190,16 +190,26 @@ Estimate PipelineStrategy::estimate() const {
     const int last = s == p_ - 1 ? L : pl.bounds[static_cast<std::size_t>(s + 1)] - 1;
     const std::size_t n = layout.group_end(last) - layout.group_begin(first);
     const bool tied = head.tied && p_ > 1 && s == p_ - 1;
-    const std::size_t held = n + (tied ? wte_n : 0);  // elements of parameters on the stage
-    const std::size_t P = held * sizeof(float);
+    // Each buffer at its footprint in the backend's pool: parameters (ParamStore), gradients,
+    // AdamW's m and v, per range (the stage's groups and, on the last stage, the wte copy).
+    auto per_range = [&](std::size_t k) {
+      return ParamStore::bytes(bt, k) + 3 * bt.footprint(k * sizeof(float));
+    };
+    const bool repro = spec_.train.reproducible;  // fp64 accumulators beside the gradients
+    auto acc = [&](std::size_t k) { return repro ? bt.footprint(k * sizeof(double)) : 0; };
+    const std::size_t P = n * sizeof(float) + (tied ? wte_n * sizeof(float) : 0);
     const int slots = static_cast<int>(gpipe ? pl.m : std::min<std::int64_t>(pl.m, p_ - s));
     const std::size_t acts = model_activation_bytes(spec_.backend, c, model_options(s, pl),
                                                     static_cast<int>(pl.micro), T, slots);
-    const std::size_t send = s > 0 ? NC : 0;
-    const std::size_t tokens = TokenStage::bytes(pl.micro, T, pl.m, s == 0, s == p_ - 1);
-    const bool repro = spec_.train.reproducible;  // fp64 accumulators beside the gradients
+    const std::size_t send = s > 0 ? bt.footprint(NC) : 0;
+    const std::size_t tokens = TokenStage::bytes(bt, pl.micro, T, pl.m, s == 0, s == p_ - 1);
     const std::size_t params = ParamStore::bytes(bt, n) + (tied ? ParamStore::bytes(bt, wte_n) : 0);
-    const std::size_t total = params + (repro ? 5 : 3) * P + acts + send + tokens;
+    const std::size_t grads = bt.footprint(n * sizeof(float)) +
+                              (tied ? bt.footprint(wte_n * sizeof(float)) : 0);
+    const std::size_t moments = 2 * grads;
+    const std::size_t accs = acc(n) + (tied ? acc(wte_n) : 0);
+    const std::size_t total = per_range(n) + (tied ? per_range(wte_n) : 0) + accs + acts + send +
+                              tokens;
     std::uint64_t comm = 0;
     const int links = (s > 0 ? 1 : 0) + (s < p_ - 1 ? 1 : 0);
     comm += static_cast<std::uint64_t>(pl.m) * 2 * static_cast<std::uint64_t>(links) * NC;
@@ -217,12 +227,12 @@ Estimate PipelineStrategy::estimate() const {
     if (total > e.device_bytes) {
       e.device_bytes = total;
       e.device_breakdown = {{"parameters", params},
-                            {"gradients", P},
-                            {"optimizer state", 2 * P},
+                            {"gradients", grads},
+                            {"optimizer state", moments},
                             {"activations", acts},
                             {"tokens", tokens},
                             {"pipeline send buffer", send}};
-      if (repro) e.device_breakdown["fp64 gradient accumulator"] = 2 * P;
+      if (repro) e.device_breakdown["fp64 gradient accumulator"] = accs;
     }
   }
   e.micro_batch = pl.micro;

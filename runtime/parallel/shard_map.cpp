@@ -12,7 +12,7 @@ ShardMap::ShardMap(const ParameterLayout& layout, int ranks, int rank) : ranks_(
     Group& G = groups_[static_cast<std::size_t>(g + 1)];
     G.begin = layout.group_begin(g);
     G.size = layout.group_size(g);
-    G.shard = shard_len(G.size, ranks);
+    G.shard = shard_len(G.size, ranks, layout.align());
     G.offset = total_;
     total_ += G.shard;
     G.own_begin = G.begin + std::min(G.size, r * G.shard);

@@ -1,6 +1,7 @@
 // How FSDP splits the flat parameter layout over N ranks: each group's range (the embeddings,
-// each block, the final norm and head) is padded to a multiple of N and rank r owns the r-th
-// equal part; a rank's parts of every group are packed into one shard buffer. One type for the
+// each block, the final norm and head) is padded to N equal parts, each a multiple of the
+// layout's alignment (so every rank's part starts aligned, as the group does), and rank r owns
+// the r-th; a rank's parts of every group are packed into one shard buffer. One type for the
 // two coordinate systems in play (positions in the flat layout, positions in the shard
 // buffer), so no caller converts between them by hand.
 #pragma once
@@ -29,8 +30,11 @@ class ShardMap {
   ShardMap() = default;
   ShardMap(const ParameterLayout& layout, int ranks, int rank);
 
-  static std::size_t shard_len(std::size_t n, int ranks) {
-    return (n + static_cast<std::size_t>(ranks) - 1) / static_cast<std::size_t>(ranks);
+  // The length of every rank's part of a group of n elements (align: the layout's).
+  static std::size_t shard_len(std::size_t n, int ranks, std::size_t align) {
+    const std::size_t part =
+        (n + static_cast<std::size_t>(ranks) - 1) / static_cast<std::size_t>(ranks);
+    return (part + align - 1) / align * align;
   }
   int ranks() const { return ranks_; }
   const Group& group(int g) const { return groups_[static_cast<std::size_t>(g + 1)]; }

@@ -24,12 +24,13 @@ TokenStage::TokenStage(Device& device, int vocab, std::int64_t micro, int T,
   }
 }
 
-std::size_t TokenStage::bytes(std::int64_t micro, int T, std::int64_t capacity, bool inputs,
-                              bool targets) {
+std::size_t TokenStage::bytes(const BackendTraits& traits, std::int64_t micro, int T,
+                              std::int64_t capacity, bool inputs, bool targets) {
   const std::size_t n =
       static_cast<std::size_t>(micro) * static_cast<std::size_t>(T) *
       static_cast<std::size_t>(capacity);
-  return ((inputs ? 1 : 0) + (targets ? 1 : 0)) * n * sizeof(std::int32_t);
+  const std::size_t one = traits.footprint(n * sizeof(std::int32_t));
+  return ((inputs ? 1 : 0) + (targets ? 1 : 0)) * one + traits.footprint(sizeof(double));
 }
 
 void TokenStage::stage(const data::Batch& batch, std::int64_t k, std::int64_t row,

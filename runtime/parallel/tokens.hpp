@@ -20,9 +20,10 @@ class TokenStage {
   // Room for `capacity` micro-batches of `micro` rows of T tokens: inputs and/or targets.
   TokenStage(Device& device, int vocab, std::int64_t micro, int T, std::int64_t capacity,
              bool inputs, bool targets);
-  // Device bytes such a stage takes (estimates).
-  static std::size_t bytes(std::int64_t micro, int T, std::int64_t capacity, bool inputs,
-                           bool targets);
+  // Device bytes such a stage takes on a backend (estimates), with the step's loss sum
+  // (DeviceSum, common.hpp) that every strategy keeps beside it.
+  static std::size_t bytes(const BackendTraits& traits, std::int64_t micro, int T,
+                           std::int64_t capacity, bool inputs, bool targets);
 
   std::int64_t capacity() const { return capacity_; }
   // Rows [row, row + n) of `batch` (n <= micro) into micro-batch k, on the host.

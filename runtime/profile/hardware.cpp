@@ -134,9 +134,10 @@ Hardware detect_hardware(comm::Communicator& world, std::vector<int>* node_of_ra
                          DeviceKind device) {
   Hardware h = detect_local_hardware(1);
   if (device == DeviceKind::kCuda) {
-    // Which GPU rank 0 has: profiles measured on one GPU model do not describe another.
-    const auto d = make_device(DeviceKind::kCuda, 0, 0);
-    h.device_kind = fmt::format("{}: {}", cuda_provider().name, d->describe());
+    // Which GPU model the ranks have (rank 0's, broadcast below): profiles measured on one GPU
+    // model do not describe another. Read without creating a device, and without throwing
+    // (every rank is on its way into the collectives below).
+    h.device_kind = fmt::format("{}: {}", cuda_provider().name, cuda_provider().device_name(0));
   }
   // Ranks on one node share a host name; group them in order of first appearance.
   const std::vector<std::string> hosts = all_gather_text(world, host_name());

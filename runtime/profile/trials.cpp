@@ -144,7 +144,9 @@ Measurement run_one_trial(const TrialRequest& trial, comm::Communicator& group,
       spec.knobs = parallel::parse_knobs(trial.config.knobs);
       spec.backend = o.device;
       s = parallel::make_strategy(trial.config.strategy, spec);
-      device = make_device(o.device, group.rank(), o.device_capacity);
+      // The rank's own device (its binding), whatever group the trial put it in.
+      device = make_device(o.device, o.device_index >= 0 ? o.device_index : group.rank(),
+                           o.device_capacity);
     });
     comms = comm::make_comm_pair(group, *device);
     comm::agree_on(group, [&] { s->setup(*comms, *device, host); });

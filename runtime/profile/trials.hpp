@@ -43,6 +43,7 @@ struct TrialOptions {
   // (Measurement::reason says so), and the round's other groups are not held up much longer.
   double time_limit_s = 60;
   DeviceKind device = DeviceKind::kCpu;  // the backend the trials run on
+  int device_index = -1;  // this rank's device as the launch binding chose it (-1: its rank)
 };
 
 // The world's ranks by node (the trials' placement): a single-node configuration of degree d

@@ -214,6 +214,7 @@ TrainResult train_with_strategy(const TrainJob& job, const TrainOptions& options
   std::int64_t peak = static_cast<std::int64_t>(device->memory().peak());
   comm.allreduce(&peak, 1, comm::ReduceOp::kMax);
   result.peak_device_bytes = static_cast<std::size_t>(peak);
+  result.estimated_device_bytes = estimate.device_bytes;
   if (par.gather_final_params)
     result.final_params = parallel::assemble_canonical(
         comm, job.model, strategy->export_state(parallel::StateKind::kParams));

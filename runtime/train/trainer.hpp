@@ -49,7 +49,8 @@ struct TrainResult {
   std::vector<StepRecord> steps;  // the steps this call ran (after a resume: from there on)
   std::int64_t steps_done = 0;    // optimizer steps of the job done when the call returned
   bool stopped = false;           // stopped early at a step boundary (checkpointed)
-  std::size_t peak_device_bytes = 0;
+  std::size_t peak_device_bytes = 0;       // measured, largest over ranks
+  std::size_t estimated_device_bytes = 0;  // the strategy's estimate (its busiest rank)
   std::vector<float> final_params;  // canonical flat layout
 };
 

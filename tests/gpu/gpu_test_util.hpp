@@ -183,12 +183,17 @@ constexpr double kTolBf16 = 1.0 / 128;
 constexpr double kTolF32 = 1e-4;
 
 // Every element: |got − want| ≤ tol·|want| + tol·rms(want); the first few offenders named.
-inline ::testing::AssertionResult elements_close(const Vec& got, const Vec& want, double tol) {
+// Every element within rtol·|want| + atol_scale·rms(want) (atol_scale defaults to rtol).
+inline ::testing::AssertionResult elements_close(const Vec& got, const Vec& want, double rtol,
+                                                 double atol_scale = -1) {
+  const double tol = rtol;
+  if (atol_scale < 0) atol_scale = rtol;
   if (got.size() != want.size())
     return ::testing::AssertionFailure() << "sizes differ: " << got.size() << " vs " << want.size();
   double ss = 0;
   for (float w : want) ss += static_cast<double>(w) * w;
-  const double atol = tol * std::sqrt(ss / static_cast<double>(std::max<std::size_t>(want.size(), 1)));
+  const double atol =
+      atol_scale * std::sqrt(ss / static_cast<double>(std::max<std::size_t>(want.size(), 1)));
   std::size_t bad = 0;
   std::string first;
   for (std::size_t i = 0; i < want.size(); ++i) {
@@ -200,7 +205,7 @@ inline ::testing::AssertionResult elements_close(const Vec& got, const Vec& want
   }
   if (bad == 0) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << bad << " of " << want.size()
-                                       << " elements outside tol·|want| + tol·rms (tol " << tol
+                                       << " elements outside rtol·|want| + atol (rtol " << tol
                                        << ", rms-based atol " << atol << "):" << first;
 }
 

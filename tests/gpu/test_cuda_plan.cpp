@@ -12,6 +12,7 @@
 #include "runtime/backend/cuda/allocator.hpp"
 #include "runtime/backend/cuda/linear_plan.hpp"
 #include "runtime/backend/cuda/ops.hpp"
+#include "runtime/backend/device.hpp"
 
 namespace saturn::cuda {
 namespace {
@@ -105,6 +106,14 @@ TEST(CachingDeviceAllocator, RoundsToGranules) {
   EXPECT_EQ(CachingDeviceAllocator::round((1u << 20) - 1), 1u << 20);
   EXPECT_EQ(CachingDeviceAllocator::round(1u << 20), 2u << 20);
   EXPECT_EQ(CachingDeviceAllocator::round((2u << 20) + 1), 4u << 20);
+  // Memory estimates count every buffer as the allocator rounds it.
+  const BackendTraits& t = backend_traits(DeviceKind::kCuda);
+  for (std::size_t b : {std::size_t{1}, std::size_t{512}, std::size_t{513}, std::size_t{4104},
+                        (std::size_t{1} << 20) - 1, std::size_t{1} << 20, (std::size_t{3} << 20) + 5,
+                        std::size_t{33} << 20})
+    EXPECT_EQ(t.footprint(b), CachingDeviceAllocator::round(b)) << b;
+  EXPECT_EQ(t.footprint(0), 0u);  // no buffer is allocated for nothing
+  EXPECT_EQ(backend_traits(DeviceKind::kCpu).footprint(4104), 4104u);
 }
 
 }  // namespace

@@ -51,14 +51,7 @@ void CpuDevice::to_weights(void* weights, const float* master, std::size_t n) {
 
 void CpuDevice::adamw_update(float* master, void* weights, const float* grad, float* m, float* v,
                              std::size_t n, const AdamWStep& s, float grad_scale) {
-  AdamWParams p{};
-  p.lr = s.lr;
-  p.beta1 = s.beta1;
-  p.beta2 = s.beta2;
-  p.eps = s.eps;
-  p.weight_decay = s.weight_decay;
-  p.step = s.step;
-  cpu::adamw_update(master, grad, m, v, n, p, grad_scale);
+  cpu::adamw_update(master, grad, m, v, n, s, grad_scale);
   if (weights != nullptr && weights != master) std::memcpy(weights, master, n * sizeof(float));
 }
 

@@ -8,6 +8,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "runtime/core/adamw_step.hpp"
+
 namespace saturn::cpu {
 
 // ---- threads.cpp -----------------------------------------------------------------------------
@@ -107,14 +109,7 @@ void softmax_crossentropy_backward_inplace(float* probs, const int32_t* targets,
 void loss_mean(float* out, const float* losses, const int32_t* targets, int N);
 
 // ---- adamw.cpp -------------------------------------------------------------------------------
-struct AdamWParams {
-  float lr;
-  float beta1;
-  float beta2;
-  float eps;
-  float weight_decay;  // decoupled; 0 for tensors that are not decayed
-  int step;            // 1-based, for bias correction
-};
+using AdamWParams = AdamWStep;  // lr, beta1, beta2, eps, weight_decay, step (1-based)
 // In place on param/m/v over n elements; grad_scale multiplies grads first (clipping).
 void adamw_update(float* param, const float* grad, float* m, float* v, std::size_t n,
                   const AdamWParams& p, float grad_scale);

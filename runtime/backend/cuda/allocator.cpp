@@ -53,6 +53,11 @@ void* CachingDeviceAllocator::allocate(std::size_t bytes) {
 void CachingDeviceAllocator::release(void* ptr, std::size_t bytes) noexcept {
   if (ptr == nullptr) return;
   const std::size_t size = round(bytes);
+#ifdef SATURN_CUDA_EMULATION
+  // The emulator poisons a cached block (NaN in fp32 and bf16): a buffer that is read before it
+  // is written, or after it is released, then shows as NaN instead of passing on stale values.
+  (void)cudaMemset(ptr, 0xFF, bytes);
+#endif
   std::lock_guard<std::mutex> lock(mutex_);
   free_.emplace(size, ptr);
   cached_ += size;

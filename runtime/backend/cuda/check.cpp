@@ -19,6 +19,10 @@ std::string device_text() {
 
 void check_cuda(cudaError_t err, const char* what, const char* file, int line) {
   if (err == cudaSuccess) return;
+  // The runtime also records a returned error as the thread's "last error"; this one is
+  // reported here, so a later launch check must not report it again as its own. (Sticky errors,
+  // which corrupt the context, come back from every later call anyway.)
+  (void)cudaGetLastError();
   throw CudaError(fmt::format("CUDA error {} ({}) in {} at {}:{} on {}", cudaGetErrorName(err),
                               cudaGetErrorString(err), what, file, line, device_text()));
 }

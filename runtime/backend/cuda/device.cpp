@@ -89,14 +89,7 @@ void CudaDevice::to_weights(void* weights, const float* master, std::size_t n) {
 
 void CudaDevice::adamw_update(float* master, void* weights, const float* grad, float* m, float* v,
                               std::size_t n, const AdamWStep& s, float grad_scale) {
-  AdamWParams p{};
-  p.lr = s.lr;
-  p.beta1 = s.beta1;
-  p.beta2 = s.beta2;
-  p.eps = s.eps;
-  p.weight_decay = s.weight_decay;
-  p.step = s.step;
-  cuda::adamw_update(*ctx_, master, static_cast<bf16*>(weights), grad, m, v, n, p, grad_scale);
+  cuda::adamw_update(*ctx_, master, static_cast<bf16*>(weights), grad, m, v, n, s, grad_scale);
 }
 
 void CudaDevice::accumulate(double* acc, float* g, std::size_t n) {

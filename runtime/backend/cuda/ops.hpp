@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "runtime/backend/cuda/context.hpp"
+#include "runtime/core/adamw_step.hpp"
 
 namespace saturn::cuda {
 
@@ -107,14 +108,7 @@ void crossentropy_backward(Context& ctx, bf16* logits_to_dlogits, float* losses,
 void loss_mean(Context& ctx, float* out, const float* losses, const std::int32_t* targets, int N);
 
 // ---- adamw.cu --------------------------------------------------------------------------------
-struct AdamWParams {
-  float lr;
-  float beta1;
-  float beta2;
-  float eps;
-  float weight_decay;
-  int step;  // 1-based
-};
+using AdamWParams = AdamWStep;  // lr, beta1, beta2, eps, weight_decay, step (1-based)
 // As cpu::adamw_update on the fp32 master weights `param`; also writes their bf16 copy
 // `param_bf16` (the weights the kernels read) when not null.
 void adamw_update(Context& ctx, float* param, bf16* param_bf16, const float* grad, float* m,

@@ -21,6 +21,12 @@ int device_count(std::string* why) {
   return static_cast<int>(q.devices.size());
 }
 
+std::string device_name(int index) {
+  const cuda::DeviceQuery q = cuda::query_devices();
+  if (q.devices.empty()) return "no CUDA device: " + q.error;
+  return q.devices[static_cast<std::size_t>(index) % q.devices.size()].name;
+}
+
 std::unique_ptr<Device> make_cuda_device(int index, std::size_t capacity) {
   std::string why;
   const int count = device_count(&why);
@@ -43,10 +49,11 @@ std::unique_ptr<Model> make_cuda_model(Device& device, const ModelConfig& config
 
 void install_cuda_provider() {
 #ifdef SATURN_CUDA_EMULATION
-  static const CudaProvider provider{"cuda (emulated on the CPU)", &device_count,
+  static const CudaProvider provider{"cuda (emulated on the CPU)", &device_count, &device_name,
                                      &make_cuda_device, &make_cuda_model};
 #else
-  static const CudaProvider provider{"cuda", &device_count, &make_cuda_device, &make_cuda_model};
+  static const CudaProvider provider{"cuda", &device_count, &device_name, &make_cuda_device,
+                                     &make_cuda_model};
 #endif
   set_cuda_provider(provider);
 }

@@ -25,6 +25,10 @@ thread_local dim3 gridDim;
 
 namespace emu {
 
+// Whether addr is in the guard page below one of the calling thread's kernel-thread stacks
+// (defined with the fibers below; the fault handler asks).
+bool in_fiber_guard(const char* addr);
+
 // ================================ device memory ================================================
 
 namespace {
@@ -200,7 +204,7 @@ void write_str(const char* s) {
   (void)ignored;
 }
 
-void on_fault(int sig, siginfo_t* info, void* context) {
+void on_fault(int sig, siginfo_t* info, void* /*context*/) {
   const Arena& a = Arena::get();
   const char* addr = static_cast<const char*>(info->si_addr);
   if (addr >= a.base() && addr < a.base() + a.size()) {
@@ -214,25 +218,23 @@ void on_fault(int sig, siginfo_t* info, void* context) {
     signal(SIGABRT, SIG_DFL);
     abort();
   }
-  // Not ours: the previous handler (MPI's, or the default) decides.
-  if (g_previous_segv.sa_flags & SA_SIGINFO) {
-    if (g_previous_segv.sa_sigaction != nullptr) {
-      g_previous_segv.sa_sigaction(sig, info, context);
-      return;
-    }
-  } else if (g_previous_segv.sa_handler != SIG_DFL && g_previous_segv.sa_handler != SIG_IGN) {
-    g_previous_segv.sa_handler(sig);
-    return;
+  if (in_fiber_guard(addr)) {
+    write_str("\nCUDA emulator: a kernel thread overflowed its emulated stack (128 KiB): a "
+              "kernel with large local arrays or deep recursion (a GPU thread has far less)\n");
+    signal(SIGABRT, SIG_DFL);
+    abort();
   }
-  signal(sig, SIG_DFL);
-  raise(sig);
+  // Not ours: put the previous action back and return; the faulting instruction runs again
+  // and that action (MPI's handler, or the default) decides.
+  sigaction(sig, &g_previous_segv, nullptr);
 }
 
 void Arena::install_fault_handler() {
   struct sigaction sa;
   std::memset(&sa, 0, sizeof sa);
   sa.sa_sigaction = &on_fault;
-  sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+  // On the alternate stack: a fault from a kernel thread's overflowing stack has no room on it.
+  sa.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGSEGV, &sa, &g_previous_segv);
 }
@@ -299,6 +301,7 @@ saturn_emu_switch:
 )");
 
 namespace emu {
+
 namespace {
 
 constexpr std::size_t kStackBytes = std::size_t{128} << 10;  // per thread of a block
@@ -344,9 +347,26 @@ struct Runner {
   unsigned done = 0, at_block = 0;
   std::vector<unsigned> at_warp;
 
+  std::vector<char> signal_stack;  // this thread's alternate stack for the fault handler
+
   Runner() {
     if (const char* s = std::getenv("SATURN_EMU_SEED"); s != nullptr)
       rng.s = std::strtoull(s, nullptr, 10) | 1;
+    stack_t existing;
+    if (sigaltstack(nullptr, &existing) == 0 && (existing.ss_flags & SS_DISABLE) != 0) {
+      signal_stack.resize(std::size_t{64} << 10);
+      stack_t ss{};
+      ss.ss_sp = signal_stack.data();
+      ss.ss_size = signal_stack.size();
+      sigaltstack(&ss, nullptr);
+    }
+  }
+  ~Runner() {
+    if (!signal_stack.empty()) {
+      stack_t ss{};
+      ss.ss_flags = SS_DISABLE;
+      sigaltstack(&ss, nullptr);
+    }
   }
 
   void ensure(unsigned threads) {
@@ -366,7 +386,8 @@ struct Runner {
   }
 };
 
-Runner* g_runner = nullptr;  // the launching thread's (kernels run on the thread that launches)
+// The launching thread's (kernels run on the thread that launches them, in its fibers).
+thread_local Runner* g_runner = nullptr;
 
 // SATURN_EMU_STATS=1: what the emulator did, printed at exit (for tuning it).
 struct Stats {
@@ -394,6 +415,19 @@ Runner& runner() {
   static thread_local Runner r;
   return r;
 }
+
+}  // namespace
+
+bool in_fiber_guard(const char* addr) {
+  const Runner* r = g_runner;
+  if (r == nullptr) return false;
+  const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  for (const Fiber& f : r->fibers)
+    if (addr >= f.stack - page && addr < f.stack) return true;
+  return false;
+}
+
+namespace {
 
 [[noreturn]] void fiber_main() {
   Runner& r = *g_runner;

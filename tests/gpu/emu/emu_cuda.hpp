@@ -12,6 +12,9 @@
 #include <cmath>
 #include <cstddef>
 #include <functional>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
 
 #include "tests/gpu/emu/emu_core.hpp"
 #include "tests/gpu/emu/emu_kernel_state.hpp"
@@ -35,10 +38,25 @@
 #define SATURN_CUDA_EMULATION 1
 #endif
 
-// What a rewritten launch calls (transform.py). Every launch is ordered on the one emulated
-// device: the stream is accepted and ignored.
-inline void emu_launch(dim3 grid, dim3 block, std::size_t smem, cudaStream_t /*stream*/,
-                       const std::function<void()>& body) {
+// A kernel's pointer argument must be device memory (or null): a host pointer is an illegal
+// address on a GPU, though a CPU emulator could read it.
+template <typename T>
+void emu_check_argument(const char* kernel, int index, const T& value) {
+  if constexpr (std::is_pointer_v<T>) {
+    if (value != nullptr && !emu::is_device(value))
+      throw std::runtime_error(std::string("CUDA emulator: kernel ") + kernel + ": argument " +
+                               std::to_string(index) +
+                               " is a pointer outside device memory (an illegal address on a GPU)");
+  }
+}
+
+// What a rewritten launch calls (transform.py) with the kernel's arguments. Every launch is
+// ordered on the one emulated device: the stream is accepted and ignored.
+template <typename... Args>
+void emu_launch(dim3 grid, dim3 block, std::size_t smem, cudaStream_t /*stream*/,
+                const char* kernel, const std::function<void()>& body, const Args&... args) {
+  int index = 0;
+  (emu_check_argument(kernel, index++, args), ...);
   emu::launch(emu::Dim3{grid.x, grid.y, grid.z}, emu::Dim3{block.x, block.y, block.z}, smem, body);
 }
 // cuda_runtime.h's overload for kernel pointers (the kernel sources include only the C API).

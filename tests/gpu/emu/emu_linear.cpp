@@ -2,6 +2,8 @@
 // CPU the way cuBLASLt would (bf16 operands, fp32 accumulation, bias epilogue, bf16 or fp32
 // output), inside the device arena, so the model code above them runs unchanged. This file
 // replaces linear.cpp (the cuBLASLt calls) in the emulated build.
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 
 #include "runtime/backend/cuda/linear_plan.hpp"
@@ -16,8 +18,18 @@ float element(const GemmOperand& o, int i, int j) {
   return __bfloat162float(static_cast<const bf16*>(o.ptr)[r + static_cast<std::size_t>(c) * o.ld]);
 }
 
+void require_device(const void* p, const char* what) {
+  if (p != nullptr && !emu::is_device(p))
+    throw std::runtime_error(std::string("CUDA emulator: linear layer: ") + what +
+                             " is not device memory (an illegal address for cuBLASLt)");
+}
+
 template <typename D>
 void run(const GemmPlan& p, const bf16* bias) {
+  require_device(p.a.ptr, "operand A");
+  require_device(p.b.ptr, "operand B");
+  require_device(p.d, "the output");
+  require_device(bias, "the bias");
   emu::DeviceAccess access;
   D* d = static_cast<D*>(p.d);
   for (int j = 0; j < p.n; ++j)

@@ -73,8 +73,13 @@ cudaError_t copy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind k
     const std::string msg = std::string(what) + ": a pointer is not the memory its cudaMemcpyKind says (device: one live allocation; host: not device memory)";
     return fail(cudaErrorInvalidValue, msg.c_str());
   }
+  const auto* d = static_cast<const char*>(dst);
+  const auto* s = static_cast<const char*>(src);
+  if (d < s + bytes && s < d + bytes)
+    return fail(cudaErrorInvalidValue,
+                (std::string(what) + ": source and destination overlap (undefined on a GPU)").c_str());
   emu::DeviceAccess access;
-  std::memmove(dst, src, bytes);
+  std::memcpy(dst, src, bytes);
   return cudaSuccess;
 }
 

@@ -4,7 +4,11 @@
 // key tile (32) and not a multiple of it, for both architectures.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <vector>
+
 #include "runtime/backend/device.hpp"
+#include "tests/gpu/emu/emu_core.hpp"
 #include "tests/gpu/model_parity.hpp"
 
 namespace saturn {
@@ -53,6 +57,48 @@ TEST(EmulatedDevice, HostAccessToDeviceMemoryFaultsWithAClearMessage) {
   EXPECT_EQ(y, 1.0f);
   EXPECT_DEATH({ volatile float z = b.data()[3]; (void)z; },
                "host code touched emulated device memory");
+}
+
+// The emulator's other strictness checks: each is a bug a GPU would show (or hide) differently.
+TEST(EmulatedDevice, KernelGivenHostPointerIsRefused) {
+  auto device = make_device(DeviceKind::kCuda, 0, 0);
+  Buffer<std::byte> weights(device->memory(), 16 * 2, "test");
+  std::vector<float> host(16, 1.0f);
+  try {
+    device->to_weights(weights.data(), host.data(), host.size());
+    FAIL() << "a kernel read host memory";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("illegal address"), std::string::npos) << e.what();
+  }
+}
+
+TEST(EmulatedDevice, OverlappingCopyIsRefused) {
+  auto device = make_device(DeviceKind::kCuda, 0, 0);
+  Buffer<float> b(device->memory(), 16, "test");
+  device->zero(b.data(), b.bytes());
+  EXPECT_ANY_THROW(device->copy(b.data() + 1, b.data(), 8 * sizeof(float)));
+}
+
+TEST(EmulatedDevice, ReleasedMemoryReadsAsNaN) {
+  auto device = make_device(DeviceKind::kCuda, 0, 0);
+  Buffer<float> b(device->memory(), 64, "test");
+  device->zero(b.data(), b.bytes());
+  b.reset();
+  Buffer<float> again(device->memory(), 64, "test");  // the cached block, not written since
+  std::vector<float> got(64);
+  device->download(got.data(), again.data(), again.bytes());
+  for (float x : got) ASSERT_TRUE(std::isnan(x)) << "a reused block kept stale values";
+}
+
+int deep(int depth) {
+  volatile char frame[4096];
+  frame[0] = static_cast<char>(depth);
+  return depth == 0 ? frame[0] : deep(depth - 1) + frame[0];
+}
+
+TEST(EmulatedDevice, KernelStackOverflowIsNamed) {
+  EXPECT_DEATH(emu::launch(emu::Dim3{1, 1, 1}, emu::Dim3{32, 1, 1}, 0, [] { (void)deep(1000); }),
+               "overflowed its emulated stack");
 }
 
 }  // namespace

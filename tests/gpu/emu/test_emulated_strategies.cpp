@@ -16,6 +16,9 @@
 //    relative rounding at every op) against fp32 everywhere. (A per-tensor maximum is no measure
 //    here: biases start at zero, so after 3 steps their largest value is a few Adam steps, about
 //    what a gradient whose sign bf16 flips changes.)
+// And the strategy's device-memory estimate is within 15 % of the peak the emulated device's
+// pool measured, counting what the model and strategy take above the backend's own workspace
+// (which dwarfs a tiny model): the estimates price each buffer at the CUDA allocator's sizes.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -125,6 +128,13 @@ TEST_P(EmulatedStrategy, MatchesTheEmulatedSingleDeviceAndTheCpu) {
   EXPECT_LE(loss_vs_emu, kSameBackendLoss);
   EXPECT_LE(loss_vs_cpu, kAgainstCpuLoss);
   EXPECT_NEAR(got.steps.back().val_loss, cpu.val_loss, kAgainstCpuLoss * cpu.val_loss);
+  const double workspace =
+      static_cast<double>(backend_traits(DeviceKind::kCuda).device_workspace);
+  const double measured = static_cast<double>(got.peak_device_bytes) - workspace;
+  const double estimated = static_cast<double>(got.estimated_device_bytes) - workspace;
+  EXPECT_LE(std::abs(estimated - measured) / measured, 0.15)
+      << "device memory above the workspace: estimate " << estimated << " B, measured "
+      << measured << " B";
   if (w.rank() == 0) {
     auto [d_emu, t_emu] = worst_tensor(job.model, got.final_params, emu.params);
     if (c.tensor_parallel) {
@@ -138,9 +148,9 @@ TEST_P(EmulatedStrategy, MatchesTheEmulatedSingleDeviceAndTheCpu) {
     EXPECT_LE(d_cpu, kAgainstCpu);
     std::printf(
         "[ emulated ] %s %s x%d: vs emulated one device: loss %.2e, params %.2e (%s); vs CPU: "
-        "loss %.2e, params %.2e (L2)\n",
+        "loss %.2e, params %.2e (L2); device memory estimate %.0f vs measured %.0f B (%+.1f%%)\n",
         arch_name(arch), c.label.c_str(), w.size(), loss_vs_emu, d_emu, t_emu.c_str(),
-        loss_vs_cpu, d_cpu);
+        loss_vs_cpu, d_cpu, estimated, measured, 100.0 * (estimated - measured) / measured);
   }
 }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Rewrites a CUDA kernel source for the CPU emulator (emu_cuda.hpp): every launch
 `k<<<grid, block, smem, stream>>>(args);` becomes
-`emu_launch(grid, block, smem, stream, [&] { k(args); });` (emu_cuda.hpp)
+`emu_launch(grid, block, smem, stream, "k", [&] { k(args); }, args);` (emu_cuda.hpp, which
+checks that every pointer argument is device memory)
 and `extern __shared__ T name[];` becomes a pointer to the emulator's dynamic shared memory.
 Usage: transform.py IN.cu OUT.cpp"""
 import re
@@ -29,8 +30,11 @@ def rewrite(m):
     grid, block = args[0], args[1]
     smem = args[2] if len(args) > 2 else "0"
     stream = args[3] if len(args) > 3 else "nullptr"
-    return (f"emu_launch(dim3({grid}), dim3({block}), {smem}, {stream}, "
-            f"[&] {{ {m.group(1)}({m.group(3)}); }});")
+    kernel_args = m.group(3).strip()
+    name = m.group(1).replace('"', '')
+    tail = f", {kernel_args}" if kernel_args else ""
+    return (f"emu_launch(dim3({grid}), dim3({block}), {smem}, {stream}, \"{name}\", "
+            f"[&] {{ {m.group(1)}({kernel_args}); }}{tail});")
 
 
 out, n = launch.subn(rewrite, src)
