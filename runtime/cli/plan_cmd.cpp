@@ -41,7 +41,13 @@ int run_plan(const PlanArgs& a) {
     // Parse what can be checked before anything is solved, so errors come first.
     const solver::Backend backend = solver::parse_backend(a.solver);
     solver::Cluster cluster;
-    if (!a.cluster.empty()) cluster = solver::parse_cluster_spec(a.cluster);
+    if (!a.cluster.empty()) {
+      try {
+        cluster = solver::parse_cluster_spec(a.cluster);
+      } catch (const solver::SolverError& e) {
+        throw InputError(fmt::format("--cluster: {}", e.what()));
+      }
+    }
     solver::Problem problem;
     std::string sources;
     if (!a.workload.empty()) {

@@ -54,7 +54,8 @@ int run_profile(const ProfileArgs& a) {
         try {
           req.cluster = solver::parse_cluster_spec(spec);
         } catch (const solver::SolverError& e) {
-          throw InputError(e.what());
+          throw InputError(
+              fmt::format("{}: {}", a.cluster.empty() ? "cluster" : "--cluster", e.what()));
         }
         // A cluster laid over exactly this run's ranks: device i is rank i, so trials use
         // the spec's nodes; otherwise they use the hosts.

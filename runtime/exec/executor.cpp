@@ -131,6 +131,7 @@ int run_batch(const RunOptions& options) {
       // A resumed run reads the run directory's copy of the workload, whose relative data
       // paths meant the original file's directory: run_state.json recorded them absolute.
       LoadOptions lo;
+      lo.check_data_contents = rank == 0;  // one pass over the data is enough (agreed)
       std::optional<nlohmann::json> state;
       if (options.resume && !options.run_dir.empty()) {
         std::ifstream in(options.run_dir / "run_state.json");
@@ -172,7 +173,9 @@ int run_batch(const RunOptions& options) {
                                      run_dir.string()));
       if (options.resume) resume = read_resume_state(w, run_dir);
     });
-    comm::agree_on(*world, [&] { ranks = discover_cluster(MPI_COMM_WORLD, w.cluster, capacity); });
+    comm::agree_on(*world, [&] {
+      ranks = discover_cluster(MPI_COMM_WORLD, w.cluster, capacity, w.cluster_where);
+    });
     if (rank == 0 && !options.quiet)
       log::info("{}: {} jobs on {} ({} ranks){}", w.name, w.jobs.size(),
                 solver::format_cluster(ranks.cluster), world->size(),

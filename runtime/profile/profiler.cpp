@@ -481,7 +481,8 @@ class Profiler {
       reasons += fmt::format("\n  {} on {}: {}", c.config.label(), c.config.degree, why);
       if (seen.size() >= 8) break;
     }
-    return fmt::format("job {} fits no configuration on the cluster {}:{}", job.id,
+    return fmt::format("{}job {} fits no configuration on the cluster {}:{}",
+                       job.where.empty() ? "" : job.where + ": ", job.id,
                        solver::format_cluster(req_.cluster), reasons);
   }
 
@@ -730,7 +731,8 @@ WorkloadProblem problem_from_store(const std::filesystem::path& workload,
     try {
       req.cluster = solver::parse_cluster_spec(spec);
     } catch (const solver::SolverError& e) {
-      throw InputError(e.what());
+      // The workload's own cluster: was checked when it was loaded; so this is the flag.
+      throw InputError(fmt::format("--cluster: {}", e.what()));
     }
   }
   in.store = store;
