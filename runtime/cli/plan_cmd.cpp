@@ -113,7 +113,7 @@ void add_plan_command(CLI::App& root, Action* action) {
   cmd->add_option("--time-limit", args->time_limit,
                   "Seconds for the whole solve (bounds, heuristics, MILP); the best plan found "
                   "is returned")
-      ->check(CLI::Range(0.01, 1e7));
+      ->check(finite_range(0.01, 1e7));
   cmd->add_flag("--json", args->json, "Print the plan as JSON (the plan contract) instead of text");
   cmd->add_option("-o,--output", args->output, "Also write the plan JSON to this file");
   cmd->add_option("--width", args->width, "Columns of the Gantt chart")

@@ -80,13 +80,33 @@ expect_refused "cluster: .inf (plan)" "$f" "is not a device count" "$saturn" pla
 f=$(variant c3x1 's/cluster: auto/cluster: 3x1/')
 expect_refused "cluster: 3x1 on 2 ranks (run)" "$f" "has 3 devices but the run has 2 ranks" \
   "$saturn" run "$f" --np 2
-out=$(cd "$cwd" && "$saturn" plan "$work/base.yaml" --cluster 0x0 2>&1)
-rc=$?
-if [ "$rc" -eq 2 ] && grep -qF -- "--cluster: cluster spec '0x0'" <<<"$out"; then
-  ok "--cluster 0x0 (exit 2: $out)"
-else
-  bad "--cluster 0x0: exit $rc: $out"
-fi
+# --- Numeric flags: out of range (nan included) is exit 2 naming the flag, and nothing runs.
+# expect_flag NAME FRAGMENT COMMAND...
+expect_flag() {
+  local name=$1 frag=$2
+  shift 2
+  local before after out rc
+  before=$(snapshot)
+  out=$(cd "$cwd" && timeout 60 "$@" 2>&1)
+  rc=$?
+  after=$(snapshot)
+  if [ "$rc" -eq 2 ] && grep -qF -- "$frag" <<<"$out" && [ "$before" = "$after" ]; then
+    ok "$name (exit 2: $(grep -m1 -F -- "$frag" <<<"$out"))"
+  else
+    bad "$name: exit $rc: $(tail -n 3 <<<"$out")"
+  fi
+}
+b="$work/base.yaml"
+expect_flag "--cluster 0x0" "--cluster: cluster spec '0x0'" "$saturn" plan "$b" --cluster 0x0
+expect_flag "--cluster 1x100000" "--cluster: cluster spec '1x100000'" "$saturn" plan "$b" --cluster 1x100000
+expect_flag "--time-limit nan" "--time-limit: 'nan' is out of range" "$saturn" plan "$b" --time-limit nan
+expect_flag "--np -1" "--np: Value -1 not in range" "$saturn" run "$b" --np -1
+expect_flag "--np 100000" "--np: Value 100000 not in range" "$saturn" run "$b" --np 100000
+expect_flag "--progress-interval nan" "--progress-interval: 'nan' is out of range" \
+  "$saturn" run "$b" --np 2 --progress-interval nan
+expect_flag "--device-memory 10^20 GiB" "--device-memory: '99999999999999999999GiB' must be a non-negative size of at most 1 EiB" \
+  "$saturn" run "$b" --np 2 --device-memory 99999999999999999999GiB
+expect_flag "--watch nan" "--watch: 'nan' is out of range" "$saturn" status "$work" --watch nan
 
 # --- A sweep of a million jobs: refused from its list sizes, in well under a second of work.
 lrs=$(seq -s, 1 1000 | sed 's/,/e-6, /g')e-6
