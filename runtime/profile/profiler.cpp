@@ -127,6 +127,7 @@ class Profiler {
     }
     const auto counts = device_counts(req_.cluster);
     const std::string now = utc_now();
+    const std::string hw_id = hw_.id();  // hashes every node's rank count: once, not per candidate
     for (std::size_t s = 0; s < shapes_.size(); ++s)
       for (const auto& [degree, nodes] : counts)
         for (const auto& name : allowed) {
@@ -135,7 +136,7 @@ class Profiler {
             Candidate c;
             c.shape = s;
             c.config = ConfigSpec{name, knobs, degree, nodes};
-            c.key = ProfileKey{shapes_[s].signature, c.config, hw_.id()};
+            c.key = ProfileKey{shapes_[s].signature, c.config, hw_id};
             c.key_id = c.key.id();
             c.est = estimate_cost(shapes_[s].model, shapes_[s].train, c.config, cal_, capacity_,
                                   req_.host_capacity);
@@ -413,8 +414,9 @@ class Profiler {
   void corrections() {
     std::map<std::string, std::vector<double>> ratios;
     std::vector<double> all;
+    const std::string hw_id = hw_.id();
     for (const auto& [id, e] : store_.entries()) {
-      if (e.key.hardware != hw_.id() || !e.measured || !e.measured->feasible) continue;
+      if (e.key.hardware != hw_id || !e.measured || !e.measured->feasible) continue;
       if (!e.estimate.feasible || e.estimate.step_s <= 0 || e.measured->step_s <= 0) continue;
       const double r = e.measured->step_s / e.estimate.step_s;
       ratios[e.key.config.strategy].push_back(r);

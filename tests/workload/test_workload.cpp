@@ -522,7 +522,7 @@ TEST_F(WorkloadTest, ImpossibleModelShapes) {
   EXPECT_CONTAINS(msg, "unknown arch 'gpt3' (did you mean 'gpt2'? valid: gpt2, llama)");
   msg = error(head + "  small: {arch: gpt2, n_layer: 0, n_head: 4, d_model: 64}\n" + jobs, 3, 32,
               "models.small.n_layer");
-  EXPECT_CONTAINS(msg, "valid: 1..1024");
+  EXPECT_CONTAINS(msg, "valid: 1..256");
   msg = error(head + "  small: {arch: llama, n_layer: 1, n_head: 4, d_model: 4}\n" + jobs, 3, 10,
               "models.small");
   EXPECT_CONTAINS(msg, "even head dimension");
@@ -631,7 +631,7 @@ TEST_F(WorkloadTest, NumbersPastTheirLimitsAreRefused) {
       {"lr: 1e300", "lr", "valid: a number in (0, 10]"},
       {"optimizer: {eps: 5}", "optimizer.eps", "valid: a number in (0, 1]"},
       {"optimizer: {grad_clip: 1e9}", "optimizer.grad_clip", "valid: a number in [0, 1e6]"},
-      {"m:n_layer: 1000000, n_head: 4, d_model: 64", "n_layer", "valid: 1..1024"},
+      {"m:n_layer: 1000000, n_head: 4, d_model: 64", "n_layer", "valid: 1..256"},
       {"m:n_layer: 2, n_head: 4, d_model: 1000000", "d_model", "valid: 1..65536"},
       {"m:n_layer: 2, n_head: 4, d_model: 64, d_ff: 10000000", "d_ff", "valid: 1..262144"},
       {"m:n_layer: 2, n_head: 4, d_model: 64, vocab_size: 1000000000", "vocab_size",
@@ -672,7 +672,7 @@ TEST_F(WorkloadTest, ProductsOfSettingsHaveLimitsToo) {
   EXPECT_CONTAINS(msg, "tokens for job");
   msg = error(
       "data: {train: data/train.bin, val: data/val.bin}\nmodels:\n"
-      "  big: {arch: gpt2, n_layer: 1024, n_head: 64, d_model: 65536}\n"
+      "  big: {arch: gpt2, n_layer: 256, n_head: 64, d_model: 65536}\n"
       "jobs: [{model: big, batch_size: 1}]\n",
       4, 8, "jobs[0]");
   EXPECT_CONTAINS(msg, "parameters");
