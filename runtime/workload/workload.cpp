@@ -323,7 +323,8 @@ MapView Parser::map(const YAML::Node& n, const YAML::Mark& mark, const std::stri
       fail(key.Mark(), path.empty() ? "workload" : path,
            fmt::format("keys must be plain names, got {} (valid keys: {})", describe(key),
                        join(valid)));
-    Entry e{key.Scalar(), key, it->second, child(path, key.Scalar())};
+    // The path quotes the key as messages do: an unknown key may be long or not UTF-8.
+    Entry e{key.Scalar(), key, it->second, child(path, quote_text(key.Scalar()))};
     if (!contains(valid, e.key))
       fail(key.Mark(), e.path,
            fmt::format("unknown key '{}' ({}valid keys here: {})", quote_text(e.key),
@@ -579,7 +580,7 @@ void Parser::parse_models(const Entry& e) {
   for (auto it = e.value.begin(); it != e.value.end(); ++it) {
     const YAML::Node key = it->first;
     const std::string name = key.IsScalar() ? key.Scalar() : "";
-    const std::string path = child(e.path, name);
+    const std::string path = child(e.path, quote_text(name));
     if (!is_plain_name(name) || name.size() > limits::kNameBytes)
       fail(key.Mark(), e.path,
            fmt::format("model name {} is not a plain name (valid: at most {} letters, digits, "

@@ -743,6 +743,11 @@ TEST_F(WorkloadTest, StringsHaveALengthAndUtf8) {
                   "[0.123456789012345, 0]}\n",
               5, 12, "jobs[0].sweep");
   EXPECT_CONTAINS(msg, "valid: at most 200 letters");
+  // An unknown key that is not UTF-8: quoted, in the field path too.
+  msg = error(std::string(kHead) + "jobs: [{model: small, batch_size: 1}]\nk\xff: 1\n", 6, 1,
+              "k\\xff");
+  EXPECT_CONTAINS(msg, "unknown key 'k\\xff'");
+  EXPECT_EQ(msg.find('\xff'), std::string::npos);
   // A big workload file.
   msg = error_of<InputError>([&] { load_workload(write(std::string(5 << 20, '#'))); });
   EXPECT_CONTAINS(msg, "valid: at most 4194304");
