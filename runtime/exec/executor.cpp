@@ -124,6 +124,7 @@ int run_batch(const RunOptions& options) {
   RankMap ranks;
   PlanningInput planning;
   double profiling_s = 0;  // calibration and trials, before the batch's clock starts
+  fs::path created_dir;    // rank 0: the outermost directory this run made for run_dir, if any
   try {
     // Everything about the input is checked before any rank trains or anything is written.
     comm::agree_on(*world, [&] {
@@ -182,6 +183,9 @@ int run_batch(const RunOptions& options) {
                 options.resume ? fmt::format(", resuming {}", run_dir.string()) : "");
     comm::agree_on(*world, [&] {
       if (rank != 0) return;
+      // The outermost directory create_directories is about to make (runs/, when it is new).
+      for (fs::path p = fs::absolute(run_dir); !p.empty() && !fs::exists(p); p = p.parent_path())
+        created_dir = p;
       fs::create_directories(run_dir / "jobs");
       if (!options.resume || !fs::exists(run_dir / "workload.yaml"))
         fs::copy_file(options.workload, run_dir / "workload.yaml",
@@ -210,6 +214,13 @@ int run_batch(const RunOptions& options) {
     profiling_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - profile_start).count();
   } catch (const comm::AgreedFailure& e) {
+    // Bad input found once the run directory exists (a job that fits no configuration shows only
+    // after the trials wrote their store): a directory this run made goes again, so that an
+    // input error leaves nothing behind.
+    if (rank == 0 && !created_dir.empty() && e.exit_code() == kExitBadInput) {
+      std::error_code ec;
+      fs::remove_all(created_dir, ec);
+    }
     return comm::report_agreed_failure(*world, e);
   }
 

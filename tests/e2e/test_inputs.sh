@@ -145,6 +145,12 @@ f=$(variant abs "s|^name: inputs|name: $work/abs|")
 expect_refused "name: /abs/path (run)" "$f" "it names the run directory" "$saturn" run "$f" --np 2
 expect_refused "name: /abs/path (plan)" "$f" "it names the run directory" "$saturn" plan "$f"
 
+# --- A job that fits no configuration of the cluster: found after the trials (which write the
+# profile store into the run directory), named with its location, and the directory goes again.
+f=$(variant nofit 's/seq_len: 16,/seq_len: 2000,/')
+expect_refused "job that fits no configuration (run)" "$f" "fits no configuration on the cluster" \
+  "$saturn" run "$f" --np 2 --device-memory 16MiB
+
 # --- Data checked when the workload is loaded, before any rank trains.
 f=$(variant passwd 's|train: data/train.bin|train: /etc/passwd|')
 expect_refused "/etc/passwd as data (run)" "$f" "data file /etc/passwd is not a token file" \
