@@ -1,7 +1,8 @@
 // Engine throughput: training tokens/s of one model shape on the CPU backend (forward,
 // backward, AdamW; median over timed steps after warm-up), and the GEMM rate our linear op
 // reaches beside plain OpenBLAS sgemm on the same shapes. Prints one JSON object per line;
-// bench/engine/run.py runs it beside PyTorch and prints the table.
+// bench/engine/run.py runs it beside PyTorch and prints the table. --fixed-grid: the same on the
+// fixed GEMM tile grid of reproducible jobs, whose cost docs/strategies.md states.
 //
 // --device cuda: the same step on the CUDA backend (bf16, CudaGptModel + CudaAdamW with
 // clipping), reporting tokens/s and MFU = (6·N + 12·L·C·T) FLOPs per token (weights, plus
@@ -251,8 +252,10 @@ int main(int argc, char** argv) {
   int layers = 4, d_model = 256, heads = 4, seq = 128, batch = 8, steps = 5, vocab = 256;
   std::string device = "cpu";
   double peak_tflops = 0;
-  bool ops = false;
+  bool ops = false, fixed_grid = false;
   app.add_flag("--ops", ops, "cuda: also time the main ops alone at this shape");
+  app.add_flag("--fixed-grid", fixed_grid,
+               "cpu: GEMMs on the fixed tile grid of reproducible jobs (cpu::FixedGemmGrid)");
   app.add_option("--device", device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--vocab", vocab, "vocabulary size");
   app.add_option("--peak-tflops", peak_tflops,
@@ -283,6 +286,7 @@ int main(int argc, char** argv) {
     return 2;
 #endif
   }
+  const cpu::FixedGemmGrid grid(fixed_grid);
   MemoryPool pool("cpu:0");
   GptModel model(mc, pool);
   model.init_weights(1);
@@ -309,6 +313,7 @@ int main(int argc, char** argv) {
                         {"batch", batch},
                         {"params", model.num_params()},
                         {"threads", omp_get_max_threads()},
+                        {"fixed_grid", fixed_grid},
                         {"step_s", dt},
                         {"tokens_per_s", static_cast<double>(n) / dt},
                         {"peak_bytes", pool.peak()},
@@ -332,9 +337,16 @@ int main(int argc, char** argv) {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, O, K, 1.0f, a.data(), K, w.data(),
                   O, 0.0f, c.data(), O);
     });
+    // Also the backward's two products (input and weight gradients), which the grid tiles too.
+    std::vector<float> da(a.size(), 0.0f), dw(w.size(), 0.0f);
+    const double ours_bwd = time_median(10, [&] {
+      cpu::linear_backward(da.data(), dw.data(), nullptr, c.data(), a.data(), w.data(), M, K, O,
+                           cpu::WeightLayout::kInOut);
+    });
     fmt::print("{}\n", nlohmann::json{{"kind", "gemm"},
                                       {"shape", fmt::format("{}x{}x{}", M, K, O)},
                                       {"ours_gflops", flops / ours / 1e9},
+                                      {"ours_backward_gflops", 2 * flops / ours_bwd / 1e9},
                                       {"sgemm_gflops", flops / raw / 1e9}}
                            .dump());
   }

@@ -245,13 +245,25 @@ void GptModel::reserve(int B, int T, int slots) {
 
 std::size_t GptModel::activation_bytes(const ModelConfig& config, const ModelOptions& options,
                                        int B, int T, int slots) {
-  Activations a;
+  static constexpr std::size_t kCap = std::size_t{1} << 60;
   const int end = options.shard.end_layer < 0 ? config.n_layer : options.shard.end_layer;
-  std::size_t total = 0;
-  build_activations(
-      a, config, options, options.shard.first_layer, end, B, T, slots,
-      [&total](auto& buf, std::size_t n, const char*) { total += n * sizeof(*buf.data()); });
-  return total;
+  const auto bytes = [&](int s) {
+    Activations a;
+    std::size_t total = 0;
+    build_activations(a, config, options, options.shard.first_layer, end, B, T, s,
+                      [&total](auto& buf, std::size_t n, const char*) {
+                        total = std::min(kCap, total + std::min(kCap, n * sizeof(*buf.data())));
+                      });
+    return total;
+  };
+  // Slots are alike: two are enough to extrapolate, so an estimate for a schedule that keeps
+  // every micro-batch (gpipe: up to batch_size slots of every layer) builds no per-slot
+  // bookkeeping (it took tens of GB for 10^5 micro-batches of 1024 layers).
+  if (slots <= 2) return bytes(slots);
+  const std::size_t one = bytes(1), per_slot = bytes(2) - one;
+  const auto more = static_cast<std::size_t>(slots - 1);
+  if (per_slot != 0 && more > (kCap - one) / per_slot) return kCap;
+  return one + more * per_slot;
 }
 
 void GptModel::set_slot(int slot) {

@@ -91,7 +91,8 @@ class GptModel {
   // in flight (done by forward on first use; call it up front to learn about out-of-memory
   // before training starts).
   void reserve(int B, int T, int slots = 1);
-  // Bytes reserve(B, T, slots) allocates, without allocating (memory estimates).
+  // Bytes reserve(B, T, slots) allocates, without allocating (memory estimates); at most 2^60
+  // (more than any device holds), so sums of a few estimates cannot wrap.
   static std::size_t activation_bytes(const ModelConfig& config, const ModelOptions& options, int B,
                                       int T, int slots = 1);
   // Which micro-batch slot the next stage-wise calls use (0 <= slot < slots).

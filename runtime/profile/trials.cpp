@@ -129,6 +129,7 @@ Measurement run_one_trial(const TrialRequest& trial, comm::Communicator& group,
   m.measured_utc = utc_now();
   try {
     MemoryPool device("device", o.device_capacity), host("host", o.host_capacity);
+    const cpu::FixedGemmGrid grid(trial.train.reproducible);  // time what the job will run
     std::unique_ptr<parallel::Strategy> s;
     comm::agree_on(group, [&] {
       if (group.size() != trial.config.degree)

@@ -113,26 +113,6 @@ void check_trainable(const TrainJob& job, const TrainOptions& options) {
   Session s(job, options);
 }
 
-ResumedComputeThreads::ResumedComputeThreads(const TrainJob& job, int recorded, bool log_it)
-    : previous_(cpu::compute_threads()) {
-  if (!job.train.reproducible || recorded <= 0 || recorded == previous_) return;
-  set_ = recorded;
-  cpu::set_compute_threads(set_);
-  if (log_it)
-    log::info(
-        "job {}: reproducible: {} threads per rank as when its checkpoint was written "
-        "(this run has {})",
-        job.id, set_, previous_);
-}
-
-ResumedComputeThreads::~ResumedComputeThreads() {
-  if (set_ > 0) cpu::set_compute_threads(previous_);
-}
-
-int ResumedComputeThreads::threads() const {
-  return set_ > 0 ? set_ : previous_;
-}
-
 TrainResult train_single_device(const TrainJob& job, const TrainOptions& options) {
   Session s(job, options);  // throws before anything is written
   const TrainConfig& tc = job.train;
@@ -150,17 +130,15 @@ TrainResult train_single_device(const TrainJob& job, const TrainOptions& options
   const ckpt::StateView state = ckpt::single_device_view(s.model.layout(), s.model.params(),
                                                          s.optimizer.m(), s.optimizer.v());
   std::int64_t first_step = 0;
-  int recorded_threads = 0;
   if (options.resume && !options.job_dir.empty()) {
     if (const auto p = ckpt::resume_training(MPI_COMM_SELF, ck, state)) {
       first_step = p->step;
-      recorded_threads = p->compute_threads;
       s.train_loader.seek(p->position);
       ckpt::truncate_metrics(options.job_dir / "metrics.jsonl", first_step);
     }
   }
-  const ResumedComputeThreads threads(job, recorded_threads, !options.quiet);
-  ck.compute_threads = threads.threads();
+  // Reproducible: GEMM bits independent of the thread count, so any later run may resume it.
+  const cpu::FixedGemmGrid grid(tc.reproducible);
 
   std::ofstream metrics;
   if (!options.job_dir.empty()) {
