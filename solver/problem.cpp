@@ -82,6 +82,11 @@ double parse_memory_gib(const std::string& text, const std::string& spec) {
   if (!ok || scale == 0.0)
     throw SolverError(fmt::format(
         "cluster spec '{}': '{}' is not a device memory size (e.g. 80GiB, 40G, 512MiB)", spec, t));
+  if (value * scale > kMaxClusterMemoryGib)
+    throw SolverError(
+        fmt::format("cluster spec '{}': device memory '{}' is out of range (valid: "
+                    "at most {:g} GiB per device)",
+                    spec, t, kMaxClusterMemoryGib));
   return value * scale;
 }
 
@@ -99,7 +104,9 @@ Cluster parse_cluster_spec(const std::string& spec) {
   if (const size_t x = body.find_first_of("xX"); x != std::string::npos) {
     const int n = parse_count(body.substr(0, x), spec, "node count");
     const int g = parse_count(body.substr(x + 1), spec, "device count");
-    if (n > 100000) throw SolverError(fmt::format("cluster spec '{}': too many nodes", spec));
+    if (n > kMaxClusterNodes)
+      throw SolverError(fmt::format("cluster spec '{}': {} nodes is out of range (valid: 1..{})",
+                                    spec, n, kMaxClusterNodes));
     devices.assign(static_cast<size_t>(n), g);
   } else {
     size_t pos = 0;
@@ -110,6 +117,21 @@ Cluster parse_cluster_spec(const std::string& spec) {
       pos = plus + 1;
     }
   }
+  if (devices.size() > static_cast<size_t>(kMaxClusterNodes))
+    throw SolverError(fmt::format("cluster spec '{}': {} nodes is out of range (valid: 1..{})",
+                                  spec, devices.size(), kMaxClusterNodes));
+  long long total = 0;
+  for (const int d : devices) {
+    if (d > kMaxNodeDevices)
+      throw SolverError(
+          fmt::format("cluster spec '{}': {} devices on a node is out of range (valid: 1..{})",
+                      spec, d, kMaxNodeDevices));
+    total += d;
+  }
+  if (total > kMaxClusterDevices)
+    throw SolverError(
+        fmt::format("cluster spec '{}': {} devices in all is out of range (valid: at most {})",
+                    spec, total, kMaxClusterDevices));
   Cluster c;
   for (size_t i = 0; i < devices.size(); ++i)
     c.nodes.push_back(Node{fmt::format("n{}", i), devices[i], memory});

@@ -34,7 +34,12 @@ struct Cluster {
 
 // Parses a --cluster SPEC: "NxG[:MEM]" (N nodes of G devices, e.g. "2x8:80GiB") or
 // "G1+G2+..." for heterogeneous nodes (e.g. "8+4", "2+2+4+8:40GiB"). Nodes are named n0, n1, ...
-// A bare memory number means GiB. Throws SolverError naming the spec on anything else.
+// A bare memory number means GiB. Throws SolverError naming the spec on anything else, and on
+// sizes past these limits (docs/workload.md):
+inline constexpr int kMaxClusterNodes = 10000;
+inline constexpr int kMaxNodeDevices = 1024;
+inline constexpr long long kMaxClusterDevices = 65536;
+inline constexpr double kMaxClusterMemoryGib = 1048576;  // per device (1 PiB)
 Cluster parse_cluster_spec(const std::string& spec);
 // The inverse, for messages and tables: "2x8:80GiB", "8+4".
 std::string format_cluster(const Cluster& cluster);

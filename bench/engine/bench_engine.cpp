@@ -1,7 +1,8 @@
 // Engine throughput: training tokens/s of one model shape on the CPU backend (forward,
 // backward, AdamW; median over timed steps after warm-up), and the GEMM rate our linear op
 // reaches beside plain OpenBLAS sgemm on the same shapes. Prints one JSON object per line;
-// bench/engine/run.py runs it beside PyTorch and prints the table.
+// bench/engine/run.py runs it beside PyTorch and prints the table. --fixed-grid: the same on the
+// fixed GEMM tile grid of reproducible jobs, whose cost docs/strategies.md states.
 //
 // --device cuda: the same step on the CUDA backend (the same model program in bf16, AdamW with
 // clipping), reporting tokens/s and MFU = (6·N + 12·L·C·T) FLOPs per token (weights, plus
@@ -17,8 +18,8 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
-#include "runtime/backend/cuda_provider.hpp"
 #include "runtime/backend/cpu/ops.hpp"
+#include "runtime/backend/cuda_provider.hpp"
 #include "runtime/backend/device.hpp"
 #include "runtime/core/memory.hpp"
 #include "runtime/core/rng.hpp"
@@ -183,8 +184,10 @@ int main(int argc, char** argv) {
   int layers = 4, d_model = 256, heads = 4, seq = 128, batch = 8, steps = 5, vocab = 256;
   std::string device = "cpu";
   double peak_tflops = 0;
-  bool ops = false;
+  bool ops = false, fixed_grid = false;
   app.add_flag("--ops", ops, "cuda: also time the main ops alone at this shape");
+  app.add_flag("--fixed-grid", fixed_grid,
+               "cpu: GEMMs on the fixed tile grid of reproducible jobs (cpu::FixedGemmGrid)");
   app.add_option("--device", device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--vocab", vocab, "vocabulary size");
   app.add_option("--peak-tflops", peak_tflops,
@@ -213,6 +216,7 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "bench_engine --device {}: {}\n", device, e.what());
     return 2;
   }
+  const cpu::FixedGemmGrid grid(fixed_grid);
   double dt = 0;
   std::size_t params = 0;
   {
@@ -227,8 +231,8 @@ int main(int argc, char** argv) {
       t = static_cast<std::int32_t>(rng.below(static_cast<std::uint64_t>(mc.vocab_size)));
     for (auto& t : targets)
       t = static_cast<std::int32_t>(rng.below(static_cast<std::uint64_t>(mc.vocab_size)));
-    Buffer<std::int32_t> dev_tokens(dev->memory(), n, "tokens"), dev_targets(dev->memory(), n,
-                                                                              "tokens");
+    Buffer<std::int32_t> dev_tokens(dev->memory(), n, "tokens"),
+        dev_targets(dev->memory(), n, "tokens");
     dev->upload(dev_tokens.data(), tokens.data(), n * sizeof(std::int32_t));
     dev->upload(dev_targets.data(), targets.data(), n * sizeof(std::int32_t));
     model->reserve(batch, seq);
@@ -261,6 +265,7 @@ int main(int argc, char** argv) {
                         {"seq", seq},
                         {"batch", batch},
                         {"params", params},
+                        {"fixed_grid", fixed_grid},
                         {"step_s", dt},
                         {"tokens_per_s", static_cast<double>(n) / dt},
                         {"peak_bytes", dev->memory().peak()}};
@@ -270,9 +275,8 @@ int main(int argc, char** argv) {
   } else {
 #ifdef SATURN_HAVE_CUDA
     auto& cd = dynamic_cast<cuda::CudaDevice&>(*dev);
-    const double flops_per_token =
-        6.0 * static_cast<double>(params) +
-        12.0 * mc.n_layer * static_cast<double>(mc.d_model) * seq;
+    const double flops_per_token = 6.0 * static_cast<double>(params) +
+                                   12.0 * mc.n_layer * static_cast<double>(mc.d_model) * seq;
     const double peak = peak_tflops > 0 ? peak_tflops * 1e12 : bf16_peak_flops(cd.describe());
     out["gpu"] = cd.describe();
     out["flops_per_token"] = flops_per_token;
@@ -304,9 +308,16 @@ int main(int argc, char** argv) {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, O, K, 1.0f, a.data(), K, w.data(),
                   O, 0.0f, c.data(), O);
     });
+    // Also the backward's two products (input and weight gradients), which the grid tiles too.
+    std::vector<float> da(a.size(), 0.0f), dw(w.size(), 0.0f);
+    const double ours_bwd = time_median(10, [&] {
+      cpu::linear_backward(da.data(), dw.data(), nullptr, c.data(), a.data(), w.data(), M, K, O,
+                           cpu::WeightLayout::kInOut);
+    });
     fmt::print("{}\n", nlohmann::json{{"kind", "gemm"},
                                       {"shape", fmt::format("{}x{}x{}", M, K, O)},
                                       {"ours_gflops", flops / ours / 1e9},
+                                      {"ours_backward_gflops", 2 * flops / ours_bwd / 1e9},
                                       {"sgemm_gflops", flops / raw / 1e9}}
                            .dump());
   }

@@ -12,6 +12,21 @@ namespace saturn::cli {
 
 using Action = std::function<int()>;
 
+// A CLI11 check: a number in [lo, hi], and finite (CLI::Range lets nan through, and a nan
+// interval or time limit would reach sleeps and solvers). Out of range is a usage error (exit 2)
+// naming the flag and the valid range.
+inline CLI::Validator finite_range(double lo, double hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& text) -> std::string {
+        double x = 0;
+        if (!CLI::detail::lexical_cast(text, x) || !(x >= lo && x <= hi))
+          return "'" + text + "' is out of range (valid: " + CLI::detail::to_string(lo) + " to " +
+                 CLI::detail::to_string(hi) + ")";
+        return std::string();
+      },
+      "NUMBER in [" + CLI::detail::to_string(lo) + ", " + CLI::detail::to_string(hi) + "]");
+}
+
 void add_data_command(CLI::App& root, Action* action);    // data_cmd.cpp
 void add_train_command(CLI::App& root, Action* action);   // train_cmd.cpp
 void add_plan_command(CLI::App& root, Action* action);    // plan_cmd.cpp

@@ -41,7 +41,13 @@ int run_plan(const PlanArgs& a) {
     // Parse what can be checked before anything is solved, so errors come first.
     const solver::Backend backend = solver::parse_backend(a.solver);
     solver::Cluster cluster;
-    if (!a.cluster.empty()) cluster = solver::parse_cluster_spec(a.cluster);
+    if (!a.cluster.empty()) {
+      try {
+        cluster = solver::parse_cluster_spec(a.cluster);
+      } catch (const solver::SolverError& e) {
+        throw InputError(fmt::format("--cluster: {}", e.what()));
+      }
+    }
     solver::Problem problem;
     std::string sources;
     if (!a.workload.empty()) {
@@ -107,7 +113,7 @@ void add_plan_command(CLI::App& root, Action* action) {
   cmd->add_option("--time-limit", args->time_limit,
                   "Seconds for the whole solve (bounds, heuristics, MILP); the best plan found "
                   "is returned")
-      ->check(CLI::Range(0.01, 1e7));
+      ->check(finite_range(0.01, 1e7));
   cmd->add_flag("--json", args->json, "Print the plan as JSON (the plan contract) instead of text");
   cmd->add_option("-o,--output", args->output, "Also write the plan JSON to this file");
   cmd->add_option("--width", args->width, "Columns of the Gantt chart")

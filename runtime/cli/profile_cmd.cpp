@@ -54,7 +54,8 @@ int run_profile(const ProfileArgs& a) {
         try {
           req.cluster = solver::parse_cluster_spec(spec);
         } catch (const solver::SolverError& e) {
-          throw InputError(e.what());
+          throw InputError(
+              fmt::format("{}: {}", a.cluster.empty() ? "cluster" : "--cluster", e.what()));
         }
         // A cluster laid over exactly this run's ranks: device i is rank i, so trials use
         // the spec's nodes; otherwise they use the hosts.
@@ -140,7 +141,7 @@ void add_profile_command(CLI::App& root, Action* action) {
   cmd->add_option("--trial-time-limit", args->trial_time_limit,
                   "Seconds one trial may take (0: no limit); a slower one keeps the steps it "
                   "measured")
-      ->check(CLI::Range(0.0, 1e6));
+      ->check(finite_range(0.0, 1e6));
   cmd->add_flag("--serial-trials", args->serial,
                 "One trial at a time, the other ranks idle (uncontended measurements)");
   cmd->add_flag("--no-ballast", args->no_ballast,

@@ -115,7 +115,8 @@ void add_run_command(CLI::App& root, Action* action, int argc, char** argv) {
       "execute on all ranks, re-plan as it learns. Under mpirun/srun it uses the ranks it was "
       "given; --np N starts mpirun itself.");
   cmd->add_option("workload", args->workload, "Workload file (YAML)");
-  cmd->add_option("--np", args->np, "Start N local ranks (runs mpirun for you)");
+  cmd->add_option("--np", args->np, "Start N local ranks (runs mpirun for you)")
+      ->check(CLI::Range(1, 4096));
   cmd->add_option("--hostfile", args->hostfile, "Open MPI hostfile for --np across hosts");
   cmd->add_option("--run-dir", args->run_dir, "Run directory (default: runs/<workload name>)");
   CLI::Option* resume =
@@ -165,9 +166,10 @@ void add_run_command(CLI::App& root, Action* action, int argc, char** argv) {
                 "Execute the first plan as made: no re-planning at intervals or job ends");
   cmd->add_option("--replan-interval", args->options.replan_interval_s,
                   "Seconds between re-plans (overrides solver.introspection.interval)")
-      ->check(CLI::PositiveNumber);
+      ->check(finite_range(0.001, 1e9));
   cmd->add_option("--progress-interval", args->options.progress_interval_s,
-                  "Seconds between progress tables when the output is not a terminal");
+                  "Seconds between progress tables when the output is not a terminal")
+      ->check(finite_range(0.01, 1e6));
   cmd->add_flag("--quiet", args->options.quiet, "No progress output");
   cmd->callback([args, action, argc, argv, resume] {
     if (resume->count() > 0 && args->resume_dir.empty()) args->resume_flag = true;

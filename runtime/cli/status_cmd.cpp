@@ -57,7 +57,8 @@ void add_status_command(CLI::App& root, Action* action) {
   cmd->add_option("run_dir", args->run_dir, "Run directory of `saturn run`")->required();
   cmd->add_option("--watch", args->watch_s,
                   "Refresh every SECONDS until the run ends (Ctrl-C to leave)")
-      ->type_name("SECONDS");
+      ->type_name("SECONDS")
+      ->check(finite_range(0.0, 1e6));
   cmd->callback([args, action] { *action = [args] { return run_status(*args); }; });
 }
 

@@ -68,7 +68,9 @@ int run_job(const TrainArgs& a) {
       par.knobs = parallel::parse_knobs(a.knobs);
       par.strategy = a.strategy;
       par.degree = a.degree > 0 ? a.degree : world->size();
-      w = load_workload(a.workload);
+      LoadOptions lo;
+      lo.check_data_contents = rank == 0;  // one pass over the data is enough (agreed)
+      w = load_workload(a.workload, lo);
       const JobSpec& spec = pick_job(w, a);
       job = TrainJob{spec.id, spec.model, spec.train, w.train_data, w.val_data};
       opt.device = parse_device_kind(a.device);

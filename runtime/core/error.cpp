@@ -64,8 +64,11 @@ std::size_t parse_bytes(const std::string& text, const std::string& what) {
   else
     throw InputError(fmt::format("{}: unknown unit '{}' in '{}' (valid: B, KiB, MiB, GiB, TiB)",
                                  what, unit, text));
-  if (value < 0 || !std::isfinite(value))
-    throw InputError(fmt::format("{}: '{}' must be a non-negative size", what, text));
+  // At most 1 EiB: a size_t then holds it, and sums of a few of them, without overflow.
+  constexpr double kMaxBytes = 1152921504606846976.0;
+  if (value < 0 || !std::isfinite(value) || value * scale > kMaxBytes)
+    throw InputError(
+        fmt::format("{}: '{}' must be a non-negative size of at most 1 EiB", what, text));
   return static_cast<std::size_t>(std::llround(value * scale));
 }
 

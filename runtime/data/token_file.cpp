@@ -274,6 +274,19 @@ void TokenArray::validate_vocab(std::uint32_t vocab_size) const {
   }
 }
 
+std::uint32_t TokenArray::max_token() const {
+  // Branch-free loops over the raw arrays, so the compiler vectorises them (a memory-bound pass).
+  std::uint32_t m = 0;
+  if (u16_) {
+    std::uint16_t m16 = 0;
+    for (std::uint64_t i = 0; i < size_; ++i) m16 = std::max(m16, u16_[i]);
+    m = m16;
+  } else {
+    for (std::uint64_t i = 0; i < size_; ++i) m = std::max(m, u32_[i]);
+  }
+  return m;
+}
+
 std::vector<std::uint32_t> read_tokens(const fs::path& path, std::uint32_t vocab_size) {
   const TokenArray a = TokenArray::open(path, vocab_size);
   std::vector<std::uint32_t> out(a.size());

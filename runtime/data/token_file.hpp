@@ -47,6 +47,8 @@ class TokenArray {
   void copy_to(std::uint64_t begin, std::uint64_t count, std::int32_t* out) const;
   // Throws InputError naming the file, the first offending token and its position.
   void validate_vocab(std::uint32_t vocab_size) const;
+  // The largest token id (0 when empty): one pass over the tokens.
+  std::uint32_t max_token() const;
   // The file path (or the name given to from_tokens), for messages.
   const std::string& name() const { return name_; }
 

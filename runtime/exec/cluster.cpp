@@ -32,7 +32,9 @@ nlohmann::json RankMap::to_json() const {
   return {{"source", source}, {"device_kind", "cpu"}, {"nodes", nodes}};
 }
 
-RankMap discover_cluster(MPI_Comm world, const std::string& spec, std::size_t device_memory_bytes) {
+RankMap discover_cluster(MPI_Comm world, const std::string& spec, std::size_t device_memory_bytes,
+                         const std::string& where) {
+  const std::string field = where.empty() ? "cluster" : where + ": cluster";
   int rank = 0, size = 0;
   MPI_Comm_rank(world, &rank);
   MPI_Comm_size(world, &size);
@@ -70,13 +72,13 @@ RankMap discover_cluster(MPI_Comm world, const std::string& spec, std::size_t de
     try {
       m.cluster = solver::parse_cluster_spec(spec);
     } catch (const solver::SolverError& e) {
-      throw InputError(fmt::format("cluster: {}", e.what()));
+      throw InputError(fmt::format("{}: {}", field, e.what()));
     }
     if (m.cluster.total_devices() != size)
       throw InputError(
-          fmt::format("cluster: '{}' has {} devices but the run has {} ranks (one "
+          fmt::format("{}: '{}' has {} devices but the run has {} ranks (one "
                       "device per rank); use cluster: auto or start {} ranks",
-                      spec, m.cluster.total_devices(), size, m.cluster.total_devices()));
+                      field, spec, m.cluster.total_devices(), size, m.cluster.total_devices()));
     for (auto& node : m.cluster.nodes)
       if (node.memory_gib == 0) node.memory_gib = mem_gib;
     for (int r = 0; r < size; ++r) {

@@ -28,6 +28,8 @@ struct RankMap {
 // ranks on it. Otherwise a --cluster SPEC whose device count must equal the world size (virtual
 // nodes laid over ranks in order, so multi-node plans can be exercised on one host).
 // device_memory_bytes: capacity of every device (0: unknown to the solver).
-RankMap discover_cluster(MPI_Comm world, const std::string& spec, std::size_t device_memory_bytes);
+// `where`: "FILE:LINE:COL" of the workload's cluster entry, to start errors with (or "").
+RankMap discover_cluster(MPI_Comm world, const std::string& spec, std::size_t device_memory_bytes,
+                         const std::string& where = "");
 
 }  // namespace saturn::exec

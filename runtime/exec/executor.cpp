@@ -176,6 +176,7 @@ int run_batch(const RunOptions& options) {
   PlanningInput planning;
   double profiling_s = 0;       // calibration and trials, before the batch's clock starts
   std::optional<RunLock> lock;  // rank 0's, released when run_batch returns
+  fs::path created_dir;  // rank 0: the outermost directory this run made for run_dir, if any
   try {
     // Everything about the input is checked before any rank trains or anything is written.
     comm::agree_on(*world, [&] {
@@ -183,6 +184,7 @@ int run_batch(const RunOptions& options) {
       // A resumed run reads the run directory's copy of the workload, whose relative data
       // paths meant the original file's directory: run_state.json recorded them absolute.
       LoadOptions lo;
+      lo.check_data_contents = rank == 0;  // one pass over the data is enough (agreed)
       std::optional<nlohmann::json> state;
       if (options.resume && !options.run_dir.empty()) {
         std::ifstream in(options.run_dir / "run_state.json");
@@ -204,8 +206,14 @@ int run_batch(const RunOptions& options) {
         throw InputError(fmt::format("run directory {} is not a directory", run_dir.string()));
       // One run per directory (run_lock.hpp), from before anything in it is read or written
       // until the last rank is done. A --resume of nothing is refused below without creating it.
-      if (rank == 0 && (!options.resume || fs::is_directory(run_dir)))
+      if (rank == 0 && (!options.resume || fs::is_directory(run_dir))) {
+        // The outermost directory the lock (which creates run_dir) is about to make (runs/,
+        // when it is new): removed again if the input turns out bad.
+        for (fs::path p = fs::absolute(run_dir); !p.empty() && !fs::exists(p);
+             p = p.parent_path())
+          created_dir = p;
         lock = RunLock::acquire(run_dir, !options.resume);
+      }
       // Not given on --resume: the memory the interrupted run was given (same machine).
       const auto memory = [&](const std::string& given, const char* key, const char* flag) {
         if (given.empty() && state && state->contains(key)) {
@@ -233,7 +241,9 @@ int run_batch(const RunOptions& options) {
         resume = read_resume_state(w, run_dir);
       }
     });
-    comm::agree_on(*world, [&] { ranks = discover_cluster(MPI_COMM_WORLD, w.cluster, capacity); });
+    comm::agree_on(*world, [&] {
+      ranks = discover_cluster(MPI_COMM_WORLD, w.cluster, capacity, w.cluster_where);
+    });
     if (rank == 0 && !options.quiet)
       log::info("{}: {} jobs on {} ({} ranks){}", w.name, w.jobs.size(),
                 solver::format_cluster(ranks.cluster), world->size(),
@@ -270,6 +280,14 @@ int run_batch(const RunOptions& options) {
     profiling_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - profile_start).count();
   } catch (const comm::AgreedFailure& e) {
+    // Bad input found once the run directory exists (a job that fits no configuration shows only
+    // after the trials wrote their store): a directory this run made goes again, so that an
+    // input error leaves nothing behind.
+    if (rank == 0 && !created_dir.empty() && e.exit_code() == kExitBadInput) {
+      lock.reset();  // its file lives in the directory
+      std::error_code ec;
+      fs::remove_all(created_dir, ec);
+    }
     return comm::report_agreed_failure(*world, e);
   }
 

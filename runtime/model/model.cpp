@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-
 #include "runtime/backend/cpu/backend.hpp"
 #include "runtime/backend/cpu/device.hpp"
 #include "runtime/backend/cuda/types.hpp"

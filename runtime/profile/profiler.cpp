@@ -127,6 +127,7 @@ class Profiler {
     }
     const auto counts = device_counts(req_.cluster);
     const std::string now = utc_now();
+    const std::string hw_id = hw_.id();  // hashes every node's rank count: once, not per candidate
     for (std::size_t s = 0; s < shapes_.size(); ++s)
       for (const auto& [degree, nodes] : counts)
         for (const auto& name : allowed) {
@@ -135,7 +136,7 @@ class Profiler {
             Candidate c;
             c.shape = s;
             c.config = ConfigSpec{name, knobs, degree, nodes};
-            c.key = ProfileKey{shapes_[s].signature, c.config, hw_.id()};
+            c.key = ProfileKey{shapes_[s].signature, c.config, hw_id};
             c.key_id = c.key.id();
             c.est = estimate_cost(shapes_[s].model, shapes_[s].train, c.config, cal_, capacity_,
                                   req_.host_capacity, req_.device);
@@ -413,8 +414,9 @@ class Profiler {
   void corrections() {
     std::map<std::string, std::vector<double>> ratios;
     std::vector<double> all;
+    const std::string hw_id = hw_.id();
     for (const auto& [id, e] : store_.entries()) {
-      if (e.key.hardware != hw_.id() || !e.measured || !e.measured->feasible) continue;
+      if (e.key.hardware != hw_id || !e.measured || !e.measured->feasible) continue;
       if (!e.estimate.feasible || e.estimate.step_s <= 0 || e.measured->step_s <= 0) continue;
       const double r = e.measured->step_s / e.estimate.step_s;
       ratios[e.key.config.strategy].push_back(r);
@@ -481,7 +483,8 @@ class Profiler {
       reasons += fmt::format("\n  {} on {}: {}", c.config.label(), c.config.degree, why);
       if (seen.size() >= 8) break;
     }
-    return fmt::format("job {} fits no configuration on the cluster {}:{}", job.id,
+    return fmt::format("{}job {} fits no configuration on the cluster {}:{}",
+                       job.where.empty() ? "" : job.where + ": ", job.id,
                        solver::format_cluster(req_.cluster), reasons);
   }
 
@@ -737,7 +740,8 @@ WorkloadProblem problem_from_store(const std::filesystem::path& workload,
     try {
       req.cluster = solver::parse_cluster_spec(spec);
     } catch (const solver::SolverError& e) {
-      throw InputError(e.what());
+      // The workload's own cluster: was checked when it was loaded; so this is the flag.
+      throw InputError(fmt::format("--cluster: {}", e.what()));
     }
   }
   in.store = store;

@@ -132,6 +132,7 @@ Measurement run_one_trial(const TrialRequest& trial, comm::Communicator& group,
     std::unique_ptr<Device> device;
     MemoryPool host("host", o.host_capacity);
     std::unique_ptr<comm::CommPair> comms;
+    const cpu::FixedGemmGrid grid(trial.train.reproducible);  // time what the job will run
     std::unique_ptr<parallel::Strategy> s;
     comm::agree_on(group, [&] {
       if (group.size() != trial.config.degree)

@@ -89,18 +89,16 @@ TrainResult train_with_strategy(const TrainJob& job, const TrainOptions& options
     strategy->import_state(static_cast<parallel::StateKind>(static_cast<int>(part)), slices);
   };
   std::int64_t first_step = 0;
-  int recorded_threads = 0;
   if (options.resume && !options.job_dir.empty()) {
     comm::agree_on(comm, [&] {
       if (const auto p = ckpt::resume_training(mpi->handle(), ck, source, sink)) {
         first_step = p->step;
-        recorded_threads = p->compute_threads;
         train_loader->seek(p->position);
       }
     });
   }
-  const ResumedComputeThreads threads(job, recorded_threads, !options.quiet && rank == 0);
-  ck.compute_threads = threads.threads();
+  // Reproducible: GEMM bits independent of the thread count (ranks and runs may differ in it).
+  const cpu::FixedGemmGrid grid(tc.reproducible);
 
   // 4. Rank 0 prepares the output.
   std::ofstream metrics;

@@ -59,21 +59,4 @@ struct TrainResult {
 // final parameters gathered into TrainResult::final_params.
 TrainResult train_single_device(const TrainJob& job, const TrainOptions& options);
 
-// A reproducible job resumes with the CPU threads per rank its checkpoint recorded, whatever
-// this run's count (OpenBLAS's GEMMs depend on it; `saturn run` derives it from cores / ranks,
-// so a resume on fewer ranks would otherwise change it). Restores the previous count when it
-// goes out of scope; does nothing for other jobs or when nothing was recorded.
-class ResumedComputeThreads {
- public:
-  ResumedComputeThreads(const TrainJob& job, int recorded, bool log_it);
-  ~ResumedComputeThreads();
-  ResumedComputeThreads(const ResumedComputeThreads&) = delete;
-  ResumedComputeThreads& operator=(const ResumedComputeThreads&) = delete;
-  int threads() const;  // the count in effect while alive
-
- private:
-  int previous_ = 0;
-  int set_ = 0;  // 0: unchanged
-};
-
 }  // namespace saturn

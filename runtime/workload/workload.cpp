@@ -14,6 +14,8 @@
 #include <system_error>
 
 #include "runtime/core/error.hpp"
+#include "runtime/data/token_file.hpp"
+#include "solver/problem.hpp"
 
 namespace saturn {
 
@@ -91,6 +93,7 @@ std::size_t edit_distance(const std::string& a, const std::string& b) {
 
 // "did you mean 'x'? " when some valid name is close to the given one.
 std::string suggestion(const std::string& given, const Keys& valid) {
+  if (given.size() > 64) return "";  // no name is that long; spares a large distance table
   const std::string* best = nullptr;
   std::size_t best_d = std::numeric_limits<std::size_t>::max();
   for (const auto& v : valid) {
@@ -116,6 +119,64 @@ bool is_plain_name(const std::string& s) {
     return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' ||
            c == '+';
   });
+}
+
+// Every string holds valid UTF-8 without control characters: names and paths end up in JSON
+// (which rejects invalid UTF-8), in file names (where a NUL would cut a path short) and in
+// terminal messages.
+bool is_clean_utf8(const std::string& s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const auto* end = p + s.size();
+  while (p < end) {
+    const unsigned char c = *p;
+    if (c < 0x80) {
+      if (c < 0x20 || c == 0x7f) return false;
+      ++p;
+      continue;
+    }
+    int more = 0;
+    std::uint32_t cp = 0, min = 0;
+    if ((c & 0xe0) == 0xc0) {
+      more = 1, cp = c & 0x1f, min = 0x80;
+    } else if ((c & 0xf0) == 0xe0) {
+      more = 2, cp = c & 0x0f, min = 0x800;
+    } else if ((c & 0xf8) == 0xf0) {
+      more = 3, cp = c & 0x07, min = 0x10000;
+    } else {
+      return false;
+    }
+    if (end - p <= more) return false;
+    for (int i = 1; i <= more; ++i) {
+      if ((p[i] & 0xc0) != 0x80) return false;
+      cp = (cp << 6) | (p[i] & 0x3f);
+    }
+    // Overlong forms, UTF-16 surrogates and code points past U+10FFFF are not UTF-8; C1
+    // controls are control characters.
+    if (cp < min || (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff || (cp >= 0x80 && cp < 0xa0))
+      return false;
+    p += more + 1;
+  }
+  return true;
+}
+
+// User text quoted in a message: at most 60 bytes, bytes that are not clean UTF-8 as \xNN, so
+// that a huge or binary value cannot flood the terminal or break the message's encoding.
+std::string quote_text(const std::string& s) {
+  constexpr std::size_t kShown = 60;
+  std::size_t cut = std::min(s.size(), kShown);
+  while (cut < s.size() && cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xc0) == 0x80) --cut;
+  const std::string head = s.substr(0, cut);
+  std::string out;
+  if (is_clean_utf8(head)) {
+    out = head;
+  } else {
+    for (const char ch : head) {
+      const auto c = static_cast<unsigned char>(ch);
+      out += c >= 0x20 && c < 0x7f ? std::string(1, ch) : fmt::format("\\x{:02x}", c);
+    }
+  }
+  if (cut < s.size()) out += fmt::format("... ({} bytes)", s.size());
+  return out;
 }
 
 bool has_key(const YAML::Node& map, const std::string& key) {
@@ -150,8 +211,8 @@ std::string describe(const YAML::Node& n) {
     case YAML::NodeType::Scalar:
       break;
   }
-  return n.Tag() == "!" ? fmt::format("the quoted string \"{}\"", n.Scalar())
-                        : fmt::format("'{}'", n.Scalar());
+  return n.Tag() == "!" ? fmt::format("the quoted string \"{}\"", quote_text(n.Scalar()))
+                        : fmt::format("'{}'", quote_text(n.Scalar()));
 }
 
 // A map entry with both marks: a null value has no useful mark of its own, so its key's is used.
@@ -220,6 +281,9 @@ class Parser {
   std::int64_t integer(const Entry& e) const { return integer(e.value, e.mark(), e.path); }
   std::string string(const YAML::Node& v, const YAML::Mark& mark, const std::string& path) const;
   std::string string(const Entry& e) const { return string(e.value, e.mark(), e.path); }
+  // A string that names a directory or a job: is_plain_name and at most limits::kNameBytes.
+  std::string name(const YAML::Node& v, const YAML::Mark& mark, const std::string& path,
+                   const char* what) const;
   std::string choice(const Entry& e, const Keys& valid) const;
 
   void set_field(const std::string& canon, const YAML::Node& v, const YAML::Mark& mark,
@@ -229,6 +293,7 @@ class Parser {
                          LayerFields& layer) const;
 
   fs::path data_path(const Entry& e) const;
+  void check_data(const Entry& e, const fs::path& file, const std::vector<JobSpec>& jobs) const;
   void parse_models(const Entry& e);
   void parse_jobs(const Entry& e, const TrainConfig& base, const Provenance& base_prov,
                   Workload& w);
@@ -258,11 +323,12 @@ MapView Parser::map(const YAML::Node& n, const YAML::Mark& mark, const std::stri
       fail(key.Mark(), path.empty() ? "workload" : path,
            fmt::format("keys must be plain names, got {} (valid keys: {})", describe(key),
                        join(valid)));
-    Entry e{key.Scalar(), key, it->second, child(path, key.Scalar())};
+    // The path quotes the key as messages do: an unknown key may be long or not UTF-8.
+    Entry e{key.Scalar(), key, it->second, child(path, quote_text(key.Scalar()))};
     if (!contains(valid, e.key))
       fail(key.Mark(), e.path,
-           fmt::format("unknown key '{}' ({}valid keys here: {})", e.key, suggestion(e.key, valid),
-                       join(valid)));
+           fmt::format("unknown key '{}' ({}valid keys here: {})", quote_text(e.key),
+                       suggestion(e.key, valid), join(valid)));
     if (const Entry* first = m.find(e.key))
       fail(key.Mark(), e.path,
            fmt::format("key '{}' is given twice (first at {})", e.key,
@@ -309,14 +375,35 @@ std::int64_t Parser::integer(const YAML::Node& v, const YAML::Mark& mark,
 std::string Parser::string(const YAML::Node& v, const YAML::Mark& mark,
                            const std::string& path) const {
   if (!v.IsScalar()) fail(mark, path, fmt::format("expected a string, got {}", describe(v)));
-  return v.Scalar();
+  const std::string& s = v.Scalar();
+  if (s.size() > limits::kStringBytes)
+    fail(mark, path,
+         fmt::format("the string is {} bytes long (valid: at most {})", s.size(),
+                     limits::kStringBytes));
+  if (!is_clean_utf8(s))
+    fail(mark, path,
+         fmt::format("'{}' is not valid UTF-8 text (valid: UTF-8 without control characters)",
+                     quote_text(s)));
+  return s;
+}
+
+std::string Parser::name(const YAML::Node& v, const YAML::Mark& mark, const std::string& path,
+                         const char* what) const {
+  const std::string s = string(v, mark, path);
+  if (!is_plain_name(s) || s.size() > limits::kNameBytes)
+    fail(mark, path,
+         fmt::format("'{}' is not a plain name (valid: at most {} letters, digits, '-', '_', '.', "
+                     "'+', starting with a letter or digit; {})",
+                     quote_text(s), limits::kNameBytes, what));
+  return s;
 }
 
 std::string Parser::choice(const Entry& e, const Keys& valid) const {
   const std::string s = string(e);
   if (!contains(valid, s))
     fail(e.mark(), e.path,
-         fmt::format("unknown value '{}' ({}valid: {})", s, suggestion(s, valid), join(valid)));
+         fmt::format("unknown value '{}' ({}valid: {})", quote_text(s), suggestion(s, valid),
+                     join(valid)));
   return s;
 }
 
@@ -328,12 +415,7 @@ void Parser::set_field(const std::string& canon, const YAML::Node& v, const YAML
   if (auto it = layer.find(canon); it != layer.end())
     fail(mark, path,
          fmt::format("{} is given twice in this entry (also as {})", canon, it->second));
-  auto int_at_least = [&](std::int64_t lo, const char* valid) {
-    const std::int64_t x = integer(v, mark, path);
-    if (x < lo) fail(mark, path, fmt::format("{} is out of range (valid: {})", x, valid));
-    return x;
-  };
-  auto int_field = [&](std::int64_t lo, std::int64_t hi, const char* valid) {
+  auto int_field = [&](std::int64_t lo, std::int64_t hi, const std::string& valid) {
     const std::int64_t x = integer(v, mark, path);
     if (x < lo || x > hi) fail(mark, path, fmt::format("{} is out of range (valid: {})", x, valid));
     return x;
@@ -347,42 +429,50 @@ void Parser::set_field(const std::string& canon, const YAML::Node& v, const YAML
     const std::string s = string(v, mark, path);
     if (!contains(valid, s))
       fail(mark, path,
-           fmt::format("unknown value '{}' ({}valid: {})", s, suggestion(s, valid), join(valid)));
+           fmt::format("unknown value '{}' ({}valid: {})", quote_text(s), suggestion(s, valid),
+                       join(valid)));
     return s;
   };
-  constexpr std::int64_t kIntMax = std::numeric_limits<int>::max();
+  const std::string steps_range = fmt::format("1..{}", limits::kSteps);
   if (canon == "batch_size") {
-    tc.batch_size = int_at_least(1, "an integer >= 1");
+    tc.batch_size = int_field(1, limits::kBatchSize, fmt::format("1..{}", limits::kBatchSize));
   } else if (canon == "micro_batch_size") {
-    tc.micro_batch_size = int_at_least(0, "an integer >= 1, or 0 to let the runtime choose");
+    tc.micro_batch_size =
+        int_field(0, limits::kBatchSize,
+                  fmt::format("1..{}, at most batch_size, or 0 to let the runtime choose",
+                              limits::kBatchSize));
   } else if (canon == "seq_len") {
-    tc.seq_len = static_cast<int>(int_field(1, kIntMax, "an integer >= 1"));
+    tc.seq_len =
+        static_cast<int>(int_field(1, limits::kSeqLen, fmt::format("1..{}", limits::kSeqLen)));
   } else if (canon == "steps") {
-    tc.steps = int_at_least(1, "an integer >= 1");
+    tc.steps = int_field(1, limits::kSteps, steps_range);
   } else if (canon == "eval_every") {
-    tc.eval_every = int_at_least(0, "an integer >= 1, or 0 for only at the end");
+    tc.eval_every = int_field(0, limits::kSteps, steps_range + ", or 0 for only at the end");
   } else if (canon == "eval_batches") {
-    tc.eval_batches = int_at_least(1, "an integer >= 1");
+    tc.eval_batches =
+        int_field(1, limits::kEvalBatches, fmt::format("1..{}", limits::kEvalBatches));
   } else if (canon == "checkpoint_every") {
-    tc.checkpoint_every = int_at_least(0, "an integer >= 1, or 0 for only final.h5");
+    tc.checkpoint_every = int_field(0, limits::kSteps, steps_range + ", or 0 for only final.h5");
   } else if (canon == "reproducible") {
     // YAML 1.2's booleans only: yes/on/1 are not accepted, so a typo cannot pass as true.
     if (!v.IsScalar() || v.Tag() == "!" || (v.Scalar() != "true" && v.Scalar() != "false"))
       fail(mark, path, fmt::format("expected true or false, got {}", describe(v)));
     tc.reproducible = v.Scalar() == "true";
   } else if (canon == "seed") {
-    tc.seed = static_cast<std::uint64_t>(int_at_least(0, "an integer >= 0"));
+    tc.seed = static_cast<std::uint64_t>(
+        int_field(0, std::numeric_limits<std::int64_t>::max(), "an integer in 0..2^63-1"));
   } else if (canon == "optimizer.type") {
     tc.optimizer.type = one_of({"adamw"});
   } else if (canon == "optimizer.lr") {
-    tc.optimizer.lr = num_field([](double x) { return x > 0; }, "a number > 0");
+    tc.optimizer.lr = num_field([](double x) { return x > 0 && x <= 10; }, "a number in (0, 10]");
   } else if (canon == "optimizer.eps") {
-    tc.optimizer.eps = num_field([](double x) { return x > 0; }, "a number > 0");
+    tc.optimizer.eps = num_field([](double x) { return x > 0 && x <= 1; }, "a number in (0, 1]");
   } else if (canon == "optimizer.weight_decay") {
-    tc.optimizer.weight_decay = num_field([](double x) { return x >= 0; }, "a number >= 0");
+    tc.optimizer.weight_decay =
+        num_field([](double x) { return x >= 0 && x <= 100; }, "a number in [0, 100]");
   } else if (canon == "optimizer.grad_clip") {
-    tc.optimizer.grad_clip =
-        num_field([](double x) { return x >= 0; }, "a number >= 0; 0 disables clipping");
+    tc.optimizer.grad_clip = num_field([](double x) { return x >= 0 && x <= 1e6; },
+                                       "a number in [0, 1e6]; 0 disables clipping");
   } else if (canon == "optimizer.betas") {
     const char* valid = "a list [beta1, beta2] of numbers in [0, 1)";
     if (!v.IsSequence() || v.size() != 2)
@@ -398,7 +488,7 @@ void Parser::set_field(const std::string& canon, const YAML::Node& v, const YAML
     tc.optimizer.beta1 = b[0];
     tc.optimizer.beta2 = b[1];
   } else if (canon == "schedule.warmup") {
-    tc.schedule.warmup = int_at_least(0, "an integer >= 0, at most steps");
+    tc.schedule.warmup = int_field(0, limits::kSteps, "an integer >= 0, at most steps");
   } else if (canon == "schedule.decay") {
     tc.schedule.decay = one_of(kDecays);
   } else if (canon == "schedule.min_lr_ratio") {
@@ -448,6 +538,39 @@ fs::path Parser::data_path(const Entry& e) const {
   return p;
 }
 
+// Opens a data file and checks it against every job: a token file, long enough for the job's
+// seq_len, no token outside its model's vocabulary. Errors point at the `data` entry, name the
+// file and the job.
+void Parser::check_data(const Entry& e, const fs::path& file,
+                        const std::vector<JobSpec>& jobs) const {
+  data::TokenArray tokens;
+  try {
+    tokens = data::TokenArray::open(file);
+  } catch (const Error& err) {  // InputError or IoError: either way unusable as data
+    fail(e.mark(), e.path, err.what());
+  }
+  const std::uint64_t size = tokens.size();
+  const std::uint32_t max_token = tokens.max_token();
+  for (const JobSpec& job : jobs) {
+    const auto need = static_cast<std::uint64_t>(job.train.seq_len) + 1;
+    if (size < need)
+      fail(e.mark(), e.path,
+           fmt::format("data file {} has {} tokens; job '{}' (seq_len {}) needs at least {} "
+                       "(the job is defined at {})",
+                       file.string(), size, job.id, job.train.seq_len, need, job.where));
+    if (size > 0 && max_token >= static_cast<std::uint32_t>(job.model.vocab_size)) {
+      std::uint64_t at = 0;
+      while (tokens[at] < static_cast<std::uint32_t>(job.model.vocab_size)) ++at;
+      fail(e.mark(), e.path,
+           fmt::format("data file {} holds token {} (first at position {}; the largest is {}), "
+                       "outside the vocabulary of job '{}', whose model '{}' has vocab_size {} "
+                       "(valid: vocab_size > {} in models.{}, or data made for this vocabulary)",
+                       file.string(), tokens[at], at, max_token, job.id, job.model_name,
+                       job.model.vocab_size, max_token, job.model_name));
+    }
+  }
+}
+
 void Parser::parse_models(const Entry& e) {
   if (!e.value.IsMap() || e.value.size() == 0)
     fail(e.mark(), e.path,
@@ -457,12 +580,12 @@ void Parser::parse_models(const Entry& e) {
   for (auto it = e.value.begin(); it != e.value.end(); ++it) {
     const YAML::Node key = it->first;
     const std::string name = key.IsScalar() ? key.Scalar() : "";
-    const std::string path = child(e.path, name);
-    if (!is_plain_name(name))
+    const std::string path = child(e.path, quote_text(name));
+    if (!is_plain_name(name) || name.size() > limits::kNameBytes)
       fail(key.Mark(), e.path,
-           fmt::format("model name {} is not a plain name (valid: letters, digits, '-', '_', "
-                       "'.', '+', starting with a letter or digit)",
-                       describe(key)));
+           fmt::format("model name {} is not a plain name (valid: at most {} letters, digits, "
+                       "'-', '_', '.', '+', starting with a letter or digit)",
+                       describe(key), limits::kNameBytes));
     if (models_.count(name))
       fail(key.Mark(), path,
            fmt::format("model '{}' is defined twice (first at {})", name,
@@ -477,32 +600,30 @@ void Parser::parse_models(const Entry& e) {
       const std::string s = string(a);
       if (s != "gpt2" && s != "llama")
         fail(a.mark(), a.path,
-             fmt::format("unknown arch '{}' ({}valid: gpt2, llama)", s,
+             fmt::format("unknown arch '{}' ({}valid: gpt2, llama)", quote_text(s),
                          suggestion(s, {"gpt2", "llama"})));
       return parse_arch(s);
     }();
-    auto positive_int = [&](const Entry& x) {
+    auto int_in = [&](const Entry& x, std::int64_t lo, std::int64_t hi, const char* note) {
       const std::int64_t n = integer(x);
-      if (n < 1 || n > std::numeric_limits<int>::max())
-        fail(x.mark(), x.path, fmt::format("{} is out of range (valid: an integer >= 1)", n));
+      if (n < lo || n > hi)
+        fail(x.mark(), x.path,
+             fmt::format("{} is out of range (valid: {}..{}{})", n, lo, hi, note));
       return static_cast<int>(n);
     };
-    mc.n_layer = positive_int(require(m, "n_layer", required));
-    mc.n_head = positive_int(require(m, "n_head", required));
-    mc.d_model = positive_int(require(m, "d_model", required));
-    if (const Entry* x = m.find("d_ff")) mc.d_ff = positive_int(*x);
-    if (const Entry* x = m.find("vocab_size")) {
-      mc.vocab_size = positive_int(*x);
-      if (mc.vocab_size < 2)
-        fail(x->mark(), x->path,
-             fmt::format("{} is out of range (valid: an integer >= 2; 256 for byte data)",
-                         mc.vocab_size));
-    }
-    for (const char* f : {"norm_eps", "rope_theta"}) {
+    mc.n_layer = int_in(require(m, "n_layer", required), 1, limits::kLayers, "");
+    mc.n_head = int_in(require(m, "n_head", required), 1, limits::kDModel, ", dividing d_model");
+    mc.d_model = int_in(require(m, "d_model", required), 1, limits::kDModel, "");
+    if (const Entry* x = m.find("d_ff")) mc.d_ff = int_in(*x, 1, limits::kDff, "");
+    if (const Entry* x = m.find("vocab_size"))
+      mc.vocab_size = int_in(*x, 2, limits::kVocab, "; 256 for byte data");
+    for (const auto& [f, hi] :
+         {std::pair<const char*, double>{"norm_eps", 1.0}, {"rope_theta", 1e12}}) {
       if (const Entry* x = m.find(f)) {
         const double d = number(*x);
-        if (!(d > 0) || d > std::numeric_limits<float>::max())
-          fail(x->mark(), x->path, fmt::format("{} is out of range (valid: a number > 0)", d));
+        if (!(d > 0) || d > hi)
+          fail(x->mark(), x->path,
+               fmt::format("{} is out of range (valid: a number in (0, {:g}])", d, hi));
         (std::string(f) == "norm_eps" ? mc.norm_eps : mc.rope_theta) = static_cast<float>(d);
       }
     }
@@ -522,7 +643,7 @@ const ModelConfig& Parser::model_named(const YAML::Node& v, const YAML::Mark& ma
   auto it = models_.find(name);
   if (it == models_.end())
     fail(mark, path,
-         fmt::format("unknown model '{}' ({}defined in models: {})", name,
+         fmt::format("unknown model '{}' ({}defined in models: {})", quote_text(name),
                      suggestion(name, model_names_), join(model_names_)));
   return it->second.first;
 }
@@ -545,17 +666,58 @@ void Parser::finish_job(JobSpec job, const Provenance& prov, const YAML::Mark& m
          fmt::format("warmup {} exceeds steps {} of job '{}' (valid: 0..{})", t.schedule.warmup,
                      t.steps, job.id, t.steps));
   }
+  // Where a field was set, or the job itself for a built-in default.
+  const auto at = [&](const char* field) {
+    const auto it = prov.find(field);
+    return it != prov.end() ? it->second : Where{mark, path};
+  };
+  // Products of fields, each within its range, checked against limits of their own (doubles:
+  // exact here, and no overflow).
+  const double T = t.seq_len;
+  const double step_tokens = static_cast<double>(t.batch_size) * T;
+  if (step_tokens > static_cast<double>(limits::kBatchTokens)) {
+    const Where where = at("batch_size");
+    fail(where.mark, where.path,
+         fmt::format("batch_size {} x seq_len {} is {:.0f} tokens per step for job '{}' (valid: "
+                     "at most {})",
+                     t.batch_size, t.seq_len, step_tokens, job.id, limits::kBatchTokens));
+  }
+  const double eval_tokens = static_cast<double>(eval_rows(t)) * T;
+  if (eval_tokens > static_cast<double>(limits::kEvalTokens)) {
+    const Where where = at("eval_batches");
+    fail(where.mark, where.path,
+         fmt::format("eval_batches {} of {} rows x seq_len {} is {:.0f} validation tokens per "
+                     "evaluation for job '{}' (valid: at most {})",
+                     t.eval_batches, eval_rows(t) / t.eval_batches, t.seq_len, eval_tokens, job.id,
+                     limits::kEvalTokens));
+  }
+  if (static_cast<double>(t.steps) * step_tokens > limits::kJobTokens) {
+    const Where where = at("steps");
+    fail(where.mark, where.path,
+         fmt::format("steps {} x batch_size {} x seq_len {} is {:.3g} tokens for job '{}' (valid: "
+                     "at most {:g})",
+                     t.steps, t.batch_size, t.seq_len, static_cast<double>(t.steps) * step_tokens,
+                     job.id, limits::kJobTokens));
+  }
   job.model.max_seq_len = t.seq_len;
   try {
     job.model.validate();
   } catch (const InputError& err) {
     fail(mark, path, fmt::format("job '{}': {}", job.id, err.what()));
   }
-  if (!is_plain_name(job.id))
+  if (static_cast<double>(job.model.num_parameters()) > limits::kParameters)
     fail(mark, path,
-         fmt::format("job id '{}' is not a plain name (valid: letters, digits, '-', '_', '.', "
-                     "'+', starting with a letter or digit; it names the job's directory)",
-                     job.id));
+         fmt::format("job '{}': model '{}' has {:.3g} parameters at seq_len {} (valid: at most "
+                     "{:g})",
+                     job.id, job.model_name, static_cast<double>(job.model.num_parameters()),
+                     t.seq_len, limits::kParameters));
+  if (!is_plain_name(job.id) || job.id.size() > limits::kJobIdBytes)
+    fail(mark, path,
+         fmt::format("job id '{}' is not a plain name (valid: at most {} letters, digits, '-', "
+                     "'_', '.', '+', starting with a letter or digit; it names the job's "
+                     "directory: give the job a shorter `name:` or its model a shorter name)",
+                     quote_text(job.id), limits::kJobIdBytes));
+  job.where = fmt::format("{}: {}", loc(mark), path);
   const std::string origin = fmt::format("{} at {}", path, line_col(mark));
   if (auto it = id_origin_.find(job.id); it != id_origin_.end())
     fail(mark, path,
@@ -573,6 +735,32 @@ void Parser::parse_jobs(const Entry& e, const TrainConfig& base, const Provenanc
          fmt::format("expected a list of jobs and sweeps, got {}", describe(e.value)));
   if (e.value.size() == 0)
     fail(e.mark(), e.path, "the list is empty (valid: at least one job or sweep)");
+  // The number of jobs, from the list sizes alone, before any sweep is expanded: a sweep of a
+  // million jobs is refused in microseconds, not after it exhausted memory.
+  std::int64_t total = 0;
+  for (std::size_t i = 0; i < e.value.size(); ++i) {
+    const YAML::Node& item = e.value[i];  // const: operator[] must not add keys
+    std::int64_t count = 1;
+    std::string factors;
+    YAML::Mark mark = item.Mark();
+    if (item.IsMap() && has_key(item, "sweep") && item["sweep"].IsMap()) {
+      mark = item["sweep"].Mark();
+      for (auto it = item["sweep"].begin(); it != item["sweep"].end(); ++it) {
+        if (!it->second.IsSequence()) continue;
+        const auto n = static_cast<std::int64_t>(it->second.size());
+        count = n == 0 ? 0 : std::min(count, limits::kJobs + 1) * std::min(n, limits::kJobs + 1);
+        factors += fmt::format("{}{}", factors.empty() ? "" : " x ", n);
+      }
+    }
+    total += std::min(count, limits::kJobs + 1);
+    if (total > limits::kJobs)
+      fail(mark, element(e.path, i) + (factors.empty() ? "" : ".sweep"),
+           fmt::format("the workload has more than {} jobs{} (valid: at most {} jobs in a "
+                       "workload, sweeps expanded)",
+                       limits::kJobs,
+                       factors.empty() ? "" : fmt::format(" (this sweep: {})", factors),
+                       limits::kJobs));
+  }
   for (std::size_t i = 0; i < e.value.size(); ++i) {
     const YAML::Node item = e.value[i];
     const std::string path = element(e.path, i);
@@ -664,12 +852,7 @@ void Parser::parse_jobs(const Entry& e, const TrainConfig& base, const Provenanc
         if (x.key != "model" && x.key != "name") apply_train_entry(x, tc, prov, layer);
       job.train = tc;
       if (const Entry* n = m.find("name")) {
-        job.id = string(*n);
-        if (!is_plain_name(job.id))
-          fail(n->mark(), n->path,
-               fmt::format("'{}' is not a plain name (valid: letters, digits, '-', '_', '.', '+', "
-                           "starting with a letter or digit; it names the job's directory)",
-                           job.id));
+        job.id = name(n->value, n->mark(), n->path, "it names the job's directory");
       } else {
         job.id = default_job_id(job.model_name, tc.optimizer.lr, tc.batch_size);
       }
@@ -691,14 +874,26 @@ Workload Parser::parse(const std::string& text) {
   const MapView top = map(root, top_mark, "", kTopKeys);
 
   Workload w;
-  w.name = fs::path(file_).stem().string();
-  if (const Entry* e = top.find("name")) w.name = string(*e);
+  // The name is the run directory's (runs/NAME): a path there would escape runs/.
+  if (const Entry* e = top.find("name")) {
+    w.name = name(e->value, e->mark(), e->path, "it names the run directory, runs/NAME");
+  } else {
+    w.name = fs::path(file_).stem().string();
+    if (!is_plain_name(w.name) || w.name.size() > limits::kNameBytes)
+      fail(top_mark, "name",
+           fmt::format("missing, and the file name '{}' is not a plain name to use instead "
+                       "(valid: `name:` with at most {} letters, digits, '-', '_', '.', '+', "
+                       "starting with a letter or digit)",
+                       quote_text(w.name), limits::kNameBytes));
+  }
 
   const std::string data_required = "data: {train: FILE, val: FILE}";
   const Entry& data = require(top, "data", data_required);
   const MapView dm = map(data.value, data.mark(), data.path, kDataKeys);
-  w.train_data = data_path(require(dm, "train", "train and val token files"));
-  w.val_data = data_path(require(dm, "val", "train and val token files"));
+  const Entry& train = require(dm, "train", "train and val token files");
+  const Entry& val = require(dm, "val", "train and val token files");
+  w.train_data = data_path(train);
+  w.val_data = data_path(val);
 
   TrainConfig base;
   Provenance base_prov;
@@ -711,6 +906,10 @@ Workload Parser::parse(const std::string& text) {
   parse_models(
       require(top, "models", "models: {NAME: {arch: gpt2|llama, n_layer, n_head, d_model}}"));
   parse_jobs(require(top, "jobs", "a list of jobs and sweeps"), base, base_prov, w);
+  if (options_.check_data_files && options_.check_data_contents) {
+    check_data(train, w.train_data, w.jobs);
+    check_data(val, w.val_data, w.jobs);
+  }
 
   w.strategies = known_strategies();
   if (const Entry* e = top.find("strategies")) {
@@ -727,7 +926,7 @@ Workload Parser::parse(const std::string& text) {
       const std::string s = string(v, mark, path);
       if (!contains(known_strategies(), s))
         fail(mark, path,
-             fmt::format("unknown strategy '{}' ({}valid: {})", s,
+             fmt::format("unknown strategy '{}' ({}valid: {})", quote_text(s),
                          suggestion(s, known_strategies()), join(known_strategies())));
       if (contains(w.strategies, s)) fail(mark, path, fmt::format("'{}' is listed twice", s));
       w.strategies.push_back(s);
@@ -738,6 +937,14 @@ Workload Parser::parse(const std::string& text) {
     w.cluster = string(*e);
     if (w.cluster.empty())
       fail(e->mark(), e->path, "expected auto or a cluster spec such as 2x8:80GiB or 8+4");
+    if (w.cluster != "auto") {
+      try {
+        solver::parse_cluster_spec(w.cluster);
+      } catch (const solver::SolverError& err) {
+        fail(e->mark(), e->path, err.what());
+      }
+    }
+    w.cluster_where = loc(e->mark());
   }
 
   if (const Entry* e = top.find("solver")) {
@@ -745,17 +952,17 @@ Workload Parser::parse(const std::string& text) {
     if (const Entry* x = m.find("backend")) w.solver.backend = choice(*x, kBackends);
     if (const Entry* x = m.find("time_limit")) {
       w.solver.time_limit_s = number(*x);
-      if (!(w.solver.time_limit_s > 0))
+      if (!(w.solver.time_limit_s > 0 && w.solver.time_limit_s <= 1e7))
         fail(x->mark(), x->path,
-             fmt::format("{} is out of range (valid: seconds > 0)", w.solver.time_limit_s));
+             fmt::format("{} is out of range (valid: seconds in (0, 1e7])", w.solver.time_limit_s));
     }
     if (const Entry* x = m.find("introspection")) {
       const MapView im = map(x->value, x->mark(), x->path, kIntrospectionKeys);
       if (const Entry* y = im.find("interval")) {
         w.solver.introspection.interval_s = number(*y);
-        if (!(w.solver.introspection.interval_s > 0))
+        if (!(w.solver.introspection.interval_s > 0 && w.solver.introspection.interval_s <= 1e9))
           fail(y->mark(), y->path,
-               fmt::format("{} is out of range (valid: seconds > 0)",
+               fmt::format("{} is out of range (valid: seconds in (0, 1e9])",
                            w.solver.introspection.interval_s));
       }
       if (const Entry* y = im.find("threshold")) {
@@ -799,6 +1006,9 @@ std::string default_job_id(const std::string& model_name, double lr, std::int64_
 
 Workload parse_workload(const std::string& yaml, const fs::path& source,
                         const LoadOptions& options) {
+  if (yaml.size() > limits::kFileBytes)
+    throw InputError(fmt::format("{}: the workload file is {} bytes (valid: at most {})",
+                                 source.string(), yaml.size(), limits::kFileBytes));
   fs::path base = source.parent_path();
   if (base.empty()) base = ".";
   Parser parser(source.string(), base, options);
@@ -813,6 +1023,10 @@ Workload load_workload(const fs::path& path, const LoadOptions& options) {
     throw InputError(fmt::format("{}: workload file does not exist", path.string()));
   if (!fs::is_regular_file(path, ec))
     throw InputError(fmt::format("{}: workload file is not a regular file", path.string()));
+  const std::uintmax_t bytes = fs::file_size(path, ec);
+  if (!ec && bytes > limits::kFileBytes)
+    throw InputError(fmt::format("{}: the workload file is {} bytes (valid: at most {})",
+                                 path.string(), bytes, limits::kFileBytes));
   std::ifstream in(path, std::ios::binary);
   std::ostringstream text;
   text << in.rdbuf();

@@ -3,6 +3,8 @@
 // sweeps into jobs, so that every mistake is reported before any rank trains.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -11,12 +13,39 @@
 
 namespace saturn {
 
+// The documented limits of a workload (docs/workload.md, "Limits"): wide enough for any real
+// batch, narrow enough that every size the runtime derives from them (tokens per step, bytes of
+// a batch, a job's token count, ids as directory names) fits its type and is checked before any
+// rank trains.
+namespace limits {
+inline constexpr std::size_t kFileBytes = 4 << 20;  // the workload file itself
+inline constexpr std::size_t kStringBytes = 4096;   // any string (paths: PATH_MAX)
+inline constexpr std::size_t kNameBytes = 100;      // workload, model and job names
+inline constexpr std::size_t kJobIdBytes = 200;     // job ids, also generated ones (NAME_MAX 255)
+inline constexpr std::int64_t kJobs = 10000;        // jobs in a workload, sweeps expanded
+inline constexpr std::int64_t kBatchSize = 1 << 20;
+inline constexpr std::int64_t kSeqLen = 1 << 16;
+inline constexpr std::int64_t kBatchTokens = 1 << 24;  // batch_size x seq_len
+inline constexpr std::int64_t kEvalBatches = 100000;
+inline constexpr std::int64_t kEvalTokens = 1 << 24;  // validation rows x seq_len per evaluation
+inline constexpr std::int64_t kSteps = 1000000000;    // also eval_every, checkpoint_every, warmup
+inline constexpr double kJobTokens = 1e15;            // steps x batch_size x seq_len
+inline constexpr std::int64_t kLayers = 256;
+inline constexpr std::int64_t kDModel = 65536;
+inline constexpr std::int64_t kDff = 262144;
+inline constexpr std::int64_t kVocab = 1 << 24;
+inline constexpr double kParameters = 1e12;  // per model
+}  // namespace limits
+
 // One job of the batch: a model trained with one set of hyper-parameters.
 struct JobSpec {
   std::string id;          // unique in the workload; usable as a directory name
   std::string model_name;  // key in the workload's `models:`
   ModelConfig model;       // model.max_seq_len == train.seq_len
   TrainConfig train;
+  // "FILE:LINE:COL: jobs[i]" (or jobs[i].sweep) of the entry that defines it: errors found
+  // after validation (e.g. a job that fits no configuration) start with it.
+  std::string where;
 };
 
 struct IntrospectionSettings {
@@ -38,13 +67,18 @@ struct Workload {
   std::vector<JobSpec> jobs;            // in file order; a sweep expands in place
   std::vector<std::string> strategies;  // allowed; default: all of known_strategies()
   std::string cluster = "auto";         // "auto" or a --cluster SPEC, kept as written
+  std::string cluster_where;            // "FILE:LINE:COL" of `cluster:` when given, for errors
   SolverSettings solver;
 };
 
 struct LoadOptions {
-  // Check that the data files exist (their token counts are checked by the loader). Off for
-  // tools that only plan, e.g. on a login node without the data.
+  // Check that the data files exist. Off for tools that only plan, e.g. on a login node without
+  // the data.
   bool check_data_files = true;
+  // With check_data_files: also open them and check their contents against every job (a token
+  // file of either format, at least seq_len + 1 tokens, every token below the model's
+  // vocab_size). One pass over each file; under mpirun one rank does it.
+  bool check_data_contents = true;
 };
 
 // Parses and validates a workload file. Every error is an InputError whose message reads

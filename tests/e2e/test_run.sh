@@ -228,7 +228,7 @@ else bad "final weights after resume"; fi
 # group must agree on the failure), and jobs at a divergent learning rate fail when their loss
 # or gradient norm stops being finite (whether that happens within 24 steps depends on the
 # strategy's arithmetic, so those are checked only for their reason).
-sed 's/lr: \[1e-3, 3e-3\]/lr: [1e-3, 1e4]/' "$work/sweep.yaml" > "$work/diverge.yaml"
+sed 's/lr: \[1e-3, 3e-3\]/lr: [1e-3, 10]/' "$work/sweep.yaml" > "$work/diverge.yaml"
 SATURN_FAIL_JOB=deep-lr1e-3-bs16:5 run "$work/diverge.yaml" --np 4 --run-dir "$work/div" \
   --device-memory $cap --host-memory $host \
   > "$work/div.log" 2>&1; rc=$?

@@ -11,9 +11,11 @@
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "runtime/cli/commands.hpp"
 #include "runtime/core/error.hpp"
+#include "runtime/data/token_file.hpp"
 #include "slurm/sbatch.hpp"
 #include "tests/data/test_util.hpp"
 
@@ -281,8 +283,11 @@ TEST(SbatchScript, WriteIsAtomicAndExecutable) {
 class SbatchCommand : public ::testing::Test {
  protected:
   void SetUp() override {
-    write_file(dir_ / "data" / "train.bin", "x");
-    write_file(dir_ / "data" / "val.bin", "x");
+    // Real token files: the workload's data is opened and checked when it is loaded.
+    const std::vector<std::uint16_t> tokens(64, 7);
+    std::filesystem::create_directories(dir_ / "data");
+    data::write_llmc_tokens(dir_ / "data" / "train.bin", tokens);
+    data::write_llmc_tokens(dir_ / "data" / "val.bin", tokens);
     write_file(dir_ / "w.yaml",
                "name: tiny\ndata: {train: data/train.bin, val: data/val.bin}\n"
                "defaults: {seq_len: 16, steps: 10}\n"

@@ -98,7 +98,8 @@ TEST(Model, GradientAccumulationEqualsOneBigBatch) {
     double max_ref = 0, max_diff = 0;
     for (std::size_t i = 0; i < big.num_params(); ++i) {
       max_ref = std::max(max_ref, static_cast<double>(std::abs(big.grads()[i])));
-      max_diff = std::max(max_diff, static_cast<double>(std::abs(big.grads()[i] - small.grads()[i])));
+      max_diff =
+          std::max(max_diff, static_cast<double>(std::abs(big.grads()[i] - small.grads()[i])));
     }
     EXPECT_LE(max_diff, 1e-5 * max_ref) << arch_name(arch);
   }
@@ -176,6 +177,33 @@ TEST(Model, OutOfMemoryIsACleanErrorAtTheFirstAllocationThatExceeds) {
   } catch (const OutOfMemoryError& e) {
     EXPECT_EQ(e.what_for(), "parameters");
   }
+}
+
+// The estimate is what reserve allocates, for any number of activation slots (it extrapolates
+// from two), and a schedule of a million micro-batches of a deep model is estimated at once and
+// saturates at 2^60 bytes instead of wrapping.
+TEST(Model, ActivationBytesMatchReserveForAnySlotCount) {
+  for (const Arch arch : {Arch::kGpt2, Arch::kLlama}) {
+    const ModelConfig c = tiny(arch);
+    for (const int slots : {1, 2, 3, 7}) {
+      MemoryPool pool("cpu:0");
+      CpuModel model(c, pool);
+      const std::size_t before = pool.in_use();
+      model.reserve(2, 8, slots);
+      EXPECT_EQ(pool.in_use() - before,
+                model_activation_bytes(DeviceKind::kCpu, c, ModelOptions{}, 2, 8, slots))
+          << arch_name(arch) << " slots " << slots;
+    }
+  }
+  ModelConfig deep = tiny(Arch::kGpt2);
+  deep.n_layer = 256;
+  deep.d_model = 65536;
+  deep.n_head = 64;
+  deep.max_seq_len = 4096;
+  for (const DeviceKind kind : {DeviceKind::kCpu, DeviceKind::kCuda})
+    EXPECT_EQ(model_activation_bytes(kind, deep, ModelOptions{}, 64, 4096, 1 << 20),
+              std::size_t{1} << 60)
+        << device_kind_name(kind);
 }
 
 TEST(Model, InvalidShapesAreInputErrors) {

@@ -26,7 +26,7 @@ models:
 jobs:
   - {name: a, model: tiny, lr: 1e-3, batch_size: 4}
   - {name: b, model: tiny, lr: 3e-3, batch_size: 4}
-  - {name: c, model: tiny, lr: 1e4, batch_size: 8}
+  - {name: c, model: tiny, lr: 10, batch_size: 8}
 )";
 
 const char* kCluster =

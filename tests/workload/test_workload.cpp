@@ -1,10 +1,14 @@
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "runtime/core/error.hpp"
+#include "runtime/data/token_file.hpp"
 #include "runtime/workload/config_json.hpp"
 #include "runtime/workload/workload.hpp"
 #include "tests/data/test_util.hpp"
@@ -50,8 +54,12 @@ models:
 class WorkloadTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    write_file(dir_ / "data/train.bin", "x");
-    write_file(dir_ / "data/val.bin", "x");
+    // Real token files (bytes 0..99): the data is opened and checked against every job.
+    std::vector<std::uint16_t> tokens(4096);
+    for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::uint16_t>(i % 100);
+    fs::create_directories(dir_ / "data");
+    data::write_llmc_tokens(dir_ / "data/train.bin", tokens);
+    data::write_llmc_tokens(dir_ / "data/val.bin", tokens);
   }
   fs::path write(const std::string& yaml) {
     const fs::path p = dir_ / "w.yaml";
@@ -437,14 +445,14 @@ TEST_F(WorkloadTest, ImpossibleTrainingValues) {
   const std::string jobs = std::string(kHead) + "jobs:\n";
   std::string msg =
       error(jobs + "  - {model: small, batch_size: 1, lr: -3e-4}\n", 6, 39, "jobs[0].lr");
-  EXPECT_CONTAINS(msg, "-0.0003 is out of range (valid: a number > 0)");
+  EXPECT_CONTAINS(msg, "-0.0003 is out of range (valid: a number in (0, 10])");
   msg = error(jobs + "  - sweep: {model: small, batch_size: [4], lr: [1e-3, 0]}\n", 6, 55,
               "jobs[0].sweep.lr[1]");
-  EXPECT_CONTAINS(msg, "valid: a number > 0");
+  EXPECT_CONTAINS(msg, "valid: a number in (0, 10]");
   msg = error(jobs + "  - {model: small, batch_size: 0}\n", 6, 32, "jobs[0].batch_size");
-  EXPECT_CONTAINS(msg, "0 is out of range (valid: an integer >= 1)");
+  EXPECT_CONTAINS(msg, "0 is out of range (valid: 1..1048576)");
   msg = error(jobs + "  - {model: small, batch_size: 1, steps: 0}\n", 6, 42, "jobs[0].steps");
-  EXPECT_CONTAINS(msg, "valid: an integer >= 1");
+  EXPECT_CONTAINS(msg, "valid: 1..1000000000");
   msg = error(jobs + "  - {model: small, batch_size: 2, micro_batch_size: 4}\n", 6, 53,
               "jobs[0].micro_batch_size");
   EXPECT_CONTAINS(msg, "micro_batch_size 4 exceeds batch_size 2");
@@ -514,7 +522,7 @@ TEST_F(WorkloadTest, ImpossibleModelShapes) {
   EXPECT_CONTAINS(msg, "unknown arch 'gpt3' (did you mean 'gpt2'? valid: gpt2, llama)");
   msg = error(head + "  small: {arch: gpt2, n_layer: 0, n_head: 4, d_model: 64}\n" + jobs, 3, 32,
               "models.small.n_layer");
-  EXPECT_CONTAINS(msg, "valid: an integer >= 1");
+  EXPECT_CONTAINS(msg, "valid: 1..256");
   msg = error(head + "  small: {arch: llama, n_layer: 1, n_head: 4, d_model: 4}\n" + jobs, 3, 10,
               "models.small");
   EXPECT_CONTAINS(msg, "even head dimension");
@@ -602,6 +610,211 @@ TEST_F(WorkloadTest, SettingGivenTwiceInOneJob) {
                 "jobs:\n  - {model: small, batch_size: 1, lr: 1e-3, optimizer: {lr: 2e-3}}\n",
             6, 61, "jobs[0].optimizer.lr");
   EXPECT_CONTAINS(msg, "optimizer.lr is given twice in this entry (also as jobs[0].lr)");
+}
+
+// ---- Limits (issue 15): every number has a range, every string a length and UTF-8, the sweep
+// a size checked before expansion, the data its contents; all before any rank trains. ----
+
+TEST_F(WorkloadTest, NumbersPastTheirLimitsAreRefused) {
+  struct Case {
+    std::string text;  // a job's extra settings, or a model's when it starts with "m:"
+    std::string field;
+    std::string valid;
+  };
+  const std::vector<Case> cases = {
+      {"batch_size: 1000000000", "batch_size", "valid: 1..1048576"},
+      {"eval_batches: 1000000000", "eval_batches", "valid: 1..100000"},
+      {"eval_batches: 4611686018427387904", "eval_batches", "valid: 1..100000"},
+      {"steps: 4611686018427387904", "steps", "valid: 1..1000000000"},
+      {"seq_len: 1000000", "seq_len", "valid: 1..65536"},
+      {"checkpoint_every: 10000000000", "checkpoint_every", "valid: 1..1000000000"},
+      {"lr: 1e300", "lr", "valid: a number in (0, 10]"},
+      {"optimizer: {eps: 5}", "optimizer.eps", "valid: a number in (0, 1]"},
+      {"optimizer: {grad_clip: 1e9}", "optimizer.grad_clip", "valid: a number in [0, 1e6]"},
+      {"m:n_layer: 1000000, n_head: 4, d_model: 64", "n_layer", "valid: 1..256"},
+      {"m:n_layer: 2, n_head: 4, d_model: 1000000", "d_model", "valid: 1..65536"},
+      {"m:n_layer: 2, n_head: 4, d_model: 64, d_ff: 10000000", "d_ff", "valid: 1..262144"},
+      {"m:n_layer: 2, n_head: 4, d_model: 64, vocab_size: 1000000000", "vocab_size",
+       "valid: 2..16777216"},
+      {"m:n_layer: 2, n_head: 4, d_model: 64, norm_eps: 2", "norm_eps",
+       "valid: a number in (0, 1]"},
+  };
+  for (const Case& c : cases) {
+    const bool model = c.text.rfind("m:", 0) == 0;
+    const bool batch = c.text.rfind("batch_size", 0) == 0;
+    const std::string yaml =
+        "data: {train: data/train.bin, val: data/val.bin}\nmodels:\n"
+        "  small: {arch: gpt2, " +
+        (model ? c.text.substr(2) : "n_layer: 2, n_head: 4, d_model: 64") +
+        "}\njobs: [{model: small" + (batch ? "" : ", batch_size: 2") +
+        (model ? "" : ", " + c.text) + "}]\n";
+    const fs::path p = write(yaml);
+    const std::string msg = error_of<InputError>([&] { load_workload(p); });
+    EXPECT_EQ(msg.rfind(p.string() + ":", 0), 0u) << c.text << ": " << msg;
+    EXPECT_CONTAINS(msg, c.field);
+    EXPECT_CONTAINS(msg, c.valid);
+  }
+}
+
+TEST_F(WorkloadTest, ProductsOfSettingsHaveLimitsToo) {
+  const std::string head =
+      "data: {train: data/train.bin, val: data/val.bin}\nmodels:\n"
+      "  small: {arch: gpt2, n_layer: 2, n_head: 4, d_model: 64}\njobs:\n";
+  std::string msg = error(head + "  - {model: small, batch_size: 1048576, seq_len: 1024}\n", 5, 32,
+                          "jobs[0].batch_size");
+  EXPECT_CONTAINS(msg, "tokens per step");
+  EXPECT_CONTAINS(msg, "at most 16777216");
+  msg = error(head + "  - {model: small, batch_size: 64, seq_len: 65536, eval_batches: 100}\n", 5,
+              66, "jobs[0].eval_batches");
+  EXPECT_CONTAINS(msg, "validation tokens per evaluation");
+  msg = error(head + "  - {model: small, batch_size: 4096, seq_len: 4096, steps: 1000000000}\n", 5,
+              60, "jobs[0].steps");
+  EXPECT_CONTAINS(msg, "tokens for job");
+  msg = error(
+      "data: {train: data/train.bin, val: data/val.bin}\nmodels:\n"
+      "  big: {arch: gpt2, n_layer: 256, n_head: 64, d_model: 65536}\n"
+      "jobs: [{model: big, batch_size: 1}]\n",
+      4, 8, "jobs[0]");
+  EXPECT_CONTAINS(msg, "parameters");
+}
+
+TEST_F(WorkloadTest, ClusterSpecIsCheckedWithItsLocation) {
+  const std::string jobs = "jobs: [{model: small, batch_size: 1}]\n";
+  for (const char* spec : {"0x0", ".inf", "2x8:1e400GiB", "100000x8", "1x2000", "128x1024"}) {
+    const std::string msg =
+        error(std::string(kHead) + jobs + "cluster: " + spec + "\n", 6, 10, "cluster");
+    EXPECT_CONTAINS(msg, "cluster spec");
+  }
+  EXPECT_EQ(load(std::string(kHead) + jobs + "cluster: 64x1024:80GiB\n").cluster, "64x1024:80GiB");
+}
+
+TEST_F(WorkloadTest, SweepSizeIsLimitedBeforeExpansion) {
+  // 1000 x 1000 x 1000 jobs: refused from the list sizes, at once.
+  std::string lrs, sizes, seeds;
+  for (int i = 1; i <= 1000; ++i) {
+    lrs += fmt::format("{}{}e-6", i > 1 ? ", " : "", i);
+    sizes += fmt::format("{}{}", i > 1 ? ", " : "", i);
+    seeds += fmt::format("{}{}", i > 1 ? ", " : "", i);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string msg = error(std::string(kHead) + "jobs:\n  - sweep: {model: small, lr: [" + lrs +
+                              "], batch_size: [" + sizes + "], seed: [" + seeds + "]}\n",
+                          6, 12, "jobs[0].sweep");
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+  EXPECT_CONTAINS(msg, "more than 10000 jobs (this sweep: 1000 x 1000 x 1000)");
+  // 10001 jobs over two entries: the second pushes the total past the limit.
+  std::string a, b;
+  for (int i = 1; i <= 100; ++i) a += fmt::format("{}{}", i > 1 ? ", " : "", i);
+  msg = error(std::string(kHead) + "jobs:\n  - sweep: {model: small, batch_size: [" + a +
+                  "], seed: [" + a + "]}\n  - {name: one-more, model: small, batch_size: 1}\n",
+              7, 5, "jobs[1]");
+  EXPECT_CONTAINS(msg, "valid: at most 10000 jobs");
+  EXPECT_EQ(load(std::string(kHead) + "jobs:\n  - sweep: {model: small, batch_size: [" + a +
+                 "], seed: [" + a + "]}\n")
+                .jobs.size(),
+            10000u);
+}
+
+TEST_F(WorkloadTest, StringsHaveALengthAndUtf8) {
+  const std::string jobs_named = "jobs: [{model: small, batch_size: 1, name: ";
+  std::string msg = error(std::string(kHead) + jobs_named + std::string(300, 'j') + "}]\n", 5, 44,
+                          "jobs[0].name");
+  EXPECT_CONTAINS(msg, "not a plain name (valid: at most 100 letters");
+  msg = error(std::string(kHead) + jobs_named + "ab\xff}]\n", 5, 44, "jobs[0].name");
+  EXPECT_CONTAINS(msg, "not valid UTF-8");
+  // Raw invalid UTF-8 bytes in the workload's name and in a data path.
+  msg =
+      error(std::string("name: run\xc3\x28x\n") + kHead + "jobs: [{model: small, batch_size: 1}]\n",
+            1, 7, "name");
+  EXPECT_CONTAINS(msg, "not valid UTF-8");
+  EXPECT_CONTAINS(msg, "\\xc3");
+  msg = error("data: {train: \"data/train\\0.bin\", val: data/val.bin}\n", 1, 15, "data.train");
+  EXPECT_CONTAINS(msg, "not valid UTF-8");
+  msg = error("data: {train: " + std::string(5000, 'd') + ", val: data/val.bin}\n", 1, 15,
+              "data.train");
+  EXPECT_CONTAINS(msg, "5000 bytes long (valid: at most 4096)");
+  // A generated id longer than a directory name may be.
+  msg = error("data: {train: data/train.bin, val: data/val.bin}\nmodels:\n  " +
+                  std::string(100, 'm') + ": {arch: gpt2, n_layer: 2, n_head: 4, d_model: 64}\n" +
+                  "jobs:\n  - sweep: {model: " + std::string(100, 'm') +
+                  ", batch_size: 1, lr: 1.23456789012345e-4, seed: [1234567890123456789, 2], "
+                  "steps: [1000, 2000], seq_len: [64, 8], warmup: [1000, 0], eval_every: [10, "
+                  "20], eval_batches: [1, 2], checkpoint_every: [100000, 2], weight_decay: "
+                  "[0.123456789012345, 0]}\n",
+              5, 12, "jobs[0].sweep");
+  EXPECT_CONTAINS(msg, "valid: at most 200 letters");
+  // An unknown key that is not UTF-8: quoted, in the field path too.
+  msg = error(std::string(kHead) + "jobs: [{model: small, batch_size: 1}]\nk\xff: 1\n", 6, 1,
+              "k\\xff");
+  EXPECT_CONTAINS(msg, "unknown key 'k\\xff'");
+  EXPECT_EQ(msg.find('\xff'), std::string::npos);
+  // A big workload file.
+  msg = error_of<InputError>([&] { load_workload(write(std::string(5 << 20, '#'))); });
+  EXPECT_CONTAINS(msg, "valid: at most 4194304");
+}
+
+TEST_F(WorkloadTest, WorkloadNameIsAPlainName) {
+  for (const char* name : {"/abs/path", "../../x", "a/b", ".hidden", "x y"}) {
+    const std::string msg = error(
+        std::string("name: \"") + name + "\"\n" + kHead + "jobs: [{model: small, batch_size: 1}]\n",
+        1, 7, "name");
+    EXPECT_CONTAINS(msg, "not a plain name");
+    EXPECT_CONTAINS(msg, "runs/NAME");
+  }
+  // Without name: the file's stem, which must be plain too.
+  const fs::path odd = dir_ / "my sweep.yaml";
+  write_file(odd, std::string(kHead) + "jobs: [{model: small, batch_size: 1}]\n");
+  EXPECT_CONTAINS(error_of<InputError>([&] { load_workload(odd); }),
+                  "the file name 'my sweep' is not a plain name to use instead (valid: `name:`");
+  EXPECT_EQ(
+      load(std::string("name: ok.name-1_+\n") + kHead + "jobs: [{model: small, batch_size: 1}]\n")
+          .name,
+      "ok.name-1_+");
+}
+
+TEST_F(WorkloadTest, DataIsCheckedAgainstEveryJobWhenLoaded) {
+  const std::string jobs = "jobs: [{model: small, batch_size: 1, seq_len: 16}]\n";
+  // Not a token file at all.
+  std::string msg = error(
+      "data: {train: /etc/passwd, val: data/val.bin}\nmodels:\n"
+      "  small: {arch: gpt2, n_layer: 2, n_head: 4, d_model: 64}\n" +
+          jobs,
+      1, 15, "data.train");
+  EXPECT_CONTAINS(msg, "/etc/passwd");
+  // Tokens up to 99 and a model with 64: names the file, the token, the job and the model.
+  msg = error(
+      "data: {train: data/train.bin, val: data/val.bin}\nmodels:\n"
+      "  small: {arch: gpt2, n_layer: 2, n_head: 4, d_model: 64, vocab_size: 64}\n" +
+          jobs,
+      1, 15, "data.train");
+  EXPECT_CONTAINS(msg, (dir_ / "data/train.bin").string());
+  EXPECT_CONTAINS(msg, "token 64 (first at position 64; the largest is 99)");
+  EXPECT_CONTAINS(msg, "vocab_size 64");
+  EXPECT_CONTAINS(msg, "valid: vocab_size > 99 in models.small");
+  // Too short for a job's seq_len (the val file here).
+  data::write_llmc_tokens(dir_ / "data/short.bin", std::vector<std::uint16_t>(16, 1));
+  msg = error(
+      "data: {train: data/train.bin, val: data/short.bin}\nmodels:\n"
+      "  small: {arch: gpt2, n_layer: 2, n_head: 4, d_model: 64}\n" +
+          jobs,
+      1, 36, "data.val");
+  EXPECT_CONTAINS(msg, "has 16 tokens; job 'small-lr3e-4-bs1' (seq_len 16) needs at least 17");
+  // Unchecked contents when asked (e.g. a rank other than the one that checks).
+  LoadOptions no_contents;
+  no_contents.check_data_contents = false;
+  EXPECT_NO_THROW(
+      load_workload(write("data: {train: /etc/passwd, val: data/val.bin}\nmodels:\n"
+                          "  small: {arch: gpt2, n_layer: 2, n_head: 4, d_model: 64}\n" +
+                          jobs),
+                    no_contents));
+}
+
+TEST_F(WorkloadTest, JobsKnowWhereTheyAreDefined) {
+  const Workload w = load(std::string(kHead) +
+                          "jobs:\n  - {model: small, batch_size: 1}\n"
+                          "  - sweep: {model: small, batch_size: [2]}\n");
+  EXPECT_EQ(w.jobs[0].where, (dir_ / "w.yaml").string() + ":6:5: jobs[0]");
+  EXPECT_EQ(w.jobs[1].where, (dir_ / "w.yaml").string() + ":7:12: jobs[1].sweep");
 }
 
 }  // namespace

@@ -14,10 +14,27 @@ namespace saturn::cpu {
 
 // ---- threads.cpp -----------------------------------------------------------------------------
 // Threads per rank of the kernels' OpenMP loops and of OpenBLAS. Our kernels give the same bits
-// for any count; OpenBLAS's GEMMs need not, so a reproducible job keeps one count (its first
-// checkpoint's) whatever rank count a later run has.
+// for any count; OpenBLAS's threaded GEMMs need not (1 and 3 threads differ), so reproducible
+// jobs run their GEMMs on a fixed tile grid (FixedGemmGrid) instead.
 int compute_threads();
 void set_compute_threads(int threads);
+
+// While one with `on` is alive (process-wide: one job trains at a time per process), the linear
+// layers' GEMMs run over a grid of output tiles fixed by the product's shape, each tile one
+// single-threaded OpenBLAS call, so their bits do not depend on the thread count. Reproducible
+// jobs (reproducible: true) use it; it costs a little speed (docs/strategies.md). Nests; `on`
+// false leaves the current mode.
+class FixedGemmGrid {
+ public:
+  explicit FixedGemmGrid(bool on);
+  ~FixedGemmGrid();
+  FixedGemmGrid(const FixedGemmGrid&) = delete;
+  FixedGemmGrid& operator=(const FixedGemmGrid&) = delete;
+  static bool active();
+
+ private:
+  bool on_;
+};
 
 // ---- embedding.cpp ---------------------------------------------------------------------------
 // out[b,t,:] = wte[tokens[b,t],:] (+ wpe[t,:] when wpe != nullptr, GPT-2 learned positions)
