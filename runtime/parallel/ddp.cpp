@@ -79,8 +79,8 @@ Estimate DdpStrategy::estimate() const {
     e.comm_bytes += static_cast<std::uint64_t>(per_micro * static_cast<double>(e.micro_batches));
   }
   const double tokens_per_step = static_cast<double>(rows) * T;
-  e.flops = tokens_per_step *
-            (block_flops_per_token(c, T) * c.n_layer / tp_ + head_flops_per_token(c));
+  e.flops =
+      tokens_per_step * (block_flops_per_token(c, T) * c.n_layer / tp_ + head_flops_per_token(c));
   e.layout = tp_ > 1 ? fmt::format("dp={} x tp={}", dp_, tp_) : fmt::format("dp={}", dp_);
   finish_estimate(e, spec_, name_);
   return e;
@@ -221,22 +221,12 @@ StepResult DdpStrategy::train_step(const data::Batch& batch, std::int64_t step) 
 double DdpStrategy::evaluate(const data::Batch& batch) {
   const int T = spec_.train.seq_len;
   const RowRange rows = shard_rows(batch.batch_size, dp_rank_, dp_);
-  const std::int64_t chunks = (rows.count + micro_ - 1) / micro_;
   loss_.reset();
-  // In groups of the token stage's capacity (a step's micro-batches).
-  for (std::int64_t first = 0; first < chunks; first += tokens_.capacity()) {
-    const std::int64_t count = std::min(tokens_.capacity(), chunks - first);
-    for (std::int64_t k = 0; k < count; ++k) {
-      const std::int64_t r = (first + k) * micro_;
-      tokens_.stage(batch, k, rows.begin + r, std::min(micro_, rows.count - r));
-    }
-    tokens_.upload(count);
-    for (std::int64_t k = 0; k < count; ++k) {
-      const std::int64_t r = (first + k) * micro_;
-      model_->forward(tokens_.inputs(k), tokens_.targets(k));
-      loss_.add(model_->loss(), static_cast<double>(std::min(micro_, rows.count - r) * T));
-    }
-  }
+  tokens_.for_each_micro(batch, rows.begin, rows.count, micro_, true,
+                         [&](std::int64_t k, std::int64_t n) {
+                           model_->forward(tokens_.inputs(k), tokens_.targets(k));
+                           loss_.add(model_->loss(), static_cast<double>(n * T));
+                         });
   double sum = loss_.read();
   dp_comm_->control().allreduce(&sum, 1, comm::ReduceOp::kSum);
   return sum / static_cast<double>(batch.batch_size * T);

@@ -12,8 +12,8 @@ namespace saturn::parallel {
 
 struct OffloadStrategy::OnDevice {
   std::size_t count = 0;
-  Buffer<float> master;        // the group's fp32 weights (the kernels read them on the CPU)
-  Buffer<std::byte> weights;   // the kernels' copy, when the backend keeps a separate one
+  Buffer<float> master;       // the group's fp32 weights (the kernels read them on the CPU)
+  Buffer<std::byte> weights;  // the kernels' copy, when the backend keeps a separate one
   Buffer<float> grads;
 };
 
@@ -36,17 +36,16 @@ Estimate OffloadStrategy::estimate() const {
   ModelOptions o;
   o.storage = ParamStorage::kBorrowed;
   o.recompute = spec_.knobs.recompute;
-  const std::size_t acts =
-      model_activation_bytes(spec_.backend, c, o, static_cast<int>(micro), T);
+  const std::size_t acts = model_activation_bytes(spec_.backend, c, o, static_cast<int>(micro), T);
   const std::size_t tokens = TokenStage::bytes(bt, micro, T, rows / micro, true, true);
   // One group's weights and gradients on the device at a time; the head phase holds the final
   // group and (GPT-2) the token embedding it is tied to. Per loaded group of c elements, at the
   // footprints of the backend's pool: the fp32 upload and, where the kernels read another type,
   // its conversion (the upload is freed before the gradients arrive), then the gradients.
   auto loaded = [&](std::size_t count) {
-    return bt.footprint(count * sizeof(float)) +
-           (bt.separate_weights() ? bt.footprint(count * dtype_size(bt.weights))
-                                  : bt.footprint(count * sizeof(float)));
+    return bt.footprint(count * sizeof(float)) + (bt.separate_weights()
+                                                      ? bt.footprint(count * dtype_size(bt.weights))
+                                                      : bt.footprint(count * sizeof(float)));
   };
   std::size_t group_peak = 0;
   for (int g = -1; g < L; ++g) group_peak = std::max(group_peak, loaded(layout_.group_size(g)));
@@ -248,21 +247,12 @@ StepResult OffloadStrategy::train_step(const data::Batch& batch, std::int64_t st
 double OffloadStrategy::evaluate(const data::Batch& batch) {
   const int T = spec_.train.seq_len;
   const RowRange rows = shard_rows(batch.batch_size, rank_, size_);
-  const std::int64_t chunks = (rows.count + micro_ - 1) / micro_;
   loss_.reset();
-  for (std::int64_t first = 0; first < chunks; first += tokens_.capacity()) {
-    const std::int64_t count = std::min(tokens_.capacity(), chunks - first);
-    for (std::int64_t k = 0; k < count; ++k) {
-      const std::int64_t r = (first + k) * micro_;
-      tokens_.stage(batch, k, rows.begin + r, std::min(micro_, rows.count - r));
-    }
-    tokens_.upload(count);
-    for (std::int64_t k = 0; k < count; ++k) {
-      const std::int64_t r = (first + k) * micro_;
-      micro_step(tokens_.inputs(k), tokens_.targets(k), 0.0f, false, false);
-      loss_.add(model_->loss(), static_cast<double>(std::min(micro_, rows.count - r) * T));
-    }
-  }
+  tokens_.for_each_micro(batch, rows.begin, rows.count, micro_, true,
+                         [&](std::int64_t k, std::int64_t n) {
+                           micro_step(tokens_.inputs(k), tokens_.targets(k), 0.0f, false, false);
+                           loss_.add(model_->loss(), static_cast<double>(n * T));
+                         });
   double sum = loss_.read();
   comms_->control().allreduce(&sum, 1, comm::ReduceOp::kSum);
   return sum / static_cast<double>(batch.batch_size * T);

@@ -181,8 +181,8 @@ Estimate PipelineStrategy::estimate() const {
   const ParameterLayout layout(c, 1, bt.param_align);
   const int T = spec_.train.seq_len, L = c.n_layer;
   const bool gpipe = spec_.knobs.schedule == PipelineSchedule::kGpipe;
-  const std::size_t NC = static_cast<std::size_t>(pl.micro) * T * c.d_model *
-                         dtype_size(bt.activations);
+  const std::size_t NC =
+      static_cast<std::size_t>(pl.micro) * T * c.d_model * dtype_size(bt.activations);
   const TiedHead head(c, layout);
   const std::size_t wte_n = head.elements;
   for (int s = 0; s < p_; ++s) {
@@ -204,12 +204,12 @@ Estimate PipelineStrategy::estimate() const {
     const std::size_t send = s > 0 ? bt.footprint(NC) : 0;
     const std::size_t tokens = TokenStage::bytes(bt, pl.micro, T, pl.m, s == 0, s == p_ - 1);
     const std::size_t params = ParamStore::bytes(bt, n) + (tied ? ParamStore::bytes(bt, wte_n) : 0);
-    const std::size_t grads = bt.footprint(n * sizeof(float)) +
-                              (tied ? bt.footprint(wte_n * sizeof(float)) : 0);
+    const std::size_t grads =
+        bt.footprint(n * sizeof(float)) + (tied ? bt.footprint(wte_n * sizeof(float)) : 0);
     const std::size_t moments = 2 * grads;
     const std::size_t accs = acc(n) + (tied ? acc(wte_n) : 0);
-    const std::size_t total = per_range(n) + (tied ? per_range(wte_n) : 0) + accs + acts + send +
-                              tokens;
+    const std::size_t total =
+        per_range(n) + (tied ? per_range(wte_n) : 0) + accs + acts + send + tokens;
     std::uint64_t comm = 0;
     const int links = (s > 0 ? 1 : 0) + (s < p_ - 1 ? 1 : 0);
     comm += static_cast<std::uint64_t>(pl.m) * 2 * static_cast<std::uint64_t>(links) * NC;
@@ -226,12 +226,9 @@ Estimate PipelineStrategy::estimate() const {
     e.flops = std::max(e.flops, flops);
     if (total > e.device_bytes) {
       e.device_bytes = total;
-      e.device_breakdown = {{"parameters", params},
-                            {"gradients", grads},
-                            {"optimizer state", moments},
-                            {"activations", acts},
-                            {"tokens", tokens},
-                            {"pipeline send buffer", send}};
+      e.device_breakdown = {{"parameters", params},       {"gradients", grads},
+                            {"optimizer state", moments}, {"activations", acts},
+                            {"tokens", tokens},           {"pipeline send buffer", send}};
       if (repro) e.device_breakdown["fp64 gradient accumulator"] = accs;
     }
   }
@@ -452,8 +449,8 @@ StepResult PipelineStrategy::train_step(const data::Batch& batch, std::int64_t s
 
 void PipelineStrategy::reduce_grads() {
   reduce_stage(tie_comm_ ? &tie_comm_->data() : nullptr, dp_ > 1 ? &dp_comm_->data() : nullptr,
-               stage_ == 0, grads_.data(), grads_.size(),
-               tied_copy_ ? wte_grads_.data() : nullptr, wte_size_);
+               stage_ == 0, grads_.data(), grads_.size(), tied_copy_ ? wte_grads_.data() : nullptr,
+               wte_size_);
 }
 
 // Reproducible mode: the same reductions on the fp64 sums, then the one rounding to fp32.
@@ -471,25 +468,13 @@ void PipelineStrategy::reproducible_reduce() {
 double PipelineStrategy::evaluate(const data::Batch& batch) {
   const int T = spec_.train.seq_len;
   const RowRange rows = shard_rows(batch.batch_size, dp_rank_, dp_);
-  const std::int64_t chunks = (rows.count + micro_ - 1) / micro_;
   const bool ends = stage_ == 0 || stage_ == p_ - 1;
   loss_.reset();
-  for (std::int64_t first = 0; first < chunks; first += tokens_.capacity()) {
-    const std::int64_t count = std::min(tokens_.capacity(), chunks - first);
-    if (ends) {
-      for (std::int64_t k = 0; k < count; ++k) {
-        const std::int64_t r = (first + k) * micro_;
-        tokens_.stage(batch, k, rows.begin + r, std::min(micro_, rows.count - r));
-      }
-      tokens_.upload(count);
-    }
-    for (std::int64_t k = 0; k < count; ++k) {
-      const std::int64_t r = (first + k) * micro_;
-      // Tags only need to tell activations from gradients: messages between two ranks arrive
-      // in order.
-      forward_micro(0, 0, k, static_cast<double>(std::min(micro_, rows.count - r) * T));
-    }
-  }
+  // Tags only need to tell activations from gradients: messages between two ranks arrive in
+  // order.
+  tokens_.for_each_micro(
+      batch, rows.begin, rows.count, micro_, ends,
+      [&](std::int64_t k, std::int64_t n) { forward_micro(0, 0, k, static_cast<double>(n * T)); });
   for (auto& q : act_send_) q.wait();
   double sum = stage_ == p_ - 1 ? loss_.read() : 0.0;
   world_->control().allreduce(&sum, 1, comm::ReduceOp::kSum);

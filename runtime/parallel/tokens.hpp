@@ -4,6 +4,7 @@
 // copy per step. The model then reads them from device memory (no copy per micro-batch).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -33,6 +34,26 @@ class TokenStage {
   void upload(std::int64_t count);
   const std::int32_t* inputs(std::int64_t k) const;  // device
   const std::int32_t* targets(std::int64_t k) const;
+
+  // Evaluation's walk over `rows` rows of `batch` from `first_row`, in micro-batches of `micro`
+  // rows (the last may be shorter): staged and uploaded capacity() at a time (unless
+  // `stage_tokens` is false: a middle pipeline stage reads none), then fn(k, n) for each, with
+  // k its slot in the group and n its real rows.
+  template <class Fn>
+  void for_each_micro(const data::Batch& batch, std::int64_t first_row, std::int64_t rows,
+                      std::int64_t micro, bool stage_tokens, Fn&& fn) {
+    const std::int64_t chunks = (rows + micro - 1) / micro;
+    const auto rows_of = [&](std::int64_t chunk) { return std::min(micro, rows - chunk * micro); };
+    for (std::int64_t first = 0; first < chunks; first += capacity_) {
+      const std::int64_t count = std::min(capacity_, chunks - first);
+      if (stage_tokens) {
+        for (std::int64_t k = 0; k < count; ++k)
+          stage(batch, k, first_row + (first + k) * micro, rows_of(first + k));
+        upload(count);
+      }
+      for (std::int64_t k = 0; k < count; ++k) fn(k, rows_of(first + k));
+    }
+  }
 
  private:
   Device* device_ = nullptr;
