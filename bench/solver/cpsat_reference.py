@@ -13,8 +13,10 @@ schedule can be relabelled so). Durations must be whole seconds: bench_solver wr
 generated instances so, and this script refuses others rather than round them (rounding
 would make the reference solve another instance).
 
-Saturn never needs this: OR-Tools is a benchmark peer (
-python3 -m pip install --user ortools; bench/solver/reference.sh does it).
+Saturn never needs this: OR-Tools is a benchmark peer. Install it into a virtual environment,
+never with pip --user (user-site packages shadow the system's for every Python program of the
+user): bench/solver/reference.sh creates BUILD_DIR/reference-venv when needed, or run this
+script with an interpreter that has it (PYTHONPATH=... python3).
 """
 import argparse
 import itertools
@@ -34,9 +36,9 @@ try:
     from ortools.sat.python import cp_model
     import ortools
 except ImportError:
-    fail("OR-Tools is not installed for this python3 ({}); install it for the benchmark with "
-         "'python3 -m pip install --user ortools'".format(
-             sys.executable))
+    fail("OR-Tools is not installed for this python3 ({}); install it into a venv for the "
+         "benchmark: 'python3 -m venv VENV && VENV/bin/pip install ortools', then run this script "
+         "with VENV/bin/python (bench/solver/reference.sh does it)".format(sys.executable))
 
 
 def eligible(nodes, cfg):
