@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <nlohmann/json.hpp>
 
@@ -21,6 +22,15 @@ struct Result {
   int rc = -1;
   std::string out;
 };
+
+// CPU seconds (user + system) of the children waited for so far: what a command costs,
+// whatever else the machine runs (wall time on a loaded machine says little).
+double children_cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_CHILDREN, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
 
 Result execute(const std::string& cmd) {
   Result r;
@@ -111,7 +121,7 @@ TEST_F(PlanCli, BadInputIsExitCodeTwoWithAClearMessage) {
   EXPECT_NE(r.out.find("cannot open"), std::string::npos) << r.out;
 }
 
-// The probe of issue 21: absurd instances are exit 2 naming the field, in under a second
+// The probe of issue 21: absurd instances are exit 2 naming the field, in under a second of CPU
 // (a time of 1e308 s used to overflow into "invalid plan: the plan places 0 jobs"; a device
 // count above the limit read "not a device count >= 1"; a top-level array named no field).
 TEST_F(PlanCli, AbsurdInstancesAreQuickErrorsNamingTheField) {
@@ -134,17 +144,16 @@ TEST_F(PlanCli, AbsurdInstancesAreQuickErrorsNamingTheField) {
   for (const auto& c : cases) {
     const std::string path = (dir_ / (std::string(c.name) + ".json")).string();
     std::ofstream(path) << c.text;
-    const auto t0 = std::chrono::steady_clock::now();
+    const double cpu0 = children_cpu_seconds();
     const Result r = execute(fmt::format("{} plan --instance {} --time-limit 5", saturn_, path));
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double seconds = children_cpu_seconds() - cpu0;
     EXPECT_EQ(r.rc, 2) << c.name << ": " << r.out;
     EXPECT_NE(r.out.find(c.expect), std::string::npos) << c.name << ": " << r.out;
     EXPECT_LT(seconds, 1.0) << c.name;
   }
 }
 
-// One node of a million devices: the plan and its text output within the time limit, the
+// One node of a million devices: the plan and its text output within the time limit (CPU), the
 // chart a bounded number of rows (it was one row per device, quadratic, over 11 minutes).
 TEST_F(PlanCli, AMillionDevicesPlanWithinTheTimeLimit) {
   std::string jobs;
@@ -157,12 +166,11 @@ TEST_F(PlanCli, AMillionDevicesPlanWithinTheTimeLimit) {
   const std::string path = (dir_ / "mega.json").string();
   std::ofstream(path) << R"({"cluster": {"nodes": [{"devices": 1000000}]}, "jobs": [)" << jobs
                       << "]}";
-  const auto t0 = std::chrono::steady_clock::now();
+  const double cpu0 = children_cpu_seconds();
   const Result r = execute(fmt::format("{} plan --instance {} --time-limit 2", saturn_, path));
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double seconds = children_cpu_seconds() - cpu0;
   ASSERT_EQ(r.rc, 0) << r.out.substr(0, 2000);
-  EXPECT_LT(seconds, 2.0 + 1.5);
+  EXPECT_LT(seconds, 2.0 + 1.5);  // CPU seconds: the time limit, reading and printing
   EXPECT_LT(std::count(r.out.begin(), r.out.end(), '\n'), 80) << r.out.substr(0, 2000);
   EXPECT_NE(r.out.find("n0:0-31249 |"), std::string::npos) << r.out.substr(0, 4000);
 }
