@@ -30,10 +30,15 @@ class Packing {
     load_.assign(N, 0.0);
     wide_.assign(N, 0.0);
     on_.resize(N);
-    for (size_t n = 0; n < N; ++n) {
-      type_.push_back(cluster.nodes[n].devices * 1000003 +
-                      static_cast<int>(std::lround(cluster.nodes[n].memory_gib * 16)));
-    }
+    // Node types: (devices, memory) numbered in order of appearance (devices * 1000003 + ...
+    // overflowed an int for nodes of over 2000 devices).
+    std::map<std::pair<int, double>, int> types;
+    for (size_t n = 0; n < N; ++n)
+      type_.push_back(
+          types
+              .emplace(std::make_pair(cluster.nodes[n].devices, cluster.nodes[n].memory_gib),
+                       static_cast<int>(types.size()))
+              .first->second);
     // Per job: least node-time on each node for single-node options, and per whole-node
     // width k the shortest option (with its eligible nodes).
     items_.resize(p.num_jobs());

@@ -23,15 +23,20 @@ char job_symbol(size_t job) {
 namespace {
 
 std::string ranks_text(const std::vector<int>& d) {
-  // Contiguous runs as a-b.
+  // Contiguous runs as a-b; after 8 runs only their count (a job on 10^5 scattered devices
+  // would print a line of 10^5 runs).
   std::string out;
-  for (size_t i = 0; i < d.size();) {
+  size_t runs = 0;
+  for (size_t i = 0; i < d.size(); ++runs) {
     size_t k = i;
     while (k + 1 < d.size() && d[k + 1] == d[k] + 1) ++k;
-    if (!out.empty()) out.push_back(',');
-    out += k > i ? fmt::format("{}-{}", d[i], d[k]) : fmt::format("{}", d[i]);
+    if (runs < 8) {
+      if (!out.empty()) out.push_back(',');
+      out += k > i ? fmt::format("{}-{}", d[i], d[k]) : fmt::format("{}", d[i]);
+    }
     i = k + 1;
   }
+  if (runs > 8) out += fmt::format(",... ({} runs)", runs);
   return out;
 }
 
@@ -90,49 +95,112 @@ std::string gantt_chart(const Problem& problem, const Plan& plan, int width) {
   width = std::max(width, 10);
   const double span = plan.makespan_s > 0 ? plan.makespan_s : 1.0;
   const size_t W = static_cast<size_t>(width);
-  std::vector<std::string> rows(static_cast<size_t>(cluster.total_devices()), std::string(W, '.'));
+  // Rows: one per device on nodes of up to kRowsPerNode devices; a larger node is drawn as
+  // kRowsPerNode rows of consecutive devices, so the chart's size and the work to draw it do
+  // not grow with the devices per node (a node of 10^6 devices took minutes, one row each).
+  struct NodeRows {
+    int first_row = 0, rows = 0, devices = 0;
+    int row_of(int local) const {
+      return rows == devices ? local
+                             : static_cast<int>(static_cast<long long>(local) * rows / devices);
+    }
+  };
+  std::vector<NodeRows> layout(cluster.nodes.size());
+  int total_rows = 0;
+  for (size_t n = 0; n < cluster.nodes.size(); ++n) {
+    const int G = cluster.nodes[n].devices;
+    layout[n] = {total_rows, std::min(G, kGanttRowsPerNode), G};
+    total_rows += layout[n].rows;
+  }
+  std::vector<int> first_device(cluster.nodes.size(), 0);
+  for (size_t n = 1; n < cluster.nodes.size(); ++n)
+    first_device[n] = first_device[n - 1] + cluster.nodes[n - 1].devices;
+  std::vector<std::string> rows(static_cast<size_t>(total_rows), std::string(W, '.'));
+  std::vector<char> grouped(rows.size(), 0);
+  for (const NodeRows& nr : layout)
+    for (int r = 0; r < nr.rows; ++r)
+      grouped[static_cast<size_t>(nr.first_row + r)] = nr.rows < nr.devices;
+  // A cell of a grouped row shows '*' when several jobs hold devices of it at that time.
+  auto mark = [&](size_t row, size_t c, char symbol, bool in_group) {
+    char& cell = rows[row][c];
+    if (cell == '.' || cell == symbol || !in_group)
+      cell = symbol;
+    else if (cell == '-' && symbol != '-')
+      cell = symbol;
+    else if (symbol != '-')
+      cell = '*';
+  };
   for (size_t j = 0; j < plan.jobs.size(); ++j) {
     const ScheduledJob& sj = plan.jobs[j];
     if (sj.config < 0) continue;
     const bool whole = problem.jobs[j].configs[static_cast<size_t>(sj.config)].nodes > 1;
-    std::vector<int> held = sj.devices;
-    if (whole)
-      for (int n : sj.nodes)
-        for (int d = cluster.first_device(n);
-             d < cluster.first_device(n) + cluster.nodes[static_cast<size_t>(n)].devices; ++d)
-          held.push_back(d);
-    for (int d : held) {
-      if (d < 0 || static_cast<size_t>(d) >= rows.size()) continue;
-      const bool used = std::find(sj.devices.begin(), sj.devices.end(), d) != sj.devices.end();
-      for (size_t c = 0; c < W; ++c) {
-        const double mid = (static_cast<double>(c) + 0.5) * span / static_cast<double>(W);
-        if (mid >= sj.start_s && mid < sj.end_s)
-          rows[static_cast<size_t>(d)][c] = used ? job_symbol(j) : '-';
+    size_t c0 = W, c1 = 0;  // columns whose middle lies in [start, end)
+    for (size_t c = 0; c < W; ++c) {
+      const double mid = (static_cast<double>(c) + 0.5) * span / static_cast<double>(W);
+      if (mid >= sj.start_s && mid < sj.end_s) {
+        c0 = std::min(c0, c);
+        c1 = c + 1;
       }
     }
+    if (c0 >= c1) continue;
+    // Rows it uses (a symbol), and rows it holds unused (whole nodes: '-'); devices are sorted,
+    // so each row is met in one run.
+    std::vector<std::pair<size_t, char>> cells;
+    for (const int d : sj.devices) {
+      if (d < 0 || d >= first_device.back() + cluster.nodes.back().devices) continue;
+      const size_t n = static_cast<size_t>(
+          std::upper_bound(first_device.begin(), first_device.end(), d) - first_device.begin() - 1);
+      const size_t row =
+          static_cast<size_t>(layout[n].first_row + layout[n].row_of(d - first_device[n]));
+      if (cells.empty() || cells.back().first != row) cells.emplace_back(row, job_symbol(j));
+    }
+    const size_t used_rows = cells.size();
+    if (whole)
+      for (int n : sj.nodes) {
+        if (n < 0 || static_cast<size_t>(n) >= layout.size()) continue;
+        const NodeRows& nr = layout[static_cast<size_t>(n)];
+        for (int r = 0; r < nr.rows; ++r) {
+          const size_t row = static_cast<size_t>(nr.first_row + r);
+          const auto end = cells.begin() + static_cast<std::ptrdiff_t>(used_rows);
+          if (!std::binary_search(cells.begin(), end, std::pair{row, char{0}},
+                                  [](const auto& x, const auto& y) { return x.first < y.first; }))
+            cells.emplace_back(row, '-');
+        }
+      }
+    for (const auto& [row, symbol] : cells)
+      for (size_t c = c0; c < c1; ++c) mark(row, c, symbol, grouped[row] != 0);
   }
+  std::vector<std::string> labels(rows.size());
   size_t label_w = 0;
-  for (const Node& n : cluster.nodes)
-    label_w = std::max(label_w, n.name.size() + 1 + std::to_string(n.devices).size());
-  std::string out;
   for (size_t n = 0; n < cluster.nodes.size(); ++n) {
-    const int first = cluster.first_device(static_cast<int>(n));
-    for (int k = 0; k < cluster.nodes[n].devices; ++k)
-      out += fmt::format("{:>{}} |{}|\n", fmt::format("{}:{}", cluster.nodes[n].name, k), label_w,
-                         rows[static_cast<size_t>(first + k)]);
+    const NodeRows& nr = layout[n];
+    for (int r = 0; r < nr.rows; ++r) {
+      std::string& label = labels[static_cast<size_t>(nr.first_row + r)];
+      if (nr.rows == nr.devices) {
+        label = fmt::format("{}:{}", cluster.nodes[n].name, r);
+      } else {
+        const long long a = static_cast<long long>(r) * nr.devices / nr.rows;
+        const long long b = static_cast<long long>(r + 1) * nr.devices / nr.rows - 1;
+        label = fmt::format("{}:{}-{}", cluster.nodes[n].name, a, b);
+      }
+      label_w = std::max(label_w, label.size());
+    }
   }
+  std::string out;
+  for (size_t r = 0; r < rows.size(); ++r)
+    out += fmt::format("{:>{}} |{}|\n", labels[r], label_w, rows[r]);
   // Axis: ticks at 0, 1/4, 1/2, 3/4 and the end.
   std::string axis(W + 2, ' ');
-  std::string labels(W + 12, ' ');
+  std::string ticks(W + 12, ' ');
   for (int q = 0; q <= 4; ++q) {
     const size_t pos = q == 4 ? W + 1 : static_cast<size_t>(q) * W / 4;
     axis[pos] = '^';
     const std::string t = format_duration(span * q / 4.0);
     const size_t at = q == 4 ? pos + 1 - std::min(pos + 1, t.size()) : pos;
-    for (size_t i = 0; i < t.size() && at + i < labels.size(); ++i) labels[at + i] = t[i];
+    for (size_t i = 0; i < t.size() && at + i < ticks.size(); ++i) ticks[at + i] = t[i];
   }
-  while (!labels.empty() && labels.back() == ' ') labels.pop_back();
-  out += fmt::format("{:>{}} {}\n{:>{}} {}\n", "", label_w, axis, "", label_w, labels);
+  while (!ticks.empty() && ticks.back() == ' ') ticks.pop_back();
+  out += fmt::format("{:>{}} {}\n{:>{}} {}\n", "", label_w, axis, "", label_w, ticks);
   return out;
 }
 

@@ -19,9 +19,15 @@ std::string plan_summary(const Problem& problem, const Plan& plan);
 // One line per job in start order: symbol, id, strategy, devices, nodes, ranks, start, end.
 std::string plan_table(const Problem& problem, const Plan& plan);
 
+// Nodes of more devices than this are drawn as this many rows of consecutive devices.
+inline constexpr int kGanttRowsPerNode = 32;
+
 // One row per device ("n0:3 |AAAABBB...|"), `width` columns spanning [0, makespan]; a column
 // shows the job on that device at the column's middle, '.' when idle, '-' on a device held
-// but unused by a job spanning whole nodes. A time axis runs underneath.
+// but unused by a job spanning whole nodes. A time axis runs underneath. A node of more than
+// kGanttRowsPerNode devices gets that many rows, each a range of its devices ("n0:0-31249");
+// a cell there shows the job holding any of them ('*' when several do). Linear in the plan's
+// size: the chart is drawn from jobs' device lists, never device by device.
 std::string gantt_chart(const Problem& problem, const Plan& plan, int width = 72);
 
 }  // namespace saturn::solver

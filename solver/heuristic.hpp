@@ -10,6 +10,7 @@
 //     random option changes and swaps; accept improvements of (makespan, sum of ends).
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -21,17 +22,21 @@ struct HeuristicOptions {
   double time_limit_s = 2.0;  // local search stops at this wall time
   unsigned seed = 1;
   bool local_search = true;
-  // Local search also stops after this many evaluations without improving its best (0: a
-  // default large enough that the time limit usually decides), and when the makespan reaches
-  // `stop_at` (a lower bound: nothing better exists).
+  // Local search also stops after this many evaluations without improving its best (0: never;
+  // it runs while time remains), and when the makespan reaches `stop_at` (a lower bound times
+  // the gap tolerance: nothing much better exists).
   long stall_limit = 0;
   double stop_at = 0.0;
+  // Called with the makespan whenever local search finds a better plan (the solve's log of
+  // incumbents over time).
+  std::function<void(double)> on_improvement;
 };
 
 struct HeuristicResult {
   Schedule schedule;        // continuous time
   std::vector<int> option;  // per job, index into Prepared::options
   std::vector<int> order;   // list order that produced `schedule`
+  std::vector<int> node;    // per job its node, -1 (or empty: all) chosen by the list scheduler
   std::string method;       // which construction won, "+local" when local search improved it
   long evaluations = 0;
 };

@@ -14,10 +14,18 @@ using nlohmann::json;
 
 namespace {
 
+// `field` is a path like jobs[2].configs[0].time_s; "" is the document itself.
 [[noreturn]] void fail(const std::string& where, const std::string& field,
                        const std::string& what) {
-  throw SolverError(fmt::format("{}: {}: {}", where, field, what));
+  throw SolverError(fmt::format("{}: {}: {}", where, field.empty() ? "(top)" : field, what));
 }
+
+std::string join(const std::string& field, const std::string& key) {
+  return field.empty() ? key : field + "." + key;
+}
+
+// A device or node count: an integer from 1 to kMaxDevices.
+int count_of(const json& j, const std::string& where, const std::string& field, const char* what);
 
 void only_keys(const json& j, const std::set<std::string>& allowed, const std::string& where,
                const std::string& field) {
@@ -27,15 +35,14 @@ void only_keys(const json& j, const std::set<std::string>& allowed, const std::s
     if (!allowed.count(key)) {
       std::string valid;
       for (const std::string& a : allowed) valid += (valid.empty() ? "" : ", ") + a;
-      fail(where, field.empty() ? key : field + "." + key,
-           fmt::format("unknown key (valid here: {})", valid));
+      fail(where, join(field, key), fmt::format("unknown key (valid here: {})", valid));
     }
   }
 }
 
 const json& need(const json& j, const char* key, const std::string& where,
                  const std::string& field) {
-  if (!j.contains(key)) fail(where, field + "." + key, "missing");
+  if (!j.contains(key)) fail(where, join(field, key), "missing");
   return j.at(key);
 }
 
@@ -57,12 +64,28 @@ std::string text(const json& j, const std::string& where, const std::string& fie
   return j.get<std::string>();
 }
 
+int count_of(const json& j, const std::string& where, const std::string& field, const char* what) {
+  const long long v = integer(j, where, field);
+  if (v < 1) fail(where, field, fmt::format("{} is not a {} count >= 1", v, what));
+  if (v > kMaxDevices)
+    fail(where, field, fmt::format("{} is above the limit of {} {}s", v, kMaxDevices, what));
+  return static_cast<int>(v);
+}
+
+// A run time in seconds: positive and at most kMaxTimeS (a sum of larger ones can overflow).
+double duration_of_field(double v, const std::string& where, const std::string& field) {
+  if (!(v > 0)) fail(where, field, "must be > 0");
+  if (v > kMaxTimeS)
+    fail(where, field, fmt::format("{:g} s is above the limit of {:g} s", v, kMaxTimeS));
+  return v;
+}
+
 }  // namespace
 
 Problem instance_from_json(const json& j, const std::string& where) {
   only_keys(j, {"cluster", "jobs"}, where, "");
   Problem p;
-  const json& cluster = need(j, "cluster", where, "(top)");
+  const json& cluster = need(j, "cluster", where, "");
   only_keys(cluster, {"nodes"}, where, "cluster");
   const json& nodes = need(cluster, "nodes", where, "cluster");
   if (!nodes.is_array()) fail(where, "cluster.nodes", "expected an array");
@@ -72,17 +95,19 @@ Problem instance_from_json(const json& j, const std::string& where) {
     Node n;
     n.name = nodes[i].contains("name") ? text(nodes[i]["name"], where, f + ".name")
                                        : fmt::format("n{}", i);
-    const long long d = integer(need(nodes[i], "devices", where, f), where, f + ".devices");
-    if (d < 1 || d > 1 << 20)
-      fail(where, f + ".devices", fmt::format("{} is not a device count >= 1", d));
-    n.devices = static_cast<int>(d);
+    n.devices = count_of(need(nodes[i], "devices", where, f), where, f + ".devices", "device");
     if (nodes[i].contains("memory_gib")) {
       n.memory_gib = number(nodes[i]["memory_gib"], where, f + ".memory_gib");
       if (n.memory_gib < 0) fail(where, f + ".memory_gib", "must be >= 0");
     }
     p.cluster.nodes.push_back(std::move(n));
   }
-  const json& jobs = need(j, "jobs", where, "(top)");
+  long long total = 0;
+  for (const Node& n : p.cluster.nodes) total += n.devices;
+  if (total > kMaxDevices)
+    fail(where, "cluster.nodes",
+         fmt::format("{} devices in all, above the limit of {}", total, kMaxDevices));
+  const json& jobs = need(j, "jobs", where, "");
   if (!jobs.is_array()) fail(where, "jobs", "expected an array");
   for (size_t i = 0; i < jobs.size(); ++i) {
     const std::string f = fmt::format("jobs[{}]", i);
@@ -102,26 +127,22 @@ Problem instance_from_json(const json& j, const std::string& where) {
                 where, g);
       Config config;
       config.strategy = text(need(configs[c], "strategy", where, g), where, g + ".strategy");
-      const long long d = integer(need(configs[c], "devices", where, g), where, g + ".devices");
-      if (d < 1 || d > 1 << 20)
-        fail(where, g + ".devices", fmt::format("{} is not a device count >= 1", d));
-      config.devices = static_cast<int>(d);
-      if (configs[c].contains("nodes")) {
-        const long long n = integer(configs[c]["nodes"], where, g + ".nodes");
-        if (n < 1 || n > 1 << 20)
-          fail(where, g + ".nodes", fmt::format("{} is not a node count >= 1", n));
-        config.nodes = static_cast<int>(n);
-      }
+      config.devices =
+          count_of(need(configs[c], "devices", where, g), where, g + ".devices", "device");
+      if (configs[c].contains("nodes"))
+        config.nodes = count_of(configs[c]["nodes"], where, g + ".nodes", "node");
       if (configs[c].contains("time_s")) {
-        config.time_s = number(configs[c]["time_s"], where, g + ".time_s");
+        config.time_s = duration_of_field(number(configs[c]["time_s"], where, g + ".time_s"), where,
+                                          g + ".time_s");
       } else if (configs[c].contains("step_time_s")) {
         if (job.steps <= 0) fail(where, g + ".step_time_s", "needs the job's \"steps\"");
-        config.time_s = number(configs[c]["step_time_s"], where, g + ".step_time_s") *
-                        static_cast<double>(job.steps);
+        const double step = number(configs[c]["step_time_s"], where, g + ".step_time_s");
+        if (!(step > 0)) fail(where, g + ".step_time_s", "must be > 0");
+        config.time_s = duration_of_field(step * static_cast<double>(job.steps), where,
+                                          g + ".step_time_s (times the job's steps)");
       } else {
         fail(where, g + ".time_s", "missing");
       }
-      if (!(config.time_s > 0)) fail(where, g + ".time_s", "must be > 0");
       if (configs[c].contains("memory_gib")) {
         config.memory_gib = number(configs[c]["memory_gib"], where, g + ".memory_gib");
         if (config.memory_gib < 0) fail(where, g + ".memory_gib", "must be >= 0");
@@ -220,11 +241,11 @@ nlohmann::ordered_json plan_to_json(const Problem& problem, const Plan& plan) {
 
 Plan plan_from_json(const Problem& problem, const json& j, const std::string& where) {
   Plan plan;
-  if (!j.is_object()) fail(where, "(top)", "expected an object");
-  if (integer(need(j, "version", where, "(top)"), where, "version") != 1)
+  if (!j.is_object()) fail(where, "", "expected an object");
+  if (integer(need(j, "version", where, ""), where, "version") != 1)
     fail(where, "version", "unsupported plan version (this build reads version 1)");
   plan.created_s = j.contains("created_s") ? number(j["created_s"], where, "created_s") : 0.0;
-  plan.makespan_s = number(need(j, "makespan_s", where, "(top)"), where, "makespan_s");
+  plan.makespan_s = number(need(j, "makespan_s", where, ""), where, "makespan_s");
   plan.lower_bound_s =
       j.contains("lower_bound_s") ? number(j["lower_bound_s"], where, "lower_bound_s") : 0.0;
   if (j.contains("solver") && j["solver"].is_object()) {
@@ -241,7 +262,7 @@ Plan plan_from_json(const Problem& problem, const json& j, const std::string& wh
                                               : SolveStatus::heuristic;
     }
   }
-  const json& jobs = need(j, "jobs", where, "(top)");
+  const json& jobs = need(j, "jobs", where, "");
   if (!jobs.is_array()) fail(where, "jobs", "expected an array");
   plan.jobs.assign(problem.jobs.size(), ScheduledJob{});
   std::vector<char> seen(problem.jobs.size(), 0);

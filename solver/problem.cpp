@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <numeric>
 #include <set>
 
 namespace saturn::solver {
@@ -107,12 +108,18 @@ Cluster parse_cluster_spec(const std::string& spec) {
     if (n > kMaxClusterNodes)
       throw SolverError(fmt::format("cluster spec '{}': {} nodes is out of range (valid: 1..{})",
                                     spec, n, kMaxClusterNodes));
+    if (static_cast<long long>(n) * g > kMaxDevices)
+      throw SolverError(fmt::format("cluster spec '{}': {} devices in all, above the limit of {}",
+                                    spec, static_cast<long long>(n) * g, kMaxDevices));
     devices.assign(static_cast<size_t>(n), g);
   } else {
     size_t pos = 0;
     while (true) {
       const size_t plus = body.find('+', pos);
       devices.push_back(parse_count(body.substr(pos, plus - pos), spec, "device count"));
+      if (std::accumulate(devices.begin(), devices.end(), 0LL) > kMaxDevices)
+        throw SolverError(
+            fmt::format("cluster spec '{}': more than {} devices in all", spec, kMaxDevices));
       if (plus == std::string::npos) break;
       pos = plus + 1;
     }
@@ -255,10 +262,16 @@ void check_problem(const Problem& problem) {
   if (cluster.nodes.empty())
     throw SolverError("the cluster is empty: it has no nodes, so no job can run");
   std::set<std::string> names;
+  long long total_devices = 0;
   for (const Node& n : cluster.nodes) {
     if (n.devices <= 0)
       throw SolverError(
           fmt::format("cluster node '{}' has {} devices (must be >= 1)", n.name, n.devices));
+    total_devices += n.devices;
+    if (total_devices > kMaxDevices)
+      throw SolverError(
+          fmt::format("the cluster has more than {} devices (node '{}' passes the limit)",
+                      kMaxDevices, n.name));
     if (n.memory_gib < 0.0 || !std::isfinite(n.memory_gib))
       throw SolverError(fmt::format("cluster node '{}' has memory {} GiB", n.name, n.memory_gib));
     if (!names.insert(n.name).second)
@@ -283,6 +296,10 @@ void check_problem(const Problem& problem) {
             "devices and nodes must be >= 1, time_s > 0, memory_gib >= 0",
             job.id, c, config.strategy, config.devices, config.nodes, config.time_s,
             config.memory_gib));
+      if (config.time_s > kMaxTimeS)
+        throw SolverError(
+            fmt::format("job '{}' configuration {} ({}): time_s {:g} is above the limit of {:g} s",
+                        job.id, c, config.strategy, config.time_s, kMaxTimeS));
       const std::string why = infeasibility_reason(cluster, config);
       if (why.empty()) {
         any = true;

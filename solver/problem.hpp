@@ -16,6 +16,12 @@ class SolverError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Limits on what an instance may state. Beyond them arithmetic stops being meaningful (a sum of
+// run times overflows to infinity; device ids no longer fit an int), and no real batch comes
+// near: a million devices in one cluster, a job of 31 years.
+inline constexpr int kMaxDevices = 1 << 20;  // devices in the whole cluster
+inline constexpr double kMaxTimeS = 1e9;     // seconds, a configuration's run time
+
 struct Node {
   std::string name;
   int devices = 0;
@@ -119,8 +125,9 @@ std::vector<int> eligible_nodes(const Cluster& cluster, const Config& config);
 // Why a configuration cannot run on the cluster, or "" when it can.
 std::string infeasibility_reason(const Cluster& cluster, const Config& config);
 
-// Throws SolverError on a malformed problem: empty cluster, a node without devices, no jobs'
-// ids, duplicate ids, non-positive times or devices, a multi-node configuration whose devices
+// Throws SolverError on a malformed problem: empty cluster, a node without devices, more than
+// kMaxDevices devices, no jobs' ids, duplicate ids, non-positive times or devices, times above
+// kMaxTimeS, a multi-node configuration whose devices
 // do not split evenly over its nodes, or a job none of whose configurations fits the cluster.
 void check_problem(const Problem& problem);
 

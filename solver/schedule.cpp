@@ -188,6 +188,47 @@ Schedule list_schedule(const Prepared& prepared, const std::vector<int>& option,
   return s;
 }
 
+Schedule list_schedule_on(const Prepared& prepared, const std::vector<int>& option,
+                          const std::vector<int>& order, const std::vector<int>& node) {
+  const size_t n = prepared.num_jobs();
+  Schedule s;
+  s.jobs.resize(n);
+  ClusterState state(prepared);
+  std::vector<int> one(1);
+  auto place = [&](int j) {
+    const size_t ju = static_cast<size_t>(j);
+    const Option& o = prepared.options[ju][static_cast<size_t>(option[ju])];
+    const std::vector<int>* fixed = nullptr;
+    if (node[ju] >= 0 && !o.pinned && !o.whole_nodes() &&
+        std::binary_search(o.eligible.begin(), o.eligible.end(), node[ju])) {
+      one[0] = node[ju];
+      fixed = &one;
+    }
+    Placement p = state.earliest(o, o.time_s, 0.0, fixed);
+    p.option = option[ju];
+    if (!std::isfinite(p.start)) {
+      s.makespan = kInfinity;
+      s.jobs[ju] = p;
+      s.jobs[ju].option = -1;
+      return;
+    }
+    state.reserve(o, p);
+    s.makespan = std::max(s.makespan, p.end);
+    s.jobs[ju] = std::move(p);
+  };
+  for (int j : order)
+    if (prepared
+            .options[static_cast<size_t>(j)][static_cast<size_t>(option[static_cast<size_t>(j)])]
+            .pinned)
+      place(j);
+  for (int j : order)
+    if (!prepared
+             .options[static_cast<size_t>(j)][static_cast<size_t>(option[static_cast<size_t>(j)])]
+             .pinned)
+      place(j);
+  return s;
+}
+
 std::vector<int> start_order(const Schedule& schedule) {
   std::vector<int> order(schedule.jobs.size());
   std::iota(order.begin(), order.end(), 0);

@@ -73,6 +73,14 @@ Schedule list_schedule(const Prepared& prepared, const std::vector<int>& option,
                        const std::vector<int>& order, double slot = 0.0,
                        const std::vector<std::vector<int>>* fixed_nodes = nullptr);
 
+// The same with a node chosen per job (`node[j]` >= 0) for single-node options that may run
+// there; -1, or an option that spans whole nodes or cannot use that node, chooses freely.
+// With the node part of the choice every active schedule is some (option, node, order): the
+// greedy choice alone (earliest start, then the smaller node) misses schedules where a job
+// should wait for the other node, which local search needs on clusters of several nodes.
+Schedule list_schedule_on(const Prepared& prepared, const std::vector<int>& option,
+                          const std::vector<int>& order, const std::vector<int>& node);
+
 // Re-times a schedule in continuous time keeping each job's option and nodes, in the order of
 // its start times. Never later than the input for any job when the input is a valid schedule
 // with durations at least the continuous ones (the MILP's rounded-up slots, scaled to seconds).

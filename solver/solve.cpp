@@ -26,6 +26,15 @@ Plan solve(const Problem& problem, const SolveOptions& options, SolveReport* rep
   const Prepared prepared = prepare(problem);
   rep.bounds = compute_bounds(prepared, std::min(2.0, 0.15 * options.time_limit_s));
   double lower = rep.bounds.best;
+  double incumbent = kInfinity;
+  // The log of incumbents and bounds over time (SolveReport::log).
+  auto note = [&](double makespan, double bound, const std::string& what) {
+    if (!(makespan < incumbent * (1 - 1e-12)) && !(bound > lower * (1 + 1e-12)) && !rep.log.empty())
+      return;
+    incumbent = std::min(incumbent, makespan);
+    lower = std::max(lower, bound);
+    rep.log.push_back({elapsed(), incumbent, lower, what});
+  };
 
   HeuristicOptions ho;
   ho.seed = options.seed;
@@ -34,7 +43,9 @@ Plan solve(const Problem& problem, const SolveOptions& options, SolveReport* rep
   const double share = std::max(0.0, options.time_limit_s * options.heuristic_share);
   ho.time_limit_s = std::min(share, 0.5 + 0.01 * static_cast<double>(problem.jobs.size()));
   ho.stop_at = lower * (1 + std::max(1e-9, options.gap_tolerance));
+  ho.on_improvement = [&](double makespan) { note(makespan, lower, "local search"); };
   HeuristicResult h = heuristic_schedule(prepared, lower, ho);
+  note(h.schedule.makespan, rep.bounds.best, "heuristic " + h.method);
   rep.heuristic_makespan_s = h.schedule.makespan;
   rep.heuristic_method = h.method;
   rep.heuristic_time_s = elapsed();
@@ -45,8 +56,10 @@ Plan solve(const Problem& problem, const SolveOptions& options, SolveReport* rep
   // per-node tests (LP, and exact schedules of the biggest jobs) prove most of the 12-job
   // benchmark instances optimal, some only after 1-3 s of search: it gets up to 30% of the time.
   if (best.makespan > lower * (1 + std::max(1e-9, options.gap_tolerance))) {
-    lower = std::max(lower, packing_search_bound(prepared, lower, best.makespan,
-                                                 std::min(3.0, 0.3 * options.time_limit_s)));
+    note(best.makespan,
+         packing_search_bound(prepared, lower, best.makespan,
+                              std::min(3.0, 0.3 * options.time_limit_s)),
+         "packing search");
     rep.packing_bound_s = lower;
   }
   bool milp_solution = false;
@@ -88,10 +101,11 @@ Plan solve(const Problem& problem, const SolveOptions& options, SolveReport* rep
           best = r.schedule;
           method = "milp";
         }
+        note(best.makespan, lower, "milp");
       }
       // A bound proven for the discretised model is a bound for the instance only when every
       // duration is a whole number of slots.
-      if (r.exact) lower = std::max(lower, r.bound_slots * r.slot_s);
+      if (r.exact) note(best.makespan, r.bound_slots * r.slot_s, "milp bound");
       // Refine only after a quick proof: GLPK's time limit is checked between subproblems, so
       // a bigger model can overrun it by the length of one LP.
       if (r.status != "optimal" || r.exact || options.milp.slot_s > 0 ||
@@ -113,7 +127,7 @@ Plan solve(const Problem& problem, const SolveOptions& options, SolveReport* rep
             bo.max_columns)
           continue;
         rep.relaxed = relaxed_lower_bound(prepared, slot, bo);
-        lower = std::max(lower, rep.relaxed.bound_s);
+        note(best.makespan, rep.relaxed.bound_s, "milp relaxed bound");
         break;
       }
     }
@@ -132,6 +146,9 @@ Plan solve(const Problem& problem, const SolveOptions& options, SolveReport* rep
     start.option.resize(best.jobs.size());
     for (size_t j = 0; j < best.jobs.size(); ++j) start.option[j] = best.jobs[j].option;
     start.order = start_order(best);
+    start.node.resize(best.jobs.size());
+    for (size_t j = 0; j < best.jobs.size(); ++j)
+      start.node[j] = best.jobs[j].nodes.size() == 1 ? best.jobs[j].nodes[0] : -1;
     HeuristicResult again = local_search(prepared, std::move(start), more);
     if (again.schedule.makespan < best.makespan * (1 - 1e-12)) {
       best = again.schedule;

@@ -30,8 +30,17 @@ struct SolveOptions {
   unsigned seed = 1;
 };
 
+// One line of a solve's log: at `time_s` into the solve, the best plan and the best bound.
+struct SolveEvent {
+  double time_s = 0.0;
+  double makespan_s = 0.0;
+  double lower_bound_s = 0.0;
+  std::string what;  // which method improved the plan or the bound
+};
+
 // What happened inside a solve, for benchmarks and the CLI's verbose output.
 struct SolveReport {
+  std::vector<SolveEvent> log;  // every new incumbent and bound, in time order
   Bounds bounds;
   double heuristic_makespan_s = 0.0;
   std::string heuristic_method;

@@ -31,6 +31,7 @@ struct PlanArgs {
   std::string workload, instance, cluster, store, hardware, solver = "glpk", output;
   double time_limit = 10.0;
   bool json = false;
+  bool log = false;
   int width = 72;
 };
 
@@ -66,7 +67,17 @@ int run_plan(const PlanArgs& a) {
     solver::SolveOptions options;
     options.backend = backend;
     options.time_limit_s = a.time_limit;
-    const solver::Plan plan = solver::solve(problem, options);
+    solver::SolveReport report;
+    const solver::Plan plan = solver::solve(problem, options, &report);
+    if (a.log) {
+      // The incumbents and bounds over time, on stderr so that --json output stays a plan.
+      std::string log = "time_s     makespan_s    lower_bound_s  gap%    by\n";
+      for (const solver::SolveEvent& e : report.log)
+        log += fmt::format(
+            "{:6.2f} {:14.1f} {:14.1f} {:6.2f}  {}\n", e.time_s, e.makespan_s, e.lower_bound_s,
+            e.makespan_s > 0 ? 100 * (e.makespan_s - e.lower_bound_s) / e.makespan_s : 0.0, e.what);
+      std::fputs(log.c_str(), stderr);
+    }
     const std::string json = solver::plan_to_json(problem, plan).dump(2) + "\n";
     if (!a.output.empty()) solver::write_text_file(a.output, json);
     if (a.json) {
@@ -115,6 +126,8 @@ void add_plan_command(CLI::App& root, Action* action) {
                   "is returned")
       ->check(finite_range(0.01, 1e7));
   cmd->add_flag("--json", args->json, "Print the plan as JSON (the plan contract) instead of text");
+  cmd->add_flag("--log", args->log,
+                "Print the solve's log to stderr: each new best plan and bound with its time");
   cmd->add_option("-o,--output", args->output, "Also write the plan JSON to this file");
   cmd->add_option("--width", args->width, "Columns of the Gantt chart")
       ->check(CLI::Range(10, 1000));

@@ -3,10 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -19,6 +22,15 @@ struct Result {
   int rc = -1;
   std::string out;
 };
+
+// CPU seconds (user + system) of the children waited for so far: what a command costs,
+// whatever else the machine runs (wall time on a loaded machine says little).
+double children_cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_CHILDREN, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
 
 Result execute(const std::string& cmd) {
   Result r;
@@ -107,4 +119,58 @@ TEST_F(PlanCli, BadInputIsExitCodeTwoWithAClearMessage) {
   r = execute(fmt::format("{} plan --instance {}", saturn_, (dir_ / "missing.json").string()));
   EXPECT_EQ(r.rc, 2);
   EXPECT_NE(r.out.find("cannot open"), std::string::npos) << r.out;
+}
+
+// The probe of issue 21: absurd instances are exit 2 naming the field, in under a second of CPU
+// (a time of 1e308 s used to overflow into "invalid plan: the plan places 0 jobs"; a device
+// count above the limit read "not a device count >= 1"; a top-level array named no field).
+TEST_F(PlanCli, AbsurdInstancesAreQuickErrorsNamingTheField) {
+  const std::string ok_config = R"({"strategy": "ddp", "devices": 8, "time_s": 100})";
+  const struct {
+    const char* name;
+    std::string text, expect;
+  } cases[] = {
+      {"huge-time",
+       R"({"cluster": {"nodes": [{"devices": 8}]}, "jobs": [{"id": "a", "configs": [{"strategy": "ddp", "devices": 8, "time_s": 1e308}]}, {"id": "b", "configs": [{"strategy": "ddp", "devices": 8, "time_s": 1e308}]}]})",
+       "huge-time.json: jobs[0].configs[0].time_s: 1e+308 s is above the limit"},
+      {"huge-node",
+       fmt::format(
+           R"({{"cluster": {{"nodes": [{{"devices": 2000000}}]}}, "jobs": [{{"id": "a", "configs": [{}]}}]}})",
+           ok_config),
+       "huge-node.json: cluster.nodes[0].devices: 2000000 is above the limit of 1048576"},
+      {"top-array", R"([{"cluster": {"nodes": [{"devices": 8}]}}])",
+       "top-array.json: (top): expected an object, found array"},
+  };
+  for (const auto& c : cases) {
+    const std::string path = (dir_ / (std::string(c.name) + ".json")).string();
+    std::ofstream(path) << c.text;
+    const double cpu0 = children_cpu_seconds();
+    const Result r = execute(fmt::format("{} plan --instance {} --time-limit 5", saturn_, path));
+    const double seconds = children_cpu_seconds() - cpu0;
+    EXPECT_EQ(r.rc, 2) << c.name << ": " << r.out;
+    EXPECT_NE(r.out.find(c.expect), std::string::npos) << c.name << ": " << r.out;
+    EXPECT_LT(seconds, 1.0) << c.name;
+  }
+}
+
+// One node of a million devices: the plan and its text output within the time limit (CPU), the
+// chart a bounded number of rows (it was one row per device, quadratic, over 11 minutes).
+TEST_F(PlanCli, AMillionDevicesPlanWithinTheTimeLimit) {
+  std::string jobs;
+  for (int j = 0; j < 12; ++j)
+    jobs += fmt::format(
+        R"({}{{"id": "j{}", "configs": [{{"strategy": "ddp", "devices": 1, "time_s": {}}},
+           {{"strategy": "ddp", "devices": 1000, "time_s": {}}},
+           {{"strategy": "fsdp", "devices": 100000, "time_s": {}}}]}})",
+        j ? ", " : "", j, 1000 + 37 * j, 20 + j, 3 + j % 5);
+  const std::string path = (dir_ / "mega.json").string();
+  std::ofstream(path) << R"({"cluster": {"nodes": [{"devices": 1000000}]}, "jobs": [)" << jobs
+                      << "]}";
+  const double cpu0 = children_cpu_seconds();
+  const Result r = execute(fmt::format("{} plan --instance {} --time-limit 2", saturn_, path));
+  const double seconds = children_cpu_seconds() - cpu0;
+  ASSERT_EQ(r.rc, 0) << r.out.substr(0, 2000);
+  EXPECT_LT(seconds, 2.0 + 1.5);  // CPU seconds: the time limit, reading and printing
+  EXPECT_LT(std::count(r.out.begin(), r.out.end(), '\n'), 80) << r.out.substr(0, 2000);
+  EXPECT_NE(r.out.find("n0:0-31249 |"), std::string::npos) << r.out.substr(0, 4000);
 }

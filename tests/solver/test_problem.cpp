@@ -181,6 +181,53 @@ TEST(InstanceJson, StrictErrorsNameFileAndField) {
   EXPECT_TRUE(contains(error_of([] { read_instance("/nonexistent/inst.json"); }), "cannot open"));
 }
 
+// Absurd values are input errors naming the field (issue 21), not overflows further on: a run
+// time of 1e308 s made the makespan infinite and the solve end in "invalid plan: the plan
+// places 0 jobs"; a device count above the limit read "not a device count >= 1"; a top-level
+// array named an empty field.
+TEST(InstanceJson, AbsurdValuesNameTheField) {
+  auto err = [](const std::string& text) {
+    return error_of([&] { instance_from_json(json::parse(text), "bad.json"); });
+  };
+  auto one = [](const std::string& node, const std::string& config) {
+    return fmt::format(R"({{"cluster": {{"nodes": [{}]}}, "jobs": [{{"id": "a", {}}}]}})", node,
+                       config);
+  };
+  std::string e = err(one(R"({"devices": 8})",
+                          R"("configs": [{"strategy": "ddp", "devices": 8, "time_s": 1e308}])"));
+  EXPECT_TRUE(contains(e, "bad.json: jobs[0].configs[0].time_s: 1e+308 s is above the limit")) << e;
+  e = err(one(
+      R"({"devices": 8})",
+      R"("steps": 1000000000, "configs": [{"strategy": "ddp", "devices": 8, "step_time_s": 1e300}])"));
+  EXPECT_TRUE(contains(e, "jobs[0].configs[0].step_time_s (times the job's steps): ")) << e;
+  EXPECT_TRUE(contains(e, "above the limit")) << e;
+  e = err(one(R"({"devices": 2000000})",
+              R"("configs": [{"strategy": "ddp", "devices": 8, "time_s": 5}])"));
+  EXPECT_TRUE(contains(e, "cluster.nodes[0].devices: 2000000 is above the limit of 1048576")) << e;
+  e = err(one(R"({"devices": 8})",
+              R"("configs": [{"strategy": "ddp", "devices": 3000000, "time_s": 5}])"));
+  EXPECT_TRUE(contains(e, "jobs[0].configs[0].devices: 3000000 is above the limit")) << e;
+  e = err(one(R"({"devices": 8})",
+              R"("configs": [{"strategy": "ddp", "devices": 8, "nodes": 0, "time_s": 5}])"));
+  EXPECT_TRUE(contains(e, "jobs[0].configs[0].nodes: 0 is not a node count >= 1")) << e;
+  e = err(one(R"({"devices": 600000}, {"devices": 600000})",
+              R"("configs": [{"strategy": "ddp", "devices": 8, "time_s": 5}])"));
+  EXPECT_TRUE(contains(e, "cluster.nodes: 1200000 devices in all, above the limit")) << e;
+  e = err(R"([{"cluster": {"nodes": [{"devices": 8}]}}])");
+  EXPECT_TRUE(contains(e, "bad.json: (top): expected an object, found array")) << e;
+  e = err(R"({"jobs": []})");
+  EXPECT_TRUE(contains(e, "bad.json: cluster: missing")) << e;
+  // The library's own check, for problems built in code (plan_jobs) and --cluster specs.
+  Problem p;
+  p.cluster = parse_cluster_spec("1x8");
+  p.jobs.push_back(Job{"a", {cfg("ddp", 8, 1, 1e308)}, 0});
+  EXPECT_TRUE(contains(error_of([&] { check_problem(p); }), "time_s 1e+308 is above the limit"));
+  EXPECT_TRUE(contains(error_of([] { parse_cluster_spec("100000x999999"); }),
+                       "99999900000 devices in all, above the limit"));
+  EXPECT_TRUE(
+      contains(error_of([] { parse_cluster_spec("999999+999999"); }), "more than 1048576 devices"));
+}
+
 TEST(InstanceJson, StepsAndStepTimes) {
   const json j = json::parse(R"({"cluster": {"nodes": [{"devices": 2}]},
     "jobs": [{"id": "a", "steps": 1000, "configs": [{"strategy": "ddp", "devices": 2, "step_time_s": 0.5, "source": "trial"}]}]})");

@@ -3,10 +3,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <chrono>
 #include <string>
 
 #include "instances.hpp"
 #include "solver/baselines.hpp"
+#include "solver/gantt.hpp"
 #include "solver/schedule.hpp"
 #include "solver/validate.hpp"
 
@@ -176,4 +179,43 @@ TEST(Baselines, CurrentPracticeRunsTheHandPickedStrategyOnTheWholeNode) {
   const Plan ddp = baseline_plan(p, Baseline::current_practice, 1, "ddp");
   EXPECT_EQ(chosen(ddp, 0), "ddp@4");
   EXPECT_EQ(chosen(ddp, 1), "pipeline@4");  // no ddp configuration: its fastest
+}
+
+// A node of a million devices is drawn in a bounded number of rows (issue 21: one row per
+// device made the text output quadratic in devices per node and ignore the time limit).
+TEST(Gantt, HugeNodesAreDrawnCompressedAndQuickly) {
+  Problem p;
+  p.cluster.nodes = {Node{"n0", 1000000, 0.0}, Node{"n1", 4, 0.0}};
+  p.jobs.push_back(Job{"wide", {cfg("ddp", 60000, 1, 100.0)}, 0});
+  p.jobs.push_back(Job{"narrow", {cfg("ddp", 8, 1, 50.0)}, 0});
+  p.jobs.push_back(Job{"small", {cfg("ddp", 2, 1, 80.0)}, 0});
+  Plan plan;
+  plan.jobs.resize(3);
+  plan.jobs[0] = {0, {0}, {}, 0.0, 100.0};
+  for (int d = 0; d < 60000; ++d) plan.jobs[0].devices.push_back(d);
+  plan.jobs[1] = {0, {0}, {}, 0.0, 50.0};
+  for (int d = 62495; d < 62503; ++d) plan.jobs[1].devices.push_back(d);  // rows 1 and 2
+  plan.jobs[2] = {0, {1}, {1000001, 1000002}, 20.0, 100.0};
+  plan.makespan_s = 100.0;
+  EXPECT_TRUE(validate_plan(p, plan).empty());
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string chart = gantt_chart(p, plan, 40);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(seconds, 0.2);
+  const auto lines = std::count(chart.begin(), chart.end(), '\n');
+  ASSERT_EQ(lines, kGanttRowsPerNode + 4 + 2);  // + a row per device of n1 + the axis
+  EXPECT_NE(chart.find(" n0:0-31249 |" + std::string(40, 'A') + "|"), std::string::npos) << chart;
+  // Two jobs on one row: '*' while both run, then the one left.
+  EXPECT_NE(chart.find("n0:31250-62499 |" + std::string(20, '*') + std::string(20, 'A')),
+            std::string::npos)
+      << chart;
+  EXPECT_NE(chart.find("n0:62500-93749 |" + std::string(20, 'B') + std::string(20, '.')),
+            std::string::npos)
+      << chart;
+  EXPECT_NE(chart.find("n0:968750-999999 |" + std::string(40, '.')), std::string::npos) << chart;
+  // The small node keeps a row per device.
+  EXPECT_NE(chart.find(" n1:1 |" + std::string(8, '.') + std::string(32, 'C')), std::string::npos)
+      << chart;
+  EXPECT_NE(chart.find(" n1:0 |" + std::string(40, '.')), std::string::npos) << chart;
 }
