@@ -8,11 +8,13 @@ load drifts hit both alike, and prints the median tokens/s of each and their rat
 the repeats is noise.
 
 Usage: bench/compare_builds.py --before BUILD_A --after BUILD_B [--repeats 5] [--degree 2]
+                               [--steps 5] [--cases REGEX]
 Run with Debian's /usr/bin/python3.
 """
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -57,6 +59,7 @@ def main():
     ap.add_argument("--degree", type=int, default=2)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--mpirun", default="mpirun")
+    ap.add_argument("--cases", default="", help="only the cases whose name matches this regex")
     args = ap.parse_args()
     builds = {"before": args.before, "after": args.after}
     for b in builds.values():
@@ -84,6 +87,8 @@ def main():
     print(head)
     print("-" * len(head))
     for name, fn in cases:
+        if args.cases and not re.search(args.cases, name):
+            continue
         tps = {"before": [], "after": []}
         for _ in range(args.repeats):
             for which, b in builds.items():
