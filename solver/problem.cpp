@@ -105,12 +105,12 @@ Cluster parse_cluster_spec(const std::string& spec) {
   if (const size_t x = body.find_first_of("xX"); x != std::string::npos) {
     const int n = parse_count(body.substr(0, x), spec, "node count");
     const int g = parse_count(body.substr(x + 1), spec, "device count");
-    if (n > kMaxClusterNodes)
-      throw SolverError(fmt::format("cluster spec '{}': {} nodes is out of range (valid: 1..{})",
-                                    spec, n, kMaxClusterNodes));
     if (static_cast<long long>(n) * g > kMaxDevices)
       throw SolverError(fmt::format("cluster spec '{}': {} devices in all, above the limit of {}",
                                     spec, static_cast<long long>(n) * g, kMaxDevices));
+    if (n > kMaxClusterNodes)
+      throw SolverError(fmt::format("cluster spec '{}': {} nodes is out of range (valid: 1..{})",
+                                    spec, n, kMaxClusterNodes));
     devices.assign(static_cast<size_t>(n), g);
   } else {
     size_t pos = 0;

@@ -49,6 +49,31 @@ for f in glob.glob(sys.argv[1] + "/jobs/*/metrics.jsonl"):
 print(max(steps))
 PY
 }
+# The job of run directory $1 that has written the fewest steps, and its largest step.
+slowest_job() {
+  $py - "$1" <<'PY'
+import glob, json, os, sys
+best = None
+for f in sorted(glob.glob(sys.argv[1] + "/jobs/*/metrics.jsonl")):
+    steps = [0]
+    for line in open(f):
+        try:
+            steps.append(json.loads(line)["step"])
+        except ValueError:
+            pass
+    job = os.path.basename(os.path.dirname(f))
+    if best is None or max(steps) < best[1]:
+        best = (job, max(steps))
+print(*best)
+PY
+}
+job_past() {  # job_past DIR JOB STEP: wait until JOB has written a step past STEP
+  for _ in $(seq 1 900); do
+    [ "$($py -c 'import json,sys; print(max([0]+[json.loads(l)["step"] for l in open(sys.argv[1]) if l.strip()]))' "$1/jobs/$2/metrics.jsonl" 2>/dev/null || echo 0)" -gt "$3" ] && return 0
+    sleep 0.1
+  done
+  return 1
+}
 wait_past() {  # wait_past DIR STEP
   for _ in $(seq 1 900); do
     [ "$(max_step "$1")" -gt "$2" ] && return 0
@@ -139,10 +164,14 @@ start "$C" "$work/w.yaml" --run-dir "$C"
 wait_past "$C" 40 || bad "kill -9: no training"
 kill -9 "$(rank 1)"
 wait "$launcher"
-reached=$(max_step "$C")
+# The killed rank's job stopped there; the other rank's may train on until mpirun's SIGTERM
+# reaches it (seconds, hundreds of steps). The second kill must land on the first while it
+# trains: on the rank that resumed it.
+read -r slow reached < <(slowest_job "$C")
 start "$C.2" --resume "$C"
-wait_past "$C" $((reached + 40)) || bad "kill -9: the first resume did not train"
-kill -9 "$(rank 1)"
+job_past "$C" "$slow" $((reached + 40)) || bad "kill -9: the first resume did not train $slow"
+victim=$(sed -n "s/^\[saturn r\([0-9]*\)\] job $slow: resuming from.*/\1/p" "$C.2.log" | head -1)
+kill -9 "$(rank "${victim:-1}")"
 wait "$launcher"
 "$saturn" run --resume "$C" --np 2 --no-trials >"$C.3.log" 2>&1 || { bad "kill -9: last resume: exit $?"; tail -5 "$C.3.log"; }
 # The killed rank's job in each killed run is "interrupted" (the other rank's job may have
