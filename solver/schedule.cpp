@@ -150,19 +150,25 @@ void ClusterState::reserve(const Option& o, const Placement& p) {
   for (int n : p.nodes) nodes_[static_cast<size_t>(n)].add(p.start, p.end, prepared_->usage(o, n));
 }
 
-Schedule list_schedule(const Prepared& prepared, const std::vector<int>& option,
-                       const std::vector<int>& order, double slot,
-                       const std::vector<std::vector<int>>* fixed_nodes) {
-  const size_t n = prepared.num_jobs();
+namespace {
+
+// Places the jobs in `order` one by one at their earliest start, kept (pinned) jobs first since
+// they hold their devices from time 0; nodes_for(j, o) restricts job j to some nodes (nullptr:
+// any it is eligible for). A job that fits nowhere makes the makespan infinite.
+template <class NodesFor>
+Schedule place_in_order(const Prepared& prepared, const std::vector<int>& option,
+                        const std::vector<int>& order, double slot, NodesFor nodes_for) {
   Schedule s;
-  s.jobs.resize(n);
+  s.jobs.resize(prepared.num_jobs());
   ClusterState state(prepared);
-  auto place = [&](int j) {
+  const auto option_of = [&](int j) -> const Option& {
     const size_t ju = static_cast<size_t>(j);
-    const Option& o = prepared.options[ju][static_cast<size_t>(option[ju])];
-    const std::vector<int>* fixed =
-        fixed_nodes && !(*fixed_nodes)[ju].empty() ? &(*fixed_nodes)[ju] : nullptr;
-    Placement p = state.earliest(o, duration_of(o, slot), 0.0, fixed);
+    return prepared.options[ju][static_cast<size_t>(option[ju])];
+  };
+  const auto place = [&](int j) {
+    const size_t ju = static_cast<size_t>(j);
+    const Option& o = option_of(j);
+    Placement p = state.earliest(o, duration_of(o, slot), 0.0, nodes_for(ju, o));
     p.option = option[ju];
     if (!std::isfinite(p.start)) {
       s.makespan = kInfinity;
@@ -174,59 +180,35 @@ Schedule list_schedule(const Prepared& prepared, const std::vector<int>& option,
     s.makespan = std::max(s.makespan, p.end);
     s.jobs[ju] = std::move(p);
   };
-  // Kept (pinned) jobs hold their devices from time 0: place them before anything else.
   for (int j : order)
-    if (prepared
-            .options[static_cast<size_t>(j)][static_cast<size_t>(option[static_cast<size_t>(j)])]
-            .pinned)
-      place(j);
+    if (option_of(j).pinned) place(j);
   for (int j : order)
-    if (!prepared
-             .options[static_cast<size_t>(j)][static_cast<size_t>(option[static_cast<size_t>(j)])]
-             .pinned)
-      place(j);
+    if (!option_of(j).pinned) place(j);
   return s;
+}
+
+}  // namespace
+
+Schedule list_schedule(const Prepared& prepared, const std::vector<int>& option,
+                       const std::vector<int>& order, double slot,
+                       const std::vector<std::vector<int>>* fixed_nodes) {
+  return place_in_order(
+      prepared, option, order, slot, [&](size_t j, const Option&) -> const std::vector<int>* {
+        return fixed_nodes && !(*fixed_nodes)[j].empty() ? &(*fixed_nodes)[j] : nullptr;
+      });
 }
 
 Schedule list_schedule_on(const Prepared& prepared, const std::vector<int>& option,
                           const std::vector<int>& order, const std::vector<int>& node) {
-  const size_t n = prepared.num_jobs();
-  Schedule s;
-  s.jobs.resize(n);
-  ClusterState state(prepared);
   std::vector<int> one(1);
-  auto place = [&](int j) {
-    const size_t ju = static_cast<size_t>(j);
-    const Option& o = prepared.options[ju][static_cast<size_t>(option[ju])];
-    const std::vector<int>* fixed = nullptr;
-    if (node[ju] >= 0 && !o.pinned && !o.whole_nodes() &&
-        std::binary_search(o.eligible.begin(), o.eligible.end(), node[ju])) {
-      one[0] = node[ju];
-      fixed = &one;
-    }
-    Placement p = state.earliest(o, o.time_s, 0.0, fixed);
-    p.option = option[ju];
-    if (!std::isfinite(p.start)) {
-      s.makespan = kInfinity;
-      s.jobs[ju] = p;
-      s.jobs[ju].option = -1;
-      return;
-    }
-    state.reserve(o, p);
-    s.makespan = std::max(s.makespan, p.end);
-    s.jobs[ju] = std::move(p);
-  };
-  for (int j : order)
-    if (prepared
-            .options[static_cast<size_t>(j)][static_cast<size_t>(option[static_cast<size_t>(j)])]
-            .pinned)
-      place(j);
-  for (int j : order)
-    if (!prepared
-             .options[static_cast<size_t>(j)][static_cast<size_t>(option[static_cast<size_t>(j)])]
-             .pinned)
-      place(j);
-  return s;
+  return place_in_order(prepared, option, order, 0.0,
+                        [&](size_t j, const Option& o) -> const std::vector<int>* {
+                          if (node[j] < 0 || o.pinned || o.whole_nodes() ||
+                              !std::binary_search(o.eligible.begin(), o.eligible.end(), node[j]))
+                            return nullptr;
+                          one[0] = node[j];
+                          return &one;
+                        });
 }
 
 std::vector<int> start_order(const Schedule& schedule) {
