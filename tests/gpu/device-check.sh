@@ -1,19 +1,25 @@
 #!/bin/bash
-# The GPU check of issue 9, in two halves.
+# The GPU check (issues 9 and 17), in two halves.
 #
 #   tests/gpu/device-check.sh bundle [BUILD_DIR]
 #       Here (any machine with nvcc and the project's Debian dependencies): builds the GPU tests
-#       and bench_engine in BUILD_DIR (default build-gpu; sm_80 and sm_90) and gathers them with
-#       the shared libraries they need into build-gpu-bundle/ (git-ignored). The GPU machine has
-#       CUDA and PyTorch but not the project's dependencies (MPI, HDF5, OpenBLAS, ...), so it runs
-#       what was built here. The GPU binaries use no MPI.
+#       bench_engine and saturn in BUILD_DIR (default build-gpu; sm_80 and sm_90) and gathers them
+#       with the shared libraries they need into build-gpu-bundle/ (git-ignored). The GPU machine
+#       has CUDA and PyTorch but not the project's dependencies (MPI, HDF5, GLPK, OpenBLAS, ...),
+#       so it runs what was built here; Open MPI's runtime (mpirun, its plugins and help files,
+#       PMIx, hwloc, libevent: the files of the installed Debian packages) travels too, relocated
+#       with OPAL_PREFIX, for the sweep's `saturn run --np 4`.
 #
 #   tests/gpu/device-check.sh run
 #       On the GPU machine (device tool: command "bash tests/gpu/device-check.sh run",
 #       carry ["build-gpu-bundle"], timeout_s 600): runs every GPU test with
-#       SATURN_REQUIRE_GPU=1 (a skip is a failure there), then bench/engine/run_cuda.py
-#       (Saturn beside PyTorch eager and torch.compile, GPT-2 124M and 350M shapes), and prints
-#       one table. Logs go to $OUT when set. Meant to finish in about 5 minutes.
+#       SATURN_REQUIRE_GPU=1 (a skip is a failure there); then tests/gpu/device_check_sweep.py:
+#       `saturn run --device cuda --np 4 --oversubscribe-devices` of a 6-job sweep of
+#       GPT-2-124M-class models (4 ranks share the one GPU; jobs whose ranks share a GPU use the
+#       staged MPI data communicator, since NCCL refuses two ranks of a communicator on one GPU),
+#       with tokens/s and peak memory per job and strategy; then bench/engine/run_cuda.py (Saturn
+#       beside PyTorch eager and torch.compile, GPT-2 124M and 350M shapes). Writes one report,
+#       $OUT/device-check-report.md (logs beside it), and prints it. At most 8 minutes.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
@@ -29,7 +35,7 @@ bundle() {
     -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
   cmake -S "$ROOT" -B "$build" -DCMAKE_BUILD_TYPE=Release -DSATURN_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES="80;90" "${launcher[@]}" >/dev/null
-  local targets=(test_gpu_ops test_gpu_model bench_engine)
+  local targets=(test_gpu_ops test_gpu_model bench_engine saturn)
   grep -q '^SATURN_HAVE_NCCL:INTERNAL=TRUE' "$build/CMakeCache.txt" && targets+=(test_gpu_nccl)
   cmake --build "$build" -j"${JOBS:-2}" --target "${targets[@]}"
   rm -rf "$BUNDLE"
@@ -51,12 +57,43 @@ bundle() {
     cat >"$BUNDLE/bin/$t" <<WRAP
 #!/bin/sh
 here=\$(dirname "\$0")
-LD_LIBRARY_PATH="\$here/../lib\${SATURN_GPU_LIBS:+:\$SATURN_GPU_LIBS}" exec "\$here/real/$t" "\$@"
+LD_LIBRARY_PATH="\$here/../lib\${SATURN_GPU_LIBS:+:\$SATURN_GPU_LIBS}\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}" exec "\$here/real/$t" "\$@"
 WRAP
     chmod +x "$BUNDLE/bin/$t"
   done
+  bundle_mpi
   git -C "$ROOT" rev-parse HEAD >"$BUNDLE/COMMIT"
   echo "bundle: $BUNDLE ($(du -sh "$BUNDLE" | cut -f1)), built from $(cat "$BUNDLE/COMMIT")"
+}
+
+# Open MPI's runtime as the Debian packages installed here hold it, under $BUNDLE/mpi (the GPU
+# machine has no MPI). Only regular files under /usr and /etc; documentation is left out.
+bundle_mpi() {
+  local pkgs=(openmpi-bin libopenmpi3 openmpi-common libpmix2 libhwloc15 libevent-core-2.1-7
+    libevent-pthreads-2.1-7)
+  mkdir -p "$BUNDLE/mpi"
+  dpkg -L "${pkgs[@]}" | grep -E '^/(usr|etc)/' | grep -v -E '^/usr/share/(doc|man|lintian)/' |
+    while read -r f; do
+      if [ -f "$f" ] || [ -L "$f" ]; then
+        mkdir -p "$BUNDLE/mpi$(dirname "$f")"
+        cp -P "$f" "$BUNDLE/mpi$f"
+      fi
+    done
+  # mpirun itself is a Debian alternative (/etc/alternatives), not a file of the packages.
+  ln -sf orterun "$BUNDLE/mpi/usr/bin/mpirun"
+}
+
+# The environment that makes the carried Open MPI work from $BUNDLE/mpi.
+use_bundled_mpi() {
+  local m=$BUNDLE/mpi
+  if command -v mpirun >/dev/null && [ ! -d "$m" ]; then return; fi
+  export OPAL_PREFIX=$m/usr PATH=$m/usr/bin:$PATH
+  export LD_LIBRARY_PATH=$m/usr/lib/x86_64-linux-gnu:$m/usr/lib/x86_64-linux-gnu/openmpi/lib:$m/usr/lib/x86_64-linux-gnu/pmix2/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  export OMPI_MCA_mca_base_component_path=$m/usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3
+  export PMIX_MCA_mca_base_component_path=$m/usr/lib/x86_64-linux-gnu/pmix2/lib/pmix
+  # Shared memory and TCP only: the GPU machine is one node.
+  export OMPI_MCA_btl=self,vader,tcp OMPI_MCA_pml=ob1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 }
 
 # Directory holding a library, searched where CUDA and PyTorch's wheels put them.
@@ -72,6 +109,8 @@ run() {
     echo "no bundle at $BUNDLE: run 'tests/gpu/device-check.sh bundle' first and carry build-gpu-bundle"
     exit 2
   }
+  local report=$out/device-check-report.md
+  exec > >(tee "$report") 2>&1
   echo "# device check of $(cat "$BUNDLE/COMMIT" 2>/dev/null), $(date -u +%FT%TZ)"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader || true
   local blas nccl
@@ -84,7 +123,7 @@ run() {
   for t in test_gpu_ops test_gpu_model test_gpu_nccl; do
     if [ ! -x "$BUNDLE/bin/$t" ]; then rows+=("| $t | not built | | |"); continue; fi
     local t0=$SECONDS rc
-    timeout 240 "$BUNDLE/bin/$t" >"$out/$t.log" 2>&1
+    timeout 150 "$BUNDLE/bin/$t" >"$out/$t.log" 2>&1
     rc=$?
     local passed failed
     passed=$(grep -c '^\[       OK \]' "$out/$t.log")
@@ -95,14 +134,23 @@ run() {
   grep -h '\[ memory' "$out"/test_gpu_model.log 2>/dev/null
   grep -h '^step ' "$out"/test_gpu_model.log 2>/dev/null | tail -4
   local t0=$SECONDS
-  PYTHONUNBUFFERED=1 timeout 360 python3 bench/engine/run_cuda.py --exe "$BUNDLE/bin/bench_engine" \
+  (use_bundled_mpi
+   PYTHONUNBUFFERED=1 python3 tests/gpu/device_check_sweep.py --saturn "$BUNDLE/bin/saturn" --np 4 \
+     --scale 124m --out "$out/sweep" --timeout 180 >"$out/sweep.log" 2>&1)
+  local sweep_rc=$? sweep_s=$((SECONDS - t0))
+  t0=$SECONDS
+  PYTHONUNBUFFERED=1 timeout 150 python3 bench/engine/run_cuda.py --exe "$BUNDLE/bin/bench_engine" \
     --json "$out/bench.json" >"$out/bench.log" 2>&1
   local bench_rc=$?
   echo
   echo "| GPU test | result | cases | time |"
   echo "|---|---|---|---|"
   printf '%s\n' "${rows[@]}"
+  echo "| sweep (device_check_sweep.py) | $([ $sweep_rc -eq 0 ] && echo pass || echo "FAIL (rc $sweep_rc)") | | $sweep_s s |"
   echo "| bench (run_cuda.py) | $([ $bench_rc -eq 0 ] && echo done || echo "FAIL (rc $bench_rc)") | | $((SECONDS - t0)) s |"
+  echo
+  cat "$out/sweep/sweep-table.md" 2>/dev/null || tail -20 "$out/sweep.log"
+  echo
   grep -v "^$" "$out/bench.log" | tail -24
 }
 
