@@ -17,6 +17,21 @@ namespace saturn {
 class Model;
 struct ModelConfig;
 struct ModelOptions;
+namespace comm {
+class Communicator;
+}
+
+// NCCL as a job's data communicator (runtime/comm/nccl_communicator.hpp), in builds that have
+// it: the real library, or the CUDA emulator's fake (tests/gpu/emu/emu_nccl.cpp).
+struct CudaNccl {
+  // The physical GPU behind `device` (a Device make_device returned), unique on its host: its
+  // PCI bus id. NCCL refuses two ranks of one communicator on one GPU.
+  std::string (*gpu_id)(Device& device) = nullptr;
+  // A NCCL communicator over the ranks of `bootstrap` (collective over it; the communicator
+  // owns it and splits it in split()), ordered after `device`'s compute stream.
+  std::unique_ptr<comm::Communicator> (*make_communicator)(
+      std::unique_ptr<comm::Communicator> bootstrap, Device& device) = nullptr;
+};
 
 struct CudaProvider {
   // "cuda", "cuda (emulated on the CPU)" or "none".
@@ -32,6 +47,8 @@ struct CudaProvider {
   // The model program on a device make_device returned.
   std::unique_ptr<Model> (*make_model)(Device& device, const ModelConfig& config,
                                        const ModelOptions& options) = nullptr;
+  // NCCL, when this build has it; nullptr otherwise (jobs then stage through MPI).
+  const CudaNccl* nccl = nullptr;
 };
 
 // Defined by the provider library the executable links; main() calls it before anything else.

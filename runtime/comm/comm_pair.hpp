@@ -2,7 +2,7 @@
 //  - control: host scalars over MPI (losses, norms, agreement on failure), always host memory;
 //  - data: device buffers (gradients, parameters, activations), in the device's element types
 //    (bf16 included): MPI directly on the CPU backend, MPI staged through host memory on a GPU
-//    (StagedCommunicator), NCCL there once it is plugged in.
+//    (StagedCommunicator) or NCCL on a GPU (see make_comm_pair).
 // Both span the same ranks in the same order.
 #pragma once
 
@@ -39,8 +39,16 @@ class CommPair {
 };
 
 // The pair for a job whose ranks form `control` (borrowed; an MpiCommunicator or a
-// SelfCommunicator) training on `device`: the data communicator is a private duplicate of the
-// control one, staged through host memory when the device's memory is not host memory.
+// SelfCommunicator) training on `device` (collective over control). The data communicator is
+// a private duplicate of the control one on host memory (CPU). On a device whose memory is not
+// host memory (CUDA) it is NCCL when the build has it (real or the emulator's fake) and every
+// rank has its own GPU ((host, PCI bus id) gathered over control), else the control one's
+// duplicate staged through host memory; SATURN_DATA_COMM=auto|nccl|staged overrides (nccl where
+// impossible: InputError naming why). The choice and its reason are logged by the job's rank 0.
 std::unique_ptr<CommPair> make_comm_pair(Communicator& control, Device& device);
+
+enum class DataCommChoice { kAuto, kNccl, kStaged };
+// SATURN_DATA_COMM (unset: auto); InputError for another value.
+DataCommChoice data_comm_choice_from_env();
 
 }  // namespace saturn::comm

@@ -20,6 +20,7 @@ class CudaDevice final : public Device {
 
   const BackendTraits& traits() const override;
   std::string describe() const override { return description_; }
+  int index() const { return index_; }  // the CUDA device ordinal
   MemoryPool& memory() override { return *pool_; }
   Context& context() { return *ctx_; }
   CachingDeviceAllocator& allocator() { return *allocator_; }

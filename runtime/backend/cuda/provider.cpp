@@ -2,7 +2,12 @@
 // compiled into saturn_emu's backend, the CPU emulator's (tests/gpu/emu), which names itself.
 #include <fmt/format.h>
 
+#ifdef SATURN_HAVE_NCCL
+#include "runtime/comm/nccl_communicator.hpp"
+#endif
+
 #include "runtime/backend/cuda/backend.hpp"
+#include "runtime/backend/cuda/check.hpp"
 #include "runtime/backend/cuda/device.hpp"
 #include "runtime/backend/cuda/device_info.hpp"
 #include "runtime/backend/cuda_provider.hpp"
@@ -45,15 +50,47 @@ std::unique_ptr<Model> make_cuda_model(Device& device, const ModelConfig& config
                                                       device.memory());
 }
 
+cuda::CudaDevice& as_cuda_device(Device& device, const char* what) {
+  auto* cuda_device = dynamic_cast<cuda::CudaDevice*>(&device);
+  if (cuda_device == nullptr)
+    throw Error(fmt::format("{}: {} is not a CUDA device", what, device.describe()));
+  return *cuda_device;
+}
+
+#ifdef SATURN_HAVE_NCCL
+std::string gpu_id(Device& device) {
+  const int index = as_cuda_device(device, "gpu_id").index();
+  char bus[32] = {};
+  SATURN_CUDA_CHECK(cudaDeviceGetPCIBusId(bus, sizeof bus, index));
+  return bus;
+}
+
+std::unique_ptr<comm::Communicator> make_nccl_communicator(
+    std::unique_ptr<comm::Communicator> bootstrap, Device& device) {
+  auto& cuda_device = as_cuda_device(device, "make_nccl_communicator");
+  return std::make_unique<comm::NcclCommunicator>(std::move(bootstrap), cuda_device.index(),
+                                                  cuda_device.context().stream());
+}
+
+const CudaNccl kNccl{&gpu_id, &make_nccl_communicator};
+constexpr const CudaNccl* kNcclOrNull = &kNccl;
+#else
+constexpr const CudaNccl* kNcclOrNull = nullptr;
+#endif
+
 }  // namespace
 
 void install_cuda_provider() {
 #ifdef SATURN_CUDA_EMULATION
-  static const CudaProvider provider{"cuda (emulated on the CPU)", &device_count, &device_name,
-                                     &make_cuda_device, &make_cuda_model};
+  static const CudaProvider provider{"cuda (emulated on the CPU)",
+                                     &device_count,
+                                     &device_name,
+                                     &make_cuda_device,
+                                     &make_cuda_model,
+                                     kNcclOrNull};
 #else
-  static const CudaProvider provider{"cuda", &device_count, &device_name, &make_cuda_device,
-                                     &make_cuda_model};
+  static const CudaProvider provider{
+      "cuda", &device_count, &device_name, &make_cuda_device, &make_cuda_model, kNcclOrNull};
 #endif
   set_cuda_provider(provider);
 }

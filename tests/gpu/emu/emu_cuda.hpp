@@ -18,6 +18,7 @@
 
 #include "tests/gpu/emu/emu_core.hpp"
 #include "tests/gpu/emu/emu_kernel_state.hpp"
+#include "tests/gpu/emu/emu_stream.hpp"
 
 // The CUDA headers define these as attributes for host compilers: replaced for kernels-as-C++.
 #undef __global__
@@ -50,13 +51,14 @@ void emu_check_argument(const char* kernel, int index, const T& value) {
   }
 }
 
-// What a rewritten launch calls (transform.py) with the kernel's arguments. Every launch is
-// ordered on the one emulated device: the stream is accepted and ignored.
+// What a rewritten launch calls (transform.py) with the kernel's arguments. A launch runs at
+// once, after the deferred work queued before it on its stream (emu_stream.hpp).
 template <typename... Args>
-void emu_launch(dim3 grid, dim3 block, std::size_t smem, cudaStream_t /*stream*/,
+void emu_launch(dim3 grid, dim3 block, std::size_t smem, cudaStream_t stream,
                 const char* kernel, const std::function<void()>& body, const Args&... args) {
   int index = 0;
   (emu_check_argument(kernel, index++, args), ...);
+  emu::order_before(stream);
   emu::launch(emu::Dim3{grid.x, grid.y, grid.z}, emu::Dim3{block.x, block.y, block.z}, smem, body);
 }
 // cuda_runtime.h's overload for kernel pointers (the kernel sources include only the C API).

@@ -6,9 +6,11 @@
 #include <string>
 #include <type_traits>
 
+#include "runtime/backend/cuda/context.hpp"
 #include "runtime/backend/cuda/linear_plan.hpp"
 #include "runtime/backend/cuda/ops.hpp"
 #include "tests/gpu/emu/emu_core.hpp"
+#include "tests/gpu/emu/emu_stream.hpp"
 
 namespace saturn::cuda {
 namespace {
@@ -57,14 +59,16 @@ void run(const GemmPlan& p, const bf16* bias) {
 
 }  // namespace
 
-void linear_forward(Context&, bf16* out, const bf16* inp, const bf16* weight, const bf16* bias,
-                    int N, int C, int OC, WeightLayout layout) {
+void linear_forward(Context& ctx, bf16* out, const bf16* inp, const bf16* weight,
+                    const bf16* bias, int N, int C, int OC, WeightLayout layout) {
+  emu::order_before(ctx.stream());  // after the deferred work queued on its stream
   run<bf16>(plan_linear_forward(out, inp, weight, N, C, OC, layout), bias);
 }
 
 void linear_backward(Context& ctx, bf16* dinp, float* dweight, float* dbias, const bf16* dout,
                      const bf16* inp, const bf16* weight, int N, int C, int OC,
                      WeightLayout layout) {
+  emu::order_before(ctx.stream());
   if (dinp != nullptr)
     run<bf16>(plan_linear_backward_input(dinp, dout, weight, N, C, OC, layout), nullptr);
   if (dweight != nullptr)

@@ -2,8 +2,17 @@
 // host code calls (runtime/backend/cuda/*.cpp and the host halves of the .cu files), defined
 // here instead of in libcudart, so that the real host code runs unchanged. A process sees
 // SATURN_EMU_DEVICES emulated GPUs (default 8, so that a node's ranks each find their own);
-// they share the process's one device arena, which is each process's own. Streams and events
-// are ordered trivially (every operation completes before it returns).
+// they share the process's one device arena, which is each process's own.
+//
+// Streams and events (issue 17, emu_stream.hpp/.cpp): kernels, copies, memsets and GEMMs run
+// synchronously when called, after completing whatever is queued before them on their stream;
+// deferred work (the fake NCCL's operations, emu_nccl.cpp) is queued on a stream and runs only
+// when something orders on it: later work on that stream, cudaStreamSynchronize,
+// cudaDeviceSynchronize, cudaEventSynchronize / cudaStreamWaitEvent of an event recorded after
+// it (an event remembers its stream and position), or progress made by cudaEventQuery, whose
+// first query of a pending event always says cudaErrorNotReady. Independent streams complete in
+// a shuffled order (SATURN_EMU_SEED). A kernel that reads a NCCL result its stream did not wait
+// for therefore reads stale data, as it may on a GPU.
 //
 // Strictness: copies and memsets check that their device side lies inside one live device
 // allocation and their host side does not touch device memory (a wrong cudaMemcpyKind is an
@@ -19,6 +28,7 @@
 #include <string>
 
 #include "tests/gpu/emu/emu_core.hpp"
+#include "tests/gpu/emu/emu_stream.hpp"
 
 namespace {
 
@@ -85,6 +95,7 @@ cudaError_t copy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind k
 
 struct Event {
   std::chrono::steady_clock::time_point t;
+  emu::EventPosition position;  // deferred work (emu_stream.hpp)
 };
 
 }  // namespace
@@ -107,16 +118,20 @@ cudaError_t cudaFree(void* p) {
 }
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
+  emu::order_before(nullptr);
   return copy(dst, src, count, kind, "cudaMemcpy");
 }
 
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
-                            cudaStream_t) {
+                            cudaStream_t stream) {
+  emu::order_before(stream);
   return copy(dst, src, count, kind, "cudaMemcpyAsync");
 }
 
 cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch,
-                              size_t width, size_t height, cudaMemcpyKind kind, cudaStream_t) {
+                              size_t width, size_t height, cudaMemcpyKind kind,
+                              cudaStream_t stream) {
+  emu::order_before(stream);
   if (width > dpitch || width > spitch)
     return fail(cudaErrorInvalidPitchValue, "cudaMemcpy2DAsync: width exceeds a pitch");
   for (size_t r = 0; r < height; ++r) {
@@ -128,7 +143,8 @@ cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t 
   return cudaSuccess;
 }
 
-cudaError_t cudaMemset(void* p, int value, size_t count) {
+namespace {
+cudaError_t memset_now(void* p, int value, size_t count) {
   if (count == 0) return cudaSuccess;
   if (!emu::is_device_range(p, count))
     return fail(cudaErrorInvalidValue, "cudaMemset outside one live device allocation");
@@ -136,48 +152,64 @@ cudaError_t cudaMemset(void* p, int value, size_t count) {
   std::memset(p, value, count);
   return cudaSuccess;
 }
+}  // namespace
 
-cudaError_t cudaMemsetAsync(void* p, int value, size_t count, cudaStream_t) {
-  return cudaMemset(p, value, count);
+cudaError_t cudaMemset(void* p, int value, size_t count) {
+  emu::order_before(nullptr);
+  return memset_now(p, value, count);
 }
 
+cudaError_t cudaMemsetAsync(void* p, int value, size_t count, cudaStream_t stream) {
+  emu::order_before(stream);
+  return memset_now(p, value, count);
+}
+
+// ---- streams and events: deferred work (emu_stream.hpp) ----------------------------------
 cudaError_t cudaStreamCreate(cudaStream_t* s) {
-  *s = reinterpret_cast<cudaStream_t>(new int(0));
+  *s = emu::create_stream(true);
   return cudaSuccess;
 }
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned int) {
-  return cudaStreamCreate(s);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned int flags) {
+  *s = emu::create_stream((flags & cudaStreamNonBlocking) == 0);
+  return cudaSuccess;
 }
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
-  delete reinterpret_cast<int*>(s);
+  emu::destroy_stream(s);
   return cudaSuccess;
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t) {
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  emu::synchronize_stream(s);
   return cudaSuccess;
 }
-cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned int) {
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int) {
+  emu::stream_wait(s, reinterpret_cast<Event*>(e)->position);
   return cudaSuccess;
 }
 cudaError_t cudaDeviceSynchronize(void) {
+  emu::synchronize_all();
   return cudaSuccess;
 }
 
 cudaError_t cudaEventCreate(cudaEvent_t* e) {
-  *e = reinterpret_cast<cudaEvent_t>(new Event{std::chrono::steady_clock::now()});
+  *e = reinterpret_cast<cudaEvent_t>(new Event{std::chrono::steady_clock::now(), {}});
   return cudaSuccess;
 }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned int) {
   return cudaEventCreate(e);
 }
-cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
-  reinterpret_cast<Event*>(e)->t = std::chrono::steady_clock::now();
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+  auto* event = reinterpret_cast<Event*>(e);
+  event->t = std::chrono::steady_clock::now();
+  emu::record(event->position, s);
   return cudaSuccess;
 }
-cudaError_t cudaEventSynchronize(cudaEvent_t) {
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  emu::wait_event(reinterpret_cast<Event*>(e)->position);
   return cudaSuccess;
 }
-cudaError_t cudaEventQuery(cudaEvent_t) {
-  return cudaSuccess;
+cudaError_t cudaEventQuery(cudaEvent_t e) {
+  // Not ready is a state, not an error: it does not set the last error (as on a GPU).
+  return emu::query(reinterpret_cast<Event*>(e)->position) ? cudaSuccess : cudaErrorNotReady;
 }
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
   *ms = std::chrono::duration<float, std::milli>(reinterpret_cast<Event*>(b)->t -
@@ -198,6 +230,14 @@ cudaError_t cudaSetDevice(int device) {
 }
 cudaError_t cudaGetDevice(int* device) {
   *device = g_device;
+  return cudaSuccess;
+}
+// The PCI bus id names the physical GPU (NCCL's one-rank-per-GPU rule): emulated device i of
+// any process on a host is "GPU i" of that host.
+cudaError_t cudaDeviceGetPCIBusId(char* bus_id, int len, int device) {
+  if (device < 0 || device >= device_count())
+    return fail(cudaErrorInvalidDevice, "cudaDeviceGetPCIBusId: no such emulated device");
+  std::snprintf(bus_id, static_cast<std::size_t>(len), "0000:%02x:00.0", device);
   return cudaSuccess;
 }
 cudaError_t cudaGetDeviceCount(int* count) {
@@ -242,6 +282,8 @@ const char* cudaGetErrorString(cudaError_t e) {
       return "invalid argument";
     case cudaErrorInvalidDevice:
       return "invalid device ordinal";
+    case cudaErrorNotReady:
+      return "device not ready";
     default:
       return "emulated CUDA error";
   }
@@ -256,6 +298,8 @@ const char* cudaGetErrorName(cudaError_t e) {
       return "cudaErrorInvalidValue";
     case cudaErrorInvalidDevice:
       return "cudaErrorInvalidDevice";
+    case cudaErrorNotReady:
+      return "cudaErrorNotReady";
     default:
       return "cudaErrorUnknown";
   }

@@ -1,0 +1,366 @@
+// NcclCommunicator against the emulator's fake NCCL (emu_nccl.cpp) under mpirun: operations
+// run late (only when something orders on their stream), complete out of order across streams,
+// and read and write device memory the host cannot touch. Every operation and element type
+// must give NCCL's results; grouped send/recv pairs in both directions must not deadlock; the
+// fake must catch a kernel that reads a result without waiting for it (the test proves the
+// fake's strictness, so that the strategies' runs over it mean something); an asynchronous
+// error on one rank must make every rank throw NcclError within the timeout instead of hanging
+// (test_emulated_nccl_failure_np2, with SATURN_EMU_NCCL_FAIL).
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "runtime/backend/cuda/device.hpp"
+#include "runtime/comm/mpi_communicator.hpp"
+#include "runtime/comm/nccl_communicator.hpp"
+#include "runtime/core/dtype.hpp"
+
+namespace saturn::comm {
+namespace {
+
+MpiCommunicator& world() {
+  static std::unique_ptr<MpiCommunicator> w = MpiCommunicator::world();
+  return *w;
+}
+
+// This rank's emulated GPU (its own ordinal, as NCCL needs) and a NCCL communicator of the world
+// following its compute stream.
+struct Rank {
+  cuda::CudaDevice device{world().rank(), std::size_t{64} << 20};
+  NcclCommunicator nccl{world(), device.index(), device.context().stream()};
+  std::vector<void*> owned;
+  int r = world().rank(), p = world().size();
+  ~Rank() {
+    for (void* q : owned) cudaFree(q);
+  }
+  // Fresh device memory: NaN bytes, as the emulator fills it.
+  void* alloc(std::size_t bytes) {
+    void* q = nullptr;
+    EXPECT_EQ(cudaMalloc(&q, bytes), cudaSuccess);
+    owned.push_back(q);
+    return q;
+  }
+};
+
+// Element values are doubles in the tests, stored in each type.
+void store(DType t, void* at, std::size_t i, double v) {
+  switch (t) {
+    case DType::kFloat32:
+      static_cast<float*>(at)[i] = static_cast<float>(v);
+      break;
+    case DType::kFloat64:
+      static_cast<double*>(at)[i] = v;
+      break;
+    case DType::kInt32:
+      static_cast<std::int32_t*>(at)[i] = static_cast<std::int32_t>(v);
+      break;
+    case DType::kInt64:
+      static_cast<std::int64_t*>(at)[i] = static_cast<std::int64_t>(v);
+      break;
+    case DType::kBFloat16:
+      static_cast<BFloat16*>(at)[i] = to_bfloat16(static_cast<float>(v));
+      break;
+  }
+}
+double load(DType t, const void* at, std::size_t i) {
+  switch (t) {
+    case DType::kFloat32:
+      return static_cast<const float*>(at)[i];
+    case DType::kFloat64:
+      return static_cast<const double*>(at)[i];
+    case DType::kInt32:
+      return static_cast<const std::int32_t*>(at)[i];
+    case DType::kInt64:
+      return static_cast<const std::int64_t*>(at)[i];
+    case DType::kBFloat16:
+      return to_float(static_cast<const BFloat16*>(at)[i]);
+  }
+  return 0;
+}
+
+void* upload(Rank& k, DType t, const std::vector<double>& v) {
+  std::vector<std::byte> h(v.size() * dtype_size(t));
+  for (std::size_t i = 0; i < v.size(); ++i) store(t, h.data(), i, v[i]);
+  void* d = k.alloc(h.size());
+  EXPECT_EQ(cudaMemcpy(d, h.data(), h.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  return d;
+}
+
+std::vector<double> download(DType t, const void* d, std::size_t n) {
+  std::vector<std::byte> h(n * dtype_size(t));
+  EXPECT_EQ(cudaMemcpy(h.data(), d, h.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+  std::vector<double> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = load(t, h.data(), i);
+  return v;
+}
+
+// Rank r's contribution: small integers, exact in every type (bf16 included) and in their sums.
+std::vector<double> values(int r, std::size_t n, int salt = 0) {
+  std::vector<double> v(n);
+  for (std::size_t i = 0; i < n; ++i)
+    v[i] = static_cast<double>((r + 1) * (static_cast<int>(i % 7) - 3) +
+                               static_cast<int>((i + static_cast<std::size_t>(salt)) % 5));
+  return v;
+}
+
+void expect_values(const std::vector<double>& got, const std::vector<double>& want, double tol,
+                   const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (std::size_t i = 0; i < want.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], tol * std::max(1.0, std::abs(want[i])))
+        << what << " element " << i << " on rank " << world().rank();
+}
+
+const DType kTypes[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat64, DType::kInt32,
+                        DType::kInt64};
+
+bool floating(DType t) {
+  return t == DType::kFloat32 || t == DType::kFloat64 || t == DType::kBFloat16;
+}
+
+TEST(EmulatedNccl, EveryCollectiveAndTypeLateAndOutOfOrder) {
+  Rank k;
+  const std::size_t n = 1000;  // not a multiple of anything in particular
+  for (DType t : kTypes) {
+    const std::string ty = dtype_name(t);
+    // allreduce: sum, max, min, and avg for floating types.
+    std::vector<ReduceOp> ops = {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin};
+    if (floating(t)) ops.push_back(ReduceOp::kAvg);
+    for (ReduceOp op : ops) {
+      void* d = upload(k, t, values(k.r, n));
+      k.nccl.allreduce(d, n, t, op);
+      std::vector<double> want(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        double acc = values(0, n)[i];
+        for (int q = 1; q < k.p; ++q) {
+          const double v = values(q, n)[i];
+          acc = op == ReduceOp::kMax   ? std::max(acc, v)
+                : op == ReduceOp::kMin ? std::min(acc, v)
+                                       : acc + v;
+        }
+        want[i] = op == ReduceOp::kAvg ? acc / k.p : acc;
+      }
+      const double tol = t == DType::kBFloat16 && op == ReduceOp::kAvg ? 1.0 / 128 : 1e-12;
+      expect_values(download(t, d, n), want, tol, "allreduce " + ty + " " + reduce_op_name(op));
+    }
+    if (!floating(t)) {
+      void* d = upload(k, t, values(k.r, n));
+      EXPECT_THROW(k.nccl.allreduce(d, n, t, ReduceOp::kAvg), Error);
+    }
+
+    // reduce-scatter into a NaN-filled buffer.
+    {
+      void* send = upload(k, t, values(k.r, n * static_cast<std::size_t>(k.p)));
+      void* recv = k.alloc(n * dtype_size(t));
+      k.nccl.reduce_scatter(send, recv, n, t, ReduceOp::kSum);
+      std::vector<double> want(n, 0);
+      for (int q = 0; q < k.p; ++q)
+        for (std::size_t i = 0; i < n; ++i)
+          want[i] +=
+              values(q, n * static_cast<std::size_t>(k.p))[static_cast<std::size_t>(k.r) * n + i];
+      expect_values(download(t, recv, n), want, 1e-12, "reduce_scatter " + ty);
+    }
+    // all-gather, out of place and in place.
+    {
+      std::vector<double> want;
+      for (int q = 0; q < k.p; ++q) {
+        const auto v = values(q, n, 3);
+        want.insert(want.end(), v.begin(), v.end());
+      }
+      void* send = upload(k, t, values(k.r, n, 3));
+      void* recv = k.alloc(want.size() * dtype_size(t));
+      k.nccl.all_gather(send, recv, n, t);
+      expect_values(download(t, recv, want.size()), want, 0, "all_gather " + ty);
+      std::vector<double> mine(want.size(), -1);
+      for (std::size_t i = 0; i < n; ++i)
+        mine[static_cast<std::size_t>(k.r) * n + i] = want[static_cast<std::size_t>(k.r) * n + i];
+      void* inplace = upload(k, t, mine);
+      k.nccl.all_gather(
+          static_cast<std::byte*>(inplace) + static_cast<std::size_t>(k.r) * n * dtype_size(t),
+          inplace, n, t);
+      expect_values(download(t, inplace, want.size()), want, 0, "in-place all_gather " + ty);
+    }
+    // broadcast from the last rank.
+    {
+      void* d = upload(k, t, values(k.r, n, 1));
+      k.nccl.broadcast(d, n, t, k.p - 1);
+      expect_values(download(t, d, n), values(k.p - 1, n, 1), 0, "broadcast " + ty);
+    }
+    // Non-blocking, three at once, waited in reverse order of issue; the first look at each is
+    // "not complete" (the fake completes late).
+    {
+      void* a = upload(k, t, values(k.r, n));
+      void* rs_send = upload(k, t, values(k.r, n * static_cast<std::size_t>(k.p)));
+      void* rs_recv = k.alloc(n * dtype_size(t));
+      void* ag_recv = k.alloc(n * static_cast<std::size_t>(k.p) * dtype_size(t));
+      void* ag_send = upload(k, t, values(k.r, n, 3));
+      Request ra = k.nccl.iallreduce(a, n, t, ReduceOp::kSum);
+      Request rb = k.nccl.ireduce_scatter(rs_send, rs_recv, n, t, ReduceOp::kSum);
+      Request rc = k.nccl.iall_gather(ag_send, ag_recv, n, t);
+      EXPECT_FALSE(rc.test()) << "the fake NCCL completed an operation at once";
+      rc.wait();
+      rb.wait();
+      ra.wait();
+      std::vector<double> sum(n, 0), rs(n, 0), ag;
+      for (int q = 0; q < k.p; ++q) {
+        const auto v = values(q, n);
+        const auto w = values(q, n * static_cast<std::size_t>(k.p));
+        const auto g = values(q, n, 3);
+        for (std::size_t i = 0; i < n; ++i) {
+          sum[i] += v[i];
+          rs[i] += w[static_cast<std::size_t>(k.r) * n + i];
+        }
+        ag.insert(ag.end(), g.begin(), g.end());
+      }
+      expect_values(download(t, a, n), sum, 1e-12, "iallreduce " + ty);
+      expect_values(download(t, rs_recv, n), rs, 1e-12, "ireduce_scatter " + ty);
+      expect_values(download(t, ag_recv, ag.size()), ag, 0, "iall_gather " + ty);
+    }
+  }
+  EXPECT_GT(k.nccl.stats().calls, 0u);
+}
+
+TEST(EmulatedNccl, GroupedSendRecvPairsInBothDirections) {
+  Rank k;
+  const std::size_t n = 333;
+  const int next = (k.r + 1) % k.p, prev = (k.r + k.p - 1) % k.p;
+  for (DType t : {DType::kFloat32, DType::kBFloat16}) {
+    // Every rank sends to both neighbours and receives from both, all at once, and waits in
+    // reverse order: NCCL needs them in one group (at p = 2 both neighbours are one peer, and
+    // each pair of ranks sends to each other simultaneously).
+    void* to_next = upload(k, t, values(k.r, n, 1));
+    void* to_prev = upload(k, t, values(k.r, n, 2));
+    void* from_prev = k.alloc(n * dtype_size(t));
+    void* from_next = k.alloc(n * dtype_size(t));
+    Request s1 = k.nccl.isend(to_next, n, t, next, 7);
+    Request s2 = k.nccl.isend(to_prev, n, t, prev, 8);
+    Request r1 = k.nccl.irecv(from_prev, n, t, prev, 7);
+    Request r2 = k.nccl.irecv(from_next, n, t, next, 8);
+    r2.wait();
+    r1.wait();
+    s2.wait();
+    s1.wait();
+    expect_values(download(t, from_prev, n), values(prev, n, 1), 0, "ring from prev");
+    expect_values(download(t, from_next, n), values(next, n, 2), 0, "ring from next");
+
+    // The pipeline's pattern: an isend to a peer, then a blocking recv from that same peer,
+    // on both ranks at once (1F1B's simultaneous activation/gradient exchange).
+    if (k.r < 2 && k.p >= 2) {
+      const int peer = 1 - k.r;
+      void* out = upload(k, t, values(k.r, n, 4));
+      void* in = k.alloc(n * dtype_size(t));
+      Request s = k.nccl.isend(out, n, t, peer, 1);
+      k.nccl.recv(in, n, t, peer, 1);
+      s.wait();
+      expect_values(download(t, in, n), values(peer, n, 4), 0, "isend + blocking recv");
+    }
+  }
+  // Blocking send/recv in a matching order.
+  if (k.r < 2 && k.p >= 2) {
+    void* buf = upload(k, DType::kFloat32, values(k.r, n, 5));
+    if (k.r == 0) {
+      k.nccl.send(buf, n, DType::kFloat32, 1, 0);
+    } else {
+      k.nccl.recv(buf, n, DType::kFloat32, 0, 0);
+      expect_values(download(DType::kFloat32, buf, n), values(0, n, 5), 0, "blocking send/recv");
+    }
+  }
+  k.nccl.barrier();
+}
+
+// The fake is strict: these are discipline violations, and the test asserts that they give the
+// wrong answers a GPU may give, so that correct results elsewhere are evidence.
+TEST(EmulatedNccl, TheFakeCatchesResultsReadWithoutWaiting) {
+  Rank k;
+  const std::size_t n = 256;
+  std::vector<float> mine(n, static_cast<float>(k.r + 1));
+  const double sum = k.p * (k.p + 1) / 2.0;
+  auto upload_f32 = [&](const std::vector<float>& v) {
+    void* d = k.alloc(v.size() * sizeof(float));
+    EXPECT_EQ(cudaMemcpy(d, v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice),
+              cudaSuccess);
+    return static_cast<float*>(d);
+  };
+  auto first = [&](const float* d) { return download(DType::kFloat32, d, n); };
+
+  // 1. A kernel on the compute stream reads the result before the request is waited: it reads
+  //    the stale input.
+  float* x = upload_f32(mine);
+  float* y = static_cast<float*>(k.alloc(n * sizeof(float)));
+  Request r = k.nccl.iallreduce(x, n, ReduceOp::kSum);
+  EXPECT_FALSE(r.test()) << "first look: not complete";
+  k.device.copy(y, x, n * sizeof(float));  // compute stream, no wait: a bug
+  r.wait();
+  EXPECT_EQ(first(y)[0], static_cast<double>(k.r + 1))
+      << "the fake let a kernel see a NCCL result it did not wait for";
+  EXPECT_EQ(first(x)[0], sum);
+  k.device.copy(y, x, n * sizeof(float));  // after wait(): correct
+  EXPECT_EQ(first(y)[0], sum);
+
+  // 2. An out-of-place result read before the wait: NaN (fresh memory), not the sum.
+  float* rs_send = upload_f32(std::vector<float>(n * static_cast<std::size_t>(k.p), 1.0f));
+  float* rs_recv = static_cast<float*>(k.alloc(n * sizeof(float)));
+  float* z = static_cast<float*>(k.alloc(n * sizeof(float)));
+  Request rs = k.nccl.ireduce_scatter(rs_send, rs_recv, n, ReduceOp::kSum);
+  k.device.copy(z, rs_recv, n * sizeof(float));  // a bug: no wait
+  rs.wait();
+  EXPECT_TRUE(std::isnan(first(z)[0])) << "a result read before the wait was not stale";
+  EXPECT_EQ(first(rs_recv)[0], static_cast<double>(k.p));
+
+  // 3. The compute stream overwrites the send buffer before the operation ran: the operation
+  //    runs late and sends the overwritten values (zeros), not what was there when it was
+  //    called.
+  float* w = upload_f32(mine);
+  Request rw = k.nccl.iallreduce(w, n, ReduceOp::kSum);
+  k.device.zero(w, n * sizeof(float));  // a bug: the buffer belongs to the operation
+  rw.wait();
+  EXPECT_EQ(first(w)[0], 0.0) << "the fake ran the operation when it was called";
+
+  // 4. Blocking calls and waited requests are ordered with the compute stream both ways.
+  float* v = upload_f32(mine);
+  k.device.add(v, v, n);  // queued on the compute stream before the collective: 2(r + 1)
+  k.nccl.allreduce(v, n, ReduceOp::kSum);
+  EXPECT_EQ(first(v)[0], 2 * sum);
+}
+
+TEST(EmulatedNccl, InjectedFailureMakesEveryRankThrowWithinTheTimeout) {
+  const char* injected = std::getenv("SATURN_EMU_NCCL_FAIL");
+  if (injected == nullptr)
+    GTEST_SKIP() << "run by test_emulated_nccl_failure_np2 (SATURN_EMU_NCCL_FAIL=1:0)";
+  Rank k;
+  ASSERT_EQ(k.nccl.timeout_seconds(), 4.0) << "the ctest entry sets SATURN_NCCL_TIMEOUT_S=4";
+  const std::size_t n = 64;
+  void* d = upload(k, DType::kFloat32, values(k.r, n));
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    k.nccl.allreduce(d, n, DType::kFloat32, ReduceOp::kSum);  // operation 0: fails on rank 1
+    ADD_FAILURE() << "no error on rank " << k.r;
+  } catch (const NcclError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(e.operation(), "ncclAllReduce");
+    EXPECT_EQ(e.rank(), k.r);
+    EXPECT_NE(what.find("aborted"), std::string::npos) << what;
+    EXPECT_NE(what.find(k.nccl.describe()), std::string::npos) << what;
+    if (k.r == 1) {
+      EXPECT_NE(what.find("injected"), std::string::npos) << what;
+    } else {
+      EXPECT_NE(what.find("SATURN_NCCL_TIMEOUT_S"), std::string::npos) << what;
+    }
+  }
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(waited, 4.0 + 10.0) << "rank " << k.r;
+  EXPECT_TRUE(k.nccl.aborted());
+  // Every later call fails at once, naming the first failure.
+  EXPECT_THROW(k.nccl.allreduce(d, n, DType::kFloat32, ReduceOp::kSum), NcclError);
+  EXPECT_THROW(k.nccl.isend(d, n, DType::kFloat32, (k.r + 1) % k.p, 0).wait(), NcclError);
+}
+
+}  // namespace
+}  // namespace saturn::comm
