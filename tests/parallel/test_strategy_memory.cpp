@@ -95,8 +95,9 @@ TEST(Memory, OffloadDevicePeakIsAFewGroupsPlusActivations) {
       const std::size_t inputs = parallel::TokenStage::bytes(backend_traits(DeviceKind::kCpu),
                                                              micro, s.train.seq_len, 1, true, true);
       EXPECT_LE(m.peak, groups + acts + inputs) << arch_name(arch) << " " << run.groups;
-      // ... which is far below the whole model's parameters alone.
-      EXPECT_LT(m.peak, ParameterLayout(s.model).total() * sizeof(float) / (run.groups < 5 ? 4 : 3))
+      // ... which is far below the whole model's parameters alone (a quarter; with the
+      // prefetch and the reductions in flight, half).
+      EXPECT_LT(m.peak, ParameterLayout(s.model).total() * sizeof(float) / (run.groups < 5 ? 4 : 2))
           << arch_name(arch);
     }
   }
