@@ -7,6 +7,7 @@
 
 #include "runtime/backend/cpu/device.hpp"
 #include "runtime/core/error.hpp"
+#include "runtime/core/log.hpp"
 
 namespace saturn::parallel {
 
@@ -108,7 +109,17 @@ OffloadStrategy::OffloadStrategy(StrategySpec spec)
     : Strategy(std::move(spec)),
       layout_(spec_.model, 1, backend_traits(spec_.backend).param_align) {}
 
-OffloadStrategy::~OffloadStrategy() = default;
+OffloadStrategy::~OffloadStrategy() {
+  // Copies in flight read the pinned host state (and write the gradients) this object frees;
+  // after a failed step they may still be running.
+  if (device_ == nullptr) return;
+  try {
+    reducing_.reset();
+    device_->finish_copies("offload: tearing down");
+  } catch (const std::exception& e) {
+    log::error("offload: copies still in flight at teardown failed: {}", e.what());
+  }
+}
 
 Estimate OffloadStrategy::estimate() const {
   Estimate e;
