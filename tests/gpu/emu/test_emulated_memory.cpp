@@ -193,13 +193,22 @@ TEST(Offload, HostStateIsPinnedOnCuda) {
         EXPECT_TRUE(pinned(t.data)) << t.name;
       }
   }
-  // A step trains (the copies it issues are checked to be from pinned memory).
+  // A step trains (the copies it issues are checked to be from pinned memory), and moves the
+  // bytes the estimate says, with one micro-batch and with several (gradients copied in).
   SharedData data(spec.model.vocab_size);
   data::TokenLoader loader(data::TokenArray::open(data.train(), spec.model.vocab_size),
                            spec.train.seq_len, 1);
   const parallel::StepResult r = s->train_step(loader.next_batch(spec.train.batch_size), 0);
   EXPECT_TRUE(std::isfinite(r.loss));
-  EXPECT_GT(s->stats().host_transfer_bytes, 0u);
+  EXPECT_EQ(s->stats().host_transfer_bytes, e.host_transfer_bytes);
+  spec.knobs = parallel::parse_knobs({"micro_batch_size=2"});
+  MemoryPool host4("host", 0, device->host_allocator());
+  auto s4 = parallel::make_strategy("offload", spec);
+  const parallel::Estimate e4 = s4->estimate();
+  ASSERT_EQ(e4.micro_batches, 4);
+  s4->setup(*comms, *device, host4);
+  s4->train_step(loader.next_batch(spec.train.batch_size), 0);
+  EXPECT_EQ(s4->stats().host_transfer_bytes, e4.host_transfer_bytes);
 }
 
 }  // namespace
