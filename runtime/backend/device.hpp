@@ -68,6 +68,29 @@ class Device {
   // Waits for everything enqueued; `what` names the point in errors.
   virtual void synchronize(const char* what) = 0;
 
+  // ---- host memory for copies, and asynchronous copies (offload's layer prefetch)
+  // The allocator for host memory that is copied to and from this device: page-locked
+  // (cudaHostAlloc) on CUDA, where the GPU reads and writes it by DMA, so a copy runs beside
+  // compute; nullptr where plain host memory serves (the CPU). Host state that streams through
+  // the device lives in a MemoryPool over it: MemoryPool(name, capacity, host_allocator()).
+  // The device owns it; it outlives every pool over it only if the pools go first.
+  virtual BackingAllocator* host_allocator() { return nullptr; }
+  // Copies on the device's copy stream, which runs beside compute. Each starts once everything
+  // enqueued on the device before it is done (so its device buffer's previous users have
+  // finished), copies run in the order they were issued, and each returns a ticket.
+  // wait_copy(t): operations enqueued afterwards run after copy t (the device waits, not the
+  // host). finish_copies: the host waits for every copy issued. The host side must be memory
+  // from host_allocator() (checked on CUDA: Error naming the copy, since a pageable copy would
+  // neither overlap nor be asynchronous) and left alone until finish_copies(): an upload reads
+  // its source, a download writes its destination, later. Device buffers may be released as
+  // soon as the copy is issued: the device's allocator holds them until the copy is done. The
+  // CPU copies at once (there is no other engine to overlap with) and returns ticket 0.
+  using CopyTicket = std::uint64_t;
+  virtual CopyTicket upload_async(void* dst, const void* src, std::size_t bytes) = 0;
+  virtual CopyTicket download_async(void* dst, const void* src, std::size_t bytes) = 0;
+  virtual void wait_copy(CopyTicket ticket) = 0;
+  virtual void finish_copies(const char* what) = 0;
+
   // ---- fp32 vectors
   // Sum of squares accumulated in fp64 in an order fixed by n alone (waits for the result).
   virtual double sum_of_squares(const float* x, std::size_t n) = 0;

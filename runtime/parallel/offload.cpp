@@ -7,21 +7,119 @@
 
 #include "runtime/backend/cpu/device.hpp"
 #include "runtime/core/error.hpp"
+#include "runtime/core/log.hpp"
 
 namespace saturn::parallel {
 
-struct OffloadStrategy::OnDevice {
-  std::size_t count = 0;
-  Buffer<float> master;       // the group's fp32 weights (the kernels read them on the CPU)
+// What one phase of a micro-batch puts on the device: per group, how many of its elements (the
+// tied head reads only the token embedding of group -1), whether its gradients come too, and
+// whether they are final after the phase (the tied head's part of the embedding is not: the
+// embeddings' backward adds to it).
+struct OffloadPhase {
+  enum Kind { kEmbedForward, kBlockForward, kHead, kBlockBackward, kEmbedBackward };
+  struct Need {
+    int group = 0;
+    std::size_t count = 0;
+    bool grads = false, final_grads = false;
+  };
+  Kind kind = kEmbedForward;
+  int layer = 0;
+  std::vector<Need> needs;
+};
+
+struct OffloadStrategy::Item {
+  Phase::Need need;
+  Buffer<float> master;       // the fp32 weights copied in (the kernels read them on the CPU)
   Buffer<std::byte> weights;  // the kernels' copy, when the backend keeps a separate one
   Buffer<float> grads;
+  Device::CopyTicket ready = 0;  // the last of its copies in
+  comm::Request reduction;
 };
+
+namespace {
+
+// The phases of one micro-batch, in order: forward (embeddings, blocks, the head with its
+// backward when training), then backward (blocks from the last, embeddings).
+std::vector<OffloadPhase> schedule(const ParameterLayout& layout, int L, std::size_t tied,
+                                   bool backward) {
+  using P = OffloadPhase;
+  std::vector<P> phases;
+  auto all = [&](int g, bool grads) { return P::Need{g, layout.group_size(g), grads, grads}; };
+  phases.push_back({P::kEmbedForward, -1, {all(-1, false)}});
+  for (int l = 0; l < L; ++l) phases.push_back({P::kBlockForward, l, {all(l, false)}});
+  P head{P::kHead, L, {all(L, backward)}};
+  if (tied > 0) head.needs.push_back({-1, tied, backward, false});
+  phases.push_back(head);
+  if (!backward) return phases;
+  for (int l = L - 1; l >= 0; --l) phases.push_back({P::kBlockBackward, l, {all(l, true)}});
+  phases.push_back({P::kEmbedBackward, -1, {all(-1, true)}});
+  return phases;
+}
+
+// The device bytes offload's phases hold at their peak, at the footprints of the backend's
+// pool: the allocations and releases of fetch/acquire/finish below, in their order. `hold`: a
+// group's final gradients stay until the next group's are final (their reduction overlaps).
+std::size_t phases_peak(const std::vector<OffloadPhase>& phases, const BackendTraits& bt,
+                        bool prefetch, bool hold) {
+  std::size_t now = 0, peak = 0, held = 0;
+  auto add = [&](std::size_t b) {
+    now += b;
+    peak = std::max(peak, now);
+  };
+  auto fp32 = [&](std::size_t c) { return bt.footprint(c * sizeof(float)); };
+  auto weights = [&](std::size_t c) { return bt.footprint(c * dtype_size(bt.weights)); };
+  auto fetch = [&](const OffloadPhase& p) {
+    for (const auto& n : p.needs) {
+      add(fp32(n.count));
+      if (n.grads) add(fp32(n.count));
+    }
+  };
+  auto acquire = [&](const OffloadPhase& p) {
+    if (!bt.separate_weights()) return;
+    for (const auto& n : p.needs) {
+      add(weights(n.count));
+      now -= fp32(n.count);
+    }
+  };
+  auto finish = [&](const OffloadPhase& p) {
+    for (const auto& n : p.needs) {
+      now -= bt.separate_weights() ? weights(n.count) : fp32(n.count);
+      if (!n.grads) continue;
+      if (hold && n.final_grads) {
+        now -= held;
+        held = fp32(n.count);
+      } else {
+        now -= fp32(n.count);
+      }
+    }
+  };
+  if (prefetch && !phases.empty()) fetch(phases.front());
+  for (std::size_t i = 0; i < phases.size(); ++i) {
+    if (!prefetch) fetch(phases[i]);
+    acquire(phases[i]);
+    if (prefetch && i + 1 < phases.size()) fetch(phases[i + 1]);
+    finish(phases[i]);
+  }
+  return peak;
+}
+
+}  // namespace
 
 OffloadStrategy::OffloadStrategy(StrategySpec spec)
     : Strategy(std::move(spec)),
       layout_(spec_.model, 1, backend_traits(spec_.backend).param_align) {}
 
-OffloadStrategy::~OffloadStrategy() = default;
+OffloadStrategy::~OffloadStrategy() {
+  // Copies in flight read the pinned host state (and write the gradients) this object frees;
+  // after a failed step they may still be running.
+  if (device_ == nullptr) return;
+  try {
+    reducing_.reset();
+    device_->finish_copies("offload: tearing down");
+  } catch (const std::exception& e) {
+    log::error("offload: copies still in flight at teardown failed: {}", e.what());
+  }
+}
 
 Estimate OffloadStrategy::estimate() const {
   Estimate e;
@@ -38,21 +136,13 @@ Estimate OffloadStrategy::estimate() const {
   o.recompute = spec_.knobs.recompute;
   const std::size_t acts = model_activation_bytes(spec_.backend, c, o, static_cast<int>(micro), T);
   const std::size_t tokens = TokenStage::bytes(bt, micro, T, rows / micro, true, true);
-  // One group's weights and gradients on the device at a time; the head phase holds the final
-  // group and (GPT-2) the token embedding it is tied to. Per loaded group of c elements, at the
-  // footprints of the backend's pool: the fp32 upload and, where the kernels read another type,
-  // its conversion (the upload is freed before the gradients arrive), then the gradients.
-  auto loaded = [&](std::size_t count) {
-    return bt.footprint(count * sizeof(float)) + (bt.separate_weights()
-                                                      ? bt.footprint(count * dtype_size(bt.weights))
-                                                      : bt.footprint(count * sizeof(float)));
-  };
-  std::size_t group_peak = 0;
-  for (int g = -1; g < L; ++g) group_peak = std::max(group_peak, loaded(layout_.group_size(g)));
+  // The groups in flight, simulated over a training micro-batch (the last one of a step, whose
+  // gradients are reduced at degree > 1: with overlap each group's stay until the next's are).
   const TiedHead tied(c, layout_);
-  std::size_t head = loaded(layout_.group_size(L));
-  if (tied.tied) head += loaded(tied.elements);
-  group_peak = std::max(group_peak, head);
+  const bool reduce = spec_.degree > 1 && !spec_.train.reproducible;
+  const std::size_t group_peak =
+      phases_peak(schedule(layout_, L, tied.tied ? tied.elements : 0, true), bt,
+                  spec_.knobs.prefetch, reduce && spec_.knobs.overlap);
   const std::size_t P = layout_.total() * sizeof(float);
   e.device_breakdown = {
       {"activations", acts}, {"tokens", tokens}, {"offloaded groups (peak)", group_peak}};
@@ -62,32 +152,51 @@ Estimate OffloadStrategy::estimate() const {
   if (repro) e.host_bytes += 2 * P;  // the fp64 gradient accumulator
   e.micro_batch = micro;
   e.micro_batches = rows / micro;
-  // Per micro-batch every group's parameters go to the device twice (forward, backward) and
-  // its gradients to the device and back once (the tied embedding's twice).
-  std::uint64_t per_micro = 4 * P;
-  per_micro += 3 * tied.elements * sizeof(float);
-  e.host_transfer_bytes = per_micro * static_cast<std::uint64_t>(e.micro_batches);
+  // Per micro-batch every group's parameters go to the device twice (forward, backward; the
+  // head's once, the tied embedding's three times) and its gradients back to the host once
+  // (the tied embedding's twice); gradients come to the device from the second micro-batch on
+  // (the tied embedding's classifier part always: it is on the host between the head and the
+  // embeddings' backward), or, in reproducible mode, never (they start from zero each time).
+  const std::uint64_t m = static_cast<std::uint64_t>(e.micro_batches);
+  const std::uint64_t head = layout_.group_size(L) * sizeof(float);
+  const std::uint64_t wte = (tied.tied ? tied.elements : 0) * sizeof(float);
+  const std::uint64_t grads_in = repro ? 0 : (m - 1) * (P + wte) + wte;
+  e.host_transfer_bytes = m * (2 * P - head + wte) + m * (P + wte) + grads_in;
   if (spec_.degree > 1) e.comm_bytes = repro ? 2 * P : P;
   e.flops =
       static_cast<double>(rows) * T * (block_flops_per_token(c, T) * L + head_flops_per_token(c));
-  e.layout = fmt::format("dp={}, parameters and optimizer on the host", spec_.degree);
+  e.layout = fmt::format("dp={}, parameters and optimizer on the host{}", spec_.degree,
+                         spec_.knobs.prefetch ? ", next group prefetched" : "");
   finish_estimate(e, spec_, "offload");
   return e;
 }
 
 void OffloadStrategy::setup(comm::CommPair& comms, Device& device, MemoryPool& host) {
   check_setup(comms, device);
+  // The host state streams through the device's copy engine: it must be the memory the device
+  // copies from asynchronously (pinned on a GPU), not whatever pool the caller had at hand.
+  if (BackingAllocator* pinned = device.host_allocator();
+      pinned != nullptr && host.backing() != pinned)
+    throw Error(fmt::format(
+        "offload: the host pool '{}' is {}, not {}'s copy memory ({}): make it with "
+        "MemoryPool(name, capacity, device.host_allocator())",
+        host.name(), host.backing() != nullptr ? host.backing()->describe() : "plain host memory",
+        device.describe(), pinned->describe()));
   comms_ = &comms;
   rank_ = comms.rank();
   size_ = comms.size();
-  // The gradients live in host memory: they are reduced over MPI on host buffers, on a
-  // communicator of their own (not the data communicator, whose buffers are device memory).
-  host_comm_ = comms.control().split(0, rank_);
-  track(&comms.control());
-  track(host_comm_.get());
+  track(&comms);
+  // Reproducible mode sums fp64 accumulators that live on the host (it runs on the CPU only):
+  // over MPI on host buffers, on a communicator of their own.
+  if (spec_.train.reproducible) {
+    host_comm_ = comms.control().split(0, rank_);
+    track(host_comm_.get());
+  }
   device_ = &device;
   host_ = std::make_unique<cpu::CpuDevice>(host);
-  tied_ = TiedHead(spec_.model, layout_).tied;
+  const TiedHead tied(spec_.model, layout_);
+  tied_ = tied.tied;
+  tied_elements_ = tied.tied ? tied.elements : 0;
   std::string why;
   const std::int64_t rows = spec_.train.batch_size / size_;
   micro_ = choose_micro_batch(spec_, rows, &why);
@@ -103,8 +212,6 @@ void OffloadStrategy::setup(comm::CommPair& comms, Device& device, MemoryPool& h
   o.recompute = spec_.knobs.recompute;
   model_ = make_model(device, spec_.model, o);
   model_->reserve(static_cast<int>(micro_), spec_.train.seq_len);
-  on_device_.resize(static_cast<std::size_t>(layout_.num_groups()));
-  buckets_ = std::make_unique<GradBuckets>(layout_, spec_.knobs.bucket_bytes);
   generate_canonical_weights(spec_.model, spec_.train.seed,
                              [&](std::size_t k, const ParamTensor&, const float* values) {
                                const ParamTensor& t = layout_.tensors()[k];
@@ -117,82 +224,139 @@ void OffloadStrategy::setup(comm::CommPair& comms, Device& device, MemoryPool& h
   loss_ = DeviceSum(device);
 }
 
-void OffloadStrategy::load(int g, bool grads, std::size_t count) {
-  auto& d = on_device_[static_cast<std::size_t>(g + 1)];
-  d = std::make_unique<OnDevice>();
-  d->count = count == 0 ? layout_.group_size(g) : count;
-  const std::size_t b = layout_.group_begin(g);
-  d->master = Buffer<float>(device_->memory(), d->count, "offloaded parameters");
-  device_->upload(d->master.data(), params_.data() + b, d->count * sizeof(float));
-  stats_.host_transfer_bytes += d->count * sizeof(float);
-  const void* weights = d->master.data();
-  const BackendTraits& bt = device_->traits();
-  if (bt.separate_weights()) {
-    d->weights = Buffer<std::byte>(device_->memory(), d->count * dtype_size(bt.weights),
-                                   "offloaded parameters");
-    device_->to_weights(d->weights.data(), d->master.data(), d->count);
-    d->master.reset();
-    weights = d->weights.data();
+OffloadStrategy::Loaded OffloadStrategy::fetch(const Phase& phase, bool fresh) {
+  Loaded loaded;
+  for (const Phase::Need& n : phase.needs) {
+    auto item = std::make_unique<Item>();
+    item->need = n;
+    const std::size_t b = layout_.group_begin(n.group), bytes = n.count * sizeof(float);
+    item->master = Buffer<float>(device_->memory(), n.count, "offloaded parameters");
+    item->ready = device_->upload_async(item->master.data(), params_.data() + b, bytes);
+    stats_.host_transfer_bytes += bytes;
+    if (n.grads) {
+      item->grads = Buffer<float>(device_->memory(), n.count, "offloaded gradients");
+      // The host's gradients of this step so far: none in its first micro-batch, except the tied
+      // head's part of the token embedding, which went to the host between the head and the
+      // embeddings' backward. Reproducible mode moves them into its accumulator after each
+      // micro-batch, so every micro-batch starts from zero there.
+      std::size_t in = n.count;
+      if (fresh || spec_.train.reproducible)
+        in = phase.kind == Phase::kEmbedBackward && !spec_.train.reproducible ? tied_elements_ : 0;
+      if (in < n.count) device_->zero(item->grads.data(), bytes);
+      if (in > 0) {
+        item->ready =
+            device_->upload_async(item->grads.data(), grads_.data() + b, in * sizeof(float));
+        stats_.host_transfer_bytes += in * sizeof(float);
+      }
+    }
+    loaded.push_back(std::move(item));
   }
-  if (grads) {
-    d->grads = Buffer<float>(device_->memory(), d->count, "offloaded gradients");
-    device_->upload(d->grads.data(), grads_.data() + b, d->count * sizeof(float));
-    stats_.host_transfer_bytes += d->count * sizeof(float);
-  }
-  model_->bind_group(g, weights, grads ? d->grads.data() : nullptr);
+  return loaded;
 }
 
-void OffloadStrategy::unload(int g) {
-  auto& d = on_device_[static_cast<std::size_t>(g + 1)];
-  if (!d) return;
-  if (!d->grads.empty()) {
-    device_->download(grads_.data() + layout_.group_begin(g), d->grads.data(),
-                      d->count * sizeof(float));
-    stats_.host_transfer_bytes += d->count * sizeof(float);
+void OffloadStrategy::acquire(Loaded& loaded) {
+  const BackendTraits& bt = device_->traits();
+  for (auto& item : loaded) {
+    device_->wait_copy(item->ready);
+    const void* weights = item->master.data();
+    if (bt.separate_weights()) {
+      item->weights = Buffer<std::byte>(
+          device_->memory(), item->need.count * dtype_size(bt.weights), "offloaded parameters");
+      device_->to_weights(item->weights.data(), item->master.data(), item->need.count);
+      item->master.reset();
+      weights = item->weights.data();
+    }
+    model_->bind_group(item->need.group, weights, item->grads.data());
   }
-  model_->unbind_group(g);
-  d.reset();
+}
+
+void OffloadStrategy::run(const Phase& phase, const std::int32_t* tokens,
+                          const std::int32_t* targets, float dloss) {
+  Model& m = *model_;
+  switch (phase.kind) {
+    case Phase::kEmbedForward:
+      m.embed_forward(tokens);
+      break;
+    case Phase::kBlockForward:
+      m.block_forward(phase.layer);
+      break;
+    case Phase::kHead:
+      m.head_forward(targets);
+      if (phase.needs.front().grads) m.head_backward(dloss);
+      break;
+    case Phase::kBlockBackward:
+      m.block_backward(phase.layer);
+      break;
+    case Phase::kEmbedBackward:
+      m.embed_backward();
+      break;
+  }
+}
+
+void OffloadStrategy::complete_reduction() {
+  if (!reducing_) return;
+  reducing_->reduction.wait();
+  const Phase::Need& n = reducing_->need;
+  device_->download_async(grads_.data() + layout_.group_begin(n.group), reducing_->grads.data(),
+                          n.count * sizeof(float));
+  stats_.host_transfer_bytes += n.count * sizeof(float);
+  reducing_.reset();
+}
+
+void OffloadStrategy::finish(Loaded& loaded, bool reduce) {
+  for (auto& item : loaded) model_->unbind_group(item->need.group);
+  for (auto& item : loaded) {
+    item->weights.reset();
+    item->master.reset();
+    const Phase::Need& n = item->need;
+    if (!n.grads) continue;
+    if (reduce && n.final_grads) {
+      comm::Communicator& data = comms_->data();
+      if (spec_.knobs.overlap) {
+        // The previous group's reduction ran during this phase; this one runs during the next.
+        complete_reduction();
+        item->reduction = data.iallreduce(item->grads.data(), n.count, comm::ReduceOp::kSum);
+        reducing_ = std::move(item);
+        continue;
+      }
+      data.allreduce(item->grads.data(), n.count, comm::ReduceOp::kSum);
+    }
+    // Released at once: the device's allocator keeps the block until the copy has read it.
+    device_->download_async(grads_.data() + layout_.group_begin(n.group), item->grads.data(),
+                            n.count * sizeof(float));
+    stats_.host_transfer_bytes += n.count * sizeof(float);
+    item.reset();
+  }
+  loaded.clear();
 }
 
 void OffloadStrategy::micro_step(const std::int32_t* tokens, const std::int32_t* targets,
-                                 float dloss, bool backward, bool reduce) {
-  Model& m = *model_;
-  const int L = spec_.model.n_layer;
-  comm::Communicator& hc = *host_comm_;
-  load(-1, false);
-  m.embed_forward(tokens);
-  unload(-1);
-  for (int l = 0; l < L; ++l) {
-    load(l, false);
-    m.block_forward(l);
-    unload(l);
-  }
-  // The head phase: final group, and GPT-2's token embedding only (not the positions).
-  const std::size_t wte = TiedHead(spec_.model, layout_).elements;
-  load(L, backward);
-  if (tied_) load(-1, backward, wte);
-  m.head_forward(targets);
-  if (backward) m.head_backward(dloss);
-  unload(L);
-  if (tied_) unload(-1);
-  if (!backward) return;
-  // Reproducible mode: the tied embedding's classifier part is its own term (parallel/repro.hpp).
-  if (tied_ && spec_.train.reproducible) acc_.flush(grads_.data(), wte);
-  if (reduce) buckets_->group_done(hc, grads_.data(), L);
-  for (int l = L - 1; l >= 0; --l) {
-    load(l, true);
-    m.block_backward(l);
-    unload(l);
-    if (reduce) {
-      buckets_->group_done(hc, grads_.data(), l);
-      buckets_->progress();
+                                 float dloss, bool backward, bool fresh, bool reduce) {
+  const std::vector<Phase> phases =
+      schedule(layout_, spec_.model.n_layer, tied_elements_, backward);
+  const bool prefetch = spec_.knobs.prefetch;
+  const bool repro = spec_.train.reproducible;
+  Loaded current, next;
+  if (prefetch) next = fetch(phases.front(), fresh);
+  for (std::size_t i = 0; i < phases.size(); ++i) {
+    current = prefetch ? std::move(next) : fetch(phases[i], fresh);
+    acquire(current);
+    // Issued before this phase's compute, so the copies run beside it.
+    if (prefetch && i + 1 < phases.size()) next = fetch(phases[i + 1], fresh);
+    run(phases[i], tokens, targets, dloss);
+    finish(current, reduce);
+    // Reproducible mode: the tied embedding's classifier part is its own term
+    // (parallel/repro.hpp), taken once it is on the host.
+    if (repro && backward && tied_ && phases[i].kind == Phase::kHead) {
+      device_->finish_copies("offload: the tied head's gradients to the host");
+      acc_.flush(grads_.data(), tied_elements_);
     }
   }
-  load(-1, true);
-  m.embed_backward();
-  unload(-1);
-  if (reduce) buckets_->group_done(hc, grads_.data(), -1);
-  if (spec_.train.reproducible) acc_.flush(grads_.data(), grads_.size());
+  complete_reduction();
+  if (repro && backward) {
+    device_->finish_copies("offload: gradients to the host");
+    acc_.flush(grads_.data(), grads_.size());
+  }
 }
 
 StepResult OffloadStrategy::train_step(const data::Batch& batch, std::int64_t step) {
@@ -202,18 +366,19 @@ StepResult OffloadStrategy::train_step(const data::Batch& batch, std::int64_t st
   const RowRange rows = shard_rows(tc.batch_size, rank_, size_);
   const std::int64_t accum = rows.count / micro_;
   const float dloss = 1.0f / static_cast<float>(tc.batch_size * T);
-  // Reproducible mode reduces the fp64 sums once the last micro-batch is done (no overlap).
-  const bool overlap = size_ > 1 && spec_.knobs.overlap && !tc.reproducible;
   for (std::int64_t k = 0; k < accum; ++k) tokens_.stage(batch, k, rows.begin + k * micro_, micro_);
   tokens_.upload(accum);
-  grads_.zero();
   loss_.reset();
   for (std::int64_t k = 0; k < accum; ++k) {
     ScopedTimer compute(stats_.compute_s);
-    const bool reduce = overlap && k + 1 == accum;
-    micro_step(tokens_.inputs(k), tokens_.targets(k), dloss, true, reduce);
+    // The last micro-batch's gradients are final: reduced on the device, group by group, before
+    // they go to the host (reproducible mode reduces its fp64 sums below instead).
+    const bool reduce = size_ > 1 && !tc.reproducible && k + 1 == accum;
+    micro_step(tokens_.inputs(k), tokens_.targets(k), dloss, true, k == 0, reduce);
     loss_.add(model_->loss(), static_cast<double>(micro_));
   }
+  // The host reads the gradients, and the optimizer writes the weights the copies read.
+  device_->finish_copies("offload: gradients to the host");
   double sq = 0;
   if (tc.reproducible) {
     if (size_ > 1) host_comm_->allreduce(acc_.data(), acc_.size(), comm::ReduceOp::kSum);
@@ -223,10 +388,6 @@ StepResult OffloadStrategy::train_step(const data::Batch& batch, std::int64_t st
     host_->add_exact_squares(exact, grads_.data(), grads_.size());
     sq = exact.value();
   } else {
-    if (overlap)
-      buckets_->finish(*host_comm_, grads_.data());
-    else if (size_ > 1)
-      host_comm_->allreduce(grads_.data(), grads_.size(), comm::ReduceOp::kSum);
     sq = host_->sum_of_squares(grads_.data(), grads_.size());
   }
   double loss_sum = loss_.read();
@@ -236,6 +397,7 @@ StepResult OffloadStrategy::train_step(const data::Batch& batch, std::int64_t st
   r.grad_norm = std::sqrt(sq);
   r.lr = scheduled_lr(tc.optimizer, tc.schedule, step, tc.steps);
   {
+    // On the host, where the master weights and moments are (docs/strategies.md, offload).
     ScopedTimer compute(stats_.compute_s);
     opt_->step(params_.data(), nullptr, grads_.data(), r.lr,
                clip_scale(r.grad_norm, tc.optimizer.grad_clip), step + 1);
@@ -248,12 +410,13 @@ double OffloadStrategy::evaluate(const data::Batch& batch) {
   const int T = spec_.train.seq_len;
   const RowRange rows = shard_rows(batch.batch_size, rank_, size_);
   loss_.reset();
-  tokens_.for_each_micro(batch, rows.begin, rows.count, micro_, true,
-                         [&](std::int64_t k, std::int64_t n) {
-                           micro_step(tokens_.inputs(k), tokens_.targets(k), 0.0f, false, false);
-                           loss_.add(model_->loss(), static_cast<double>(n * T));
-                         });
+  tokens_.for_each_micro(
+      batch, rows.begin, rows.count, micro_, true, [&](std::int64_t k, std::int64_t n) {
+        micro_step(tokens_.inputs(k), tokens_.targets(k), 0.0f, false, true, false);
+        loss_.add(model_->loss(), static_cast<double>(n * T));
+      });
   double sum = loss_.read();
+  device_->finish_copies("offload: evaluation");
   comms_->control().allreduce(&sum, 1, comm::ReduceOp::kSum);
   return sum / static_cast<double>(batch.batch_size * T);
 }

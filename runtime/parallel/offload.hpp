@@ -1,18 +1,27 @@
 // Offload (spilling): parameters, gradients and AdamW state live in host memory (a separate
-// MemoryPool: the saving is measured even on the CPU backend). Each parameter group is copied
-// into the device pool just before it is used and released right after; a group's gradients
-// are copied in before its backward, accumulated on the device, and copied back, so the
-// arithmetic is exactly one device's. The optimizer runs on the host. Device peak: the
-// activations plus one group's parameters and gradients (the tied GPT-2 head: the token
-// embedding and the final norm, parameters and gradients): at most two of the largest groups.
-// This is the strategy that trains a model larger than one device on one device.
+// MemoryPool: the saving is measured even on the CPU backend; on a GPU the pool is pinned,
+// Device::host_allocator(), so copies are DMA beside compute). A micro-batch is a sequence of
+// phases (embeddings, each block, the head, each block backward, the embeddings backward), each
+// needing one parameter group on the device (the head: the final group and, for GPT-2's tied
+// classifier, the token embedding). A phase's groups are copied in on the device's copy stream,
+// the compute waits on the copy's event (Device::wait_copy), and with the `prefetch` knob (the
+// default) the next phase's copies are issued before this phase computes: two phases' buffers
+// in flight. Gradients are copied in before a group's backward (from the second micro-batch of
+// a step on; the first starts from zero on the device), accumulated there, and copied back
+// asynchronously, so the arithmetic is exactly one device's. The host waits for the copies once
+// per step (Device::finish_copies) before it reads the gradients.
 //
 // On a backend whose kernels read another weight type (bf16 on CUDA), a group's fp32 master
 // weights are copied to the device and converted there into the kernels' copy.
 //
-// At degree > 1 every rank offloads a whole replica and the ranks are data-parallel (their
-// host gradients are allreduced per group, overlapping the backward of the groups below, over
-// a communicator of their own for host memory).
+// At degree > 1 every rank offloads a whole replica and the ranks are data-parallel: in the
+// last micro-batch each group's gradients are allreduced on the device over the data
+// communicator (NCCL on a GPU) right after its backward, before they are copied to the host;
+// with `overlap` the reduction runs during the next phase and the copy follows it. The
+// optimizer runs on the host, where its state is (see docs/strategies.md: AdamW reads and writes
+// 16 bytes of state per parameter, which would cross the link twice if it ran on the device).
+// Reproducible mode (CPU only) sums fp64 accumulators on the host over a host communicator.
+// This is the strategy that trains a model larger than one device on one device.
 #pragma once
 
 #include <memory>
@@ -21,13 +30,14 @@
 #include "runtime/model/model.hpp"
 #include "runtime/optim/adamw.hpp"
 #include "runtime/parallel/common.hpp"
-#include "runtime/parallel/grad_buckets.hpp"
 #include "runtime/parallel/repro.hpp"
 #include "runtime/parallel/strategy.hpp"
 #include "runtime/parallel/tied_head.hpp"
 #include "runtime/parallel/tokens.hpp"
 
 namespace saturn::parallel {
+
+struct OffloadPhase;  // offload.cpp
 
 class OffloadStrategy : public Strategy {
  public:
@@ -42,30 +52,40 @@ class OffloadStrategy : public Strategy {
   void import_state(StateKind kind, const StateSlices& slices) override;
 
  private:
-  struct OnDevice;
-  // Copies group g's parameters (the first `count` floats; 0: all) to the device and binds
-  // them, with gradients copied in too when `grads`.
-  void load(int g, bool grads, std::size_t count = 0);
-  // Copies gradients back (when loaded) and releases the device copies of group g.
-  void unload(int g);
+  struct Item;
+  using Phase = OffloadPhase;
+  using Loaded = std::vector<std::unique_ptr<Item>>;
+  // Allocates a phase's buffers and issues its copies (gradients: zeroed on the device, and the
+  // host's copied in unless `fresh`: the first micro-batch of a step).
+  Loaded fetch(const Phase& phase, bool fresh);
+  // Orders the compute after the phase's copies, converts the weights (where the kernels read
+  // another type) and binds the groups to the model.
+  void acquire(Loaded& loaded);
+  void run(const Phase& phase, const std::int32_t* tokens, const std::int32_t* targets,
+           float dloss);
+  // Unbinds and releases the phase's buffers; gradients go back to the host (reduced first on
+  // the device when `reduce`).
+  void finish(Loaded& loaded, bool reduce);
+  // Waits for the gradient reduction in flight (overlap) and copies its result to the host.
+  void complete_reduction();
   void micro_step(const std::int32_t* tokens, const std::int32_t* targets, float dloss,
-                  bool backward, bool reduce);
+                  bool backward, bool fresh, bool reduce);
   std::vector<float*> segments(StateKind kind);
 
   ParameterLayout layout_;  // with the backend's group alignment (host and device alike)
   comm::CommPair* comms_ = nullptr;
-  std::unique_ptr<comm::Communicator> host_comm_;  // MPI over host memory: the gradients
+  std::unique_ptr<comm::Communicator> host_comm_;  // reproducible mode: the fp64 sums (host)
   Device* device_ = nullptr;
   std::unique_ptr<Device> host_;  // the host pool as a device: the optimizer and sums there
   int rank_ = 0, size_ = 1;
   std::int64_t micro_ = 0;
   bool tied_ = false;
-  Buffer<float> params_, grads_;  // host: fp32 master weights and gradients
-  std::unique_ptr<AdamW> opt_;    // host
+  std::size_t tied_elements_ = 0;  // GPT-2: the token embedding's part of group -1
+  Buffer<float> params_, grads_;   // host: fp32 master weights and gradients
+  std::unique_ptr<AdamW> opt_;     // host
   std::unique_ptr<Model> model_;
-  std::vector<std::unique_ptr<OnDevice>> on_device_;  // per group
-  std::unique_ptr<GradBuckets> buckets_;
-  GradAccumulator acc_;  // host, reproducible mode
+  std::unique_ptr<Item> reducing_;  // a group whose gradients are being allreduced (overlap)
+  GradAccumulator acc_;             // host, reproducible mode
   SliceSet slices_;
   TokenStage tokens_;
   DeviceSum loss_;

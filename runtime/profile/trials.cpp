@@ -130,7 +130,7 @@ Measurement run_one_trial(const TrialRequest& trial, comm::Communicator& group,
   m.measured_utc = utc_now();
   try {
     std::unique_ptr<Device> device;
-    MemoryPool host("host", o.host_capacity);
+    std::unique_ptr<MemoryPool> host;  // in the memory the device copies from (pinned on a GPU)
     std::unique_ptr<comm::CommPair> comms;
     const cpu::FixedGemmGrid grid(trial.train.reproducible);  // time what the job will run
     std::unique_ptr<parallel::Strategy> s;
@@ -148,9 +148,10 @@ Measurement run_one_trial(const TrialRequest& trial, comm::Communicator& group,
       // The rank's own device (its binding), whatever group the trial put it in.
       device = make_device(o.device, o.device_index >= 0 ? o.device_index : group.rank(),
                            o.device_capacity);
+      host = std::make_unique<MemoryPool>("host", o.host_capacity, device->host_allocator());
     });
     comms = comm::make_comm_pair(group, *device);
-    comm::agree_on(group, [&] { s->setup(*comms, *device, host); });
+    comm::agree_on(group, [&] { s->setup(*comms, *device, *host); });
     const TrainConfig& tc = trial.train;
     const data::Batch batch = synthetic_batch(tc.batch_size, tc.seq_len, trial.model.vocab_size, 1);
     std::int64_t step = 0;
@@ -202,7 +203,7 @@ Measurement run_one_trial(const TrialRequest& trial, comm::Communicator& group,
       m.eval_s = max_over(group, seconds_since(te));
     }
     std::int64_t peaks[2] = {static_cast<std::int64_t>(device->memory().peak()),
-                             static_cast<std::int64_t>(host.peak())};
+                             static_cast<std::int64_t>(host->peak())};
     group.allreduce(peaks, 2, comm::ReduceOp::kMax);
     m.peak_device_bytes = static_cast<std::size_t>(peaks[0]);
     m.peak_host_bytes = static_cast<std::size_t>(peaks[1]);

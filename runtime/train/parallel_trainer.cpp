@@ -34,7 +34,9 @@ TrainResult train_with_strategy(const TrainJob& job, const TrainOptions& options
   // Declared in this order so that the strategy goes first: it returns its buffers to the
   // device and the pool, and its communicators are split from `comms`.
   std::unique_ptr<Device> device;
-  MemoryPool host(fmt::format("host:{}", rank), spec.knobs.host_capacity);
+  // Offload's host state, in the memory the device copies from (pinned on a GPU): made with
+  // the device, which owns its allocator.
+  std::unique_ptr<MemoryPool> host;
   std::unique_ptr<comm::CommPair> comms;
   std::unique_ptr<parallel::Strategy> strategy;
   std::optional<data::TokenLoader> train_loader, val_loader;
@@ -65,13 +67,15 @@ TrainResult train_with_strategy(const TrainJob& job, const TrainOptions& options
       index = options.device == DeviceKind::kCpu ? rank
                                                   : std::max(0, comm::launcher_local_rank());
     device = make_device(options.device, index, spec.knobs.device_capacity);
+    host = std::make_unique<MemoryPool>(fmt::format("host:{}", rank), spec.knobs.host_capacity,
+                                        device->host_allocator());
   });
   // The data communicator (a duplicate of `comm`, staged when device memory is not host
   // memory): collective, so created once every rank has its device.
   comms = comm::make_comm_pair(comm, *device);
 
   // 2. Set-up: sub-communicators, then allocation and initial weights.
-  comm::agree_on(comm, [&] { strategy->setup(*comms, *device, host); });
+  comm::agree_on(comm, [&] { strategy->setup(*comms, *device, *host); });
 
   // 3. Checkpoints go through MPI-IO on the job's communicator; resume from the newest valid
   // one when asked (any strategy and degree wrote it: the layout is canonical).

@@ -57,7 +57,7 @@ YAML
 #  - vocab (a 1792-token tied embedding is 70 % of it): a pipeline stage must hold the whole
 #    embedding with its Adam state (x 2: 3.60 MiB), ddp 4.24, fsdp x 2 3.95, while fsdp x 4
 #    shards it: 2.80-2.87 MiB: fsdp only;
-#  - offload needs little device memory (0.9-2.3 MiB) but its host state is 6 x the parameters
+#  - offload needs little device memory (1.4-2.9 MiB) but its host state is 6 x the parameters
 #    per rank (reproducible: fp32 parameters, gradients, Adam moments, fp64 accumulator): deep
 #    6.76 MiB, vocab 3.83 MiB, small 0.79 MiB; 2 MiB of host memory rules it out for the two big
 #    models only.

@@ -24,6 +24,14 @@ void CpuDevice::upload(void* dst, const void* src, std::size_t bytes) {
 void CpuDevice::download(void* dst, const void* src, std::size_t bytes) {
   if (bytes > 0 && dst != src) std::memcpy(dst, src, bytes);
 }
+Device::CopyTicket CpuDevice::upload_async(void* dst, const void* src, std::size_t bytes) {
+  upload(dst, src, bytes);
+  return 0;
+}
+Device::CopyTicket CpuDevice::download_async(void* dst, const void* src, std::size_t bytes) {
+  download(dst, src, bytes);
+  return 0;
+}
 void CpuDevice::copy(void* dst, const void* src, std::size_t bytes) {
   if (bytes > 0 && dst != src) std::memmove(dst, src, bytes);
 }

@@ -27,6 +27,10 @@ class CpuDevice final : public Device {
   void copy(void* dst, const void* src, std::size_t bytes) override;
   void zero(void* dst, std::size_t bytes) override;
   void synchronize(const char*) override {}
+  CopyTicket upload_async(void* dst, const void* src, std::size_t bytes) override;
+  CopyTicket download_async(void* dst, const void* src, std::size_t bytes) override;
+  void wait_copy(CopyTicket) override {}
+  void finish_copies(const char*) override {}
 
   double sum_of_squares(const float* x, std::size_t n) override;
   void add_exact_squares(ExactSquareSum& into, const float* x, std::size_t n) override;

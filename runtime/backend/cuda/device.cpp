@@ -22,10 +22,20 @@ CudaDevice::CudaDevice(int index, std::size_t capacity) : index_(index) {
   allocator_ = std::make_unique<CachingDeviceAllocator>(index);
   pool_ = std::make_unique<MemoryPool>(fmt::format("cuda:{}", index), capacity, allocator_.get());
   ctx_ = std::make_unique<Context>(index, *pool_);
+  // A blocking stream like the compute one: work on the legacy default stream (the allocator's
+  // cudaMemset) is ordered with it too.
+  SATURN_CUDA_CHECK(cudaStreamCreate(&copy_stream_));
+  SATURN_CUDA_CHECK(cudaEventCreateWithFlags(&compute_mark_, cudaEventDisableTiming));
 }
 
 CudaDevice::~CudaDevice() {
-  // The context first (it returns its workspace to the pool), then the pool, then the cache.
+  // Copies first (their buffers are pending in the allocator until they are done), then the
+  // context (it returns its workspace to the pool), then the pool, then the cache.
+  cudaStreamSynchronize(copy_stream_);
+  for (auto& [ticket, e] : copies_) cudaEventDestroy(e);
+  for (cudaEvent_t e : spare_events_) cudaEventDestroy(e);
+  cudaEventDestroy(compute_mark_);
+  cudaStreamDestroy(copy_stream_);
   ctx_.reset();
   pool_.reset();
   allocator_.reset();
@@ -46,6 +56,86 @@ void CudaDevice::download(void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return;
   SATURN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, ctx_->stream()));
   ctx_->synchronize("download from the device");
+}
+
+void CudaDevice::require_pinned(const void* host, std::size_t bytes, const char* what) const {
+  for (const void* p :
+       {host, static_cast<const void*>(static_cast<const char*>(host) + bytes - 1)}) {
+    cudaPointerAttributes a{};
+    SATURN_CUDA_CHECK(cudaPointerGetAttributes(&a, p));
+    if (a.type != cudaMemoryTypeHost)
+      throw Error(fmt::format(
+          "{}: asynchronous {} of {} bytes with host memory at {} that is not pinned: the copy "
+          "would be staged by the driver and neither overlap compute nor return early; host "
+          "buffers of asynchronous copies come from Device::host_allocator() (cudaHostAlloc)",
+          description_, what, bytes, host));
+  }
+}
+
+void CudaDevice::retire_done_copies() {
+  while (!copies_.empty()) {
+    const cudaError_t st = cudaEventQuery(copies_.front().second);
+    if (st == cudaErrorNotReady) return;
+    check_cuda(st, "asynchronous copy", __FILE__, __LINE__);
+    spare_events_.push_back(copies_.front().second);
+    copies_.pop_front();
+  }
+}
+
+Device::CopyTicket CudaDevice::copy_async(void* dst, const void* src, std::size_t bytes,
+                                          cudaMemcpyKind kind, const void* host,
+                                          const void* device_side) {
+  if (bytes == 0) return 0;
+  require_pinned(host, bytes, kind == cudaMemcpyHostToDevice ? "upload" : "download");
+  retire_done_copies();
+  cudaEvent_t done = nullptr;
+  if (spare_events_.empty()) {
+    SATURN_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  } else {
+    done = spare_events_.back();
+    spare_events_.pop_back();
+  }
+  try {
+    // The copy starts once the compute stream's work so far is done: the upload's destination
+    // may be a block whose previous owner's kernels are still reading it, the download's source
+    // is written by kernels enqueued before.
+    SATURN_CUDA_CHECK(cudaEventRecord(compute_mark_, ctx_->stream()));
+    SATURN_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, compute_mark_, 0));
+    SATURN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, copy_stream_));
+    allocator_->record_stream(device_side, copy_stream_);
+    SATURN_CUDA_CHECK(cudaEventRecord(done, copy_stream_));
+  } catch (...) {
+    spare_events_.push_back(done);
+    throw;
+  }
+  const CopyTicket ticket = next_ticket_++;
+  copies_.emplace_back(ticket, done);
+  return ticket;
+}
+
+Device::CopyTicket CudaDevice::upload_async(void* dst, const void* src, std::size_t bytes) {
+  return copy_async(dst, src, bytes, cudaMemcpyHostToDevice, src, dst);
+}
+
+Device::CopyTicket CudaDevice::download_async(void* dst, const void* src, std::size_t bytes) {
+  return copy_async(dst, src, bytes, cudaMemcpyDeviceToHost, dst, src);
+}
+
+void CudaDevice::wait_copy(CopyTicket ticket) {
+  // Tickets retire in order: one no longer listed is done.
+  for (const auto& [t, e] : copies_) {
+    if (t == ticket) {
+      SATURN_CUDA_CHECK(cudaStreamWaitEvent(ctx_->stream(), e, 0));
+      return;
+    }
+    if (t > ticket) return;
+  }
+}
+
+void CudaDevice::finish_copies(const char* what) {
+  check_cuda(cudaStreamSynchronize(copy_stream_), what, __FILE__, __LINE__);
+  for (auto& [t, e] : copies_) spare_events_.push_back(e);
+  copies_.clear();
 }
 
 void CudaDevice::copy(void* dst, const void* src, std::size_t bytes) {

@@ -25,10 +25,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <set>
 #include <string>
 
 #include "tests/gpu/emu/emu_core.hpp"
 #include "tests/gpu/emu/emu_stream.hpp"
+#include "tests/gpu/emu/emu_testing.hpp"
 
 namespace {
 
@@ -98,7 +102,56 @@ struct Event {
   emu::EventPosition position;  // deferred work (emu_stream.hpp)
 };
 
+// ---- pinned host memory and late streams (issue 17, offload / allocator) ----------------------
+// Pinned host allocations (cudaHostAlloc, cudaHostRegister), so cudaPointerGetAttributes can say
+// which host memory a GPU could copy asynchronously (the backend refuses asynchronous copies
+// from pageable memory). And streams a test holds back (emu_testing.hpp): every operation still
+// completes at once, but an event recorded on a held stream stays pending (cudaEventQuery:
+// cudaErrorNotReady) until the stream is released, as if the stream's work were still running.
+std::mutex g_host_mutex;
+std::map<const char*, std::size_t> g_pinned;  // start -> bytes
+std::set<cudaStream_t> g_held_streams;
+std::map<cudaEvent_t, cudaStream_t> g_pending_events;  // recorded on a held stream
+
+bool is_pinned(const void* p) {
+  std::lock_guard<std::mutex> lock(g_host_mutex);
+  const auto* c = static_cast<const char*>(p);
+  auto it = g_pinned.upper_bound(c);
+  return it != g_pinned.begin() && c < std::prev(it)->first + std::prev(it)->second;
+}
+void note_event_record(cudaEvent_t e, cudaStream_t s) {
+  std::lock_guard<std::mutex> lock(g_host_mutex);
+  if (g_held_streams.count(s) != 0)
+    g_pending_events[e] = s;
+  else
+    g_pending_events.erase(e);
+}
+bool event_pending(cudaEvent_t e) {
+  std::lock_guard<std::mutex> lock(g_host_mutex);
+  return g_pending_events.count(e) != 0;
+}
+void forget_event(cudaEvent_t e) {
+  std::lock_guard<std::mutex> lock(g_host_mutex);
+  g_pending_events.erase(e);
+}
+bool stream_held(cudaStream_t s) {
+  std::lock_guard<std::mutex> lock(g_host_mutex);
+  return g_held_streams.count(s) != 0;
+}
+// ---- end of pinned host memory and late streams -----------------------------------------------
+
 }  // namespace
+
+void emu::hold_stream(cudaStream_t stream, bool hold) {
+  std::lock_guard<std::mutex> lock(g_host_mutex);
+  if (hold) {
+    g_held_streams.insert(stream);
+    return;
+  }
+  g_held_streams.erase(stream);
+  for (auto it = g_pending_events.begin(); it != g_pending_events.end();)
+    it = it->second == stream ? g_pending_events.erase(it) : std::next(it);
+}
 
 extern "C" {
 
@@ -178,6 +231,8 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
   return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  if (stream_held(s))
+    return fail(cudaErrorInvalidValue, "cudaStreamSynchronize of a stream the test holds back (it would wait forever)");
   emu::synchronize_stream(s);
   return cudaSuccess;
 }
@@ -201,14 +256,18 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   auto* event = reinterpret_cast<Event*>(e);
   event->t = std::chrono::steady_clock::now();
   emu::record(event->position, s);
+  note_event_record(e, s);
   return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  if (event_pending(e))
+    return fail(cudaErrorInvalidValue, "cudaEventSynchronize of an event on a stream the test holds back (it would wait forever)");
   emu::wait_event(reinterpret_cast<Event*>(e)->position);
   return cudaSuccess;
 }
 cudaError_t cudaEventQuery(cudaEvent_t e) {
   // Not ready is a state, not an error: it does not set the last error (as on a GPU).
+  if (event_pending(e)) return cudaErrorNotReady;
   return emu::query(reinterpret_cast<Event*>(e)->position) ? cudaSuccess : cudaErrorNotReady;
 }
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
@@ -218,6 +277,7 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
   return cudaSuccess;
 }
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  forget_event(e);
   delete reinterpret_cast<Event*>(e);
   return cudaSuccess;
 }
@@ -323,5 +383,59 @@ const char* cublasLtGetStatusName(cublasStatus_t) {
 const char* cublasLtGetStatusString(cublasStatus_t) {
   return "emulated cuBLASLt status";
 }
+
+// ---- pinned host memory (issue 17, offload) ----------------------------------------------------
+cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned int) {
+  constexpr std::size_t kPage = 4096;
+  *p = std::aligned_alloc(kPage, (bytes + kPage - 1) / kPage * kPage);
+  if (*p == nullptr) {
+    g_last = cudaErrorMemoryAllocation;
+    return cudaErrorMemoryAllocation;
+  }
+  std::lock_guard<std::mutex> lock(g_host_mutex);
+  g_pinned[static_cast<const char*>(*p)] = bytes;
+  return cudaSuccess;
+}
+cudaError_t cudaMallocHost(void** p, size_t bytes) {
+  return cudaHostAlloc(p, bytes, 0);
+}
+cudaError_t cudaFreeHost(void* p) {
+  if (p == nullptr) return cudaSuccess;
+  {
+    std::lock_guard<std::mutex> lock(g_host_mutex);
+    if (g_pinned.erase(static_cast<const char*>(p)) == 0)
+      return fail(cudaErrorInvalidValue, "cudaFreeHost of a pointer cudaHostAlloc did not return");
+  }
+  std::free(p);
+  return cudaSuccess;
+}
+cudaError_t cudaHostRegister(void* p, size_t bytes, unsigned int) {
+  if (bytes == 0 || emu::is_device(p)) return fail(cudaErrorInvalidValue, "cudaHostRegister of device memory or 0 bytes");
+  std::lock_guard<std::mutex> lock(g_host_mutex);
+  if (!g_pinned.emplace(static_cast<const char*>(p), bytes).second)
+    return fail(cudaErrorHostMemoryAlreadyRegistered, "cudaHostRegister: already registered");
+  return cudaSuccess;
+}
+cudaError_t cudaHostUnregister(void* p) {
+  std::lock_guard<std::mutex> lock(g_host_mutex);
+  if (g_pinned.erase(static_cast<const char*>(p)) == 0)
+    return fail(cudaErrorHostMemoryNotRegistered, "cudaHostUnregister: not registered");
+  return cudaSuccess;
+}
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
+  std::memset(a, 0, sizeof *a);
+  a->device = g_device;
+  if (emu::is_device(p)) {
+    a->type = cudaMemoryTypeDevice;
+    a->devicePointer = const_cast<void*>(p);
+  } else if (is_pinned(p)) {
+    a->type = cudaMemoryTypeHost;
+    a->hostPointer = const_cast<void*>(p);
+  } else {
+    a->type = cudaMemoryTypeUnregistered;
+  }
+  return cudaSuccess;
+}
+// ---- end of pinned host memory -----------------------------------------------------------------
 
 }  // extern "C"
