@@ -230,6 +230,7 @@ for f in "$B"/jobs/*/checkpoints/step-*.h5 "$B"/jobs/*/final.h5; do
   fi
 done
 for l in "$B"/jobs/*/checkpoints/latest; do
+  [ -e "$l" ] || continue
   [ -e "$(dirname "$l")/$(cat "$l")" ] || { intact=0; bad "$l names $(cat "$l"), which is not there"; }
 done
 [ $intact -eq 1 ] && [ $ckpts -gt 0 ] && ok "after kill -9: all $ckpts checkpoints intact (checksums, step/data position), every 'latest' valid" ||
