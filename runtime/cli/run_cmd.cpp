@@ -144,10 +144,9 @@ void add_run_command(CLI::App& root, Action* action, int argc, char** argv) {
                   "64MiB; 0: unlimited (default; on --resume: the interrupted run's)");
   cmd->add_option("--store", args->store, "Profile store (default RUN_DIR/profiles.h5)");
   cmd->add_flag("--no-trials", args->no_trials, "Plan from analytic estimates only");
-  cmd->add_option("--device", args->device,
-                  std::string(kDeviceOptionHelp) +
-                      "; cuda: each rank binds the GPU of its "
-                      "node-local rank")
+  cmd->add_option(
+         "--device", args->device,
+         std::string(kDeviceOptionHelp) + "; cuda: each rank binds the GPU of its node-local rank")
       ->check(CLI::IsMember(device_option_values()))
       ->capture_default_str();
   cmd->add_flag("--oversubscribe-devices", args->oversubscribe_devices,
