@@ -114,6 +114,8 @@ void validate_sbatch_options(const SbatchOptions& o) {
       throw InputError(fmt::format("{}: a path with a newline", option));
   }
   check_directive_text("--run-dir", o.run_dir.string());
+  if (!o.device.empty() && o.device != "auto" && o.device != "cpu" && o.device != "cuda")
+    throw InputError(fmt::format("--device {}: expected auto, cpu or cuda", o.device));
 }
 
 std::filesystem::path sbatch_script_path(const std::filesystem::path& run_dir) {
@@ -188,9 +190,11 @@ std::string render_sbatch_script(const SbatchOptions& o) {
   line("  [ -n \"$child\" ] && kill -USR1 \"$child\" 2>/dev/null");
   line("}");
   line("trap forward_usr1 USR1");
+  const std::string device =
+      o.device.empty() || o.device == "auto" ? std::string() : " --device " + o.device;
   const std::string run_command =
-      fmt::format("{} run {} --run-dir \"$run_dir\"", shell_quote(o.saturn.string()),
-                  shell_quote(o.workload.string()));
+      fmt::format("{} run {}{} --run-dir \"$run_dir\"", shell_quote(o.saturn.string()),
+                  shell_quote(o.workload.string()), device);
   if (o.launcher == BatchLauncher::kMpirun) {
     // Under Slurm, mpirun takes the nodes and slots (ntasks-per-node) from the allocation.
     line(fmt::format("{} -np \"$SLURM_NTASKS\" {} $resume &", shell_quote(o.mpirun), run_command));

@@ -50,6 +50,9 @@ struct SbatchOptions {
   BatchLauncher launcher = BatchLauncher::kMpirun;
   int signal_lead_s = kDefaultSignalLead;
   int cpus_per_task = 0;  // 0: not requested
+  // saturn run's --device in the script: "cpu" or "cuda"; "auto" or empty: run's default
+  // (auto: cuda when every rank has a GPU), so the script passes nothing.
+  std::string device;
 };
 
 // Checks every option; InputError naming the option (--time, --nodes, ...) on the first problem.

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "runtime/cli/commands.hpp"
+#include "runtime/cli/device_choice.hpp"
 #include "runtime/comm/agree.hpp"
 #include "runtime/comm/mpi_communicator.hpp"
 #include "runtime/core/error.hpp"
@@ -27,6 +28,7 @@ namespace {
 
 struct ProfileArgs {
   std::string workload, cluster, store, output, device_memory = "0", host_memory = "0";
+  std::string device = "auto";
   int trials = 1, trial_steps = 2, warmup_steps = 1;
   double trial_time_limit = 60;
   std::string calibration_cache;  // empty: profile::default_calibration_cache()
@@ -46,6 +48,8 @@ int run_profile(const ProfileArgs& a) {
     profile::ProfileRequest req;
     profile::ProfileOptions opt;
     comm::agree_on(*world, [&] {
+      // First: under auto this is collective, and no rank may have thrown before it.
+      req.device = resolve_device(a.device, *world);
       LoadOptions lo;
       lo.check_data_files = false;  // trials use synthetic batches
       w = load_workload(a.workload, lo);
@@ -158,6 +162,10 @@ void add_profile_command(CLI::App& root, Action* action) {
                   "default $SATURN_CALIBRATION_CACHE, else ~/.cache/saturn/calibration.h5)");
   cmd->add_flag("--quick-calibration", args->quick_calibration,
                 "Fewer shapes and sizes when calibrating (smoke tests; coarser estimates)");
+  cmd->add_option("--device", args->device,
+                  std::string("The backend the estimates and trials are for: ") + kDeviceOptionHelp)
+      ->check(CLI::IsMember(device_option_values()))
+      ->capture_default_str();
   cmd->add_option("--device-memory", args->device_memory,
                   "Device memory per rank (e.g. 512MiB; 0: the cluster's, else unlimited): "
                   "configurations estimated above it are infeasible, trials that exceed it are "

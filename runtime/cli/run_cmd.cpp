@@ -11,6 +11,7 @@
 #include "launch/self_launch.hpp"
 #include "runtime/backend/cuda_provider.hpp"
 #include "runtime/cli/commands.hpp"
+#include "runtime/cli/device_choice.hpp"
 #include "runtime/comm/agree.hpp"
 #include "runtime/comm/mpi_communicator.hpp"
 #include "runtime/core/error.hpp"
@@ -33,7 +34,7 @@ struct RunArgs {
   std::string store;
   bool no_trials = false;
   bool no_replan = false;
-  std::string device = "cpu";
+  std::string device = "auto";
   bool oversubscribe_devices = false;
 };
 
@@ -44,8 +45,13 @@ struct RunArgs {
 int bind_rank_device(RunArgs& a) {
   auto world = comm::MpiCommunicator::world();
   if (world->size() > 1) log::set_rank(world->rank());
+  // auto is decided by all ranks together first (no rank can fail in it); cuda's missing GPU
+  // is reported after the binding below, which logs what the launcher gave each rank.
+  a.options.device =
+      a.device == "auto" ? resolve_device(a.device, *world) : parse_device_kind(a.device);
   launch::BindOptions b;
-  b.kind = a.device == "cuda" ? launch::DeviceKind::kCuda : launch::DeviceKind::kCpu;
+  b.kind =
+      a.options.device == DeviceKind::kCuda ? launch::DeviceKind::kCuda : launch::DeviceKind::kCpu;
   b.allow_oversubscribe = a.oversubscribe_devices;
   try {
     comm::agree_on(*world, [&] {
@@ -53,8 +59,16 @@ int bind_rank_device(RunArgs& a) {
       const int count =
           b.kind == launch::DeviceKind::kCuda ? cuda_provider().device_count(&why) : 0;
       if (b.kind == launch::DeviceKind::kCuda) b.physical_count = count > 0 ? count : -1;
-      const launch::DeviceChoice choice =
-          launch::bind_device(MPI_COMM_WORLD, launch::current_environment(), b);
+      launch::DeviceChoice choice;
+      try {
+        choice = launch::bind_device(MPI_COMM_WORLD, launch::current_environment(), b);
+      } catch (const InputError& e) {
+        if (a.device != "auto" || b.kind != launch::DeviceKind::kCuda) throw;
+        throw InputError(fmt::format(
+            "{} (--device auto chose cuda because every rank has a GPU; pass --device cpu, or "
+            "--oversubscribe-devices to share GPUs)",
+            e.what()));
+      }
       if (b.kind == launch::DeviceKind::kCuda) a.options.device_index = choice.ordinal;
       // Binding reads the launcher's view (CUDA_VISIBLE_DEVICES, Slurm); training needs a GPU
       // this process can really use, which is checked here, before the run directory exists.
@@ -100,7 +114,6 @@ int run_run(RunArgs a, int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   if (a.np > 0 && size != a.np)
     throw InputError(fmt::format("--np {} but this launcher started {} ranks", a.np, size));
-  a.options.device = parse_device_kind(a.device);
   const int code = bind_rank_device(a);
   return code == kExitOk ? exec::run_batch(a.options) : code;
 }
@@ -131,9 +144,10 @@ void add_run_command(CLI::App& root, Action* action, int argc, char** argv) {
                   "64MiB; 0: unlimited (default; on --resume: the interrupted run's)");
   cmd->add_option("--store", args->store, "Profile store (default RUN_DIR/profiles.h5)");
   cmd->add_flag("--no-trials", args->no_trials, "Plan from analytic estimates only");
-  cmd->add_option("--device", args->device,
-                  "cpu, or cuda: each rank binds the GPU of its node-local rank")
-      ->check(CLI::IsMember({"cpu", "cuda"}))
+  cmd->add_option(
+         "--device", args->device,
+         std::string(kDeviceOptionHelp) + "; cuda: each rank binds the GPU of its node-local rank")
+      ->check(CLI::IsMember(device_option_values()))
       ->capture_default_str();
   cmd->add_flag("--oversubscribe-devices", args->oversubscribe_devices,
                 "Let several ranks of a node share a GPU (else an error; also "

@@ -10,6 +10,7 @@
 #include "launch/self_launch.hpp"
 #include "launch/slurm_env.hpp"
 #include "runtime/cli/commands.hpp"
+#include "runtime/cli/device_choice.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/log.hpp"
 #include "runtime/workload/workload.hpp"
@@ -29,6 +30,7 @@ struct SbatchArgs {
   std::string run_dir;
   int signal_lead = slurm::kDefaultSignalLead;
   int cpus_per_task = 0;
+  std::string device = "auto";
   bool dry_run = false;
 };
 
@@ -52,6 +54,7 @@ int run_sbatch(const SbatchArgs& a) {
   o.launcher = slurm::parse_launcher(a.launcher);
   o.signal_lead_s = a.signal_lead;
   o.cpus_per_task = a.cpus_per_task;
+  o.device = a.device;
   if (o.launcher == slurm::BatchLauncher::kMpirun) {
     try {
       o.mpirun = launch::find_mpirun(env);
@@ -101,6 +104,10 @@ void add_sbatch_command(CLI::App& root, Action* action) {
       ->capture_default_str();
   cmd->add_option("--cpus-per-task,-c", a->cpus_per_task,
                   "CPUs per rank (sets OMP_NUM_THREADS in the job)");
+  cmd->add_option("--device", a->device,
+                  std::string("saturn run's --device in the job: ") + kDeviceOptionHelp)
+      ->check(CLI::IsMember(device_option_values()))
+      ->capture_default_str();
   cmd->add_flag("--dry-run", a->dry_run, "Print the batch script; write and submit nothing");
   cmd->callback([action, a] { *action = [a] { return run_sbatch(*a); }; });
 }

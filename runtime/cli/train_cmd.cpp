@@ -1,4 +1,5 @@
-// `saturn train WORKLOAD.yaml [--job ID] ...`: one job on one device (the CPU by default), or
+// `saturn train WORKLOAD.yaml [--job ID] ...`: one job on one device (--device auto: the GPU when
+// every rank has one, else the CPU), or
 // under mpirun on D ranks with a parallel strategy (--strategy S --degree D).
 #include <fmt/format.h>
 
@@ -9,6 +10,7 @@
 
 #include "runtime/backend/device.hpp"
 #include "runtime/cli/commands.hpp"
+#include "runtime/cli/device_choice.hpp"
 #include "runtime/comm/agree.hpp"
 #include "runtime/comm/mpi_communicator.hpp"
 #include "runtime/core/error.hpp"
@@ -26,7 +28,7 @@ struct TrainArgs {
   std::string strategy = "single";
   int degree = 0;  // 0: 1 for single, the number of ranks otherwise
   std::vector<std::string> knobs;
-  std::string device = "cpu";
+  std::string device = "auto";
   std::string run_dir;
   std::string memory = "0";
   std::int64_t max_steps = -1;
@@ -65,6 +67,8 @@ int run_job(const TrainArgs& a) {
     TrainOptions opt;
     std::filesystem::path run_dir;
     comm::agree_on(*world, [&] {
+      // First: under auto this is collective, and no rank may have thrown before it.
+      opt.device = resolve_device(a.device, *world);
       par.knobs = parallel::parse_knobs(a.knobs);
       par.strategy = a.strategy;
       par.degree = a.degree > 0 ? a.degree : world->size();
@@ -73,7 +77,6 @@ int run_job(const TrainArgs& a) {
       w = load_workload(a.workload, lo);
       const JobSpec& spec = pick_job(w, a);
       job = TrainJob{spec.id, spec.model, spec.train, w.train_data, w.val_data};
-      opt.device = parse_device_kind(a.device);
       opt.device_capacity = parse_bytes(a.memory, "--memory");
       opt.max_steps = a.max_steps;
       opt.quiet = a.quiet || rank != 0;
@@ -141,9 +144,9 @@ void add_train_command(CLI::App& root, Action* action) {
                   "schedule=gpipe|1f1b, stages, tensor_degree, recompute, bucket_bytes, overlap, "
                   "prefetch, balance, device_capacity, host_capacity");
   cmd->add_option("--device", args->device,
-                  "cpu or cuda: the backend every rank trains on (cuda: the rank's GPU; exit 2 "
-                  "with the reason when none is usable)")
-      ->check(CLI::IsMember({"cpu", "cuda"}));
+                  std::string("The backend every rank trains on: ") + kDeviceOptionHelp)
+      ->check(CLI::IsMember(device_option_values()))
+      ->capture_default_str();
   cmd->add_option("--run-dir", args->run_dir, "Run directory (default: runs/<workload name>)");
   cmd->add_option("--memory", args->memory,
                   "Device memory capacity, e.g. 2GiB (0: unlimited); exceeding it is a clean "

@@ -118,6 +118,20 @@ TEST(SbatchScript, LaunchLines) {
   EXPECT_EQ(s.find("mpirun"), std::string::npos);
 }
 
+// --device reaches saturn run in the script; auto (the default) is run's own default, so the
+// line stays as it was; anything else is refused before a script exists.
+TEST(SbatchScript, DeviceReachesRun) {
+  SbatchOptions o = base_options();
+  o.device = "cuda";
+  EXPECT_TRUE(has_line(render_sbatch_script(o),
+                       "'/usr/bin/mpirun' -np \"$SLURM_NTASKS\" '/opt/saturn/bin/saturn' run "
+                       "'/home/u/sweep.yaml' --device cuda --run-dir \"$run_dir\" $resume &"));
+  o.device = "auto";
+  EXPECT_EQ(render_sbatch_script(o).find("--device"), std::string::npos);
+  o.device = "gpu";
+  EXPECT_THROW(render_sbatch_script(o), InputError);
+}
+
 TEST(SbatchScript, SignalRequeueResume) {
   const std::string s = render_sbatch_script(base_options());
   EXPECT_TRUE(has_line(s, "trap forward_usr1 USR1")) << s;

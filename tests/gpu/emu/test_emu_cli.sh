@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The whole program on the emulated CUDA backend (saturn_emu): `train --device cuda` of one job
-# and `run --device cuda --np 2` of a 4-job sweep finish with falling validation losses, and a
-# checkpoint it writes resumes on the CPU backend (same file format). The plain `saturn` without
-# a usable GPU refuses --device cuda with exit 2 and the reason, before writing anything.
+# and `run --device cuda --np 2` of a 4-job sweep finish with falling validation losses; a
+# checkpoint it writes resumes on the CPU backend and one the CPU writes resumes on it (same
+# file format), each continuing as the writing backend itself continues. The plain `saturn`
+# without a usable GPU refuses --device cuda with exit 2 and the reason, before writing anything.
 # Usage: test_emu_cli.sh SATURN_EMU SATURN
 set -uo pipefail
 emu="$1"
@@ -47,15 +48,56 @@ fi
 falls "$work/train/jobs/g-lr3e-3-bs4/metrics.jsonl" && ok "train: val loss falls" ||
   bad "train: val loss"
 
-# 2. Its step-4 checkpoint continues on the CPU backend: same format, any backend.
-cp -r "$work/train" "$work/oncpu"
-rm -f "$work/oncpu/jobs/g-lr3e-3-bs4/final.h5"
-echo "step-00000004.h5" > "$work/oncpu/jobs/g-lr3e-3-bs4/checkpoints/latest"
+# 2. Checkpoints cross backends both ways. The step-4 checkpoint of a job is the newest left (a
+# resume takes the newest valid one), and the other backend trains steps 5-8 from it.
+# continues DIR REF JOB LOG: DIR's job resumed at step 4 (LOG says so), holds every step 1-8
+# once, and its losses (and step-8 validation loss) after step 4 are within 2^-8 relative of
+# REF's, the writing backend's own continuation. Why 2^-8: the CUDA backend keeps the fp32
+# master weights and Adam state of the checkpoint but computes in bf16, whose unit roundoff is
+# 2^-8; the loss, a mean over 64 tokens, moves far less than one rounding of itself (measured
+# here: at most 1.6e-4 relative over the 4 steps), while the training moves it by 2-5 % over
+# those steps and a restart from step 0 would put it 5-8 % higher.
+continues() {
+  /usr/bin/python3 - "$@" <<'PY'
+import json, re, sys
+d, ref, job, log = sys.argv[1:]
+m = re.search(r"job %s: resuming from \S+step-00000004\.h5 \(step 4," % re.escape(job), open(log).read())
+assert m, "no resume from step 4 in " + log
+rows = lambda p: [json.loads(l) for l in open(p + "/jobs/" + job + "/metrics.jsonl")]
+a, b = rows(d), rows(ref)
+assert [r["step"] for r in a] == list(range(1, 9)), [r["step"] for r in a]
+pairs = [(x["loss"], y["loss"]) for x, y in zip(a, b) if x["step"] > 4]
+pairs += [(x["val_loss"], y["val_loss"]) for x, y in zip(a, b) if x["step"] == 8]
+worst = max(abs(x - y) / y for x, y in pairs)
+print(f"{job}: steps 5-8 within {worst:.1e} of the writing backend's continuation")
+assert worst <= 2 ** -8, pairs
+PY
+}
+# from_step4 SRC DST JOB: DST is SRC with JOB's step-8 checkpoint and final weights removed.
+from_step4() {
+  cp -r "$1" "$2"
+  rm -f "$2/jobs/$3/final.h5" "$2/jobs/$3/checkpoints/step-00000008.h5"
+  echo "step-00000004.h5" >"$2/jobs/$3/checkpoints/latest"
+}
+# 2a. The CUDA run's step-4 checkpoint continues on the CPU backend.
+from_step4 "$work/train" "$work/oncpu" g-lr3e-3-bs4
 if "$saturn" train "$work/w.yaml" --job g-lr3e-3-bs4 --device cpu --run-dir "$work/oncpu" --resume \
-    --quiet >"$work/oncpu.log" 2>&1 && [ -f "$work/oncpu/jobs/g-lr3e-3-bs4/final.h5" ]; then
-  ok "a CUDA checkpoint resumes on the CPU backend"
+    --quiet >"$work/oncpu.log" 2>&1 && [ -f "$work/oncpu/jobs/g-lr3e-3-bs4/final.h5" ] &&
+  continues "$work/oncpu" "$work/train" g-lr3e-3-bs4 "$work/oncpu.log"; then
+  ok "a CUDA checkpoint resumes on the CPU backend and continues as CUDA does"
 else
   bad "CUDA checkpoint on the CPU: $(tail -5 "$work/oncpu.log")"
+fi
+# 2b. A CPU run's step-4 checkpoint continues on the (emulated) CUDA backend.
+"$saturn" train "$work/w.yaml" --job l-lr3e-3-bs4 --device cpu --run-dir "$work/cpu" --quiet \
+  >"$work/cpu.log" 2>&1 || bad "saturn train --device cpu: $(tail -5 "$work/cpu.log")"
+from_step4 "$work/cpu" "$work/oncuda" l-lr3e-3-bs4
+if "$emu" train "$work/w.yaml" --job l-lr3e-3-bs4 --device cuda --run-dir "$work/oncuda" --resume \
+    --quiet >"$work/oncuda.log" 2>&1 && [ -f "$work/oncuda/jobs/l-lr3e-3-bs4/final.h5" ] &&
+  continues "$work/oncuda" "$work/cpu" l-lr3e-3-bs4 "$work/oncuda.log"; then
+  ok "a CPU checkpoint resumes on the emulated CUDA backend and continues as the CPU does"
+else
+  bad "CPU checkpoint on CUDA: $(tail -5 "$work/oncuda.log")"
 fi
 
 # 3. The whole batch on two ranks with emulated GPUs.
@@ -85,6 +127,23 @@ elif nvidia-smi >/dev/null 2>&1; then
   ok "saturn --device cuda: a GPU is present here (not the case this checks)"
 else
   bad "saturn --device cuda without a GPU: rc=$rc: $out"
+fi
+
+# 5. --device auto, the default: saturn_emu's ranks all have (emulated) GPUs, so CUDA; the plain
+# saturn here has none, so the CPU, saying why.
+if "$emu" train "$work/w.yaml" --job g-lr3e-3-bs4 --run-dir "$work/auto-emu" --max-steps 1 \
+    >"$work/auto-emu.log" 2>&1 && grep -q "device auto -> cuda: every rank has a usable GPU" "$work/auto-emu.log"; then
+  ok "saturn_emu train without --device: auto -> cuda"
+else
+  bad "saturn_emu auto: $(tail -3 "$work/auto-emu.log")"
+fi
+if nvidia-smi >/dev/null 2>&1; then
+  ok "saturn train without --device: a GPU is present here (not the case this checks)"
+elif "$saturn" train "$work/w.yaml" --job g-lr3e-3-bs4 --run-dir "$work/auto-cpu" --max-steps 1 \
+    >"$work/auto-cpu.log" 2>&1 && grep -q "device auto -> cpu (no CUDA device: " "$work/auto-cpu.log"; then
+  ok "saturn train without --device: auto -> cpu ($(grep -o 'no CUDA device: .*' "$work/auto-cpu.log" | cut -c1-80))"
+else
+  bad "saturn auto: $(tail -3 "$work/auto-cpu.log")"
 fi
 
 finish
