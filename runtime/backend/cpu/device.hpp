@@ -27,6 +27,7 @@ class CpuDevice final : public Device {
   void copy(void* dst, const void* src, std::size_t bytes) override;
   void zero(void* dst, std::size_t bytes) override;
   void synchronize(const char*) override {}
+  std::unique_ptr<DeviceTimer> timer() override { return make_host_timer(); }
 
   double sum_of_squares(const float* x, std::size_t n) override;
   void add_exact_squares(ExactSquareSum& into, const float* x, std::size_t n) override;

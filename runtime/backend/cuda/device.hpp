@@ -29,6 +29,8 @@ class CudaDevice final : public Device {
   void copy(void* dst, const void* src, std::size_t bytes) override;
   void zero(void* dst, std::size_t bytes) override;
   void synchronize(const char* what) override;
+  // CUDA events on the compute stream.
+  std::unique_ptr<DeviceTimer> timer() override;
 
   double sum_of_squares(const float* x, std::size_t n) override;
   void add_exact_squares(ExactSquareSum& into, const float* x, std::size_t n) override;

@@ -280,4 +280,16 @@ const char* cublasLtGetStatusString(cublasStatus_t) {
   return "emulated cuBLASLt status";
 }
 
+// ---- versions (issue 17, GPU profiling: the hardware fingerprint names the driver and runtime).
+// The emulator is its own "driver": it reports the CUDA version of the headers it was built
+// against for both, as a driver at least that new would.
+cudaError_t cudaDriverGetVersion(int* version) {
+  *version = CUDART_VERSION;
+  return cudaSuccess;
+}
+cudaError_t cudaRuntimeGetVersion(int* version) {
+  *version = CUDART_VERSION;
+  return cudaSuccess;
+}
+
 }  // extern "C"
