@@ -101,12 +101,12 @@ ComputeFeatures Calibration::features(const ModelConfig& m, int B, int T, int tp
                H = m.n_head, L = m.n_layer, t = std::max(tp, 1);
   // Each linear is three GEMMs of equal FLOPs: forward, input gradient, weight gradient. A
   // shape measured on the device is timed as measured; others by their FLOPs.
-  const auto seconds = [&](double in, double out) {
+  const auto linear_s = [&](double in, double out) {
     return gemm_shapes.empty() ? gemm_seconds(2 * N * in * out)
                                : gemm_seconds(shape_of(N, in, out));
   };
-  for (const auto& [in, out] : block_linears(m, tp)) f.gemm_s += 3 * L * seconds(in, out);
-  f.gemm_s += 3 * seconds(C, V);  // the head (replicated under tp)
+  for (const auto& [in, out] : block_linears(m, tp)) f.gemm_s += 3 * L * linear_s(in, out);
+  f.gemm_s += 3 * linear_s(C, V);  // the head (replicated under tp)
   f.attn_flops = L * 12.0 * N * T * C / t;
   // Norms, residuals, biases, activations and the softmax rows of every block, then the loss.
   f.elem_units = N * (L * (8 * C + 3 * F / t + H / t * T) + 3 * V + 2 * C);
@@ -819,7 +819,7 @@ void rebuild_gemm_rate(Calibration& cal) {
 // lasts; every rank runs the same sequence. Returns how many were added.
 int measure_device_gemms(comm::Communicator& world, Calibration& cal, Device& device,
                          std::vector<GemmShape> wanted, const CalibrationOptions& o,
-                         Clock::time_point start) {
+                         Clock::time_point start, double budget_s) {
   std::sort(wanted.begin(), wanted.end(), [](const GemmShape& a, const GemmShape& b) {
     return gemm_flops(a) != gemm_flops(b) ? gemm_flops(a) < gemm_flops(b) : a < b;
   });
@@ -836,7 +836,7 @@ int measure_device_gemms(comm::Communicator& world, Calibration& cal, Device& de
       predicted = predicted_wall(gemm_flops(s) / cal.gemm_rate.back().second, o);
     double finish = seconds_since(start) + predicted;
     world.allreduce(&finish, 1, comm::ReduceOp::kMax);
-    if (!cal.gemm_shapes.empty() && finish > o.gpu_budget_s) {
+    if (!cal.gemm_shapes.empty() && finish > budget_s) {
       skipped.push_back(s);
       continue;
     }
@@ -853,7 +853,7 @@ int measure_device_gemms(comm::Communicator& world, Calibration& cal, Device& de
     log::info(
         "calibration: {} GEMM shape(s) not timed, the largest {}x{}x{}: beyond the {:.0f} s "
         "budget at the rates measured; their times are interpolated from the measured rates",
-        skipped.size(), skipped.back()[0], skipped.back()[1], skipped.back()[2], o.gpu_budget_s);
+        skipped.size(), skipped.back()[0], skipped.back()[1], skipped.back()[2], budget_s);
   return added;
 }
 
@@ -1053,7 +1053,7 @@ void measure_device_links(comm::Communicator& world, Calibration& cal, Device& d
                           int group, bool inter, const CalibrationOptions& o) {
   std::unique_ptr<comm::Communicator> g = world.split(color, world.rank());
   const std::vector<std::size_t> sizes =
-      o.quick ? std::vector<std::size_t>{4096, 131072, 1048576}
+      o.quick ? std::vector<std::size_t>{4096, 131072, 4194304}
               : std::vector<std::size_t>{4096, 131072, 1048576, 8388608};
   std::unique_ptr<comm::CommPair> pair;
   Buffer<float> a, b;
@@ -1125,7 +1125,8 @@ Calibration calibrate_device(comm::Communicator& world, const Hardware& hardware
   for (const auto& r : fit_runs(o.quick))
     for (const auto& s : model_gemm_shapes(fit_model(r), r.B, r.T, 1)) shapes.push_back(s);
   shapes.insert(shapes.end(), o.gemm_shapes.begin(), o.gemm_shapes.end());
-  measure_device_gemms(world, cal, *device, shapes, o, t0);
+  // Half the budget for GEMMs, the rest for the model fit (which needs several runs).
+  measure_device_gemms(world, cal, *device, shapes, o, t0, o.gpu_budget_s / 2);
   log::debug("calibration (device): {} GEMM shapes {:.2f} s", cal.gemm_shapes.size(),
              seconds_since(t0));
   fit_compute_on_device(world, cal, *device, o, t0);
@@ -1172,7 +1173,8 @@ int add_gemm_shapes(comm::Communicator& world, Calibration& cal,
   const auto t0 = Clock::now();
   std::unique_ptr<Device> device;
   comm::agree_on(world, [&] { device = calibration_device(world, options); });
-  const int added = measure_device_gemms(world, cal, *device, shapes, options, t0);
+  const int added =
+      measure_device_gemms(world, cal, *device, shapes, options, t0, options.gpu_budget_s);
   // Rank 0's numbers everywhere (the medians agree already).
   std::string text = cal.to_json().dump();
   broadcast_text(world, text, 0);

@@ -136,7 +136,8 @@ struct CalibrationOptions {
   int device_index = -1;
   std::size_t device_capacity = 0;
   // On a GPU: the model shapes to time GEMMs at (model_gemm_shapes of the jobs), and the
-  // wall-clock budget of the GEMM and model-fit measurements together. Shapes are measured
+  // wall-clock budget of the GEMM and model-fit measurements together (calibrate(): GEMMs up
+  // to half of it, the fit the rest; add_gemm_shapes: all of it). Shapes are measured
   // from the smallest; one whose predicted time (its FLOPs at the rate measured so far) would
   // overrun the budget is not measured (logged; its time is interpolated). On the emulator,
   // whose GEMMs run at CPU speed, this is what keeps calibration short.
