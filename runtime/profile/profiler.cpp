@@ -764,7 +764,12 @@ ProfileResult profile_from_store(const ProfileRequest& request, const ProfileOpt
     cal = nominal_calibration();
     nominal = true;
   }
-  const ProfileRequest req = with_cluster(request, hw);
+  ProfileRequest req = with_cluster(request, hw);
+  // The stored hardware's backend decides the estimates (memory and rates): a store profiled
+  // with --device cuda is planned as CUDA jobs, from its GPU calibration.
+  if (hw.device_kind != device_kind_name(DeviceKind::kCpu)) req.device = DeviceKind::kCuda;
+  // Nominal numbers stand in for whichever backend the hardware is (and say they are nominal).
+  if (nominal) cal.device = hw.device_kind;
   ProfileOptions opt = options;
   opt.trials = false;
   Profiler p(req, opt, hw, cal, store);
