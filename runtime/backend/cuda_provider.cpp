@@ -2,6 +2,8 @@
 // provider, so that a provider links whatever backend it is built with (or none).
 #include "runtime/backend/cuda_provider.hpp"
 
+#include <fmt/format.h>
+
 #include "runtime/core/error.hpp"
 
 namespace saturn {
@@ -26,11 +28,29 @@ std::unique_ptr<Model> not_installed_model(Device&, const ModelConfig&, const Mo
   throw Error(kNotInstalled);
 }
 
-const CudaProvider kNone{"none", &not_installed_count, &not_installed_name,
-                         &not_installed_device, &not_installed_model};
+bool not_installed_facts(int, CudaDeviceFacts*, std::string* why) {
+  if (why != nullptr) *why = kNotInstalled;
+  return false;
+}
+void not_installed_linear(Device&, void*, const void*, const void*, int, int, int) {
+  throw Error(kNotInstalled);
+}
+
+const CudaProvider kNone{"none",
+                         &not_installed_count,
+                         &not_installed_name,
+                         &not_installed_device,
+                         &not_installed_model,
+                         nullptr,
+                         &not_installed_facts,
+                         &not_installed_linear};
 const CudaProvider* g_provider = &kNone;
 
 }  // namespace
+
+std::string cuda_version_text(int version) {
+  return fmt::format("{}.{}", version / 1000, version % 1000 / 10);
+}
 
 const CudaProvider& cuda_provider() {
   return *g_provider;

@@ -33,6 +33,17 @@ struct CudaNccl {
       std::unique_ptr<comm::Communicator> bootstrap, Device& device) = nullptr;
 };
 
+// What the hardware fingerprint and the device-capacity rule need to know of one GPU.
+struct CudaDeviceFacts {
+  std::string name;              // the GPU model, e.g. "NVIDIA H200"
+  std::size_t total_memory = 0;  // bytes
+  int count = 0;                 // GPUs this process sees
+  int driver_version = 0;        // cudaDriverGetVersion: the newest CUDA the driver supports
+  int runtime_version = 0;       // cudaRuntimeGetVersion: the CUDA runtime in use
+};
+// "12.4" from CUDA's 12040.
+std::string cuda_version_text(int version);
+
 struct CudaProvider {
   // "cuda", "cuda (emulated on the CPU)" or "none".
   const char* name = "none";
@@ -49,6 +60,16 @@ struct CudaProvider {
                                        const ModelOptions& options) = nullptr;
   // NCCL, when this build has it; nullptr otherwise (jobs then stage through MPI).
   const CudaNccl* nccl = nullptr;
+  // ---- profiling a GPU (issue 17)
+  // The facts of GPU `index` (modulo the count), without creating a device; false, with the
+  // reason in `why`, when they cannot be read. Never throws.
+  bool (*device_facts)(int index, CudaDeviceFacts* facts, std::string* why) = nullptr;
+  // One bf16 GEMM out[n, out_features] = in[n, in_features] · weight[in_features, out_features]
+  // through the backend's own linear op (cuBLASLt; the emulator's emu_linear), enqueued on the
+  // compute stream of `device` (one make_device returned); pointers are its device memory.
+  // Calibration times it at the shapes the cost model asks for.
+  void (*linear_forward)(Device& device, void* out, const void* in, const void* weight, int n,
+                         int in_features, int out_features) = nullptr;
 };
 
 // Defined by the provider library the executable links; main() calls it before anything else.

@@ -45,6 +45,25 @@ struct BackendTraits {
 };
 const BackendTraits& backend_traits(DeviceKind kind);
 
+// Times work on one device: start() and stop() mark two points in the order of the device's
+// operations (on a GPU: events on its compute stream, so the time is the stream's, not the
+// host's, which returns before queued work is done); seconds() waits for the stop point and
+// returns the time between them. A timer may be started again after seconds().
+class DeviceTimer {
+ public:
+  virtual ~DeviceTimer() = default;
+  virtual void start() = 0;
+  virtual void stop() = 0;
+  // Error when called before start() and stop().
+  virtual double seconds() = 0;
+  // Which clock: "cuda events" or "steady_clock" (recorded with measurements).
+  virtual const char* clock() const = 0;
+};
+
+// The host's steady clock as a DeviceTimer (the CPU backend's: its operations finish before
+// they return, so host time around them is device time).
+std::unique_ptr<DeviceTimer> make_host_timer();
+
 class Device {
  public:
   virtual ~Device() = default;
@@ -67,6 +86,8 @@ class Device {
   virtual void zero(void* dst, std::size_t bytes) = 0;
   // Waits for everything enqueued; `what` names the point in errors.
   virtual void synchronize(const char* what) = 0;
+  // A timer of this device's work (see DeviceTimer).
+  virtual std::unique_ptr<DeviceTimer> timer() = 0;
 
   // ---- host memory for copies, and asynchronous copies (offload's layer prefetch)
   // The allocator for host memory that is copied to and from this device: page-locked
@@ -106,14 +127,27 @@ class Device {
                             std::size_t n, const AdamWStep& step, float grad_scale) = 0;
 
   // ---- fp64 accumulators (reproducible mode)
-  virtual void accumulate(double* acc, float* g, std::size_t n) = 0;    // acc += g; g = 0
-  virtual void round_into(float* out, double* acc, std::size_t n) = 0;  // out = fp32(acc); acc = 0
+  virtual void accumulate(double* acc, float* g, std::size_t n) = 0;     // acc += g; g = 0
+  virtual void round_into(float* out, double* acc, std::size_t n) = 0;   // out = fp32(acc); acc = 0
   virtual void widen(double* dst, const float* src, std::size_t n) = 0;  // dst = src
   virtual void add(double* dst, const double* src, std::size_t n) = 0;   // dst += src
 
   // ---- device scalars: *acc += double(*x) * weight (losses summed without a host round trip)
   virtual void add_scaled(double* acc, const float* x, double weight) = 0;
 };
+
+// Device memory a GPU needs outside the pool the planner fills: the CUDA context, cuBLASLt's
+// and NCCL's own allocations (the cuBLASLt workspace and reduction scratch are in the pool and
+// in the estimates, BackendTraits::device_workspace). A stated allowance, to be checked against
+// a GPU by the device check: a context is ~0.5 GiB, NCCL's buffers up to ~1 GiB on 8 GPUs.
+constexpr std::size_t kCudaReservedBytes = std::size_t{2} << 30;
+
+// The device memory per rank that planning, trials and training use. CPU: `given` (0:
+// unlimited). CUDA: from the device, not a flag: GPU `index`'s total memory less
+// kCudaReservedBytes; `given` (a flag, named by `flag` in messages) may ask for less, and one
+// that exceeds it is InputError naming both numbers; InputError when no GPU is usable.
+std::size_t device_capacity_for(DeviceKind kind, int index, std::size_t given,
+                                const std::string& flag);
 
 // A device of `kind` for this rank with `capacity` bytes of memory (0: as much as it has).
 // cuda: device `index` (the rank's local GPU); throws Error naming why when CUDA is not usable

@@ -30,10 +30,19 @@ std::unique_ptr<Model> model(Device&, const ModelConfig&, const ModelOptions&) {
   throw Error(kWhy);
 }
 
+bool facts(int, CudaDeviceFacts*, std::string* why) {
+  if (why != nullptr) *why = kWhy;
+  return false;
+}
+
+void linear(Device&, void*, const void*, const void*, int, int, int) {
+  throw Error(kWhy);
+}
+
 }  // namespace
 
 void install_cuda_provider() {
-  static const CudaProvider provider{"none", &count, &name, &device, &model};
+  static const CudaProvider provider{"none", &count, &name, &device, &model, nullptr, &facts, &linear};
   set_cuda_provider(provider);
 }
 

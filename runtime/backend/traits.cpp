@@ -2,10 +2,43 @@
 // that estimates for GPU configurations can be made where no GPU is.
 #include <fmt/format.h>
 
+#include <chrono>
+
 #include "runtime/backend/device.hpp"
 #include "runtime/core/error.hpp"
 
 namespace saturn {
+
+namespace {
+
+class HostTimer final : public DeviceTimer {
+ public:
+  void start() override {
+    start_ = std::chrono::steady_clock::now();
+    started_ = true;
+    stopped_ = false;
+  }
+  void stop() override {
+    if (!started_) throw Error("device timer: stop() before start()");
+    stop_ = std::chrono::steady_clock::now();
+    stopped_ = true;
+  }
+  double seconds() override {
+    if (!started_ || !stopped_) throw Error("device timer: seconds() before start() and stop()");
+    return std::chrono::duration<double>(stop_ - start_).count();
+  }
+  const char* clock() const override { return "steady_clock"; }
+
+ private:
+  std::chrono::steady_clock::time_point start_, stop_;
+  bool started_ = false, stopped_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceTimer> make_host_timer() {
+  return std::make_unique<HostTimer>();
+}
 
 const char* device_kind_name(DeviceKind kind) {
   switch (kind) {

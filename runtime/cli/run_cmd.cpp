@@ -137,8 +137,9 @@ void add_run_command(CLI::App& root, Action* action, int argc, char** argv) {
                       "Continue the run in RUN_DIR from its checkpoints (any rank count)")
           ->expected(0, 1);
   cmd->add_option("--device-memory", args->options.device_memory,
-                  "Memory capacity of each device (rank), e.g. 2GiB; 0: unlimited (default; "
-                  "on --resume: the interrupted run's)");
+                  "Memory capacity of each device (rank), e.g. 2GiB; 0: unlimited on the CPU, "
+                  "the GPU's memory less 2 GiB reserved on CUDA, which it may only lower "
+                  "(default; on --resume: the interrupted run's)");
   cmd->add_option("--host-memory", args->options.host_memory,
                   "Host memory per rank for offloaded parameters and optimizer state, e.g. "
                   "64MiB; 0: unlimited (default; on --resume: the interrupted run's)");

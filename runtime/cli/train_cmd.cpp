@@ -3,6 +3,7 @@
 // under mpirun on D ranks with a parallel strategy (--strategy S --degree D).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -77,7 +78,10 @@ int run_job(const TrainArgs& a) {
       w = load_workload(a.workload, lo);
       const JobSpec& spec = pick_job(w, a);
       job = TrainJob{spec.id, spec.model, spec.train, w.train_data, w.val_data};
-      opt.device_capacity = parse_bytes(a.memory, "--memory");
+      // On a GPU the capacity is the device's (less a reserve); --memory may only lower it.
+      opt.device_capacity =
+          device_capacity_for(opt.device, std::max(0, comm::launcher_local_rank()),
+                              parse_bytes(a.memory, "--memory"), "--memory");
       opt.max_steps = a.max_steps;
       opt.quiet = a.quiet || rank != 0;
       opt.resume = a.resume;
@@ -149,8 +153,9 @@ void add_train_command(CLI::App& root, Action* action) {
       ->capture_default_str();
   cmd->add_option("--run-dir", args->run_dir, "Run directory (default: runs/<workload name>)");
   cmd->add_option("--memory", args->memory,
-                  "Device memory capacity, e.g. 2GiB (0: unlimited); exceeding it is a clean "
-                  "out-of-memory error");
+                  "Device memory capacity, e.g. 2GiB (0: unlimited on the CPU, the GPU's memory "
+                  "less 2 GiB reserved on CUDA, which it may only lower); exceeding it is a "
+                  "clean out-of-memory error");
   cmd->add_option("--max-steps", args->max_steps, "Stop after this many steps (smoke tests)");
   cmd->add_flag("--quiet", args->quiet, "No progress lines");
   cmd->add_flag("--resume", args->resume,

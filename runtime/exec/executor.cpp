@@ -176,7 +176,7 @@ int run_batch(const RunOptions& options) {
   PlanningInput planning;
   double profiling_s = 0;       // calibration and trials, before the batch's clock starts
   std::optional<RunLock> lock;  // rank 0's, released when run_batch returns
-  fs::path created_dir;  // rank 0: the outermost directory this run made for run_dir, if any
+  fs::path created_dir;         // rank 0: the outermost directory this run made for run_dir, if any
   try {
     // Everything about the input is checked before any rank trains or anything is written.
     comm::agree_on(*world, [&] {
@@ -209,8 +209,7 @@ int run_batch(const RunOptions& options) {
       if (rank == 0 && (!options.resume || fs::is_directory(run_dir))) {
         // The outermost directory the lock (which creates run_dir) is about to make (runs/,
         // when it is new): removed again if the input turns out bad.
-        for (fs::path p = fs::absolute(run_dir); !p.empty() && !fs::exists(p);
-             p = p.parent_path())
+        for (fs::path p = fs::absolute(run_dir); !p.empty() && !fs::exists(p); p = p.parent_path())
           created_dir = p;
         lock = RunLock::acquire(run_dir, !options.resume);
       }
@@ -226,6 +225,13 @@ int run_batch(const RunOptions& options) {
         return given.empty() ? std::size_t{0} : parse_bytes(given, flag);
       };
       capacity = memory(options.device_memory, "device_memory_bytes", "--device-memory");
+      // On a GPU the capacity is the device's (less a reserve); --device-memory may only
+      // lower it.
+      capacity =
+          device_capacity_for(options.device,
+                              options.device_index >= 0 ? options.device_index
+                                                        : std::max(0, comm::launcher_local_rank()),
+                              capacity, "--device-memory");
       host_capacity = memory(options.host_memory, "host_memory_bytes", "--host-memory");
       const bool has_run = fs::exists(run_dir / "timeline.jsonl");
       if (has_run && !options.resume)

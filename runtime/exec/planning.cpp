@@ -26,10 +26,6 @@ PlanningInput build_planning_input(const PlanningRequest& request, comm::Communi
   // turns the shared cache off).
   opts.calibration_cache = profile::default_calibration_cache();
   opts.quiet = world.rank() != 0;
-  if (world.rank() == 0 && request.device == DeviceKind::kCuda)
-    log::info(
-        "profiles: step times of untried CUDA configurations are estimated from the CPU's "
-        "calibrated rates (no GPU calibration yet); trials measure the GPU itself");
   const profile::ProfileResult result = profile::profile_workload(pr, world, opts);
   if (world.rank() == 0) {
     const auto& st = result.stats;

@@ -10,12 +10,15 @@
 #include <limits>
 #include <numeric>
 
+#include "runtime/backend/cpu/device.hpp"
 #include "runtime/backend/cpu/ops.hpp"
+#include "runtime/backend/cuda_provider.hpp"
+#include "runtime/comm/agree.hpp"
+#include "runtime/comm/comm_pair.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/log.hpp"
 #include "runtime/core/memory.hpp"
 #include "runtime/core/rng.hpp"
-#include "runtime/backend/cpu/device.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/model/parameters.hpp"
 #include "runtime/optim/adamw.hpp"
@@ -57,20 +60,53 @@ double Calibration::gemm_seconds(double flops) const {
   return flops / gemm_rate.back().second;
 }
 
+double Calibration::gemm_seconds(const GemmShape& shape) const {
+  for (const auto& g : gemm_shapes)
+    if (g.shape == shape) return g.seconds;
+  return gemm_seconds(2.0 * shape[0] * shape[1] * shape[2]);
+}
+
+bool Calibration::has_gemm_shape(const GemmShape& shape) const {
+  return std::any_of(gemm_shapes.begin(), gemm_shapes.end(),
+                     [&](const GemmShapeTime& g) { return g.shape == shape; });
+}
+
+namespace {
+
+// Local (in, out) of each linear of a block; tensor parallelism splits heads and MLP columns.
+std::vector<std::pair<double, double>> block_linears(const ModelConfig& m, int tp) {
+  const double C = m.d_model, F = m.ffn_dim(), t = std::max(tp, 1);
+  if (m.arch == Arch::kGpt2) return {{C, 3 * C / t}, {C / t, C}, {C, F / t}, {F / t, C}};
+  return {{C, C / t}, {C, C / t}, {C, C / t}, {C / t, C}, {C, F / t}, {C, F / t}, {F / t, C}};
+}
+
+GemmShape shape_of(double n, double in, double out) {
+  return {static_cast<int>(std::lround(n)), static_cast<int>(std::lround(in)),
+          static_cast<int>(std::lround(out))};
+}
+
+}  // namespace
+
+std::vector<GemmShape> model_gemm_shapes(const ModelConfig& m, int B, int T, int tp) {
+  const double N = static_cast<double>(B) * T;
+  std::vector<GemmShape> out;
+  for (const auto& [in, o] : block_linears(m, tp)) out.push_back(shape_of(N, in, o));
+  out.push_back(shape_of(N, m.d_model, m.vocab_size));
+  return out;
+}
+
 ComputeFeatures Calibration::features(const ModelConfig& m, int B, int T, int tp) const {
   ComputeFeatures f;
   const double N = static_cast<double>(B) * T, C = m.d_model, F = m.ffn_dim(), V = m.vocab_size,
                H = m.n_head, L = m.n_layer, t = std::max(tp, 1);
-  // Local (in, out) of each linear of a block; tensor parallelism splits heads and MLP columns.
-  std::vector<std::pair<double, double>> linears;
-  if (m.arch == Arch::kGpt2) {
-    linears = {{C, 3 * C / t}, {C / t, C}, {C, F / t}, {F / t, C}};
-  } else {
-    linears = {{C, C / t}, {C, C / t}, {C, C / t}, {C / t, C}, {C, F / t}, {C, F / t}, {F / t, C}};
-  }
-  // Each linear is three GEMMs of equal FLOPs: forward, input gradient, weight gradient.
-  for (const auto& [in, out] : linears) f.gemm_s += 3 * L * gemm_seconds(2 * N * in * out);
-  f.gemm_s += 3 * gemm_seconds(2 * N * C * V);  // the head (replicated under tp)
+  // Each linear is three GEMMs of equal FLOPs: forward, input gradient, weight gradient. A
+  // shape measured on the device is timed as measured; others by their FLOPs.
+  const auto linear_s = [&](double in, double out) {
+    return gemm_shapes.empty() ? gemm_seconds(2 * N * in * out)
+                               : gemm_seconds(shape_of(N, in, out));
+  };
+  for (const auto& [in, out] : block_linears(m, tp)) f.gemm_s += 3 * L * linear_s(in, out);
+  f.gemm_s += 3 * linear_s(C, V);  // the head (replicated under tp)
   f.attn_flops = L * 12.0 * N * T * C / t;
   // Norms, residuals, biases, activations and the softmax rows of every block, then the loss.
   f.elem_units = N * (L * (8 * C + 3 * F / t + H / t * T) + 3 * V + 2 * C);
@@ -151,7 +187,14 @@ nlohmann::json Calibration::to_json() const {
                      {"sync_s", f.sync_s}});
     l[op] = arr;
   }
+  nlohmann::json shapes = nlohmann::json::array();
+  for (const auto& g : gemm_shapes)
+    shapes.push_back({g.shape[0], g.shape[1], g.shape[2], g.seconds});
   return {{"hardware_id", hardware_id},
+          {"device", device},
+          {"timer", timer},
+          {"gemm_shapes", shapes},
+          {"copy_pinned", copy_pinned},
           {"created_utc", created_utc},
           {"seconds", seconds},
           {"quick", quick},
@@ -183,6 +226,14 @@ Calibration Calibration::from_json(const nlohmann::json& j) {
     c.copy_bytes_per_s = j.at("copy_bytes_per_s").get<double>();
     c.overlap = j.at("overlap").get<double>();
     c.probe_flops_per_s = j.value("probe_flops_per_s", 0.0);
+    // Absent in records written before GPU calibration: those are the CPU's.
+    c.device = j.value("device", std::string("cpu"));
+    c.timer = j.value("timer", std::string("steady_clock"));
+    c.copy_pinned = j.value("copy_pinned", false);
+    if (j.contains("gemm_shapes"))
+      for (const auto& g : j.at("gemm_shapes"))
+        c.gemm_shapes.push_back(GemmShapeTime{
+            {g.at(0).get<int>(), g.at(1).get<int>(), g.at(2).get<int>()}, g.at(3).get<double>()});
     for (const auto& [op, arr] : j.at("links").items())
       for (const auto& f : arr)
         c.links[op].push_back(LinkFit{f.at("group").get<int>(), f.at("inter_node").get<bool>(),
@@ -376,22 +427,10 @@ double ratio_to_probe(Gemm& probe, double window, int repeats, F&& f) {
   return median(std::move(ratios));
 }
 
-std::vector<std::pair<double, double>> measure_gemms(comm::Communicator& world, Gemm& probe,
-                                                     double probe_s, const CalibrationOptions& o) {
-  // Products of transformer linears from d_model 32 to 256 at 128 to 1024 tokens: d -> 3d
-  // (attention input), d -> d, 4d -> d (MLP output).
-  std::vector<std::array<int, 3>> shapes = {
-      {256, 32, 96}, {256, 128, 128}, {512, 128, 384}, {512, 512, 128}, {512, 256, 768}};
-  if (o.quick) shapes = {{128, 64, 128}, {512, 128, 384}, {1024, 128, 384}};
-  std::vector<std::pair<double, double>> points;
-  for (const auto& [n, K, O] : shapes) {
-    Gemm g(n, K, O);
-    const double ratio = world_median(world, ratio_to_probe(probe, o.window_s, o.repeats, g));
-    points.emplace_back(g.flops(), g.flops() / (ratio * probe_s));
-  }
+// Non-decreasing rate by size: pools adjacent violators (isotonic regression). A GEMM gets no
+// slower per FLOP on a bigger product; a dip is noise.
+void make_monotone(std::vector<std::pair<double, double>>& points) {
   std::sort(points.begin(), points.end());
-  // A BLAS gets no slower on bigger products; a dip is a burst of background load. Pool
-  // adjacent violators into a non-decreasing rate (isotonic regression).
   std::vector<std::pair<double, int>> blocks;  // (mean rate, points pooled)
   for (const auto& p : points) {
     blocks.emplace_back(p.second, 1);
@@ -406,6 +445,23 @@ std::vector<std::pair<double, double>> measure_gemms(comm::Communicator& world, 
   std::size_t i = 0;
   for (const auto& [rate, n] : blocks)
     for (int k = 0; k < n; ++k) points[i++].second = rate;
+}
+
+std::vector<std::pair<double, double>> measure_gemms(comm::Communicator& world, Gemm& probe,
+                                                     double probe_s, const CalibrationOptions& o) {
+  // Products of transformer linears from d_model 32 to 256 at 128 to 1024 tokens: d -> 3d
+  // (attention input), d -> d, 4d -> d (MLP output).
+  std::vector<std::array<int, 3>> shapes = {
+      {256, 32, 96}, {256, 128, 128}, {512, 128, 384}, {512, 512, 128}, {512, 256, 768}};
+  if (o.quick) shapes = {{128, 64, 128}, {512, 128, 384}, {1024, 128, 384}};
+  std::vector<std::pair<double, double>> points;
+  for (const auto& [n, K, O] : shapes) {
+    Gemm g(n, K, O);
+    const double ratio = world_median(world, ratio_to_probe(probe, o.window_s, o.repeats, g));
+    points.emplace_back(g.flops(), g.flops() / (ratio * probe_s));
+  }
+  // A BLAS gets no slower on bigger products; a dip is a burst of background load.
+  make_monotone(points);
   return points;
 }
 
@@ -598,14 +654,14 @@ LinkFit fit_link(const std::vector<double>& bytes, const std::vector<double>& ti
   return f;
 }
 
-// Measures every collective on the groups `color` forms (every rank of the world calls this;
-// color < 0: not in a group this time) and appends one fit per op of size `group`.
-void measure_links(comm::Communicator& world, Calibration& cal, int color, int group, bool inter,
-                   const CalibrationOptions& o) {
-  std::unique_ptr<comm::Communicator> g = world.split(color, world.rank());
-  const std::vector<std::size_t> sizes = o.quick ? std::vector<std::size_t>{4096, 131072}
-                                                 : std::vector<std::size_t>{4096, 131072, 1048576};
-  std::vector<float> a, b;
+// Times every collective of `sizes` on one group (`g`: its control communicator, null when
+// this rank is in no group this time; run(op, bytes) runs one collective, complete on return)
+// and appends one fit per op of size `group`. `work` is a few milliseconds of compute, for the
+// synchronisation wait. Every rank of the world calls this.
+template <typename Run, typename Work>
+void measure_links_with(comm::Communicator& world, Calibration& cal, comm::Communicator* g,
+                        int group, bool inter, const std::vector<std::size_t>& sizes,
+                        const CalibrationOptions& o, Run&& run, Work&& work) {
   for (CollOp op :
        {CollOp::kAllreduce, CollOp::kAllGather, CollOp::kReduceScatter, CollOp::kSendRecv}) {
     std::vector<double> xs, ts;
@@ -617,7 +673,7 @@ void measure_links(comm::Communicator& world, Calibration& cal, int color, int g
         // Enough calls per timing to span scheduler slices; the group agrees on the count.
         g->barrier();
         const auto tw = Clock::now();
-        run_collective(*g, op, bytes, a, b);  // also the warm-up (buffers, connections)
+        run(op, bytes);  // also the warm-up (buffers, connections)
         double once = std::max(seconds_since(tw), 1e-7);
         g->allreduce(&once, 1, comm::ReduceOp::kMax);
         const int calls = std::clamp(static_cast<int>(std::ceil(o.window_s / 3 / once)), 1, 1000);
@@ -625,7 +681,7 @@ void measure_links(comm::Communicator& world, Calibration& cal, int color, int g
         for (int r = 0; r < o.repeats; ++r) {
           g->barrier();
           const auto t0 = Clock::now();
-          for (int c = 0; c < calls; ++c) run_collective(*g, op, bytes, a, b);
+          for (int c = 0; c < calls; ++c) run(op, bytes);
           samples.push_back(seconds_since(t0) / calls);
         }
         t = median(samples);
@@ -635,6 +691,12 @@ void measure_links(comm::Communicator& world, Calibration& cal, int color, int g
       xs.push_back(static_cast<double>(bytes));
       ts.push_back(world_median(world, t));
     }
+    log::debug("calibration: {} on {} ranks: {}", coll_op_name(op), group, [&] {
+      std::string text;
+      for (std::size_t i = 0; i < xs.size(); ++i)
+        text += fmt::format("{}{:.0f} B {:.3g} s", i ? ", " : "", xs[i], ts[i]);
+      return text;
+    }());
     cal.links[coll_op_name(op)].push_back(fit_link(xs, ts, group, inter));
   }
   // Synchronisation: in a training step ranks reach a collective at different times (their
@@ -643,17 +705,15 @@ void measure_links(comm::Communicator& world, Calibration& cal, int color, int g
   // milliseconds of compute, minus its latency.
   double sync = -1;
   if (g) {
-    Gemm work(256, 128, 128);
-    float x = 1.0f;
     work();
-    g->allreduce(&x, 1, comm::ReduceOp::kSum);
+    run(CollOp::kAllreduce, sizeof(float));
     const int calls = o.quick ? 4 : 12;
     double inside = 0;
     g->barrier();
     for (int c = 0; c < calls; ++c) {
       work();
       const auto t0 = Clock::now();
-      g->allreduce(&x, 1, comm::ReduceOp::kSum);
+      run(CollOp::kAllreduce, sizeof(float));
       inside += seconds_since(t0);
     }
     sync = inside / calls;
@@ -665,6 +725,439 @@ void measure_links(comm::Communicator& world, Calibration& cal, int color, int g
   cal.links[coll_op_name(CollOp::kAllreduce)].back().sync_s = std::max(waited - alpha, 0.0);
 }
 
+// Measures every collective on the groups `color` forms (every rank of the world calls this;
+// color < 0: not in a group this time) and appends one fit per op of size `group`.
+void measure_links(comm::Communicator& world, Calibration& cal, int color, int group, bool inter,
+                   const CalibrationOptions& o) {
+  std::unique_ptr<comm::Communicator> g = world.split(color, world.rank());
+  const std::vector<std::size_t> sizes = o.quick ? std::vector<std::size_t>{4096, 131072}
+                                                 : std::vector<std::size_t>{4096, 131072, 1048576};
+  std::vector<float> a, b;
+  Gemm work(256, 128, 128);
+  measure_links_with(
+      world, cal, g.get(), group, inter, sizes, o,
+      [&](CollOp op, std::size_t bytes) { run_collective(*g, op, bytes, a, b); }, [&] { work(); });
+}
+
+// ---- on a GPU ---------------------------------------------------------------------------------
+
+double gemm_flops(const GemmShape& s) {
+  return 2.0 * s[0] * s[1] * s[2];
+}
+
+// Device seconds per call of f (the device's timer), median of `repeats` windows of at least
+// `window` seconds each, after two untimed calls (the first also picks the GEMM algorithm).
+template <typename F>
+double device_time_per_call(DeviceTimer& timer, double window, int repeats, F&& f) {
+  double once = 0;
+  for (int w = 0; w < 2; ++w) {
+    timer.start();
+    f();
+    timer.stop();
+    once = std::max(timer.seconds(), 1e-7);
+  }
+  const int calls = std::clamp(static_cast<int>(std::ceil(window / once)), 1, 100000);
+  std::vector<double> samples;
+  for (int r = 0; r < std::max(repeats, 1); ++r) {
+    timer.start();
+    for (int i = 0; i < calls; ++i) f();
+    timer.stop();
+    samples.push_back(timer.seconds() / calls);
+  }
+  return median(std::move(samples));
+}
+
+// Wall seconds device_time_per_call takes for a call of `seconds` (for the budget).
+double predicted_wall(double seconds, const CalibrationOptions& o) {
+  return 2 * seconds + std::max(o.repeats, 1) * std::max(seconds, o.window_s);
+}
+
+// Random bf16 values uploaded to `n` elements of device memory.
+void upload_random_bf16(Device& device, BFloat16* dst, std::size_t n, std::uint64_t seed) {
+  std::vector<BFloat16> host(n);
+  Rng rng(seed);
+  for (auto& v : host) v = to_bfloat16(static_cast<float>(rng.uniform() - 0.5));
+  device.upload(dst, host.data(), n * sizeof(BFloat16));
+}
+
+// One bf16 GEMM through the backend's own linear op (CudaProvider::linear_forward).
+class DeviceGemm {
+ public:
+  DeviceGemm(Device& device, const GemmShape& s)
+      : device_(device),
+        shape_(s),
+        in_(device.memory(), static_cast<std::size_t>(s[0]) * static_cast<std::size_t>(s[1]),
+            "calibration GEMM input"),
+        w_(device.memory(), static_cast<std::size_t>(s[1]) * static_cast<std::size_t>(s[2]),
+           "calibration GEMM weight"),
+        out_(device.memory(), static_cast<std::size_t>(s[0]) * static_cast<std::size_t>(s[2]),
+             "calibration GEMM output") {
+    upload_random_bf16(device, in_.data(), in_.size(), 1);
+    upload_random_bf16(device, w_.data(), w_.size(), 2);
+  }
+  void operator()() {
+    cuda_provider().linear_forward(device_, out_.data(), in_.data(), w_.data(), shape_[0],
+                                   shape_[1], shape_[2]);
+  }
+
+ private:
+  Device& device_;
+  GemmShape shape_;
+  Buffer<BFloat16> in_, w_, out_;
+};
+
+// The rate table from the measured shapes.
+void rebuild_gemm_rate(Calibration& cal) {
+  std::vector<std::pair<double, double>> points;
+  for (const auto& g : cal.gemm_shapes)
+    points.emplace_back(gemm_flops(g.shape), gemm_flops(g.shape) / g.seconds);
+  make_monotone(points);
+  cal.gemm_rate = std::move(points);
+}
+
+// Shapes of `wanted` not yet in cal, smallest first, timed while the budget (from `start`)
+// lasts; every rank runs the same sequence. Returns how many were added.
+int measure_device_gemms(comm::Communicator& world, Calibration& cal, Device& device,
+                         std::vector<GemmShape> wanted, const CalibrationOptions& o,
+                         Clock::time_point start, double budget_s) {
+  std::sort(wanted.begin(), wanted.end(), [](const GemmShape& a, const GemmShape& b) {
+    return gemm_flops(a) != gemm_flops(b) ? gemm_flops(a) < gemm_flops(b) : a < b;
+  });
+  wanted.erase(std::unique(wanted.begin(), wanted.end()), wanted.end());
+  const auto timer = device.timer();
+  int added = 0;
+  std::vector<GemmShape> skipped;
+  for (const GemmShape& s : wanted) {
+    if (s[0] <= 0 || s[1] <= 0 || s[2] <= 0 || cal.has_gemm_shape(s)) continue;
+    // Predicted from the fastest rate measured so far (rates grow with size: an upper bound
+    // on the time); the first shape is always measured.
+    double predicted = 0;
+    if (!cal.gemm_rate.empty())
+      predicted = predicted_wall(gemm_flops(s) / cal.gemm_rate.back().second, o);
+    double finish = seconds_since(start) + predicted;
+    world.allreduce(&finish, 1, comm::ReduceOp::kMax);
+    if (!cal.gemm_shapes.empty() && finish > budget_s) {
+      skipped.push_back(s);
+      continue;
+    }
+    double t = 0;
+    {
+      DeviceGemm gemm(device, s);
+      t = device_time_per_call(*timer, o.window_s, o.repeats, gemm);
+    }
+    cal.gemm_shapes.push_back(GemmShapeTime{s, world_median(world, t)});
+    rebuild_gemm_rate(cal);
+    ++added;
+  }
+  if (!skipped.empty() && world.rank() == 0)
+    log::info(
+        "calibration: {} GEMM shape(s) not timed, the largest {}x{}x{}: beyond the {:.0f} s "
+        "budget at the rates measured; their times are interpolated from the measured rates",
+        skipped.size(), skipped.back()[0], skipped.back()[1], skipped.back()[2], budget_s);
+  return added;
+}
+
+// A size sweep of square-ish products, from launch-bound to compute-bound on a GPU (the
+// budget cuts the large end on the emulator).
+std::vector<GemmShape> sweep_shapes(bool quick) {
+  std::vector<GemmShape> out;
+  for (int s : {64, 256, 1024, 2048, 4096}) {
+    if (quick && s > 1024) break;
+    out.push_back({2 * s, s, s});
+  }
+  return out;
+}
+
+std::vector<FitRun> fit_runs(bool quick) {
+  std::vector<FitRun> runs = {{Arch::kGpt2, 64, 2, 32, 8},
+                              {Arch::kLlama, 128, 4, 128, 2},
+                              {Arch::kGpt2, 192, 6, 32, 4},
+                              {Arch::kLlama, 64, 2, 256, 1},
+                              {Arch::kGpt2, 128, 4, 64, 4}};
+  if (quick) runs.resize(4);
+  return runs;
+}
+
+ModelConfig fit_model(const FitRun& r) {
+  ModelConfig m;
+  m.arch = r.arch;
+  m.n_layer = 1;
+  m.n_head = r.H;
+  m.d_model = r.C;
+  m.d_ff = 0;
+  m.max_seq_len = r.T;
+  return m;
+}
+
+// The compute fit of fit_compute, on the device: one-block models forward and backward, timed
+// with the device's timer.
+void fit_compute_on_device(comm::Communicator& world, Calibration& cal, Device& device,
+                           const CalibrationOptions& o, Clock::time_point start) {
+  std::vector<std::vector<double>> X;
+  std::vector<double> y;
+  const auto timer = device.timer();
+  for (const auto& r : fit_runs(o.quick)) {
+    const ModelConfig m = fit_model(r);
+    const ComputeFeatures f = cal.features(m, r.B, r.T, 1);
+    // A whole pass takes a few times its GEMMs; all ranks agree whether it fits the budget.
+    double finish = seconds_since(start) + predicted_wall(4 * f.gemm_s, o);
+    world.allreduce(&finish, 1, comm::ReduceOp::kMax);
+    if (finish > o.gpu_budget_s && X.size() >= 1) {
+      if (world.rank() == 0)
+        log::info("calibration: model fit {} d{} T{} B{} not run (beyond the {:.0f} s budget)",
+                  arch_name(r.arch), r.C, r.T, r.B, o.gpu_budget_s);
+      continue;
+    }
+    double t = 0;
+    {
+      const auto model = make_model(device, m);
+      model->init_weights(7);
+      model->reserve(r.B, r.T);
+      const std::size_t n = static_cast<std::size_t>(r.B) * r.T;
+      std::vector<std::int32_t> host(2 * n);
+      Rng rng(3);
+      for (auto& v : host) v = static_cast<std::int32_t>(rng.below(256));
+      Buffer<std::int32_t> tokens(device.memory(), 2 * n, "calibration tokens");
+      device.upload(tokens.data(), host.data(), 2 * n * sizeof(std::int32_t));
+      t = device_time_per_call(*timer, o.window_s, o.repeats, [&] {
+        model->zero_grads();
+        model->forward(tokens.data(), tokens.data() + n);
+        model->backward(1.0f / static_cast<float>(n));
+      });
+    }
+    X.push_back({f.gemm_s, f.attn_flops, f.elem_units});
+    y.push_back(world_median(world, t));
+    log::debug("calibration (device): {} d{} T{} B{}: {:.3g} s (GEMM table {:.3g} s)",
+               arch_name(r.arch), r.C, r.T, r.B, y.back(), f.gemm_s);
+  }
+  const auto [w, error] = robust_compute_fit(X, y);
+  cal.gemm_scale = w[0];
+  cal.attn_s_per_flop = w[1];
+  cal.elem_s_per_unit = w[2];
+  cal.compute_fit_error = error;
+}
+
+// AdamW, the gradient norm and zeroing per parameter, on device buffers; the parameter count
+// grows until one call takes a measurable share of the window (bounded: 16 Mi parameters).
+void measure_device_optimizer(comm::Communicator& world, Calibration& cal, Device& device,
+                              const CalibrationOptions& o) {
+  const auto timer = device.timer();
+  std::size_t P = std::size_t{1} << 16;
+  double per_param = 0;
+  for (;;) {
+    double once = 0;
+    {
+      Buffer<float> master(device.memory(), P, "calibration master"),
+          grad(device.memory(), P, "calibration gradients"), m(device.memory(), P, "calibration m"),
+          v(device.memory(), P, "calibration v");
+      Buffer<BFloat16> weights(device.memory(), P, "calibration weights");
+      for (Buffer<float>* b : {&master, &grad, &m, &v}) device.zero(b->data(), b->bytes());
+      int step = 0;
+      double sink = 0;
+      const auto update = [&] {
+        sink += device.sum_of_squares(grad.data(), P);
+        AdamWStep s;
+        s.lr = 1e-4f;
+        s.step = ++step;
+        device.adamw_update(master.data(), weights.data(), grad.data(), m.data(), v.data(), P, s,
+                            1.0f);
+        device.zero(grad.data(), grad.bytes());
+      };
+      timer->start();
+      update();
+      timer->stop();
+      once = timer->seconds();
+      per_param =
+          device_time_per_call(*timer, o.window_s, o.repeats, update) / static_cast<double>(P);
+      if (!std::isfinite(sink)) throw Error("calibration: non-finite gradient norm on the device");
+    }
+    // Agreed by every rank: the same number of collective medians below.
+    double grow = once < o.window_s / 8 && P < (std::size_t{1} << 24) ? 1.0 : 0.0;
+    world.allreduce(&grow, 1, comm::ReduceOp::kMin);
+    if (grow == 0) break;
+    P *= 4;
+  }
+  cal.optimizer_s_per_param = world_median(world, per_param);
+}
+
+// Host<->device copy bandwidth: upload and download of one buffer, growing it until a copy
+// takes a measurable share of the window (bounded: 256 MiB). Pageable host memory: calibration
+// has no pinned allocation of its own (Calibration::copy_pinned says so).
+void measure_device_copies(comm::Communicator& world, Calibration& cal, Device& device,
+                           const CalibrationOptions& o) {
+  std::size_t bytes = std::size_t{1} << 20;
+  double rate = 0;
+  for (;;) {
+    double once = 0;
+    {
+      Buffer<std::byte> on_device(device.memory(), bytes, "calibration copy");
+      std::vector<std::byte> on_host(bytes, std::byte{1});
+      const auto round_trip = [&] {
+        const auto t0 = Clock::now();
+        device.upload(on_device.data(), on_host.data(), bytes);
+        device.download(on_host.data(), on_device.data(), bytes);
+        return seconds_since(t0);
+      };
+      round_trip();  // first touch of both sides
+      once = round_trip();
+      std::vector<double> samples;
+      const int calls =
+          std::clamp(static_cast<int>(std::ceil(o.window_s / std::max(once, 1e-7))), 1, 1000);
+      for (int r = 0; r < std::max(o.repeats, 1); ++r) {
+        double t = 0;
+        for (int c = 0; c < calls; ++c) t += round_trip();
+        samples.push_back(t / calls);
+      }
+      rate = 2.0 * static_cast<double>(bytes) / median(std::move(samples));
+    }
+    double grow = once < o.window_s / 8 && bytes < (std::size_t{256} << 20) ? 1.0 : 0.0;
+    world.allreduce(&grow, 1, comm::ReduceOp::kMin);
+    if (grow == 0) break;
+    bytes *= 4;
+  }
+  cal.copy_bytes_per_s = world_median(world, rate);
+  cal.copy_pinned = false;
+}
+
+// One collective of `bytes` on device buffers over the data communicator, complete on return.
+void run_device_collective(comm::CommPair& pair, Device& device, CollOp op, std::size_t bytes,
+                           float* a, float* b) {
+  comm::Communicator& data = pair.data();
+  const std::size_t floats = std::max<std::size_t>(bytes / sizeof(float), 1);
+  const auto g = static_cast<std::size_t>(data.size());
+  switch (op) {
+    case CollOp::kAllreduce:
+      data.allreduce(a, floats, comm::ReduceOp::kSum);
+      break;
+    case CollOp::kAllGather:
+      data.all_gather(a, b, floats);
+      break;
+    case CollOp::kReduceScatter:
+      data.reduce_scatter(a, b, std::max<std::size_t>(floats / g, 1), comm::ReduceOp::kSum);
+      break;
+    case CollOp::kSendRecv:
+      if (data.rank() == 0) {
+        data.send(a, floats, 1, 11);
+        data.recv(a, floats, 1, 12);
+      } else if (data.rank() == 1) {
+        data.recv(a, floats, 0, 11);
+        data.send(a, floats, 0, 12);
+      }
+      break;
+  }
+  device.synchronize("calibration collective");
+}
+
+// measure_links over the data communicator of each group, on device buffers.
+void measure_device_links(comm::Communicator& world, Calibration& cal, Device& device, int color,
+                          int group, bool inter, const CalibrationOptions& o) {
+  std::unique_ptr<comm::Communicator> g = world.split(color, world.rank());
+  const std::vector<std::size_t> sizes =
+      o.quick ? std::vector<std::size_t>{4096, 131072, 4194304}
+              : std::vector<std::size_t>{4096, 131072, 1048576, 8388608};
+  std::unique_ptr<comm::CommPair> pair;
+  Buffer<float> a, b;
+  if (g) {
+    pair = comm::make_comm_pair(*g, device);
+    // The largest of any op: a reduce-scatter's whole buffer, an all-gather's g contributions.
+    const std::size_t floats = sizes.back() / sizeof(float) * static_cast<std::size_t>(group);
+    a = Buffer<float>(device.memory(), floats, "calibration collective");
+    b = Buffer<float>(device.memory(), floats, "calibration collective");
+    device.zero(a.data(), a.bytes());
+    device.zero(b.data(), b.bytes());
+  }
+  DeviceGemm work(device, {256, 256, 256});
+  measure_links_with(
+      world, cal, g.get(), group, inter, sizes, o,
+      [&](CollOp op, std::size_t bytes) {
+        run_device_collective(*pair, device, op, bytes, a.data(), b.data());
+      },
+      [&] {
+        for (int i = 0; i < 4; ++i) work();
+        device.synchronize("calibration work");
+      });
+}
+
+// The intra-node group sizes calibrate() measures and this rank's color for each.
+std::vector<std::pair<int, int>> link_groups(comm::Communicator& world, const Hardware& hardware,
+                                             const std::vector<int>& node_of_rank, int* local_out) {
+  const int rank = world.rank();
+  const int node = node_of_rank.at(static_cast<std::size_t>(rank));
+  int local = 0;
+  for (int r = 0; r < rank; ++r)
+    if (node_of_rank[static_cast<std::size_t>(r)] == node) ++local;
+  const int smallest =
+      *std::min_element(hardware.ranks_per_node.begin(), hardware.ranks_per_node.end());
+  std::vector<int> groups;
+  for (int gsz = 2; gsz <= smallest; gsz *= 2) groups.push_back(gsz);
+  if (smallest > 1 && (groups.empty() || groups.back() != smallest)) groups.push_back(smallest);
+  std::vector<std::pair<int, int>> out;  // (group size, color)
+  for (int gsz : groups) {
+    const int per_node = hardware.ranks_per_node[static_cast<std::size_t>(node)] / gsz;
+    out.emplace_back(gsz, local / gsz < per_node ? node * 100000 + local / gsz : -1);
+  }
+  if (local_out) *local_out = local;
+  return out;
+}
+
+std::unique_ptr<Device> calibration_device(comm::Communicator& world, const CalibrationOptions& o) {
+  return make_device(DeviceKind::kCuda, o.device_index >= 0 ? o.device_index : world.rank(),
+                     o.device_capacity);
+}
+
+// calibrate() on each rank's GPU.
+Calibration calibrate_device(comm::Communicator& world, const Hardware& hardware,
+                             const std::vector<int>& node_of_rank, const CalibrationOptions& o) {
+  const auto t0 = Clock::now();
+  Calibration cal;
+  cal.hardware_id = hardware.id();
+  cal.created_utc = utc_now();
+  cal.quick = o.quick;
+  cal.device = hardware.device_kind;
+  // A GPU is not time-shared with other ranks' CPU work: no probe, no load factor.
+  cal.probe_flops_per_s = 0;
+  std::unique_ptr<Device> device;
+  comm::agree_on(world, [&] { device = calibration_device(world, o); });
+  cal.timer = device->timer()->clock();
+  world.barrier();
+  // GEMMs: a size sweep, the fit models' shapes, the jobs' shapes; within the budget.
+  std::vector<GemmShape> shapes = sweep_shapes(o.quick);
+  for (const auto& r : fit_runs(o.quick))
+    for (const auto& s : model_gemm_shapes(fit_model(r), r.B, r.T, 1)) shapes.push_back(s);
+  shapes.insert(shapes.end(), o.gemm_shapes.begin(), o.gemm_shapes.end());
+  // Half the budget for GEMMs, the rest for the model fit (which needs several runs).
+  measure_device_gemms(world, cal, *device, shapes, o, t0, o.gpu_budget_s / 2);
+  log::debug("calibration (device): {} GEMM shapes {:.2f} s", cal.gemm_shapes.size(),
+             seconds_since(t0));
+  fit_compute_on_device(world, cal, *device, o, t0);
+  log::debug("calibration (device): model fit {:.2f} s", seconds_since(t0));
+  measure_device_optimizer(world, cal, *device, o);
+  measure_device_copies(world, cal, *device, o);
+  if (world.rank() == 0)
+    log::info(
+        "calibration: host<->device copies {:.2f} GB/s with pageable host memory (no pinned "
+        "allocation in calibration)",
+        cal.copy_bytes_per_s / 1e9);
+  log::debug("calibration (device): optimizer, copies {:.2f} s", seconds_since(t0));
+  int local = 0;
+  for (const auto& [gsz, color] : link_groups(world, hardware, node_of_rank, &local)) {
+    measure_device_links(world, cal, *device, color, gsz, false, o);
+    log::debug("calibration (device): collectives on {} ranks {:.2f} s", gsz, seconds_since(t0));
+  }
+  if (hardware.nodes() > 1) {
+    const int smallest =
+        *std::min_element(hardware.ranks_per_node.begin(), hardware.ranks_per_node.end());
+    measure_device_links(world, cal, *device, local < smallest ? local : -1, hardware.nodes(), true,
+                         o);
+  }
+  // Overlap of communication with compute is a strategy's (NCCL streams); not measured yet.
+  cal.overlap = 0.0;
+  cal.seconds = seconds_since(t0);
+  std::string text = cal.to_json().dump();
+  broadcast_text(world, text, 0);
+  return Calibration::from_json(nlohmann::json::parse(text));
+}
+
 }  // namespace
 
 double probe_speed(comm::Communicator& world, double window_s) {
@@ -673,8 +1166,26 @@ double probe_speed(comm::Communicator& world, double window_s) {
   return probe.flops() / world_median(world, time_per_call(window_s, 3, probe));
 }
 
+int add_gemm_shapes(comm::Communicator& world, Calibration& cal,
+                    const std::vector<GemmShape>& shapes, const CalibrationOptions& options) {
+  if (options.device != DeviceKind::kCuda)
+    throw Error("add_gemm_shapes: GEMM shapes are timed on a GPU calibration only");
+  const auto t0 = Clock::now();
+  std::unique_ptr<Device> device;
+  comm::agree_on(world, [&] { device = calibration_device(world, options); });
+  const int added =
+      measure_device_gemms(world, cal, *device, shapes, options, t0, options.gpu_budget_s);
+  // Rank 0's numbers everywhere (the medians agree already).
+  std::string text = cal.to_json().dump();
+  broadcast_text(world, text, 0);
+  cal = Calibration::from_json(nlohmann::json::parse(text));
+  return added;
+}
+
 Calibration calibrate(comm::Communicator& world, const Hardware& hardware,
                       const std::vector<int>& node_of_rank, const CalibrationOptions& options) {
+  if (options.device == DeviceKind::kCuda)
+    return calibrate_device(world, hardware, node_of_rank, options);
   const auto t0 = Clock::now();
   Calibration cal;
   cal.hardware_id = hardware.id();

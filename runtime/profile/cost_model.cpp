@@ -47,6 +47,14 @@ CostEstimate estimate_cost(const ModelConfig& model, const TrainConfig& train,
                            const ConfigSpec& config, const Calibration& cal,
                            std::size_t device_capacity, std::size_t host_capacity,
                            DeviceKind backend) {
+  // Rates measured on one backend say nothing of the other (a GPU's GEMMs are 100-1000x a
+  // CPU's): never estimate a CUDA job from a CPU calibration, nor the reverse.
+  const bool cal_is_cpu = cal.device == "cpu";
+  if (cal_is_cpu != (backend == DeviceKind::kCpu))
+    throw Error(fmt::format(
+        "cost model: a {} job cannot be estimated from the calibration of {} (hardware {}); "
+        "calibrate on the job's backend (saturn profile --device {} --recalibrate)",
+        device_kind_name(backend), cal.device, cal.hardware_id, device_kind_name(backend)));
   parallel::StrategySpec spec;
   spec.backend = backend;
   spec.model = model;
@@ -80,6 +88,7 @@ CostEstimate estimate_cost(const ModelConfig& model, const TrainConfig& train,
   if (name == "pipeline") pp = config.degree;
   if (name == "ddp+pipeline") pp = std::max(parallel::hybrid_stages(spec), 1);
   const int dp = std::max(config.degree / (tp * pp), 1);
+  c.tensor_degree = tp;
   const bool inter = config.nodes > 1 && cal.has_inter_node();
   const double m = static_cast<double>(e.micro_batches);
 

@@ -63,13 +63,15 @@ struct CostEstimate {
   double flops = 0;
   std::int64_t micro_batch = 0;
   std::int64_t micro_batches = 0;
+  int tensor_degree = 1;  // the tensor-parallel shard the compute was timed at
   std::string layout;
 };
 
 // Estimates `config` for one job's model and training settings on `backend` (its memory: the
 // backend's precision and attention; its times: the calibration's rates). device_capacity and
 // host_capacity (bytes, 0 = unlimited) make configurations that would not fit infeasible.
-// Unknown strategies or knobs are InputError.
+// Unknown strategies or knobs are InputError; a calibration of another backend than `backend`
+// (Calibration::device: a CPU's rates for a CUDA job, or the reverse) is Error.
 CostEstimate estimate_cost(const ModelConfig& model, const TrainConfig& train,
                            const ConfigSpec& config, const Calibration& calibration,
                            std::size_t device_capacity = 0, std::size_t host_capacity = 0,

@@ -12,6 +12,7 @@
 
 #include "runtime/backend/cuda_provider.hpp"
 #include "runtime/core/error.hpp"
+#include "runtime/core/log.hpp"
 #include "runtime/profile/text_comm.hpp"
 
 extern "C" char* openblas_get_corename(void);
@@ -54,8 +55,12 @@ std::string host_name() {
 std::string canonical(const Hardware& h) {
   std::string nodes;
   for (int r : h.ranks_per_node) nodes += fmt::format("{}{}", nodes.empty() ? "" : ",", r);
-  return fmt::format("{}|{}|{}|{}|{}|{}|{}", h.device_kind, h.cpu_model, h.cores,
-                     h.threads_per_rank, h.blas, h.mpi, nodes);
+  std::string text = fmt::format("{}|{}|{}|{}|{}|{}|{}", h.device_kind, h.cpu_model, h.cores,
+                                 h.threads_per_rank, h.blas, h.mpi, nodes);
+  if (h.gpu_count > 0)
+    text += fmt::format("|{}|{}|{}|{}|{}", h.gpu_model, h.gpu_count, h.gpu_memory_bytes,
+                        h.gpu_driver, h.gpu_runtime);
+  return text;
 }
 
 }  // namespace
@@ -92,14 +97,30 @@ std::string Hardware::describe() const {
     for (int r : ranks_per_node) layout += fmt::format("{}{}", layout.empty() ? "" : "+", r);
     layout += " ranks";
   }
-  return fmt::format("{}, {} ({} cores), {} thread{}/rank, BLAS {}, {}", device_kind, cpu_model,
-                     cores, threads_per_rank, threads_per_rank == 1 ? "" : "s", blas, layout);
+  const std::string gpus =
+      gpu_count > 0
+          ? fmt::format(" ({} x {}, {:.1f} GiB each, driver CUDA {}, runtime {})", gpu_count,
+                        gpu_model, static_cast<double>(gpu_memory_bytes) / (1024.0 * 1024 * 1024),
+                        gpu_driver, gpu_runtime)
+          : std::string();
+  return fmt::format("{}{}, {} ({} cores), {} thread{}/rank, BLAS {}, {}", device_kind, gpus,
+                     cpu_model, cores, threads_per_rank, threads_per_rank == 1 ? "" : "s", blas,
+                     layout);
 }
 
 nlohmann::json Hardware::to_json() const {
-  return {{"device_kind", device_kind},           {"cpu_model", cpu_model}, {"cores", cores},
-          {"threads_per_rank", threads_per_rank}, {"blas", blas},           {"mpi", mpi},
-          {"ranks_per_node", ranks_per_node}};
+  nlohmann::json j = {
+      {"device_kind", device_kind},           {"cpu_model", cpu_model}, {"cores", cores},
+      {"threads_per_rank", threads_per_rank}, {"blas", blas},           {"mpi", mpi},
+      {"ranks_per_node", ranks_per_node}};
+  if (gpu_count > 0) {
+    j["gpu_model"] = gpu_model;
+    j["gpu_count"] = gpu_count;
+    j["gpu_memory_bytes"] = gpu_memory_bytes;
+    j["gpu_driver"] = gpu_driver;
+    j["gpu_runtime"] = gpu_runtime;
+  }
+  return j;
 }
 
 Hardware Hardware::from_json(const nlohmann::json& j) {
@@ -112,6 +133,14 @@ Hardware Hardware::from_json(const nlohmann::json& j) {
     h.blas = j.at("blas").get<std::string>();
     h.mpi = j.at("mpi").get<std::string>();
     h.ranks_per_node = j.at("ranks_per_node").get<std::vector<int>>();
+    // CUDA fingerprints only (and none written before GPU profiling).
+    h.gpu_count = j.value("gpu_count", 0);
+    if (h.gpu_count > 0) {
+      h.gpu_model = j.at("gpu_model").get<std::string>();
+      h.gpu_memory_bytes = j.at("gpu_memory_bytes").get<std::size_t>();
+      h.gpu_driver = j.at("gpu_driver").get<std::string>();
+      h.gpu_runtime = j.at("gpu_runtime").get<std::string>();
+    }
   } catch (const nlohmann::json::exception& e) {
     throw InputError(fmt::format("hardware fingerprint: {}", e.what()));
   }
@@ -138,6 +167,18 @@ Hardware detect_hardware(comm::Communicator& world, std::vector<int>* node_of_ra
     // model do not describe another. Read without creating a device, and without throwing
     // (every rank is on its way into the collectives below).
     h.device_kind = fmt::format("{}: {}", cuda_provider().name, cuda_provider().device_name(0));
+    CudaDeviceFacts facts;
+    std::string why;
+    if (cuda_provider().device_facts(0, &facts, &why)) {
+      h.gpu_model = facts.name;
+      h.gpu_count = facts.count;
+      h.gpu_memory_bytes = facts.total_memory;
+      h.gpu_driver = cuda_version_text(facts.driver_version);
+      h.gpu_runtime = cuda_version_text(facts.runtime_version);
+    } else {
+      // The trials' make_device fails with the reason; the fingerprint says it too.
+      log::warn("hardware fingerprint: the GPU's facts cannot be read: {}", why);
+    }
   }
   // Ranks on one node share a host name; group them in order of first appearance.
   const std::vector<std::string> hosts = all_gather_text(world, host_name());

@@ -22,6 +22,14 @@ struct Hardware {
   std::string blas;                 // OpenBLAS kernel set (openblas_get_corename)
   std::string mpi;                  // first line of MPI_Get_library_version
   std::vector<int> ranks_per_node;  // one entry per node, in rank order of first appearance
+  // On CUDA (rank 0's GPU; empty/0 on the CPU): the GPU model, how many GPUs a rank sees, the
+  // memory of one, the driver's and the runtime's CUDA versions ("12.4"). Part of id() only
+  // when present, so CPU fingerprints keep their ids.
+  std::string gpu_model;
+  int gpu_count = 0;
+  std::size_t gpu_memory_bytes = 0;
+  std::string gpu_driver;
+  std::string gpu_runtime;
 
   int nodes() const { return static_cast<int>(ranks_per_node.size()); }
   int ranks() const;

@@ -264,6 +264,22 @@ class Profiler {
     }
   }
 
+  // The GEMM shapes the estimates time (every feasible candidate's micro-batch, at its tensor
+  // shard): what a GPU calibration measures exactly.
+  std::vector<GemmShape> gemm_shapes() const {
+    std::vector<GemmShape> out;
+    for (const auto& c : cands_) {
+      if (!c.est.feasible || c.est.micro_batch <= 0) continue;
+      const Shape& s = shapes_[c.shape];
+      for (const auto& g : model_gemm_shapes(s.model, static_cast<int>(c.est.micro_batch),
+                                             s.train.seq_len, c.est.tensor_degree))
+        out.push_back(g);
+    }
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+    return out;
+  }
+
   ProfileStore& store() { return store_; }
   ProfileStats& stats() { return stats_; }
 
@@ -595,26 +611,61 @@ ProfileResult profile_workload(const ProfileRequest& request, comm::Communicator
   broadcast_text(world, text, 0);
   store = ProfileStore::from_text(text);
 
+  // Calibration on the jobs' backend: each rank's GPU on CUDA, timed with its device timer.
+  CalibrationOptions copt = options.calibration;
+  copt.device = request.device;
+  copt.device_index = options.trial.device_index;
+  copt.device_capacity =
+      options.trial.device_capacity > 0 ? options.trial.device_capacity : request.device_capacity;
+  const auto save_to_cache = [&](const Calibration& c) {
+    if (world.rank() != 0 || options.calibration_cache.empty() || options.calibration.quick) return;
+    // Best effort: the cache saves later runs the calibration, and losing it costs only that.
+    try {
+      ProfileStore only_calibration;
+      only_calibration.put_hardware(HardwareRecord{hw, c});
+      only_calibration.save(options.calibration_cache);
+    } catch (const std::exception& e) {
+      log::warn("calibration not cached in {}: {}", options.calibration_cache.string(), e.what());
+    }
+  };
+
   ProfileStats pre;
   Calibration cal;
   const HardwareRecord* rec = store.hardware(hw.id());
-  if (rec && rec->calibration && !options.recalibrate) {
+  // A stored calibration of another backend (written before GPU calibration existed) is not
+  // this hardware's: calibrate again.
+  const bool stored_fits =
+      rec && rec->calibration &&
+      (rec->calibration->device == "cpu") == (request.device == DeviceKind::kCpu);
+  if (talk && rec && rec->calibration && !stored_fits)
+    log::info("the stored calibration of {} is the {}'s, not the {}'s: calibrating again",
+              hw.describe(), rec->calibration->device, device_kind_name(request.device));
+  if (stored_fits && !options.recalibrate) {
     cal = *rec->calibration;
   } else {
     if (talk) log::info("calibrating {} (once per hardware)", hw.describe());
-    cal = calibrate(world, hw, node_of_rank, options.calibration);
+    cal = calibrate(world, hw, node_of_rank, copt);
     store.put_hardware(HardwareRecord{hw, cal});
     pre.calibrated = true;
     pre.calibration_s = cal.seconds;
-    if (world.rank() == 0 && !options.calibration_cache.empty() && !options.calibration.quick) {
-      // Best effort: the cache saves later runs the calibration, and losing it costs only that.
-      try {
-        ProfileStore only_calibration;
-        only_calibration.put_hardware(HardwareRecord{hw, cal});
-        only_calibration.save(options.calibration_cache);
-      } catch (const std::exception& e) {
-        log::warn("calibration not cached in {}: {}", options.calibration_cache.string(), e.what());
-      }
+    save_to_cache(cal);
+  }
+  if (talk)
+    log::info("calibration of {}: rates of {}, timed with {}", hw.id(), cal.device, cal.timer);
+  if (request.device == DeviceKind::kCuda) {
+    // GEMM rates at the jobs' own shapes: estimate once to learn which shapes the estimates
+    // time (micro-batches do not depend on the rates), time those the calibration lacks.
+    Profiler first(req, options, hw, cal, store);
+    first.estimate();
+    const auto t_shapes = Clock::now();
+    const int added = add_gemm_shapes(world, cal, first.gemm_shapes(), copt);
+    if (added > 0) {
+      store.put_hardware(HardwareRecord{hw, cal});
+      save_to_cache(cal);
+      pre.calibration_s += seconds_since(t_shapes);
+      if (talk)
+        log::info("calibration: {} GEMM shape{} of the jobs timed on the GPU in {:.2f} s", added,
+                  added == 1 ? "" : "s", seconds_since(t_shapes));
     }
   }
 
@@ -713,7 +764,12 @@ ProfileResult profile_from_store(const ProfileRequest& request, const ProfileOpt
     cal = nominal_calibration();
     nominal = true;
   }
-  const ProfileRequest req = with_cluster(request, hw);
+  ProfileRequest req = with_cluster(request, hw);
+  // The stored hardware's backend decides the estimates (memory and rates): a store profiled
+  // with --device cuda is planned as CUDA jobs, from its GPU calibration.
+  if (hw.device_kind != device_kind_name(DeviceKind::kCpu)) req.device = DeviceKind::kCuda;
+  // Nominal numbers stand in for whichever backend the hardware is (and say they are nominal).
+  if (nominal) cal.device = hw.device_kind;
   ProfileOptions opt = options;
   opt.trials = false;
   Profiler p(req, opt, hw, cal, store);
@@ -849,6 +905,13 @@ std::string format_profile_summary(const ProfileResult& r) {
       "({} failed), {} taken from the store\n",
       s.jobs, s.signatures, s.configs, s.feasible, s.trials_run, s.trial_rounds, s.trials_failed,
       s.trials_reused);
+  std::string clocks;
+  for (const auto& row : r.rows)
+    if (row.tried_now && row.measured && clocks.find(row.measured->clock) == std::string::npos)
+      clocks += (clocks.empty() ? "" : ", ") + row.measured->clock;
+  out += fmt::format("calibration: {} rates, timed with {}{}\n", r.calibration.device,
+                     r.calibration.timer,
+                     clocks.empty() ? "" : fmt::format("; trial step times from {}", clocks));
   out += fmt::format("time: calibration {:.2f} s{}, trials {:.2f} s, total {:.2f} s\n",
                      s.calibration_s, s.calibrated ? "" : " (stored)", s.trials_s, s.total_s);
   if (std::abs(s.load_factor - 1.0) > 0.005)

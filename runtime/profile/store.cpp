@@ -94,7 +94,8 @@ nlohmann::json measurement_to_json(const Measurement& m) {
           {"device_capacity", m.device_capacity},
           {"concurrent", m.concurrent},
           {"wall_s", m.wall_s},
-          {"measured_utc", m.measured_utc}};
+          {"measured_utc", m.measured_utc},
+          {"clock", m.clock}};
 }
 
 Measurement measurement_from_json(const nlohmann::json& j) {
@@ -113,6 +114,7 @@ Measurement measurement_from_json(const nlohmann::json& j) {
   m.concurrent = j.at("concurrent");
   m.wall_s = j.at("wall_s");
   m.measured_utc = j.at("measured_utc");
+  m.clock = j.value("clock", std::string("steady_clock"));
   return m;
 }
 

@@ -58,6 +58,9 @@ struct Measurement {
   bool concurrent = false;          // other trials ran beside it
   double wall_s = 0;                // the whole trial: set-up, warm-up, steps, evaluation
   std::string measured_utc;
+  // The clock the step times came from: "cuda events" on a GPU's compute stream, or
+  // "steady_clock" (the CPU backend; stores written before device timers).
+  std::string clock = "steady_clock";
 };
 
 nlohmann::json measurement_to_json(const Measurement& m);

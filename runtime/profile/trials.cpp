@@ -161,10 +161,18 @@ Measurement run_one_trial(const TrialRequest& trial, comm::Communicator& group,
     };
     std::vector<double> warm_times, times;
     bool stopped_early = false;
-    for (int w = 0; w < o.warmup_steps; ++w) {
-      const auto ts = Clock::now();
+    // Step times from the device's timer (CUDA events on the compute stream on a GPU; the
+    // steady clock on the CPU), the slowest rank's.
+    const std::unique_ptr<DeviceTimer> timer = device->timer();
+    m.clock = timer->clock();
+    const auto timed_step = [&] {
+      timer->start();
       comm::agree_on(group, [&] { s->train_step(batch, step++); });
-      warm_times.push_back(max_over(group, seconds_since(ts)));
+      timer->stop();
+      return max_over(group, timer->seconds());
+    };
+    for (int w = 0; w < o.warmup_steps; ++w) {
+      warm_times.push_back(timed_step());
       if (over_limit()) {
         stopped_early = true;
         break;
@@ -173,9 +181,7 @@ Measurement run_one_trial(const TrialRequest& trial, comm::Communicator& group,
     s->reset_stats();
     for (int i = 0; !stopped_early && i < std::max(o.measure_steps, 1); ++i) {
       group.barrier();
-      const auto ts = Clock::now();
-      comm::agree_on(group, [&] { s->train_step(batch, step++); });
-      times.push_back(max_over(group, seconds_since(ts)));
+      times.push_back(timed_step());
       if (i + 1 < o.measure_steps && over_limit()) stopped_early = true;
     }
     if (times.empty()) {
@@ -198,9 +204,10 @@ Measurement run_one_trial(const TrialRequest& trial, comm::Communicator& group,
     if (o.measure_eval && !stopped_early) {
       const data::Batch val = synthetic_batch(eval_rows(tc), tc.seq_len, trial.model.vocab_size, 2);
       group.barrier();
-      const auto te = Clock::now();
+      timer->start();
       comm::agree_on(group, [&] { s->evaluate(val); });
-      m.eval_s = max_over(group, seconds_since(te));
+      timer->stop();
+      m.eval_s = max_over(group, timer->seconds());
     }
     std::int64_t peaks[2] = {static_cast<std::int64_t>(device->memory().peak()),
                              static_cast<std::int64_t>(host->peak())};

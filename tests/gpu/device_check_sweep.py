@@ -111,16 +111,18 @@ def main() -> int:
         if metrics.exists():
             lines = [json.loads(l) for l in metrics.read_text().splitlines() if l.strip()]
             rates = [l["tokens_per_s"] for l in lines[1:]] or [l["tokens_per_s"] for l in lines]
-        comm = re.search(rf"job {re.escape(jid)}\b[^\n]*data communicator[^\n]*", log_text)
         rows.append((jid, seg.get("strategy", "?"), seg.get("devices", "?"), job["status"],
-                     f"{statistics.median(rates):.0f}" if rates else "-", peak.get(jid, "-"),
-                     comm.group(0).split("data communicator", 1)[1].strip(" :") if comm else "-"))
+                     f"{statistics.median(rates):.0f}" if rates else "-", peak.get(jid, "-")))
 
     table = [f"saturn run --device {args.device} --np {args.np}, scale {args.scale}: exit {rc}, "
              f"{wall:.0f} s wall, makespan {summary.get('makespan_s', float('nan')):.1f} s",
-             "", "| job | strategy | devices | status | tokens/s (median) | peak device memory | data communicator |",
-             "|---|---|---|---|---|---|---|"]
+             "", "| job | strategy | devices | status | tokens/s (median) | peak device memory |",
+             "|---|---|---|---|---|---|"]
     table += [f"| {' | '.join(str(c) for c in r)} |" for r in rows]
+    # The data communicators the multi-rank segments got (logged once per segment by rank 0).
+    comms = re.findall(r"data communicator of \d+ rank\(s\): ([^\n]*)", log_text)
+    table += ["", "Data communicators of the multi-rank segments:"]
+    table += [f"- {n} x {c}" for c, n in sorted({c: comms.count(c) for c in comms}.items())] or ["- none"]
     text = "\n".join(table) + "\n"
     (out / "sweep-table.md").write_text(text)
     print(text)

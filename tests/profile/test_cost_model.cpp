@@ -169,3 +169,36 @@ TEST(CostModel, RunTimeCountsStepsAndEvaluations) {
   EXPECT_DOUBLE_EQ(run_seconds(t, 200, 0.5, 2.0), 102.0);
   EXPECT_EQ(ConfigSpec({"pipeline", {"schedule=gpipe"}, 2, 1}).label(), "pipeline[schedule=gpipe]");
 }
+
+// Rates measured on one backend never price a job on the other (GPU profiling, issue 17).
+TEST(CostModel, RefusesACalibrationOfAnotherBackend) {
+  Calibration cpu = nominal_calibration();
+  EXPECT_NO_THROW(estimate_cost(small_model(), small_train(), ConfigSpec{"ddp", {}, 1, 1}, cpu));
+  EXPECT_THROW(estimate_cost(small_model(), small_train(), ConfigSpec{"ddp", {}, 1, 1}, cpu, 0, 0,
+                             DeviceKind::kCuda),
+               Error);
+  Calibration gpu = nominal_calibration();
+  gpu.device = "cuda: NVIDIA H200";
+  EXPECT_NO_THROW(estimate_cost(small_model(), small_train(), ConfigSpec{"ddp", {}, 1, 1}, gpu, 0,
+                                0, DeviceKind::kCuda));
+  EXPECT_THROW(estimate_cost(small_model(), small_train(), ConfigSpec{"ddp", {}, 1, 1}, gpu),
+               Error);
+}
+
+// A GEMM measured at its exact shape is timed as measured; others by their FLOPs; records
+// written before GPU calibration read as the CPU's.
+TEST(Calibration, MeasuredShapesTimeTheirGemms) {
+  Calibration c = nominal_calibration();
+  const GemmShape measured{64, 32, 96};
+  c.gemm_shapes.push_back(GemmShapeTime{measured, 1.5e-3});
+  EXPECT_DOUBLE_EQ(c.gemm_seconds(measured), 1.5e-3);
+  EXPECT_DOUBLE_EQ(c.gemm_seconds(GemmShape{64, 96, 32}), c.gemm_seconds(2.0 * 64 * 96 * 32));
+  nlohmann::json j = nominal_calibration().to_json();
+  j.erase("device");
+  j.erase("timer");
+  j.erase("gemm_shapes");
+  const Calibration old = Calibration::from_json(j);
+  EXPECT_EQ(old.device, "cpu");
+  EXPECT_EQ(old.timer, "steady_clock");
+  EXPECT_TRUE(old.gemm_shapes.empty());
+}

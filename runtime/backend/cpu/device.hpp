@@ -31,6 +31,7 @@ class CpuDevice final : public Device {
   CopyTicket download_async(void* dst, const void* src, std::size_t bytes) override;
   void wait_copy(CopyTicket) override {}
   void finish_copies(const char*) override {}
+  std::unique_ptr<DeviceTimer> timer() override { return make_host_timer(); }
 
   double sum_of_squares(const float* x, std::size_t n) override;
   void add_exact_squares(ExactSquareSum& into, const float* x, std::size_t n) override;

@@ -152,6 +152,59 @@ void CudaDevice::synchronize(const char* what) {
   ctx_->synchronize(what);
 }
 
+namespace {
+
+// Two events on the compute stream: the time between them is what the stream took, whatever
+// the host did meanwhile (it returns from launches long before the work is done).
+class EventTimer final : public DeviceTimer {
+ public:
+  explicit EventTimer(Context& ctx) : ctx_(ctx) {
+    SATURN_CUDA_CHECK(cudaSetDevice(ctx.device()));
+    SATURN_CUDA_CHECK(cudaEventCreate(&start_));
+    const cudaError_t e = cudaEventCreate(&stop_);
+    if (e != cudaSuccess) {
+      cudaEventDestroy(start_);
+      check_cuda(e, "cudaEventCreate(&stop_)", __FILE__, __LINE__);
+    }
+  }
+  ~EventTimer() override {
+    cudaEventDestroy(start_);
+    cudaEventDestroy(stop_);
+  }
+  EventTimer(const EventTimer&) = delete;
+  EventTimer& operator=(const EventTimer&) = delete;
+
+  void start() override {
+    SATURN_CUDA_CHECK(cudaEventRecord(start_, ctx_.stream()));
+    started_ = true;
+    stopped_ = false;
+  }
+  void stop() override {
+    if (!started_) throw Error("device timer: stop() before start()");
+    SATURN_CUDA_CHECK(cudaEventRecord(stop_, ctx_.stream()));
+    stopped_ = true;
+  }
+  double seconds() override {
+    if (!started_ || !stopped_) throw Error("device timer: seconds() before start() and stop()");
+    SATURN_CUDA_CHECK(cudaEventSynchronize(stop_));
+    float ms = 0;
+    SATURN_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
+    return static_cast<double>(ms) * 1e-3;
+  }
+  const char* clock() const override { return "cuda events"; }
+
+ private:
+  Context& ctx_;
+  cudaEvent_t start_ = nullptr, stop_ = nullptr;
+  bool started_ = false, stopped_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceTimer> CudaDevice::timer() {
+  return std::make_unique<EventTimer>(*ctx_);
+}
+
 double CudaDevice::sum_of_squares(const float* x, std::size_t n) {
   return cuda::sum_of_squares(*ctx_, x, n);
 }

@@ -38,6 +38,8 @@ class CudaDevice final : public Device {
   void copy(void* dst, const void* src, std::size_t bytes) override;
   void zero(void* dst, std::size_t bytes) override;
   void synchronize(const char* what) override;
+  // CUDA events on the compute stream.
+  std::unique_ptr<DeviceTimer> timer() override;
 
   BackingAllocator* host_allocator() override { return &pinned_; }
   CopyTicket upload_async(void* dst, const void* src, std::size_t bytes) override;

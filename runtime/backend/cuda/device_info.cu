@@ -32,4 +32,25 @@ std::string runtime_version() {
   return std::to_string(CUDART_VERSION / 1000) + "." + std::to_string(CUDART_VERSION % 1000 / 10);
 }
 
+int driver_version_number(std::string* why) {
+  int v = 0;
+  const cudaError_t err = cudaDriverGetVersion(&v);
+  if (err != cudaSuccess) {
+    if (why != nullptr) *why = std::string("cudaDriverGetVersion: ") + cudaGetErrorString(err);
+    return 0;
+  }
+  if (v == 0 && why != nullptr) *why = "no CUDA driver is installed (cudaDriverGetVersion: 0)";
+  return v;
+}
+
+int runtime_version_number(std::string* why) {
+  int v = 0;
+  const cudaError_t err = cudaRuntimeGetVersion(&v);
+  if (err != cudaSuccess) {
+    if (why != nullptr) *why = std::string("cudaRuntimeGetVersion: ") + cudaGetErrorString(err);
+    return 0;
+  }
+  return v;
+}
+
 }  // namespace saturn::cuda

@@ -24,5 +24,9 @@ struct DeviceQuery {
 DeviceQuery query_devices();
 // The CUDA runtime version this binary was built against, e.g. "13.0".
 std::string runtime_version();
+// cudaDriverGetVersion and cudaRuntimeGetVersion (e.g. 12040); 0, with the reason in `why`,
+// when they fail.
+int driver_version_number(std::string* why);
+int runtime_version_number(std::string* why);
 
 }  // namespace saturn::cuda

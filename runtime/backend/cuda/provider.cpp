@@ -78,6 +78,38 @@ constexpr const CudaNccl* kNcclOrNull = &kNccl;
 constexpr const CudaNccl* kNcclOrNull = nullptr;
 #endif
 
+bool device_facts(int index, CudaDeviceFacts* facts, std::string* why) {
+  const cuda::DeviceQuery q = cuda::query_devices();
+  if (q.devices.empty()) {
+    if (why != nullptr) *why = "no CUDA device: " + q.error;
+    return false;
+  }
+  const cuda::DeviceInfo& d = q.devices[static_cast<std::size_t>(index) % q.devices.size()];
+  std::string reason;
+  CudaDeviceFacts f;
+  f.name = d.name;
+  f.total_memory = d.total_memory;
+  f.count = static_cast<int>(q.devices.size());
+  f.driver_version = cuda::driver_version_number(&reason);
+  f.runtime_version = cuda::runtime_version_number(&reason);
+  if (f.driver_version == 0 || f.runtime_version == 0) {
+    if (why != nullptr) *why = reason;
+    return false;
+  }
+  *facts = f;
+  return true;
+}
+
+void linear_forward(Device& device, void* out, const void* in, const void* weight, int n,
+                    int in_features, int out_features) {
+  auto* cuda_device = dynamic_cast<cuda::CudaDevice*>(&device);
+  if (cuda_device == nullptr)
+    throw Error(fmt::format("cuda linear_forward: {} is not a CUDA device", device.describe()));
+  cuda::linear_forward(cuda_device->context(), static_cast<cuda::bf16*>(out),
+                       static_cast<const cuda::bf16*>(in), static_cast<const cuda::bf16*>(weight),
+                       nullptr, n, in_features, out_features, cuda::WeightLayout::kInOut);
+}
+
 }  // namespace
 
 void install_cuda_provider() {
@@ -87,10 +119,13 @@ void install_cuda_provider() {
                                      &device_name,
                                      &make_cuda_device,
                                      &make_cuda_model,
-                                     kNcclOrNull};
+                                     kNcclOrNull,
+                                     &device_facts,
+                                     &linear_forward};
 #else
-  static const CudaProvider provider{
-      "cuda", &device_count, &device_name, &make_cuda_device, &make_cuda_model, kNcclOrNull};
+  static const CudaProvider provider{"cuda",           &device_count, &device_name,
+                                     &make_cuda_device, &make_cuda_model, kNcclOrNull,
+                                     &device_facts,    &linear_forward};
 #endif
   set_cuda_provider(provider);
 }

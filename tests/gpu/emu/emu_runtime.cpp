@@ -438,4 +438,16 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
 }
 // ---- end of pinned host memory -----------------------------------------------------------------
 
+// ---- versions (issue 17, GPU profiling: the hardware fingerprint names the driver and runtime).
+// The emulator is its own "driver": it reports the CUDA version of the headers it was built
+// against for both, as a driver at least that new would.
+cudaError_t cudaDriverGetVersion(int* version) {
+  *version = CUDART_VERSION;
+  return cudaSuccess;
+}
+cudaError_t cudaRuntimeGetVersion(int* version) {
+  *version = CUDART_VERSION;
+  return cudaSuccess;
+}
+
 }  // extern "C"
