@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <numeric>
+#include <set>
 #include <string>
 #include <tuple>
 
@@ -226,8 +227,13 @@ class NodeScheduleSearch {
 class Packing {
  public:
   Packing(const Prepared& p, double T, std::chrono::steady_clock::time_point deadline,
-          long node_limit, RigidMemo& memo)
-      : p_(p), T_(T), deadline_(deadline), node_limit_(node_limit), memo_(memo) {
+          long node_limit, RigidMemo& memo, bool exact_nodes)
+      : p_(p),
+        T_(T),
+        deadline_(deadline),
+        node_limit_(node_limit),
+        memo_(memo),
+        exact_nodes_(exact_nodes) {
     const Cluster& cluster = p.cluster();
     const size_t N = cluster.nodes.size();
     load_.assign(N, 0.0);
@@ -416,7 +422,15 @@ class Packing {
     if (r == 1 && on_[n].size() > 6) r = rigid_fits(n, avail, 8);
     // Beyond eight jobs the rest count by area only, which small jobs squeezed into the
     // gaps of big ones can pass although no schedule exists: then all of them, exactly.
-    if (r == 1 && on_[n].size() > 8) r = all_fit(n, avail);
+    // A test out of budget is not repeated for the same jobs and time (other nodes' packings
+    // bring the node back to the same state many times in one trial).
+    if (r == 1 && exact_nodes_ && on_[n].size() > 8) {
+      const auto state = std::make_tuple(type_[n], on_[n], avail);
+      if (undecided_.count(state) == 0) {
+        r = all_fit(n, avail);
+        if (r < 0) undecided_.insert(state);
+      }
+    }
     if (r == 0) too_little = std::max(too_little, avail);
     if (r == 1) enough = std::min(enough, avail);
     return r != 0;
@@ -498,7 +512,7 @@ class Packing {
       }
       classes.push_back(std::move(c));
     }
-    NodeScheduleSearch search(p_.cluster().nodes[n].devices, avail, std::move(classes), 1000000,
+    NodeScheduleSearch search(p_.cluster().nodes[n].devices, avail, std::move(classes), 500000,
                               deadline_);
     return search.decide();
   }
@@ -614,6 +628,8 @@ class Packing {
   std::vector<size_t> choice_;        // per depth: node index, or N for a whole-node option
   std::map<std::pair<int, std::vector<int>>, double> lp_cache_;
   RigidMemo& memo_;
+  bool exact_nodes_;
+  std::set<std::tuple<int, std::vector<int>, double>> undecided_;  // exact node tests
   std::vector<int> type_;
   std::vector<Item> items_;
   std::vector<size_t> order_;
@@ -623,11 +639,9 @@ class Packing {
   std::vector<double> devices_;  // per node
 };
 
-}  // namespace
-
-double packing_search_bound(const Prepared& p, double lower, double upper, double time_limit_s) {
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::microseconds(static_cast<long long>(time_limit_s * 1e6));
+// One bisection of packing_search_bound.
+double bisect(const Prepared& p, double lower, double upper,
+              std::chrono::steady_clock::time_point deadline, bool exact_nodes) {
   constexpr long kNodeLimit = 2000000;
   RigidMemo memo;
   double lo = lower, hi = upper;  // lo: proven bound; hi: not refuted
@@ -635,7 +649,7 @@ double packing_search_bound(const Prepared& p, double lower, double upper, doubl
   {
     const double just_below = upper * (1 - 1e-9);
     if (just_below <= lo) return lo;
-    Packing packing(p, just_below, deadline, kNodeLimit, memo);
+    Packing packing(p, just_below, deadline, kNodeLimit, memo, exact_nodes);
     const int r = packing.decide();
     if (r == 0) return just_below;
   }
@@ -644,7 +658,7 @@ double packing_search_bound(const Prepared& p, double lower, double upper, doubl
   {
     const double just_above = lo * (1 + 1e-3);
     if (just_above < hi) {
-      Packing packing(p, just_above, deadline, kNodeLimit, memo);
+      Packing packing(p, just_above, deadline, kNodeLimit, memo, exact_nodes);
       if (packing.decide() != 0) return lo;
     }
   }
@@ -653,7 +667,7 @@ double packing_search_bound(const Prepared& p, double lower, double upper, doubl
   for (int it = 0; it < 40 && hi - lo > 1e-9 * hi; ++it) {
     if (std::chrono::steady_clock::now() > deadline) break;
     const double mid = 0.5 * (lo + hi);
-    Packing packing(p, mid, deadline, kNodeLimit, memo);
+    Packing packing(p, mid, deadline, kNodeLimit, memo, exact_nodes);
     const int r = packing.decide();
     if (r == 0)
       lo = mid;  // no packing within mid: every plan is longer
@@ -661,6 +675,21 @@ double packing_search_bound(const Prepared& p, double lower, double upper, doubl
       hi = mid;  // a packing exists, or undecided: no claim
   }
   return lo;
+}
+
+}  // namespace
+
+double packing_search_bound(const Prepared& p, double lower, double upper, double time_limit_s) {
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::microseconds(static_cast<long long>(time_limit_s * 1e6));
+  // Two passes: without, then with the exact test of nodes given more than eight jobs. That
+  // test can take a second where the first pass settles a bound to 1e-9 in milliseconds, so the
+  // first pass runs alone first (its bound is as strong as before the exact test existed) and
+  // the second raises it with the time left.
+  const double first = bisect(p, lower, upper, deadline, /*exact_nodes=*/false);
+  if (first >= upper * (1 - 1e-9) * (1 - 1e-12) || std::chrono::steady_clock::now() > deadline)
+    return first;
+  return bisect(p, first, upper, deadline, /*exact_nodes=*/true);
 }
 
 int node_schedule_fits(int devices, double avail,
