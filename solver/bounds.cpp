@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <set>
 
 #include "solver/schedule.hpp"
@@ -257,6 +258,22 @@ Bounds compute_bounds(const Prepared& p, double lp_time_limit_s) {
     take(b.lp, "configuration LP");
   }
   return b;
+}
+
+double makespan_grid(const Prepared& prepared) {
+  long long grid = 0;
+  for (const auto& options : prepared.options)
+    for (const Option& o : options) {
+      if (!(o.time_s >= 1 && o.time_s < 1e15) || o.time_s != std::floor(o.time_s)) return 0.0;
+      grid = std::gcd(grid, static_cast<long long>(o.time_s));
+    }
+  return static_cast<double>(grid);
+}
+
+double round_up_to_grid(double bound, double grid) {
+  if (!(grid > 0) || !std::isfinite(bound)) return bound;
+  const double steps = std::ceil(bound / grid * (1 - 1e-9));
+  return std::max(bound, steps * grid);
 }
 
 }  // namespace saturn::solver

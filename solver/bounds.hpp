@@ -23,6 +23,8 @@
 
 #include <chrono>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "solver/options.hpp"
 
@@ -55,7 +57,9 @@ double configuration_lp_bound(const Prepared& prepared, double from, double time
 // search nodes never overstates the bound. The jobs a packing puts on a node must also pass,
 // in the time whole-node jobs leave it, the node's configuration LP (preemptive) and an exact
 // test of its six (then eight) biggest jobs without preemption: some choice of their options
-// and some order must list-schedule within that time, the other jobs' least area fitting too.
+// and some order must list-schedule within that time, the other jobs' least area fitting too;
+// a node given more than eight jobs then passes only if all of them fit exactly
+// (node_schedule_fits), since small jobs counted by area can pass where they do not fit.
 // Returns the best bound (at least `lower`).
 double packing_search_bound(const Prepared& prepared, double lower, double upper,
                             double time_limit_s);
@@ -66,5 +70,23 @@ double packing_search_bound(const Prepared& prepared, double lower, double upper
 // node.
 double single_node_lp_time(const Prepared& node_problem, double T,
                            std::chrono::steady_clock::time_point deadline);
+
+// Whether jobs, each with its options (devices, time) on one node of `devices` devices, can all
+// run there within `avail` without preemption: an exact search over semi-active schedules
+// (bounds_search.cpp), which the node-packing search runs on nodes given more than eight jobs.
+// 1: a schedule exists; 0: none exists (a proof); -1: out of budget (search states) or time.
+int node_schedule_fits(int devices, double avail,
+                       const std::vector<std::vector<std::pair<int, double>>>& jobs, long budget,
+                       double time_limit_s);
+
+// When every option's time is a whole multiple of one grid g (integers, as in profiles rounded
+// to seconds): every plan's makespan is then a multiple of g, since a plan can be left-shifted
+// until each job starts at 0 or at another's end without lengthening it, so the optimum is a
+// sum of option times. Returns g, or 0 when the times are not all whole numbers.
+double makespan_grid(const Prepared& prepared);
+
+// A bound raised to the next multiple of `grid` (unchanged when grid is 0). The bound may sit a
+// hair above a multiple through rounding (1605.0000001 for 1605): that is not rounded up.
+double round_up_to_grid(double bound, double grid);
 
 }  // namespace saturn::solver

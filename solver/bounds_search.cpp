@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <numeric>
+#include <set>
 #include <string>
 #include <tuple>
 
@@ -20,11 +21,219 @@ namespace {
 // proven too little, and the least time proven enough.
 using RigidMemo = std::map<std::pair<int, std::vector<int>>, std::pair<double, double>>;
 
+// Whether jobs fit one node of `devices` devices within `avail`, without preemption: an exact
+// search over semi-active schedules. Any schedule can be left-shifted, job by job, until each
+// job starts at time 0 or at the end of another job (devices only free up at ends), without
+// lengthening it, so a feasible schedule exists exactly when a semi-active one does. The search
+// walks the decision times in increasing order (0, then each end) and at each chooses which
+// jobs start there and in which option; jobs of one class are interchangeable (the class's next
+// job is started), and the jobs started at one time are chosen in non-decreasing (class,
+// option) order. Prunings, each of which discards only states from which no schedule exists or
+// schedules that another branch contains in a form with strictly smaller starts:
+//  - area: devices left idle before the current time are lost, so the area already committed,
+//    the idle area and the rest's least area must fit in devices x avail;
+//  - left shift: a job is not started at t if as many devices as it needs were idle over the
+//    stretch just before t: started at that stretch's beginning instead, it would end sooner and
+//    hold the same devices from t on (that schedule is searched too, and each such shift lowers
+//    the sum of starts, so the shifts end);
+//  - dominance: a state (the jobs still to start, and when the running jobs end) that failed
+//    from time t0, with no left shift pruned at t0, fails from any t >= t0 whose running jobs
+//    hold, at every instant from t on, at least as many devices (any completion of the later
+//    state completes the earlier one).
+class NodeScheduleSearch {
+ public:
+  struct Class {
+    int count = 0;
+    std::vector<std::pair<int, double>> opts;  // (devices, time), each time <= avail
+    double least_area = kInfinity, least_time = kInfinity;
+  };
+
+  NodeScheduleSearch(int devices, double avail, std::vector<Class> classes, long budget,
+                     std::chrono::steady_clock::time_point deadline)
+      : G_(devices),
+        limit_(avail * (1 + 1e-9)),
+        classes_(std::move(classes)),
+        budget_(budget),
+        deadline_(deadline) {
+    for (const Class& c : classes_) {
+      rest_area_ += c.count * c.least_area;
+      to_start_ += c.count;
+      least_.push_back(c.least_area);
+    }
+  }
+
+  // 1: a schedule exists; 0: none exists; -1: out of budget.
+  int decide() {
+    for (const Class& c : classes_)
+      if (c.count > 0 && c.opts.empty()) return 0;
+    if (rest_area_ > G_ * limit_) return 0;
+    const bool found = at_event(0.0);
+    return aborted_ ? -1 : found ? 1 : 0;
+  }
+
+ private:
+  struct Run {
+    double end;
+    int devices;
+  };
+  struct Idle {  // devices free over [from, to) in every completion of the partial schedule
+    double from, to;
+    int devices;
+  };
+  struct Failed {
+    double t;
+    std::vector<Run> running;  // sorted by end
+  };
+
+  bool out_of_budget() {
+    if (--budget_ < 0 || ((budget_ & 1023) == 0 && std::chrono::steady_clock::now() > deadline_))
+      aborted_ = true;
+    return aborted_;
+  }
+
+  // Devices the runs hold at instant x.
+  static int held(const std::vector<Run>& runs, double x) {
+    int h = 0;
+    for (const Run& r : runs)
+      if (r.end > x) h += r.devices;
+    return h;
+  }
+
+  // Whether the failed state `f` is at least as free as the current one at time t.
+  bool dominated_by(const Failed& f, double t) const {
+    if (f.t > t) return false;
+    if (held(f.running, t) > held(running_, t)) return false;
+    for (const Run& r : f.running)
+      if (r.end > t && held(f.running, r.end) > held(running_, r.end)) return false;
+    for (const Run& r : running_)
+      if (held(f.running, r.end) > held(running_, r.end)) return false;
+    return true;
+  }
+
+  std::vector<int> counts() const {
+    std::vector<int> c;
+    c.reserve(classes_.size());
+    for (const Class& k : classes_) c.push_back(k.count);
+    return c;
+  }
+
+  // Arrived at decision time t (nothing may start before it any more).
+  bool at_event(double t) {
+    if (out_of_budget()) return false;
+    for (const Class& c : classes_)
+      if (c.count > 0 && t + c.least_time > limit_) return false;
+    std::vector<Failed>& failed = failed_[counts()];
+    for (const Failed& f : failed)
+      if (dominated_by(f, t)) return false;
+    // From t on, only options ending by the limit remain: the rest's least area can only grow.
+    const std::vector<double> least_before = least_;
+    const double rest_before = rest_area_;
+    rest_area_ = 0;
+    for (size_t k = 0; k < classes_.size(); ++k) {
+      double least = kInfinity;
+      for (const auto& [g, time] : classes_[k].opts)
+        if (t + time <= limit_) least = std::min(least, g * time);
+      least_[k] = least;
+      if (classes_[k].count > 0) rest_area_ += classes_[k].count * least;
+    }
+    bool found = false;
+    if (started_area_ + rest_area_ + idle_area_ <= G_ * limit_) found = start_at(t, 0, 0);
+    least_ = least_before;
+    rest_area_ = rest_before;
+    if (found || aborted_) return found;
+    // The left shift at t pruned starts that only a schedule outside this subtree replaces:
+    // then the failure is this state's with its past, not one to reuse for others.
+    int min_devices = G_ + 1;
+    for (const Class& c : classes_)
+      if (c.count > 0)
+        for (const auto& [g, time] : c.opts) min_devices = std::min(min_devices, g);
+    if (fits_earlier(min_devices)) return false;
+    std::vector<Failed>& again = failed_[counts()];
+    if (again.size() < 8) {
+      std::vector<Run> runs = running_;
+      std::sort(runs.begin(), runs.end(), [](const Run& a, const Run& b) { return a.end < b.end; });
+      again.push_back({t, std::move(runs)});
+    }
+    return false;
+  }
+
+  // Whether g devices were idle over the stretch that ends at t: then a job started at t could
+  // start at the stretch's beginning instead, on those devices until t and on its own after.
+  bool fits_earlier(int g) const { return !idle_.empty() && idle_.back().devices >= g; }
+
+  // At time t, start more jobs (from class k0, option o0 on in the canonical order) or move on.
+  bool start_at(double t, size_t k0, size_t o0) {
+    if (to_start_ == 0) return true;
+    int used = 0;
+    for (const Run& r : running_) used += r.devices;
+    const int free = G_ - used;
+    for (size_t k = k0; k < classes_.size() && !aborted_; ++k) {
+      Class& c = classes_[k];
+      if (c.count == 0) continue;
+      for (size_t o = k == k0 ? o0 : 0; o < c.opts.size(); ++o) {
+        const auto [g, time] = c.opts[o];
+        if (g > free || t + time > limit_) continue;
+        if (started_area_ + g * time + rest_area_ - least_[k] + idle_area_ > G_ * limit_) continue;
+        if (fits_earlier(g)) continue;
+        --c.count;
+        --to_start_;
+        rest_area_ -= least_[k];
+        started_area_ += g * time;
+        running_.push_back({t + time, g});
+        const bool found = start_at(t, k, o);
+        running_.pop_back();
+        started_area_ -= g * time;
+        rest_area_ += least_[k];
+        ++to_start_;
+        ++c.count;
+        if (found) return true;
+        if (aborted_) return false;
+      }
+    }
+    // Move on to the next end; the devices free until then stay idle.
+    double next = kInfinity;
+    for (const Run& r : running_) next = std::min(next, r.end);
+    if (!std::isfinite(next)) return false;
+    const double lost = free * (next - t);
+    if (started_area_ + rest_area_ + idle_area_ + lost > G_ * limit_) return false;
+    std::vector<Run> before = running_;
+    running_.erase(std::remove_if(running_.begin(), running_.end(),
+                                  [&](const Run& r) { return r.end <= next; }),
+                   running_.end());
+    idle_area_ += lost;
+    idle_.push_back({t, next, free});
+    const bool found = at_event(next);
+    idle_.pop_back();
+    idle_area_ -= lost;
+    running_ = std::move(before);
+    return found;
+  }
+
+  int G_;
+  double limit_;
+  std::vector<Class> classes_;
+  long budget_;
+  std::chrono::steady_clock::time_point deadline_;
+  bool aborted_ = false;
+  std::vector<Run> running_;
+  std::vector<Idle> idle_;  // the stretches between decision times, up to the current time
+  int to_start_ = 0;
+  // Device-time within [0, avail]: of the jobs started, of the rest at their least, left idle.
+  double started_area_ = 0, rest_area_ = 0, idle_area_ = 0;
+  std::vector<double> least_;  // per class: least area among options that still fit in time
+  std::map<std::vector<int>, std::vector<Failed>> failed_;
+};
+
 class Packing {
  public:
   Packing(const Prepared& p, double T, std::chrono::steady_clock::time_point deadline,
-          long node_limit, RigidMemo& memo)
-      : p_(p), T_(T), deadline_(deadline), node_limit_(node_limit), memo_(memo) {
+          long node_limit, RigidMemo& memo, bool exact_nodes)
+      : p_(p),
+        T_(T),
+        deadline_(deadline),
+        node_limit_(node_limit),
+        memo_(memo),
+        exact_nodes_(exact_nodes) {
     const Cluster& cluster = p.cluster();
     const size_t N = cluster.nodes.size();
     load_.assign(N, 0.0);
@@ -211,6 +420,17 @@ class Packing {
     // Six jobs first (cheap), then eight; a test out of budget (-1) claims nothing.
     int r = rigid_fits(n, avail, 6);
     if (r == 1 && on_[n].size() > 6) r = rigid_fits(n, avail, 8);
+    // Beyond eight jobs the rest count by area only, which small jobs squeezed into the
+    // gaps of big ones can pass although no schedule exists: then all of them, exactly.
+    // A test out of budget is not repeated for the same jobs and time (other nodes' packings
+    // bring the node back to the same state many times in one trial).
+    if (r == 1 && exact_nodes_ && on_[n].size() > 8) {
+      const auto state = std::make_tuple(type_[n], on_[n], avail);
+      if (undecided_.count(state) == 0) {
+        r = all_fit(n, avail);
+        if (r < 0) undecided_.insert(state);
+      }
+    }
     if (r == 0) too_little = std::max(too_little, avail);
     if (r == 1) enough = std::min(enough, avail);
     return r != 0;
@@ -267,6 +487,34 @@ class Packing {
     };
     const bool fits = choose(0, 0.0);
     return undecided ? -1 : fits ? 1 : 0;
+  }
+
+  // All the jobs on node n, exactly (NodeScheduleSearch). 1: fit; 0: proven not to; -1: out
+  // of budget.
+  int all_fit(size_t n, double avail) {
+    std::vector<NodeScheduleSearch::Class> classes;
+    for (size_t i = 0; i < on_[n].size(); ++i) {
+      const int k = on_[n][i];
+      if (i > 0 && on_[n][i - 1] == k) {
+        ++classes.back().count;
+        continue;
+      }
+      NodeScheduleSearch::Class c;
+      c.count = 1;
+      for (const Option& o : p_.options[class_rep_[static_cast<size_t>(k)]]) {
+        if (o.whole_nodes() || o.time_s > avail ||
+            std::find(o.eligible.begin(), o.eligible.end(), static_cast<int>(n)) ==
+                o.eligible.end())
+          continue;
+        c.opts.emplace_back(o.devices, o.time_s);
+        c.least_area = std::min(c.least_area, o.devices * o.time_s);
+        c.least_time = std::min(c.least_time, o.time_s);
+      }
+      classes.push_back(std::move(c));
+    }
+    NodeScheduleSearch search(p_.cluster().nodes[n].devices, avail, std::move(classes), 500000,
+                              deadline_);
+    return search.decide();
   }
 
   template <class Jobs>
@@ -380,6 +628,8 @@ class Packing {
   std::vector<size_t> choice_;        // per depth: node index, or N for a whole-node option
   std::map<std::pair<int, std::vector<int>>, double> lp_cache_;
   RigidMemo& memo_;
+  bool exact_nodes_;
+  std::set<std::tuple<int, std::vector<int>, double>> undecided_;  // exact node tests
   std::vector<int> type_;
   std::vector<Item> items_;
   std::vector<size_t> order_;
@@ -389,11 +639,9 @@ class Packing {
   std::vector<double> devices_;  // per node
 };
 
-}  // namespace
-
-double packing_search_bound(const Prepared& p, double lower, double upper, double time_limit_s) {
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::microseconds(static_cast<long long>(time_limit_s * 1e6));
+// One bisection of packing_search_bound.
+double bisect(const Prepared& p, double lower, double upper,
+              std::chrono::steady_clock::time_point deadline, bool exact_nodes) {
   constexpr long kNodeLimit = 2000000;
   RigidMemo memo;
   double lo = lower, hi = upper;  // lo: proven bound; hi: not refuted
@@ -401,7 +649,7 @@ double packing_search_bound(const Prepared& p, double lower, double upper, doubl
   {
     const double just_below = upper * (1 - 1e-9);
     if (just_below <= lo) return lo;
-    Packing packing(p, just_below, deadline, kNodeLimit, memo);
+    Packing packing(p, just_below, deadline, kNodeLimit, memo, exact_nodes);
     const int r = packing.decide();
     if (r == 0) return just_below;
   }
@@ -410,7 +658,7 @@ double packing_search_bound(const Prepared& p, double lower, double upper, doubl
   {
     const double just_above = lo * (1 + 1e-3);
     if (just_above < hi) {
-      Packing packing(p, just_above, deadline, kNodeLimit, memo);
+      Packing packing(p, just_above, deadline, kNodeLimit, memo, exact_nodes);
       if (packing.decide() != 0) return lo;
     }
   }
@@ -419,7 +667,7 @@ double packing_search_bound(const Prepared& p, double lower, double upper, doubl
   for (int it = 0; it < 40 && hi - lo > 1e-9 * hi; ++it) {
     if (std::chrono::steady_clock::now() > deadline) break;
     const double mid = 0.5 * (lo + hi);
-    Packing packing(p, mid, deadline, kNodeLimit, memo);
+    Packing packing(p, mid, deadline, kNodeLimit, memo, exact_nodes);
     const int r = packing.decide();
     if (r == 0)
       lo = mid;  // no packing within mid: every plan is longer
@@ -427,6 +675,43 @@ double packing_search_bound(const Prepared& p, double lower, double upper, doubl
       hi = mid;  // a packing exists, or undecided: no claim
   }
   return lo;
+}
+
+}  // namespace
+
+double packing_search_bound(const Prepared& p, double lower, double upper, double time_limit_s) {
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::microseconds(static_cast<long long>(time_limit_s * 1e6));
+  // Two passes: without, then with the exact test of nodes given more than eight jobs. That
+  // test can take a second where the first pass settles a bound to 1e-9 in milliseconds, so the
+  // first pass runs alone first (its bound is as strong as before the exact test existed) and
+  // the second raises it with the time left.
+  const double first = bisect(p, lower, upper, deadline, /*exact_nodes=*/false);
+  if (first >= upper * (1 - 1e-9) * (1 - 1e-12) || std::chrono::steady_clock::now() > deadline)
+    return first;
+  return bisect(p, first, upper, deadline, /*exact_nodes=*/true);
+}
+
+int node_schedule_fits(int devices, double avail,
+                       const std::vector<std::vector<std::pair<int, double>>>& jobs, long budget,
+                       double time_limit_s) {
+  std::map<std::vector<std::pair<int, double>>, int> counts;
+  for (const auto& options : jobs) ++counts[options];
+  std::vector<NodeScheduleSearch::Class> classes;
+  for (const auto& [options, count] : counts) {
+    NodeScheduleSearch::Class c;
+    c.count = count;
+    for (const auto& [g, time] : options) {
+      if (g > devices || time > avail) continue;
+      c.opts.emplace_back(g, time);
+      c.least_area = std::min(c.least_area, g * time);
+      c.least_time = std::min(c.least_time, time);
+    }
+    classes.push_back(std::move(c));
+  }
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::microseconds(static_cast<long long>(time_limit_s * 1e6));
+  return NodeScheduleSearch(devices, avail, std::move(classes), budget, deadline).decide();
 }
 
 }  // namespace saturn::solver

@@ -421,14 +421,22 @@ HeuristicResult local_search(const Prepared& p, HeuristicResult start,
         if (base.jobs[j].end >= base.makespan * (1 - 1e-12)) critical.push_back(j);
       if (!critical.empty()) centre = critical[rng() % critical.size()];
     }
-    const double t = base.jobs[centre].start;
+    // One window in three is the schedule's tail: the jobs ending last, on every node. Moving
+    // a job that ends the makespan on one node to the other often needs other jobs there to
+    // move or change shape at once (2x8-02-j16: a short job after the two long ones of one
+    // node, in seven devices, and a one-device job away from it), which start windows around
+    // one job miss when the jobs involved start far apart.
+    const bool tail = rng() % 3 == 0;
+    const double t = tail ? base.makespan : base.jobs[centre].start;
+    auto when = [&](int j) {
+      const Placement& pl = base.jobs[static_cast<size_t>(j)];
+      return tail ? pl.end : pl.start;
+    };
     std::iota(by_distance.begin(), by_distance.end(), 0);
-    // Nearest starts first, ties broken at random so that repeated windows differ.
+    // Nearest first, ties broken at random so that repeated windows differ.
     std::shuffle(by_distance.begin(), by_distance.end(), rng);
-    std::stable_sort(by_distance.begin(), by_distance.end(), [&](int a, int b) {
-      return std::fabs(base.jobs[static_cast<size_t>(a)].start - t) <
-             std::fabs(base.jobs[static_cast<size_t>(b)].start - t);
-    });
+    std::stable_sort(by_distance.begin(), by_distance.end(),
+                     [&](int a, int b) { return std::fabs(when(a) - t) < std::fabs(when(b) - t); });
     const size_t k = std::min(J, size_t{4} + rng() % 2);
     freed.clear();
     for (size_t i = 0; i < J && freed.size() < k; ++i) {

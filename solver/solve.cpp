@@ -25,14 +25,17 @@ Plan solve(const Problem& problem, const SolveOptions& options, SolveReport* rep
 
   const Prepared prepared = prepare(problem);
   rep.bounds = compute_bounds(prepared, std::min(2.0, 0.15 * options.time_limit_s));
-  double lower = rep.bounds.best;
+  // Durations in whole seconds (or multiples of one grid) make every makespan a multiple of
+  // the grid, so a bound strictly between two multiples proves the next one.
+  const double grid = makespan_grid(prepared);
+  double lower = round_up_to_grid(rep.bounds.best, grid);
   double incumbent = kInfinity;
   // The log of incumbents and bounds over time (SolveReport::log).
   auto note = [&](double makespan, double bound, const std::string& what) {
     if (!(makespan < incumbent * (1 - 1e-12)) && !(bound > lower * (1 + 1e-12)) && !rep.log.empty())
       return;
     incumbent = std::min(incumbent, makespan);
-    lower = std::max(lower, bound);
+    lower = std::max(lower, round_up_to_grid(bound, grid));
     rep.log.push_back({elapsed(), incumbent, lower, what});
   };
 
