@@ -33,6 +33,7 @@ struct RunArgs {
   std::string run_dir;
   std::string store;
   bool no_trials = false;
+  bool quick_calibration = false;
   bool no_replan = false;
   std::string device = "auto";
   bool oversubscribe_devices = false;
@@ -99,6 +100,7 @@ int run_run(RunArgs a, int argc, char** argv) {
   if (!a.run_dir.empty()) a.options.run_dir = a.run_dir;
   if (!a.store.empty()) a.options.store = a.store;
   a.options.trials = !a.no_trials;
+  a.options.quick_calibration = a.quick_calibration;
   a.options.replan = !a.no_replan;
 
   if (a.np > 0) {
@@ -145,6 +147,9 @@ void add_run_command(CLI::App& root, Action* action, int argc, char** argv) {
                   "64MiB; 0: unlimited (default; on --resume: the interrupted run's)");
   cmd->add_option("--store", args->store, "Profile store (default RUN_DIR/profiles.h5)");
   cmd->add_flag("--no-trials", args->no_trials, "Plan from analytic estimates only");
+  cmd->add_flag("--quick-calibration", args->quick_calibration,
+                "Fewer shapes and sizes when calibrating, a few seconds (smoke tests; coarser "
+                "estimates; not kept in the calibration cache)");
   cmd->add_option(
          "--device", args->device,
          std::string(kDeviceOptionHelp) + "; cuda: each rank binds the GPU of its node-local rank")

@@ -49,7 +49,19 @@ std::string why_not_nccl(Communicator& control, Device& device) {
     return fmt::format("this build's CUDA provider ({}) has no NCCL", cuda_provider().name);
   char host[256] = {};
   if (gethostname(host, sizeof host - 1) != 0) std::strcpy(host, "unknown-host");
-  const auto gpus = gather_gpus(control, fmt::format("{} gpu {}", host, nccl->gpu_id(device)));
+  // A rank that cannot read its GPU's id still takes part in the gather (the others would wait
+  // for it forever), with its reason in place of the id.
+  constexpr const char* kFailed = "!";
+  std::string mine;
+  try {
+    mine = fmt::format("{} gpu {}", host, nccl->gpu_id(device));
+  } catch (const std::exception& e) {
+    mine = std::string(kFailed) + e.what();
+  }
+  const auto gpus = gather_gpus(control, mine);
+  for (std::size_t a = 0; a < gpus.size(); ++a)
+    if (gpus[a].rfind(kFailed, 0) == 0)
+      return fmt::format("rank {} cannot read its GPU's PCI bus id ({})", a, gpus[a].substr(1));
   for (std::size_t a = 0; a < gpus.size(); ++a)
     for (std::size_t b = a + 1; b < gpus.size(); ++b)
       if (gpus[a] == gpus[b])

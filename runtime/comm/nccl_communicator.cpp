@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "runtime/backend/cuda/check.hpp"
+#include "runtime/comm/agree.hpp"
 
 namespace saturn::comm {
 
@@ -144,18 +145,25 @@ void NcclCommunicator::init(int device) {
   rank_ = bootstrap_->rank();
   size_ = bootstrap_->size();
   timeout_s_ = nccl_timeout_from_env();
+  // Each local step is agreed before the next collective one, so a rank that fails here (no
+  // id, no device, no stream) makes every rank throw instead of leaving its peers waiting in
+  // the broadcast or in ncclCommInitRank.
   ncclUniqueId id{};
-  if (rank_ == 0) check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  agree_on(*bootstrap_, [&] {
+    if (rank_ == 0) check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  });
   // The id is 128 opaque bytes: broadcast as 32-bit words over the bootstrap communicator.
   static_assert(sizeof(id.internal) % sizeof(std::int32_t) == 0);
   std::int32_t words[sizeof(id.internal) / sizeof(std::int32_t)];
   std::memcpy(words, id.internal, sizeof(words));
   bootstrap_->broadcast(words, sizeof(words) / sizeof(std::int32_t), 0);
   std::memcpy(id.internal, words, sizeof(words));
-  SATURN_CUDA_CHECK(cudaSetDevice(device));
-  SATURN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  SATURN_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
-  SATURN_CUDA_CHECK(cudaEventCreateWithFlags(&blocking_, cudaEventDisableTiming));
+  agree_on(*bootstrap_, [&] {
+    SATURN_CUDA_CHECK(cudaSetDevice(device));
+    SATURN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    SATURN_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
+    SATURN_CUDA_CHECK(cudaEventCreateWithFlags(&blocking_, cudaEventDisableTiming));
+  });
   check(ncclCommInitRank(&comm_, size_, id, rank_), "ncclCommInitRank");
 }
 

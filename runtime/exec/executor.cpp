@@ -269,6 +269,7 @@ int run_batch(const RunOptions& options) {
     req.device_capacity = capacity;
     req.host_capacity = host_capacity;
     req.trials = options.trials;
+    req.quick_calibration = options.quick_calibration;
     req.device = options.device;
     req.device_index = options.device_index;
     req.current_practice = current_practice_trial(options);

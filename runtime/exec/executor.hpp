@@ -20,6 +20,7 @@ struct RunOptions {
   std::string host_memory;      // host memory per rank (offload's parameters and state), likewise
   std::filesystem::path store;  // profile store (default RUN_DIR/profiles.h5)
   bool trials = true;           // real trials (false: analytic estimates only)
+  bool quick_calibration = false;  // fewer shapes and sizes when calibrating (coarser estimates)
   bool quiet = false;
   double progress_interval_s = 5;
   // Who plans: "saturn" (the SPASE solver) or a baseline (current-practice, optimus-greedy,
@@ -30,7 +31,7 @@ struct RunOptions {
   // the paper's), its whole-node configuration of every job shape is tried and offered.
   std::string current_practice;
   DeviceKind device = DeviceKind::kCpu;  // the backend every rank trains (and profiles) on
-  int device_index = -1;  // this rank's device as the launch binding chose it (-1: its own)
+  int device_index = -1;          // this rank's device as the launch binding chose it (-1: its own)
   bool replan = true;             // false: execute the first plan as made (no introspection)
   double replan_interval_s = -1;  // > 0 overrides the workload's introspection interval
 };

@@ -16,6 +16,7 @@ PlanningInput build_planning_input(const PlanningRequest& request, comm::Communi
   profile::ProfileOptions opts;
   opts.store = request.store;
   opts.trials = request.trials;
+  opts.calibration.quick = request.quick_calibration;
   opts.current_practice = request.current_practice;
   // Trials run in pools of the sizes the jobs will get, so an estimate that is wrong about
   // memory fails its trial instead of the job.

@@ -7,10 +7,10 @@
 #include <filesystem>
 #include <vector>
 
+#include "runtime/backend/device.hpp"
 #include "runtime/comm/communicator.hpp"
 #include "runtime/exec/cluster.hpp"
 #include "runtime/exec/coordinator.hpp"
-#include "runtime/backend/device.hpp"
 #include "runtime/workload/workload.hpp"
 
 namespace saturn::exec {
@@ -22,8 +22,9 @@ struct PlanningRequest {
   std::filesystem::path store;                // profile store (HDF5)
   std::size_t device_capacity = 0;            // bytes per rank (0: unlimited)
   std::size_t host_capacity = 0;              // bytes of host memory per rank (0: unlimited)
+  bool quick_calibration = false;
   bool trials = true;
-  std::string current_practice;  // profile::ProfileOptions::current_practice
+  std::string current_practice;          // profile::ProfileOptions::current_practice
   DeviceKind device = DeviceKind::kCpu;  // the backend of the jobs
   int device_index = -1;                 // this rank's device (launch binding), -1: its own
 };

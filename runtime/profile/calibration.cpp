@@ -780,6 +780,27 @@ void upload_random_bf16(Device& device, BFloat16* dst, std::size_t n, std::uint6
   device.upload(dst, host.data(), n * sizeof(BFloat16));
 }
 
+// The wall-clock budget of a GPU calibration's GEMMs and model fit: a few seconds when quick.
+double gpu_budget(const CalibrationOptions& o) {
+  return o.quick ? std::min(o.gpu_budget_s, 4.0) : o.gpu_budget_s;
+}
+
+// Runs `measure` (local work that allocates on the device, no collectives) and tells whether
+// every rank's pool had room for it: a run's --device-memory caps calibration too (ranks that
+// share a GPU share its memory), so a measurement that does not fit is skipped on every rank
+// rather than failing the run.
+template <typename F>
+bool fits_on_every_rank(comm::Communicator& world, F&& measure) {
+  double ok = 1;
+  try {
+    measure();
+  } catch (const OutOfMemoryError&) {
+    ok = 0;
+  }
+  world.allreduce(&ok, 1, comm::ReduceOp::kMin);
+  return ok == 1;
+}
+
 // One bf16 GEMM through the backend's own linear op (CudaProvider::linear_forward).
 class DeviceGemm {
  public:
@@ -826,7 +847,7 @@ int measure_device_gemms(comm::Communicator& world, Calibration& cal, Device& de
   wanted.erase(std::unique(wanted.begin(), wanted.end()), wanted.end());
   const auto timer = device.timer();
   int added = 0;
-  std::vector<GemmShape> skipped;
+  std::vector<GemmShape> skipped, too_big;
   for (const GemmShape& s : wanted) {
     if (s[0] <= 0 || s[1] <= 0 || s[2] <= 0 || cal.has_gemm_shape(s)) continue;
     // Predicted from the fastest rate measured so far (rates grow with size: an upper bound
@@ -841,9 +862,12 @@ int measure_device_gemms(comm::Communicator& world, Calibration& cal, Device& de
       continue;
     }
     double t = 0;
-    {
-      DeviceGemm gemm(device, s);
-      t = device_time_per_call(*timer, o.window_s, o.repeats, gemm);
+    if (!fits_on_every_rank(world, [&] {
+          DeviceGemm gemm(device, s);
+          t = device_time_per_call(*timer, o.window_s, o.repeats, gemm);
+        })) {
+      too_big.push_back(s);
+      continue;
     }
     cal.gemm_shapes.push_back(GemmShapeTime{s, world_median(world, t)});
     rebuild_gemm_rate(cal);
@@ -854,6 +878,11 @@ int measure_device_gemms(comm::Communicator& world, Calibration& cal, Device& de
         "calibration: {} GEMM shape(s) not timed, the largest {}x{}x{}: beyond the {:.0f} s "
         "budget at the rates measured; their times are interpolated from the measured rates",
         skipped.size(), skipped.back()[0], skipped.back()[1], skipped.back()[2], budget_s);
+  if (!too_big.empty() && world.rank() == 0)
+    log::info(
+        "calibration: {} GEMM shape(s) not timed, the largest {}x{}x{}: their operands do not fit "
+        "the device memory given; their times are interpolated from the measured rates",
+        too_big.size(), too_big.back()[0], too_big.back()[1], too_big.back()[2]);
   return added;
 }
 
@@ -902,14 +931,14 @@ void fit_compute_on_device(comm::Communicator& world, Calibration& cal, Device& 
     // A whole pass takes a few times its GEMMs; all ranks agree whether it fits the budget.
     double finish = seconds_since(start) + predicted_wall(4 * f.gemm_s, o);
     world.allreduce(&finish, 1, comm::ReduceOp::kMax);
-    if (finish > o.gpu_budget_s && X.size() >= 1) {
+    if (finish > gpu_budget(o) && X.size() >= 1) {
       if (world.rank() == 0)
         log::info("calibration: model fit {} d{} T{} B{} not run (beyond the {:.0f} s budget)",
-                  arch_name(r.arch), r.C, r.T, r.B, o.gpu_budget_s);
+                  arch_name(r.arch), r.C, r.T, r.B, gpu_budget(o));
       continue;
     }
     double t = 0;
-    {
+    const bool fits = fits_on_every_rank(world, [&] {
       const auto model = make_model(device, m);
       model->init_weights(7);
       model->reserve(r.B, r.T);
@@ -924,11 +953,33 @@ void fit_compute_on_device(comm::Communicator& world, Calibration& cal, Device& 
         model->forward(tokens.data(), tokens.data() + n);
         model->backward(1.0f / static_cast<float>(n));
       });
+    });
+    if (!fits) {
+      if (world.rank() == 0)
+        log::info(
+            "calibration: model fit {} d{} T{} B{} not run (does not fit the device memory "
+            "given)",
+            arch_name(r.arch), r.C, r.T, r.B);
+      continue;
     }
     X.push_back({f.gemm_s, f.attn_flops, f.elem_units});
     y.push_back(world_median(world, t));
     log::debug("calibration (device): {} d{} T{} B{}: {:.3g} s (GEMM table {:.3g} s)",
                arch_name(r.arch), r.C, r.T, r.B, y.back(), f.gemm_s);
+  }
+  if (X.empty()) {
+    // Nothing to fit (every model beyond the budget or the memory given): the GEMM table
+    // alone prices compute, which the log says; with nothing to compare, the fit's error is
+    // recorded as 100 %.
+    if (world.rank() == 0)
+      log::info(
+          "calibration: no model fit ran on the device; compute is priced by the GEMM "
+          "table alone");
+    cal.gemm_scale = 1;
+    cal.attn_s_per_flop = 0;
+    cal.elem_s_per_unit = 0;
+    cal.compute_fit_error = 1.0;
+    return;
   }
   const auto [w, error] = robust_compute_fit(X, y);
   cal.gemm_scale = w[0];
@@ -946,7 +997,7 @@ void measure_device_optimizer(comm::Communicator& world, Calibration& cal, Devic
   double per_param = 0;
   for (;;) {
     double once = 0;
-    {
+    const bool fits = fits_on_every_rank(world, [&] {
       Buffer<float> master(device.memory(), P, "calibration master"),
           grad(device.memory(), P, "calibration gradients"), m(device.memory(), P, "calibration m"),
           v(device.memory(), P, "calibration v");
@@ -970,6 +1021,14 @@ void measure_device_optimizer(comm::Communicator& world, Calibration& cal, Devic
       per_param =
           device_time_per_call(*timer, o.window_s, o.repeats, update) / static_cast<double>(P);
       if (!std::isfinite(sink)) throw Error("calibration: non-finite gradient norm on the device");
+    });
+    if (!fits) {
+      if (per_param == 0)
+        throw Error(
+            fmt::format("calibration: {} parameters of optimizer state do not fit the "
+                        "device memory given ({})",
+                        P, format_bytes(device.memory().capacity())));
+      break;  // the last size that fitted stands
     }
     // Agreed by every rank: the same number of collective medians below.
     double grow = once < o.window_s / 8 && P < (std::size_t{1} << 24) ? 1.0 : 0.0;
@@ -981,21 +1040,31 @@ void measure_device_optimizer(comm::Communicator& world, Calibration& cal, Devic
 }
 
 // Host<->device copy bandwidth: upload and download of one buffer, growing it until a copy
-// takes a measurable share of the window (bounded: 256 MiB). Pageable host memory: calibration
-// has no pinned allocation of its own (Calibration::copy_pinned says so).
+// takes a measurable share of the window (bounded: 256 MiB). The host side is what offload's
+// state uses (Device::host_allocator(): page-locked on CUDA, copied on the copy stream); where
+// the device has none (the CPU) it is plain host memory and the copies are synchronous.
 void measure_device_copies(comm::Communicator& world, Calibration& cal, Device& device,
                            const CalibrationOptions& o) {
+  BackingAllocator* const pinned = device.host_allocator();
   std::size_t bytes = std::size_t{1} << 20;
   double rate = 0;
   for (;;) {
     double once = 0;
-    {
+    const bool fits = fits_on_every_rank(world, [&] {
+      MemoryPool host_pool("calibration host staging", 0, pinned);
       Buffer<std::byte> on_device(device.memory(), bytes, "calibration copy");
-      std::vector<std::byte> on_host(bytes, std::byte{1});
+      Buffer<std::byte> on_host(host_pool, bytes, "calibration copy (host)");
+      std::fill(on_host.data(), on_host.data() + bytes, std::byte{1});
       const auto round_trip = [&] {
         const auto t0 = Clock::now();
-        device.upload(on_device.data(), on_host.data(), bytes);
-        device.download(on_host.data(), on_device.data(), bytes);
+        if (pinned != nullptr) {
+          device.upload_async(on_device.data(), on_host.data(), bytes);
+          device.download_async(on_host.data(), on_device.data(), bytes);
+          device.finish_copies("copy-bandwidth calibration");
+        } else {
+          device.upload(on_device.data(), on_host.data(), bytes);
+          device.download(on_host.data(), on_device.data(), bytes);
+        }
         return seconds_since(t0);
       };
       round_trip();  // first touch of both sides
@@ -1009,6 +1078,14 @@ void measure_device_copies(comm::Communicator& world, Calibration& cal, Device& 
         samples.push_back(t / calls);
       }
       rate = 2.0 * static_cast<double>(bytes) / median(std::move(samples));
+    });
+    if (!fits) {
+      if (rate == 0)
+        throw Error(
+            fmt::format("calibration: a {} copy buffer does not fit the device memory "
+                        "given ({})",
+                        format_bytes(bytes), format_bytes(device.memory().capacity())));
+      break;  // the last size that fitted stands
     }
     double grow = once < o.window_s / 8 && bytes < (std::size_t{256} << 20) ? 1.0 : 0.0;
     world.allreduce(&grow, 1, comm::ReduceOp::kMin);
@@ -1016,7 +1093,7 @@ void measure_device_copies(comm::Communicator& world, Calibration& cal, Device& 
     bytes *= 4;
   }
   cal.copy_bytes_per_s = world_median(world, rate);
-  cal.copy_pinned = false;
+  cal.copy_pinned = pinned != nullptr;
 }
 
 // One collective of `bytes` on device buffers over the data communicator, complete on return.
@@ -1126,7 +1203,7 @@ Calibration calibrate_device(comm::Communicator& world, const Hardware& hardware
     for (const auto& s : model_gemm_shapes(fit_model(r), r.B, r.T, 1)) shapes.push_back(s);
   shapes.insert(shapes.end(), o.gemm_shapes.begin(), o.gemm_shapes.end());
   // Half the budget for GEMMs, the rest for the model fit (which needs several runs).
-  measure_device_gemms(world, cal, *device, shapes, o, t0, o.gpu_budget_s / 2);
+  measure_device_gemms(world, cal, *device, shapes, o, t0, gpu_budget(o) / 2);
   log::debug("calibration (device): {} GEMM shapes {:.2f} s", cal.gemm_shapes.size(),
              seconds_since(t0));
   fit_compute_on_device(world, cal, *device, o, t0);
@@ -1134,10 +1211,9 @@ Calibration calibrate_device(comm::Communicator& world, const Hardware& hardware
   measure_device_optimizer(world, cal, *device, o);
   measure_device_copies(world, cal, *device, o);
   if (world.rank() == 0)
-    log::info(
-        "calibration: host<->device copies {:.2f} GB/s with pageable host memory (no pinned "
-        "allocation in calibration)",
-        cal.copy_bytes_per_s / 1e9);
+    log::info("calibration: host<->device copies {:.2f} GB/s ({} host memory)",
+              cal.copy_bytes_per_s / 1e9,
+              cal.copy_pinned ? "page-locked, on the copy stream" : "plain");
   log::debug("calibration (device): optimizer, copies {:.2f} s", seconds_since(t0));
   int local = 0;
   for (const auto& [gsz, color] : link_groups(world, hardware, node_of_rank, &local)) {
@@ -1174,7 +1250,7 @@ int add_gemm_shapes(comm::Communicator& world, Calibration& cal,
   std::unique_ptr<Device> device;
   comm::agree_on(world, [&] { device = calibration_device(world, options); });
   const int added =
-      measure_device_gemms(world, cal, *device, shapes, options, t0, options.gpu_budget_s);
+      measure_device_gemms(world, cal, *device, shapes, options, t0, gpu_budget(options));
   // Rank 0's numbers everywhere (the medians agree already).
   std::string text = cal.to_json().dump();
   broadcast_text(world, text, 0);

@@ -615,8 +615,11 @@ ProfileResult profile_workload(const ProfileRequest& request, comm::Communicator
   CalibrationOptions copt = options.calibration;
   copt.device = request.device;
   copt.device_index = options.trial.device_index;
-  copt.device_capacity =
-      options.trial.device_capacity > 0 ? options.trial.device_capacity : request.device_capacity;
+  // Calibration measures rates, not what fits: it runs before any job and frees what it took,
+  // so it uses the device's own memory as the CPU's calibration uses the host's, not the
+  // jobs' --device-memory (a test's or a small device's cap would leave it nothing to time).
+  // A measurement that does not fit the device itself is skipped and logged.
+  copt.device_capacity = 0;
   const auto save_to_cache = [&](const Calibration& c) {
     if (world.rank() != 0 || options.calibration_cache.empty() || options.calibration.quick) return;
     // Best effort: the cache saves later runs the calibration, and losing it costs only that.

@@ -101,7 +101,7 @@ else
 fi
 
 # 3. The whole batch on two ranks with emulated GPUs.
-if "$emu" run "$work/w.yaml" --np 2 --device cuda --run-dir "$work/run" >"$work/run.log" 2>&1; then
+if "$emu" run "$work/w.yaml" --np 2 --device cuda --quick-calibration --run-dir "$work/run" >"$work/run.log" 2>&1; then
   ok "saturn_emu run --device cuda --np 2"
 else
   bad "saturn_emu run: $(tail -20 "$work/run.log")"
