@@ -592,6 +592,8 @@ struct Coordinator::Impl {
         {"job", js->spec->id},
         {"step", js->steps_done},
         {"segment", static_cast<int>(js->past_segments.size() + js->segments.size()) - 1}};
+    // The segment's device-memory peak on its busiest rank (what a GPU sweep is sized by).
+    if (o.value("peak_device_bytes", 0.0) > 0) e["peak_device_bytes"] = o.at("peak_device_bytes");
     if (status == "finished") {
       js->status = Status::kFinished;
       e["event"] = "job_end";

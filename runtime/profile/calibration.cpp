@@ -505,6 +505,27 @@ std::pair<std::vector<double>, double> robust_compute_fit(const std::vector<std:
   return {single, e1};
 }
 
+// Sets the compute model of `cal` from the fit runs' features X and times y. With no run to fit
+// (every model beyond the budget or the memory), the GEMM table alone prices compute, which the
+// log says; with nothing to compare, the fit's error is recorded as 100 %.
+void set_compute_fit(comm::Communicator& world, Calibration& cal,
+                     const std::vector<std::vector<double>>& X, const std::vector<double>& y) {
+  if (X.empty()) {
+    if (world.rank() == 0)
+      log::info("calibration: no model fit ran; compute is priced by the GEMM table alone");
+    cal.gemm_scale = 1;
+    cal.attn_s_per_flop = 0;
+    cal.elem_s_per_unit = 0;
+    cal.compute_fit_error = 1.0;
+    return;
+  }
+  const auto [w, error] = robust_compute_fit(X, y);
+  cal.gemm_scale = w[0];
+  cal.attn_s_per_flop = w[1];
+  cal.elem_s_per_unit = w[2];
+  cal.compute_fit_error = error;
+}
+
 struct FitRun {
   Arch arch;
   int C, H, T, B;
@@ -557,11 +578,7 @@ void fit_compute(comm::Communicator& world, Calibration& cal, Gemm& probe, doubl
         "elementwise {:.3g})",
         arch_name(r.arch), r.C, r.T, r.B, y.back(), f.gemm_s, f.attn_flops, f.elem_units);
   }
-  const auto [w, error] = robust_compute_fit(X, y);
-  cal.gemm_scale = w[0];
-  cal.attn_s_per_flop = w[1];
-  cal.elem_s_per_unit = w[2];
-  cal.compute_fit_error = error;
+  set_compute_fit(world, cal, X, y);
 }
 
 void measure_optimizer_and_copies(comm::Communicator& world, Calibration& cal, Gemm& probe,
@@ -967,25 +984,7 @@ void fit_compute_on_device(comm::Communicator& world, Calibration& cal, Device& 
     log::debug("calibration (device): {} d{} T{} B{}: {:.3g} s (GEMM table {:.3g} s)",
                arch_name(r.arch), r.C, r.T, r.B, y.back(), f.gemm_s);
   }
-  if (X.empty()) {
-    // Nothing to fit (every model beyond the budget or the memory given): the GEMM table
-    // alone prices compute, which the log says; with nothing to compare, the fit's error is
-    // recorded as 100 %.
-    if (world.rank() == 0)
-      log::info(
-          "calibration: no model fit ran on the device; compute is priced by the GEMM "
-          "table alone");
-    cal.gemm_scale = 1;
-    cal.attn_s_per_flop = 0;
-    cal.elem_s_per_unit = 0;
-    cal.compute_fit_error = 1.0;
-    return;
-  }
-  const auto [w, error] = robust_compute_fit(X, y);
-  cal.gemm_scale = w[0];
-  cal.attn_s_per_flop = w[1];
-  cal.elem_s_per_unit = w[2];
-  cal.compute_fit_error = error;
+  set_compute_fit(world, cal, X, y);
 }
 
 // AdamW, the gradient norm and zeroing per parameter, on device buffers; the parameter count

@@ -96,10 +96,15 @@ def main() -> int:
     wall = time.monotonic() - t0
     log_text = log_path.read_text(errors="replace")
 
-    # Per job: peak device memory (the trainer's "job X: done in ..., peak device memory ..."
-    # line), the data communicator chosen, and the median tokens/s of its steps after the first.
-    peak = {m.group(1): m.group(2) for m in
-            re.finditer(r"job (\S+): done in \S+, peak device memory (\S+ \S+) per rank", log_text)}
+    # Per job: the device-memory peak of its last segment (timeline.jsonl's job_end), and the
+    # median tokens/s of its steps after the first.
+    peak = {}
+    timeline = run_dir / "timeline.jsonl"
+    if timeline.exists():
+        for line in timeline.read_text().splitlines():
+            e = json.loads(line) if line.strip() else {}
+            if e.get("event") in ("job_end", "job_stop", "failure") and "peak_device_bytes" in e:
+                peak[e["job"]] = f"{e['peak_device_bytes'] / 2**20:.1f} MiB"
     summary_path = run_dir / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
     rows = []
