@@ -124,9 +124,10 @@ def main() -> int:
              "", "| job | strategy | devices | status | tokens/s (median) | peak device memory |",
              "|---|---|---|---|---|---|"]
     table += [f"| {' | '.join(str(c) for c in r)} |" for r in rows]
-    # The data communicators the multi-rank segments got (logged once per segment by rank 0).
-    comms = re.findall(r"data communicator of \d+ rank\(s\): ([^\n]*)", log_text)
-    table += ["", "Data communicators of the multi-rank segments:"]
+    # The data communicators the segments got (logged once per segment by its rank 0; 1-rank
+    # CUDA segments get one too).
+    comms = re.findall(r"data communicator of (\d+ rank\(s\): [^\n]*)", log_text)
+    table += ["", "Data communicators chosen (one per job segment):"]
     table += [f"- {n} x {c}" for c, n in sorted({c: comms.count(c) for c in comms}.items())] or ["- none"]
     text = "\n".join(table) + "\n"
     (out / "sweep-table.md").write_text(text)
