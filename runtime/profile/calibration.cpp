@@ -1282,24 +1282,15 @@ Calibration calibrate(comm::Communicator& world, const Hardware& hardware,
 
   // Collectives inside a node, on every group size up to the smallest node's rank count
   // (powers of two, and that count itself), all groups busy at once.
-  const int rank = world.rank();
-  const int node = node_of_rank.at(static_cast<std::size_t>(rank));
   int local = 0;
-  for (int r = 0; r < rank; ++r)
-    if (node_of_rank[static_cast<std::size_t>(r)] == node) ++local;
-  const int smallest =
-      *std::min_element(hardware.ranks_per_node.begin(), hardware.ranks_per_node.end());
-  std::vector<int> groups;
-  for (int gsz = 2; gsz <= smallest; gsz *= 2) groups.push_back(gsz);
-  if (smallest > 1 && (groups.empty() || groups.back() != smallest)) groups.push_back(smallest);
-  for (int gsz : groups) {
-    const int per_node = hardware.ranks_per_node[static_cast<std::size_t>(node)] / gsz;
-    const int color = local / gsz < per_node ? node * 100000 + local / gsz : -1;
+  for (const auto& [gsz, color] : link_groups(world, hardware, node_of_rank, &local)) {
     measure_links(world, cal, color, gsz, false, options);
     log::debug("calibration: collectives on {} ranks {:.2f} s", gsz, seconds_since(t0));
   }
   // Across nodes: one rank of each node (same local index) per group.
   if (hardware.nodes() > 1) {
+    const int smallest =
+        *std::min_element(hardware.ranks_per_node.begin(), hardware.ranks_per_node.end());
     const int color = local < smallest ? local : -1;
     measure_links(world, cal, color, hardware.nodes(), true, options);
   }
