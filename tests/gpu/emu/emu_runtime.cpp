@@ -21,6 +21,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -38,6 +39,11 @@ namespace {
 
 thread_local cudaError_t g_last = cudaSuccess;
 int g_device = 0;
+// What emu::host_waits() reports (emu_testing.hpp); atomics, since the fake NCCL's threads call
+// into the runtime too.
+struct HostWaitCounters {
+  std::atomic<long> stream_syncs{0}, device_syncs{0}, event_syncs{0}, blocking_copies{0};
+} g_host_waits;
 
 int device_count() {
   static const int n = [] {
@@ -84,14 +90,17 @@ cudaError_t copy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind k
       break;
   }
   if (!side_ok(dst, bytes, dst_dev) || !side_ok(src, bytes, src_dev)) {
-    const std::string msg = std::string(what) + ": a pointer is not the memory its cudaMemcpyKind says (device: one live allocation; host: not device memory)";
+    const std::string msg = std::string(what) +
+                            ": a pointer is not the memory its cudaMemcpyKind says (device: one "
+                            "live allocation; host: not device memory)";
     return fail(cudaErrorInvalidValue, msg.c_str());
   }
   const auto* d = static_cast<const char*>(dst);
   const auto* s = static_cast<const char*>(src);
   if (d < s + bytes && s < d + bytes)
-    return fail(cudaErrorInvalidValue,
-                (std::string(what) + ": source and destination overlap (undefined on a GPU)").c_str());
+    return fail(
+        cudaErrorInvalidValue,
+        (std::string(what) + ": source and destination overlap (undefined on a GPU)").c_str());
   emu::DeviceAccess access;
   std::memcpy(dst, src, bytes);
   return cudaSuccess;
@@ -119,6 +128,16 @@ bool is_pinned(const void* p) {
   auto it = g_pinned.upper_bound(c);
   return it != g_pinned.begin() && c < std::prev(it)->first + std::prev(it)->second;
 }
+// An asynchronous copy between the device and pageable host memory is staged by the driver and
+// blocks the host (pinned memory is what makes it asynchronous).
+void note_async_copy(const void* dst, const void* src, cudaMemcpyKind kind) {
+  const bool dst_host =
+      kind == cudaMemcpyDeviceToHost || (kind == cudaMemcpyDefault && !emu::is_device(dst));
+  const bool src_host =
+      kind == cudaMemcpyHostToDevice || (kind == cudaMemcpyDefault && !emu::is_device(src));
+  if (dst_host == src_host) return;  // device to device (or host to host: no device involved)
+  if (!is_pinned(dst_host ? dst : src)) ++g_host_waits.blocking_copies;
+}
 void note_event_record(cudaEvent_t e, cudaStream_t s) {
   std::lock_guard<std::mutex> lock(g_host_mutex);
   if (g_held_streams.count(s) != 0)
@@ -141,6 +160,15 @@ bool stream_held(cudaStream_t s) {
 // ---- end of pinned host memory and late streams -----------------------------------------------
 
 }  // namespace
+
+emu::HostWaits emu::host_waits() {
+  HostWaits w;
+  w.stream_syncs = g_host_waits.stream_syncs.load();
+  w.device_syncs = g_host_waits.device_syncs.load();
+  w.event_syncs = g_host_waits.event_syncs.load();
+  w.blocking_copies = g_host_waits.blocking_copies.load();
+  return w;
+}
 
 void emu::hold_stream(cudaStream_t stream, bool hold) {
   std::lock_guard<std::mutex> lock(g_host_mutex);
@@ -166,17 +194,20 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
 
 cudaError_t cudaFree(void* p) {
   if (p == nullptr) return cudaSuccess;
-  if (!emu::device_free(p)) return fail(cudaErrorInvalidValue, "cudaFree of a pointer cudaMalloc did not return");
+  if (!emu::device_free(p))
+    return fail(cudaErrorInvalidValue, "cudaFree of a pointer cudaMalloc did not return");
   return cudaSuccess;
 }
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
+  ++g_host_waits.blocking_copies;
   emu::order_before(nullptr);
   return copy(dst, src, count, kind, "cudaMemcpy");
 }
 
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
                             cudaStream_t stream) {
+  note_async_copy(dst, src, kind);
   emu::order_before(stream);
   return copy(dst, src, count, kind, "cudaMemcpyAsync");
 }
@@ -184,13 +215,14 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpy
 cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch,
                               size_t width, size_t height, cudaMemcpyKind kind,
                               cudaStream_t stream) {
+  note_async_copy(dst, src, kind);
   emu::order_before(stream);
   if (width > dpitch || width > spitch)
     return fail(cudaErrorInvalidPitchValue, "cudaMemcpy2DAsync: width exceeds a pitch");
   for (size_t r = 0; r < height; ++r) {
-    const cudaError_t e = copy(static_cast<char*>(dst) + r * dpitch,
-                               static_cast<const char*>(src) + r * spitch, width, kind,
-                               "cudaMemcpy2DAsync");
+    const cudaError_t e =
+        copy(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch,
+             width, kind, "cudaMemcpy2DAsync");
     if (e != cudaSuccess) return e;
   }
   return cudaSuccess;
@@ -208,6 +240,7 @@ cudaError_t memset_now(void* p, int value, size_t count) {
 }  // namespace
 
 cudaError_t cudaMemset(void* p, int value, size_t count) {
+  ++g_host_waits.blocking_copies;
   emu::order_before(nullptr);
   return memset_now(p, value, count);
 }
@@ -232,7 +265,9 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   if (stream_held(s))
-    return fail(cudaErrorInvalidValue, "cudaStreamSynchronize of a stream the test holds back (it would wait forever)");
+    return fail(cudaErrorInvalidValue,
+                "cudaStreamSynchronize of a stream the test holds back (it would wait forever)");
+  ++g_host_waits.stream_syncs;
   emu::synchronize_stream(s);
   return cudaSuccess;
 }
@@ -241,6 +276,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int) {
   return cudaSuccess;
 }
 cudaError_t cudaDeviceSynchronize(void) {
+  ++g_host_waits.device_syncs;
   emu::synchronize_all();
   return cudaSuccess;
 }
@@ -261,7 +297,10 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
   if (event_pending(e))
-    return fail(cudaErrorInvalidValue, "cudaEventSynchronize of an event on a stream the test holds back (it would wait forever)");
+    return fail(
+        cudaErrorInvalidValue,
+        "cudaEventSynchronize of an event on a stream the test holds back (it would wait forever)");
+  ++g_host_waits.event_syncs;
   emu::wait_event(reinterpret_cast<Event*>(e)->position);
   return cudaSuccess;
 }
@@ -284,7 +323,8 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
 
 cudaError_t cudaSetDevice(int device) {
   if (device < 0 || device >= device_count())
-    return fail(cudaErrorInvalidDevice, "cudaSetDevice: no such emulated device (SATURN_EMU_DEVICES)");
+    return fail(cudaErrorInvalidDevice,
+                "cudaSetDevice: no such emulated device (SATURN_EMU_DEVICES)");
   g_device = device;
   return cudaSuccess;
 }
@@ -410,7 +450,8 @@ cudaError_t cudaFreeHost(void* p) {
   return cudaSuccess;
 }
 cudaError_t cudaHostRegister(void* p, size_t bytes, unsigned int) {
-  if (bytes == 0 || emu::is_device(p)) return fail(cudaErrorInvalidValue, "cudaHostRegister of device memory or 0 bytes");
+  if (bytes == 0 || emu::is_device(p))
+    return fail(cudaErrorInvalidValue, "cudaHostRegister of device memory or 0 bytes");
   std::lock_guard<std::mutex> lock(g_host_mutex);
   if (!g_pinned.emplace(static_cast<const char*>(p), bytes).second)
     return fail(cudaErrorHostMemoryAlreadyRegistered, "cudaHostRegister: already registered");

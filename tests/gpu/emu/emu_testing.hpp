@@ -12,4 +12,18 @@ namespace emu {
 // since it could never return.
 void hold_stream(cudaStream_t stream, bool hold);
 
+// How often the host has waited for the device since the process started: the calls that block
+// the calling thread until device work completes (cudaStreamSynchronize, cudaDeviceSynchronize,
+// cudaEventSynchronize, cudaMemcpy/cudaMemset without a stream) and asynchronous copies between
+// the device and pageable host memory (the driver stages those, so they block too). Tests count
+// what one training step costs in host waits (issue 18: none per micro-batch).
+struct HostWaits {
+  long stream_syncs = 0;
+  long device_syncs = 0;
+  long event_syncs = 0;
+  long blocking_copies = 0;  // cudaMemcpy, cudaMemset, pageable cudaMemcpy(2D)Async
+  long total() const { return stream_syncs + device_syncs + event_syncs + blocking_copies; }
+};
+HostWaits host_waits();
+
 }  // namespace emu

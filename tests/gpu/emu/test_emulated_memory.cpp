@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cmath>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -209,6 +210,48 @@ TEST(Offload, HostStateIsPinnedOnCuda) {
   s4->setup(*comms, *device, host4);
   s4->train_step(loader.next_batch(spec.train.batch_size), 0);
   EXPECT_EQ(s4->stats().host_transfer_bytes, e4.host_transfer_bytes);
+}
+
+// Issue 18: a training step waits for the device a fixed number of times (the gradient norm, the
+// loss), however many micro-batches it has: losses and gradients accumulate on the device, and
+// nothing inside the micro-batch loop reads a result back or synchronises.
+TEST(HostWaits, NonePerMicroBatch) {
+  comm::Communicator& w = world();
+  if (w.size() != 1) GTEST_SKIP() << "registered for one rank";
+  auto device = make_cuda_device();
+  SharedData data(tiny_model(Arch::kGpt2).vocab_size);
+  for (const std::string name : {"ddp", "fsdp", "offload"}) {
+    SCOPED_TRACE(name);
+    long waits[2] = {0, 0};
+    int micro[2] = {0, 0};
+    for (int variant = 0; variant < 2; ++variant) {
+      parallel::StrategySpec spec;
+      spec.model = tiny_model(Arch::kGpt2);
+      spec.train = tiny_train();
+      spec.degree = 1;
+      spec.backend = DeviceKind::kCuda;
+      spec.knobs =
+          parallel::parse_knobs({variant == 0 ? "micro_batch_size=8" : "micro_batch_size=2"});
+      MemoryPool host("host", 0, device->host_allocator());
+      auto comms = comm::make_comm_pair(w, *device);
+      auto s = parallel::make_strategy(name, spec);
+      micro[variant] = s->estimate().micro_batches;
+      s->setup(*comms, *device, host);
+      data::TokenLoader loader(data::TokenArray::open(data.train(), spec.model.vocab_size),
+                               spec.train.seq_len, 1);
+      s->train_step(loader.next_batch(spec.train.batch_size), 0);  // first step: warm-up
+      const long before = emu::host_waits().total();
+      const parallel::StepResult r = s->train_step(loader.next_batch(spec.train.batch_size), 1);
+      waits[variant] = emu::host_waits().total() - before;
+      EXPECT_TRUE(std::isfinite(r.loss));
+    }
+    ASSERT_EQ(micro[0], 1);
+    ASSERT_EQ(micro[1], 4);
+    std::printf("[ %-8s ] host waits per step: %ld with 1 micro-batch, %ld with 4\n", name.c_str(),
+                waits[0], waits[1]);
+    EXPECT_EQ(waits[0], waits[1]) << "a host wait inside the micro-batch loop";
+    EXPECT_GT(waits[0], 0) << "the counter saw no wait at all (the step reads its loss)";
+  }
 }
 
 }  // namespace
