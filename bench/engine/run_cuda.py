@@ -18,6 +18,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import roofline  # noqa: E402  (the prediction printed beside the measurement)
+
 SHAPES = {  # name: (layers, d_model, heads)
     "124M": (12, 768, 12),
     "350M": (24, 1024, 16),
@@ -155,9 +158,10 @@ def main():
 
     print(f"\n# GPU engine benchmark, {datetime.date.today()}, {gpu}, PyTorch {torch_version or 'absent'}, "
           f"batch {args.batch} x seq {SEQ}, vocab {VOCAB}, median of {args.steps} steps after warm-up\n")
-    print("| model | params | Saturn tok/s | Saturn MFU | eager tok/s | eager MFU | compile tok/s | "
-          "compile MFU | Saturn / eager |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| model | params | Saturn tok/s | Saturn MFU | roofline MFU | eager tok/s | eager MFU | "
+          "compile tok/s | compile MFU | Saturn / eager |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    roof_gpu = next((g for g in roofline.GPUS if g in gpu), None)
 
     def cell(r, key, fmt):
         return fmt.format(r[key]) if r else "n/a"
@@ -167,8 +171,15 @@ def main():
         n = (s or e or c or {}).get("params")
         params = f"{n / 1e6:.0f}M" if n else "n/a"
         ratio = f"{s['tokens_per_s'] / e['tokens_per_s']:.2f}" if s and e else "n/a"
+        # bench/engine/roofline.py's prediction for this GPU at its default efficiencies
+        roof = "n/a"
+        if roof_gpu:
+            _, _, mfu, _ = roofline.estimate(r["shape"], roof_gpu, args.batch, SEQ, 0.75, 0.30,
+                                             0.80, "issue18", 0.25)
+            roof = f"{mfu:.0%}"
         print(f"| gpt2-{r['shape']} | {params} | {cell(s, 'tokens_per_s', '{:,.0f}')} | "
-              f"{cell(s, 'mfu', '{:.1%}')} | {cell(e, 'tokens_per_s', '{:,.0f}')} | {cell(e, 'mfu', '{:.1%}')} | "
+              f"{cell(s, 'mfu', '{:.1%}')} | {roof} | {cell(e, 'tokens_per_s', '{:,.0f}')} | "
+              f"{cell(e, 'mfu', '{:.1%}')} | "
               f"{cell(c, 'tokens_per_s', '{:,.0f}')} | {cell(c, 'mfu', '{:.1%}')} | {ratio} |")
     print("\nSaturn's ops alone at each shape (one layer's worth; median of 10 after warm-up):\n")
     print("| model | op | ms | TFLOP/s |")
