@@ -21,6 +21,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -38,6 +39,7 @@ namespace {
 
 thread_local cudaError_t g_last = cudaSuccess;
 int g_device = 0;
+std::atomic<std::uint64_t> g_memset_calls{0};  // emu::memset_calls()
 
 int device_count() {
   static const int n = [] {
@@ -153,6 +155,12 @@ void emu::hold_stream(cudaStream_t stream, bool hold) {
     it = it->second == stream ? g_pending_events.erase(it) : std::next(it);
 }
 
+std::uint64_t emu::memset_calls() { return g_memset_calls.load(); }
+
+namespace emu {
+const char* cublaslt_last_error();  // emu_linear.cpp
+}  // namespace emu
+
 extern "C" {
 
 cudaError_t cudaMalloc(void** p, size_t bytes) {
@@ -208,11 +216,13 @@ cudaError_t memset_now(void* p, int value, size_t count) {
 }  // namespace
 
 cudaError_t cudaMemset(void* p, int value, size_t count) {
+  ++g_memset_calls;
   emu::order_before(nullptr);
   return memset_now(p, value, count);
 }
 
 cudaError_t cudaMemsetAsync(void* p, int value, size_t count, cudaStream_t stream) {
+  ++g_memset_calls;
   emu::order_before(stream);
   return memset_now(p, value, count);
 }
@@ -368,7 +378,8 @@ cudaError_t cudaFuncSetAttribute(const void*, cudaFuncAttribute, int) {
   return cudaSuccess;
 }
 
-// cuBLASLt: the handle only (the GEMMs themselves are emu_linear.cpp's).
+// cuBLASLt: the handle and status texts (descriptors, heuristic and GEMMs are emu_linear.cpp's,
+// which names why it refused a call).
 cublasStatus_t cublasLtCreate(cublasLtHandle_t* h) {
   *h = reinterpret_cast<cublasLtHandle_t>(new int(0));
   return CUBLAS_STATUS_SUCCESS;
@@ -381,7 +392,7 @@ const char* cublasLtGetStatusName(cublasStatus_t) {
   return "CUBLAS_STATUS (emulated)";
 }
 const char* cublasLtGetStatusString(cublasStatus_t) {
-  return "emulated cuBLASLt status";
+  return emu::cublaslt_last_error();
 }
 
 // ---- pinned host memory (issue 17, offload) ----------------------------------------------------

@@ -3,6 +3,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
+
 namespace emu {
 
 // Holds `stream` back (hold) or lets it go: operations on a held stream still complete at once
@@ -11,5 +13,9 @@ namespace emu {
 // the host for such an event or stream (cudaEventSynchronize, cudaStreamSynchronize) is an error,
 // since it could never return.
 void hold_stream(cudaStream_t stream, bool hold);
+
+// cudaMemset and cudaMemsetAsync calls so far in this process (tests count the memsets a model
+// pass issues).
+std::uint64_t memset_calls();
 
 }  // namespace emu
