@@ -39,7 +39,7 @@ namespace {
 
 thread_local cudaError_t g_last = cudaSuccess;
 int g_device = 0;
-std::atomic<std::uint64_t> g_memset_calls{0};  // emu::memset_calls()
+std::atomic<std::uint64_t> g_memset_async_calls{0};  // emu::memset_async_calls()
 
 int device_count() {
   static const int n = [] {
@@ -155,7 +155,7 @@ void emu::hold_stream(cudaStream_t stream, bool hold) {
     it = it->second == stream ? g_pending_events.erase(it) : std::next(it);
 }
 
-std::uint64_t emu::memset_calls() { return g_memset_calls.load(); }
+std::uint64_t emu::memset_async_calls() { return g_memset_async_calls.load(); }
 
 namespace emu {
 const char* cublaslt_last_error();  // emu_linear.cpp
@@ -216,13 +216,12 @@ cudaError_t memset_now(void* p, int value, size_t count) {
 }  // namespace
 
 cudaError_t cudaMemset(void* p, int value, size_t count) {
-  ++g_memset_calls;
   emu::order_before(nullptr);
   return memset_now(p, value, count);
 }
 
 cudaError_t cudaMemsetAsync(void* p, int value, size_t count, cudaStream_t stream) {
-  ++g_memset_calls;
+  ++g_memset_async_calls;
   emu::order_before(stream);
   return memset_now(p, value, count);
 }

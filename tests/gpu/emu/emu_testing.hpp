@@ -14,8 +14,9 @@ namespace emu {
 // since it could never return.
 void hold_stream(cudaStream_t stream, bool hold);
 
-// cudaMemset and cudaMemsetAsync calls so far in this process (tests count the memsets a model
-// pass issues).
-std::uint64_t memset_calls();
+// cudaMemsetAsync calls so far in this process: the memsets the backend enqueues (tests count
+// those of a model pass; the allocator's poisoning of released blocks, emulator-only, uses
+// cudaMemset and is not counted).
+std::uint64_t memset_async_calls();
 
 }  // namespace emu
