@@ -31,6 +31,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "tests/gpu/emu/emu_core.hpp"
 #include "tests/gpu/emu/emu_stream.hpp"
@@ -428,14 +429,22 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
   const bool ta = d->transa == CUBLAS_OP_T, tb = d->transb == CUBLAS_OP_T;
   const int m = static_cast<int>(dl->rows), n = static_cast<int>(dl->cols),
             k = static_cast<int>(ta ? a->rows : a->cols);
-  auto a_at = [&](int i, int l) {
-    const std::size_t r = ta ? l : i, col = ta ? i : l;
-    return read(A, a->type, r + col * static_cast<std::size_t>(a->ld));
-  };
-  auto b_at = [&](int l, int j) {
-    const std::size_t r = tb ? j : l, col = tb ? l : j;
-    return read(B, b->type, r + col * static_cast<std::size_t>(b->ld));
-  };
+  // op(A) row by row and op(B) column by column in fp32 (exact: bf16 widens exactly), so each
+  // output element is one contiguous dot product, summed in order over k.
+  std::vector<float> a_rows(static_cast<std::size_t>(m) * k),
+      b_cols(static_cast<std::size_t>(n) * k);
+  for (int i = 0; i < m; ++i)
+    for (int l = 0; l < k; ++l) {
+      const std::size_t r = ta ? l : i, col = ta ? i : l;
+      a_rows[static_cast<std::size_t>(i) * k + l] =
+          read(A, a->type, r + col * static_cast<std::size_t>(a->ld));
+    }
+  for (int j = 0; j < n; ++j)
+    for (int l = 0; l < k; ++l) {
+      const std::size_t r = tb ? j : l, col = tb ? l : j;
+      b_cols[static_cast<std::size_t>(j) * k + l] =
+          read(B, b->type, r + col * static_cast<std::size_t>(b->ld));
+    }
   const cudaDataType_t dtype = dl->type;
   const cudaDataType_t bias_type =
       d->bias_type == -1 ? dtype : static_cast<cudaDataType_t>(d->bias_type);
@@ -445,8 +454,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
   void* aux = const_cast<void*>(d->aux);
   for (int j = 0; j < n; ++j)
     for (int i = 0; i < m; ++i) {
+      const float* ar = a_rows.data() + static_cast<std::size_t>(i) * k;
+      const float* bc = b_cols.data() + static_cast<std::size_t>(j) * k;
       float acc = 0.0f;
-      for (int l = 0; l < k; ++l) acc += a_at(i, l) * b_at(l, j);
+      for (int l = 0; l < k; ++l) acc += ar[l] * bc[l];
       const std::size_t at = i + j * ldd;
       float v = alpha * acc;
       if (beta != 0.0f) v += beta * read(D, dtype, at);
@@ -466,7 +477,9 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
     const int len = e == CUBLASLT_EPILOGUE_BGRADA ? m : n;
     for (int x = 0; x < len; ++x) {
       float s = 0.0f;
-      for (int l = 0; l < k; ++l) s += e == CUBLASLT_EPILOGUE_BGRADA ? a_at(x, l) : b_at(l, x);
+      const float* v = (e == CUBLASLT_EPILOGUE_BGRADA ? a_rows : b_cols).data() +
+                       static_cast<std::size_t>(x) * k;
+      for (int l = 0; l < k; ++l) s += v[l];
       write(bias, bias_type, static_cast<std::size_t>(x), s);
     }
   }

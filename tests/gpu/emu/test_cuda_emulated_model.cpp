@@ -1,7 +1,7 @@
 // The model program on the emulated CUDA backend (the real kernels through the emulator, GEMMs
 // through the backend's cuBLASLt code on the emulated cuBLASLt, device memory the host cannot
-// touch) against the CPU backend: forward, backward and a few training steps, on sequences longer than one attention
-// key tile (32) and not a multiple of it, for both architectures.
+// touch) against the CPU backend: forward, backward and a few training steps, on sequences longer
+// than one attention key tile (32) and not a multiple of it, for both architectures.
 #include <gtest/gtest.h>
 
 #include <cmath>
