@@ -211,12 +211,12 @@ class Transformer final : public Model {
     // memory for large vocabularies.
     B::crossentropy_backward(*ctx_, s.logits.data(), s.targets.data(), dloss, N, V);
     const Act* dlogits = s.logits.data();
-    B::zero(*ctx_, a.dln.data(), NC);
     B::zero(*ctx_, a.dres.data(), NC);
     const Act* x = resid(config_.n_layer);
+    // dln is overwritten by the head's input gradient (beta = 0): no zeroing first.
     if (config_.arch == Arch::kGpt2) {
       B::linear_backward(*ctx_, a.dln.data(), g(t[0]), nullptr, dlogits, s.lnf.data(), p(t[0]), N,
-                         C, V, false);
+                         C, V, false, /*overwrite_dinp=*/true);
       const auto& lnw = t[t.size() - 2];
       const auto& lnb = t[t.size() - 1];
       B::layernorm_backward(*ctx_, a.dres.data(), g(lnw), g(lnb), a.dln.data(), x, p(lnw),
@@ -225,7 +225,7 @@ class Transformer final : public Model {
       const auto& head = t[t.size() - 1];
       const auto& nw = t[t.size() - 2];
       B::linear_backward(*ctx_, a.dln.data(), g(head), nullptr, dlogits, s.lnf.data(), p(head), N,
-                         C, V, false);
+                         C, V, false, /*overwrite_dinp=*/true);
       B::rmsnorm_backward(*ctx_, a.dres.data(), g(nw), a.dln.data(), x, p(nw), s.lnf_rstd.data(),
                           N, C);
     }
@@ -253,30 +253,27 @@ class Transformer final : public Model {
     auto column_parallel_done = [&](Act* dinp) {
       if (tp > 1) reduce_tp(dinp, NC);
     };
-    B::zero(c, a.dact.data(), NF);
-    B::zero(c, a.dfc.data(), NF);
-    B::zero(c, a.dln.data(), NC);
+    // Activation gradients whose first writer is a GEMM are overwritten by it (beta = 0,
+    // overwrite_dinp) instead of being zeroed and accumulated into; the rest are zeroed.
     if (config_.arch == Arch::kGpt2) {
-      // MLP branch: out = res2 + fcproj(gelu(fc(ln2(res2))))
-      B::linear_backward(c, a.dact.data(), g(*w.fcprojw), g(*w.fcprojb), dres, L.act.data(),
-                         p(*w.fcprojw), N, F, C, true);
-      B::gelu_backward(c, a.dfc.data(), L.fc.data(), a.dact.data(), NF);
+      // MLP branch: out = res2 + fcproj(gelu(fc(ln2(res2)))). dfc = (dres · Wfcproj) ⊙ GELU'(fc)
+      // in one GEMM (dact is scratch, used only where the backend cannot fuse).
+      B::linear_dgelu_backward(c, a.dfc.data(), a.dact.data(), g(*w.fcprojw), g(*w.fcprojb), dres,
+                               L.act.data(), L.fc.data(), p(*w.fcprojw), N, F, C, true);
       B::linear_backward(c, a.dln.data(), g(*w.fcw), g(*w.fcb), a.dfc.data(), L.ln2.data(),
-                         p(*w.fcw), N, C, F, true);
+                         p(*w.fcw), N, C, F, true, /*overwrite_dinp=*/true);
       column_parallel_done(a.dln.data());
       B::layernorm_backward(c, dres, g(*w.ln2w), g(*w.ln2b), a.dln.data(), L.res2.data(),
                             p(*w.ln2w), L.ln2_mean.data(), L.ln2_rstd.data(), N, C);
       // Attention branch: res2 = x + proj(attn(qkv(ln1(x))))
-      B::zero(c, a.datty.data(), NCl);
       B::linear_backward(c, a.datty.data(), g(*w.projw), g(*w.projb), dres, L.atty.data(),
-                         p(*w.projw), N, Cl, C, true);
+                         p(*w.projw), N, Cl, C, true, /*overwrite_dinp=*/true);
       B::zero(c, a.dqkv.data(), 3 * NCl);
       B::attention_backward(c, dq, dq + Cl, dq + 2 * Cl, a.datt.data(), a.datty.data(),
                             L.atty.data(), L.att.data(), q, q + Cl, q + 2 * Cl, 3 * Cl, B_n_, T_n_,
                             H, hd);
-      B::zero(c, a.dln.data(), NC);
       B::linear_backward(c, a.dln.data(), g(*w.qkvw), g(*w.qkvb), dq, L.ln1.data(), p(*w.qkvw), N,
-                         C, 3 * Cl, true);
+                         C, 3 * Cl, true, /*overwrite_dinp=*/true);
       // The key bias shifts every score of a query row by the same amount, which softmax
       // ignores: its gradient is exactly zero. Computed, it is rounding noise that Adam's
       // normalisation would turn into real steps that differ with any change of summation
@@ -287,20 +284,20 @@ class Transformer final : public Model {
                             L.ln1_mean.data(), L.ln1_rstd.data(), N, C);
     } else {
       B::linear_backward(c, a.dact.data(), g(*w.downw), nullptr, dres, L.act.data(), p(*w.downw),
-                         N, F, C, false);
+                         N, F, C, false, /*overwrite_dinp=*/true);
+      B::zero(c, a.dfc.data(), NF);  // swiglu_backward accumulates
       B::zero(c, a.dup.data(), NF);
       B::swiglu_backward(c, a.dfc.data(), a.dup.data(), a.dact.data(), L.fc.data(), L.up.data(),
                          NF);
       B::linear_backward(c, a.dln.data(), g(*w.gatew), nullptr, a.dfc.data(), L.ln2.data(),
-                         p(*w.gatew), N, C, F, false);
+                         p(*w.gatew), N, C, F, false, /*overwrite_dinp=*/true);
       B::linear_backward(c, a.dln.data(), g(*w.upw), nullptr, a.dup.data(), L.ln2.data(),
                          p(*w.upw), N, C, F, false);
       column_parallel_done(a.dln.data());
       B::rmsnorm_backward(c, dres, g(*w.ln2w), a.dln.data(), L.res2.data(), p(*w.ln2w),
                           L.ln2_rstd.data(), N, C);
-      B::zero(c, a.datty.data(), NCl);
       B::linear_backward(c, a.datty.data(), g(*w.projw), nullptr, dres, L.atty.data(),
-                         p(*w.projw), N, Cl, C, false);
+                         p(*w.projw), N, Cl, C, false, /*overwrite_dinp=*/true);
       B::zero(c, a.dqkv.data(), 3 * NCl);
       B::attention_backward(c, dq, dq + Cl, dq + 2 * Cl, a.datt.data(), a.datty.data(),
                             L.atty.data(), L.att.data(), q, q + Cl, q + 2 * Cl, 3 * Cl, B_n_, T_n_,
@@ -314,9 +311,8 @@ class Transformer final : public Model {
       const std::size_t W = 3 * static_cast<std::size_t>(Cl);
       B::copy_rows(c, a.dqkv_pre.data() + 2 * Cl, W, dq + 2 * Cl, W, static_cast<std::size_t>(Cl),
                    static_cast<std::size_t>(N));
-      B::zero(c, a.dln.data(), NC);
       B::linear_backward(c, a.dln.data(), g(*w.qkvw), nullptr, a.dqkv_pre.data(), L.ln1.data(),
-                         p(*w.qkvw), N, C, 3 * Cl, false);
+                         p(*w.qkvw), N, C, 3 * Cl, false, /*overwrite_dinp=*/true);
       column_parallel_done(a.dln.data());
       B::rmsnorm_backward(c, dres, g(*w.ln1w), a.dln.data(), x, p(*w.ln1w), L.ln1_rstd.data(), N,
                           C);
@@ -408,8 +404,9 @@ class Transformer final : public Model {
       B::residual_forward(c, L.res2.data(), L.res2.data(), x, NC);
       B::layernorm_forward(c, L.ln2.data(), L.ln2_mean.data(), L.ln2_rstd.data(), L.res2.data(),
                            p(*w.ln2w), p(*w.ln2b), N, C, eps);
-      B::linear_forward(c, L.fc.data(), L.ln2.data(), p(*w.fcw), p(*w.fcb), N, C, F, true);
-      B::gelu_forward(c, L.act.data(), L.fc.data(), NF);
+      // act = GELU(fc), fc = ln2 · Wfc + bfc kept for backward: one GEMM with its epilogue.
+      B::linear_gelu_forward(c, L.act.data(), L.fc.data(), L.ln2.data(), p(*w.fcw), p(*w.fcb), N, C,
+                             F, true);
       B::linear_forward(c, out, L.act.data(), p(*w.fcprojw), tp == 1 ? p(*w.fcprojb) : nullptr, N,
                         F, C, true);
       row_parallel_done(out, p(*w.fcprojb));

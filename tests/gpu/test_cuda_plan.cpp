@@ -99,6 +99,38 @@ TEST(LinearPlan, EveryGemmMatchesTheCpuBackend) {
   }
 }
 
+// The bias-gradient epilogue sums one operand of the weight-gradient GEMM over k: BGRADA the
+// rows of op(A) (length m), BGRADB the columns of op(B) (length n). Whichever
+// bias_gradient_operand names must give the CPU's bias gradient (column sums of dout).
+TEST(LinearPlan, BiasGradientEpilogueReducesDout) {
+  std::mt19937 g(777);
+  const int N = 7, C = 5, OC = 3;
+  for (auto layout : {cpu::WeightLayout::kOutIn, cpu::WeightLayout::kInOut}) {
+    SCOPED_TRACE(layout == cpu::WeightLayout::kOutIn ? "out-in" : "in-out");
+    const auto glayout =
+        layout == cpu::WeightLayout::kOutIn ? WeightLayout::kOutIn : WeightLayout::kInOut;
+    const Vec x = random(g, static_cast<std::size_t>(N) * C);
+    const Vec w = random(g, static_cast<std::size_t>(C) * OC);
+    const Vec dout = random(g, static_cast<std::size_t>(N) * OC);
+    Vec dw(w.size(), 0.0f), want(OC, 0.0f);
+    cpu::linear_backward(nullptr, dw.data(), want.data(), dout.data(), x.data(), w.data(), N, C, OC,
+                         layout);
+    const GemmPlan p =
+        plan_linear_backward_weight(dw.data(), dout.data(), x.data(), N, C, OC, glayout);
+    const bool use_a = bias_gradient_operand(glayout) == BiasGradOperand::kA;
+    const int len = use_a ? p.m : p.n;
+    ASSERT_EQ(len, OC);
+    EXPECT_EQ(use_a ? p.a.ptr : p.b.ptr, static_cast<const void*>(dout.data()));
+    Vec got(OC, 0.0f);
+    for (int x_i = 0; x_i < len; ++x_i) {
+      double s = 0;
+      for (int l = 0; l < p.k; ++l) s += use_a ? element(p.a, x_i, l) : element(p.b, l, x_i);
+      got[static_cast<std::size_t>(x_i)] = static_cast<float>(s);
+    }
+    expect_close(got, want);
+  }
+}
+
 TEST(CachingDeviceAllocator, RoundsToGranules) {
   EXPECT_EQ(CachingDeviceAllocator::round(0), 512u);
   EXPECT_EQ(CachingDeviceAllocator::round(1), 512u);

@@ -2,9 +2,12 @@
 // bf16-representable values, outputs are poisoned with NaN before each forward kernel (an
 // unwritten element fails), and gradient outputs start from random values so the accumulate
 // (+=) contract is checked too. Thresholds by precision (gpu_test_util.hpp).
+#include <cublasLt.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 
 #include "runtime/backend/cpu/ops.hpp"
 #include "tests/gpu/gpu_test_util.hpp"
@@ -154,6 +157,240 @@ TEST_F(GpuOps, LinearMisalignedOperands) {
   cuda::linear_forward(ctx(), d_out, upload_bf16(x), upload_bf16(w) + 1, nullptr, N, C, OC,
                        cuda::WeightLayout::kOutIn);
   SATURN_EXPECT_CLOSE(download(d_out, out.size()), out, kTolBf16);
+}
+
+// ---- fused epilogues (linear.cpp) -----------------------------------------------------------
+// Per-element bounds for the GELU epilogues, against the CPU backend (fp32 throughout):
+//  - u = 2^-8: bf16's unit roundoff (8 significant bits), the one rounding of the fused output;
+//  - the fp32 sum of k bf16 products differs between the two sides (summation order) by at
+//    most 2·k·2^-24·Σ|a·b| (the classic γ_k bound on each side);
+//  - GELU' is at most 1.13 (tanh approximation), so an error e in GELU's input moves GELU by at
+//    most 1.13·e;
+//  - cuBLASLt does not document how it evaluates tanh: its epilogue is allowed an absolute tanh
+//    error of 2^-10 (tanh.approx.f32's largest is 2^-10.99), i.e. 0.5·|x|·2^-10 in GELU and
+//    2^-10·(1 + |x|) in GELU' (times |dact| in the gradient).
+// The separate path (linear, rounded to bf16, then the GELU kernel) adds the pre-activation's
+// rounding: 1.13·u·|pre| (forward) and u·|dpre| (backward); it is only used when the aux leading
+// dimension is not a multiple of 8, and the bounds below say which path they check.
+constexpr double kU = 1.0 / 256;
+constexpr double kGeluSlope = 1.13;
+constexpr double kTanhAllowance = 1.0 / 1024;
+
+// Σ_l |x[n, l]| · |W(l, o)| for each [n, o] of a linear layer (W as the CPU reads it).
+Vec abs_products(const Vec& x, const Vec& w, int N, int C, int OC, cpu::WeightLayout layout) {
+  Vec ax(x.size()), aw(w.size());
+  for (std::size_t i = 0; i < x.size(); ++i) ax[i] = std::abs(x[i]);
+  for (std::size_t i = 0; i < w.size(); ++i) aw[i] = std::abs(w[i]);
+  Vec out(static_cast<std::size_t>(N) * OC);
+  cpu::linear_forward(out.data(), ax.data(), aw.data(), nullptr, N, C, OC, layout);
+  return out;
+}
+
+::testing::AssertionResult within(const Vec& got, const Vec& want, const Vec& bound,
+                                  const char* what) {
+  std::size_t bad = 0;
+  std::string first;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    const double d = std::abs(static_cast<double>(got[i]) - want[i]);
+    if (std::isfinite(got[i]) && d <= bound[i]) continue;
+    if (bad++ < 5)
+      first += " [" + std::to_string(i) + "] " + std::to_string(got[i]) + " vs " +
+               std::to_string(want[i]) + " (bound " + std::to_string(bound[i]) + ")";
+  }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << what << ": " << bad << " of " << want.size()
+                                       << " elements outside their bound:" << first;
+}
+
+TEST_F(GpuOps, LinearGeluForwardFusedMatchesCpu) {
+  const int N = 45, C = 72;
+  // OC = 200: fused (GELU_AUX(_BIAS) epilogue); OC = 198: the aux leading dimension is not a
+  // multiple of 8, so the op runs as linear + the GELU kernel.
+  for (int OC : {200, 198}) {
+    const bool fused = OC % 8 == 0;
+    for (auto layout : {cpu::WeightLayout::kOutIn, cpu::WeightLayout::kInOut}) {
+      for (bool with_bias : {true, false}) {
+        SCOPED_TRACE("OC " + std::to_string(OC) +
+                     (layout == cpu::WeightLayout::kOutIn ? ", out-in" : ", in-out") +
+                     (with_bias ? ", bias" : ", no bias"));
+        const auto glayout = layout == cpu::WeightLayout::kOutIn ? cuda::WeightLayout::kOutIn
+                                                                 : cuda::WeightLayout::kInOut;
+        // Inputs scaled so pre-activations spread over GELU's curved range (about ±3).
+        const Vec x = random_bf16(static_cast<std::size_t>(N) * C, -1.0f, 1.0f);
+        const Vec w = random_bf16(static_cast<std::size_t>(C) * OC, -0.3f, 0.3f);
+        const Vec b = random_bf16(OC, -1.0f, 1.0f);
+        const std::size_t n = static_cast<std::size_t>(N) * OC;
+        Vec pre(n), act(n);
+        cpu::linear_forward(pre.data(), x.data(), w.data(), with_bias ? b.data() : nullptr, N, C,
+                            OC, layout);
+        cpu::gelu_forward(act.data(), pre.data(), n);
+        bf16* d_pre = poisoned_bf16(n);
+        bf16* d_act = poisoned_bf16(n);
+        cuda::linear_gelu_forward(ctx(), d_act, d_pre, upload_bf16(x), upload_bf16(w),
+                                  with_bias ? upload_bf16(b) : nullptr, N, C, OC, glayout);
+        const Vec got_pre = download(d_pre, n), got_act = download(d_act, n);
+        SATURN_EXPECT_CLOSE(got_pre, pre, kTolBf16);
+        const Vec s = abs_products(x, w, N, C, OC, layout);
+        Vec bound_pre(n), bound_act(n);
+        for (std::size_t i = 0; i < n; ++i) {
+          const double sum_err = 2.0 * C * std::ldexp(1.0, -24) * s[i];
+          const double big = std::max(std::abs(got_act[i]), std::abs(act[i]));
+          bound_pre[i] = kU * std::max(std::abs(got_pre[i]), std::abs(pre[i])) + sum_err;
+          bound_act[i] = kU * big + kGeluSlope * sum_err + 0.5 * std::abs(pre[i]) * kTanhAllowance +
+                         (fused ? 0.0 : kGeluSlope * kU * std::abs(pre[i]));
+        }
+        EXPECT_TRUE(within(got_pre, pre, bound_pre, "pre-activation"));
+        EXPECT_TRUE(within(got_act, act, bound_act, "GELU output"));
+      }
+    }
+  }
+}
+
+TEST_F(GpuOps, LinearDGeluBackwardOverwritesAndAccumulates) {
+  const int N = 39, OC = 56;
+  // C = 96: fused (DGELU epilogue); C = 90: the GELU gradient runs as its own kernel.
+  for (int C : {96, 90}) {
+    const bool fused = C % 8 == 0;
+    for (auto layout : {cpu::WeightLayout::kOutIn, cpu::WeightLayout::kInOut}) {
+      SCOPED_TRACE("C " + std::to_string(C) +
+                   (layout == cpu::WeightLayout::kOutIn ? ", out-in" : ", in-out"));
+      const auto glayout = layout == cpu::WeightLayout::kOutIn ? cuda::WeightLayout::kOutIn
+                                                               : cuda::WeightLayout::kInOut;
+      const std::size_t nc = static_cast<std::size_t>(N) * C;
+      const Vec pre = random_bf16(nc, -3.0f, 3.0f);
+      const Vec inp = random_bf16(nc);  // GELU(pre) in the model; any values for the check
+      const Vec w = random_bf16(static_cast<std::size_t>(C) * OC);
+      const Vec dout = random_bf16(static_cast<std::size_t>(N) * OC);
+      Vec dweight = random(w.size()), dbias = random(OC);
+      float* d_dw = upload_f32(dweight);
+      float* d_db = upload_f32(dbias);
+      Vec dact(nc, 0.0f), dpre(nc, 0.0f);
+      cpu::linear_backward(dact.data(), dweight.data(), dbias.data(), dout.data(), inp.data(),
+                           w.data(), N, C, OC, layout);
+      cpu::gelu_backward(dpre.data(), pre.data(), dact.data(), nc);
+      bf16* d_dpre = poisoned_bf16(nc);  // overwritten: NaN must not leak through
+      bf16* d_scratch = poisoned_bf16(nc);
+      cuda::linear_dgelu_backward(ctx(), d_dpre, d_scratch, d_dw, d_db, upload_bf16(dout),
+                                  upload_bf16(inp), upload_bf16(pre), upload_bf16(w), N, C, OC,
+                                  glayout);
+      const Vec got = download(d_dpre, nc);
+      // dact's error (summation order) is bounded through Σ|dout|·|W| in dinp's orientation.
+      Vec s(nc, 0.0f);
+      {
+        Vec adout(dout.size()), aw(w.size());
+        for (std::size_t i = 0; i < dout.size(); ++i) adout[i] = std::abs(dout[i]);
+        for (std::size_t i = 0; i < w.size(); ++i) aw[i] = std::abs(w[i]);
+        cpu::linear_backward(s.data(), nullptr, nullptr, adout.data(), inp.data(), aw.data(), N, C,
+                             OC, layout);
+      }
+      Vec bound(nc);
+      for (std::size_t i = 0; i < nc; ++i) {
+        const double x = pre[i];
+        const double th = std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x));
+        const double gp = 0.5 * (1 + th) +
+                          0.5 * x * (1 - th * th) * 0.7978845608028654 * (1 + 3 * 0.044715 * x * x);
+        const double sum_err = 2.0 * OC * std::ldexp(1.0, -24) * s[i];
+        const double big = std::max(std::abs(got[i]), std::abs(dpre[i]));
+        bound[i] = kU * big * (fused ? 1.0 : 2.0) + std::abs(gp) * sum_err +
+                   kTanhAllowance * (1 + std::abs(x)) * std::abs(dact[i]);
+      }
+      EXPECT_TRUE(within(got, dpre, bound, "GELU input gradient"));
+      SATURN_EXPECT_CLOSE(download(d_dw, dweight.size()), dweight, 1e-3);
+      SATURN_EXPECT_CLOSE(download(d_db, OC), dbias, kTolF32);
+    }
+  }
+}
+
+TEST_F(GpuOps, LinearBackwardOverwriteIgnoresOldContents) {
+  const int N = 50, C = 88, OC = 120;
+  for (auto layout : {cpu::WeightLayout::kOutIn, cpu::WeightLayout::kInOut}) {
+    const auto glayout = layout == cpu::WeightLayout::kOutIn ? cuda::WeightLayout::kOutIn
+                                                             : cuda::WeightLayout::kInOut;
+    const Vec x = random_bf16(static_cast<std::size_t>(N) * C);
+    const Vec w = random_bf16(static_cast<std::size_t>(C) * OC);
+    const Vec dout = random_bf16(static_cast<std::size_t>(N) * OC);
+    Vec dinp(x.size(), 0.0f), dweight = random(w.size()), dbias = random(OC);
+    float* d_dw = upload_f32(dweight);
+    float* d_db = upload_f32(dbias);
+    cpu::linear_backward(dinp.data(), dweight.data(), dbias.data(), dout.data(), x.data(), w.data(),
+                         N, C, OC, layout);
+    bf16* d_dinp = poisoned_bf16(x.size());  // beta = 0: the NaN is never read
+    cuda::linear_backward(ctx(), d_dinp, d_dw, d_db, upload_bf16(dout), upload_bf16(x),
+                          upload_bf16(w), N, C, OC, glayout, cuda::GradWrite::kOverwrite);
+    SATURN_EXPECT_CLOSE(download(d_dinp, dinp.size()), dinp, kTolBf16);
+    // dweight and dbias still accumulate (+=) onto their random starting values.
+    SATURN_EXPECT_CLOSE(download(d_dw, dweight.size()), dweight, 1e-3);
+    SATURN_EXPECT_CLOSE(download(d_db, OC), dbias, kTolF32);
+  }
+}
+
+TEST_F(GpuOps, GemmDescriptorsAreCachedPerProblem) {
+  const int N = 24, C = 64, OC = 40;
+  const Vec x = random_bf16(static_cast<std::size_t>(N) * C);
+  const Vec w = random_bf16(static_cast<std::size_t>(OC) * C + 8);
+  const Vec b = random_bf16(OC);
+  const bf16* d_x = upload_bf16(x);
+  const bf16* d_w = upload_bf16(w);
+  const bf16* d_b = upload_bf16(b);
+  auto run = [&](int offset, int rows) {
+    Vec want(static_cast<std::size_t>(rows) * OC);
+    cpu::linear_forward(want.data(), x.data(), w.data() + offset, b.data(), rows, C, OC,
+                        cpu::WeightLayout::kOutIn);
+    bf16* out = poisoned_bf16(want.size());
+    cuda::linear_forward(ctx(), out, d_x, d_w + offset, d_b, rows, C, OC,
+                         cuda::WeightLayout::kOutIn);
+    SATURN_EXPECT_CLOSE(download(out, want.size()), want, kTolBf16);
+  };
+  const std::size_t start = ctx().gemm_cache().size();
+  run(0, N);
+  EXPECT_EQ(ctx().gemm_cache().size(), start + 1);
+  run(0, N);  // the same problem again: its cached descriptors and algorithm
+  EXPECT_EQ(ctx().gemm_cache().size(), start + 1);
+  run(0, N - 5);  // another shape
+  EXPECT_EQ(ctx().gemm_cache().size(), start + 2);
+  run(1, N);  // the same shape with the weights 2-byte aligned: another algorithm choice
+  EXPECT_EQ(ctx().gemm_cache().size(), start + 3);
+  run(8, N);  // 16-byte aligned: another again
+  EXPECT_EQ(ctx().gemm_cache().size(), start + 4);
+  run(0, N);  // and back to the first, still correct
+  EXPECT_EQ(ctx().gemm_cache().size(), start + 4);
+}
+
+TEST_F(GpuOps, EmulatedCublasLtIsStrict) {
+  cudaDeviceProp prop{};
+  SATURN_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  if (std::string(prop.name) != "Saturn CUDA emulator")
+    GTEST_SKIP() << "checks the emulator's cuBLASLt, not " << prop.name;
+  cublasLtMatmulDesc_t op = nullptr;
+  ASSERT_EQ(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), CUBLAS_STATUS_SUCCESS);
+  // An epilogue the backend does not use is refused, not ignored.
+  const cublasLtEpilogue_t relu = CUBLASLT_EPILOGUE_RELU_BIAS;
+  EXPECT_NE(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &relu, sizeof(relu)),
+            CUBLAS_STATUS_SUCCESS);
+  // An algorithm chosen for one problem is refused for another.
+  cublasLtMatrixLayout_t l8 = nullptr, l16 = nullptr;
+  ASSERT_EQ(cublasLtMatrixLayoutCreate(&l8, CUDA_R_16BF, 8, 8, 8), CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(cublasLtMatrixLayoutCreate(&l16, CUDA_R_16BF, 16, 16, 16), CUBLAS_STATUS_SUCCESS);
+  cublasLtMatmulPreference_t pref = nullptr;
+  ASSERT_EQ(cublasLtMatmulPreferenceCreate(&pref), CUBLAS_STATUS_SUCCESS);
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  ASSERT_EQ(
+      cublasLtMatmulAlgoGetHeuristic(ctx().lt(), op, l8, l8, l8, l8, pref, 1, &result, &found),
+      CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(found, 1);
+  bf16* m = alloc<bf16>(256);
+  const float one = 1.0f, zero = 0.0f;
+  EXPECT_NE(cublasLtMatmul(ctx().lt(), op, &one, m, l16, m, l16, &zero, m, l16, m, l16,
+                           &result.algo, nullptr, 0, ctx().stream()),
+            CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(cublasLtMatmul(ctx().lt(), op, &one, m, l8, m + 64, l8, &zero, m + 128, l8, m + 128, l8,
+                           &result.algo, nullptr, 0, ctx().stream()),
+            CUBLAS_STATUS_SUCCESS);
+  cublasLtMatmulPreferenceDestroy(pref);
+  cublasLtMatrixLayoutDestroy(l16);
+  cublasLtMatrixLayoutDestroy(l8);
+  cublasLtMatmulDescDestroy(op);
 }
 
 TEST_F(GpuOps, RotaryStridedAndInPlace) {

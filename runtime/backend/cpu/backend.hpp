@@ -4,6 +4,7 @@
 // against it.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -83,11 +84,32 @@ struct Backend {
     cpu::linear_forward(out, inp, w, bias, N, C, OC,
                         w_in_out ? WeightLayout::kInOut : WeightLayout::kOutIn);
   }
+  // overwrite_dinp: dinp = dout · W instead of += (zeroed here, then accumulated: the same
+  // arithmetic as the model's zero-then-accumulate).
   static void linear_backward(Context&, float* dinp, float* dw, float* db, const float* dout,
                               const float* inp, const float* w, int N, int C, int OC,
-                              bool w_in_out) {
+                              bool w_in_out, bool overwrite_dinp = false) {
+    if (overwrite_dinp && dinp != nullptr)
+      std::fill(dinp, dinp + static_cast<std::size_t>(N) * C, 0.0f);
     cpu::linear_backward(dinp, dw, db, dout, inp, w, N, C, OC,
                          w_in_out ? WeightLayout::kInOut : WeightLayout::kOutIn);
+  }
+  // The CUDA backend's fused MLP ops, composed from the separate ones (so the CPU's results are
+  // exactly those of linear_forward + gelu_forward and linear_backward + gelu_backward).
+  static void linear_gelu_forward(Context& ctx, float* out, float* pre, const float* inp,
+                                  const float* w, const float* bias, int N, int C, int OC,
+                                  bool w_in_out) {
+    linear_forward(ctx, pre, inp, w, bias, N, C, OC, w_in_out);
+    cpu::gelu_forward(out, pre, static_cast<std::size_t>(N) * OC);
+  }
+  static void linear_dgelu_backward(Context& ctx, float* dpre, float* dact_scratch, float* dw,
+                                    float* db, const float* dout, const float* inp,
+                                    const float* pre, const float* w, int N, int C, int OC,
+                                    bool w_in_out) {
+    const std::size_t n = static_cast<std::size_t>(N) * C;
+    linear_backward(ctx, dact_scratch, dw, db, dout, inp, w, N, C, OC, w_in_out, true);
+    std::fill(dpre, dpre + n, 0.0f);
+    cpu::gelu_backward(dpre, pre, dact_scratch, n);
   }
   static void add_bias(Context&, float* out, const float* bias, int N, int C) {
     cpu::add_bias(out, bias, N, C);

@@ -8,6 +8,10 @@
 
 #include "runtime/backend/cuda/check.hpp"
 
+#ifdef SATURN_CUDA_EMULATION
+extern "C" void emu_poison_released_block(void* p, std::size_t bytes);
+#endif
+
 namespace saturn::cuda {
 
 CachingDeviceAllocator::CachingDeviceAllocator(int device) : device_(device) {}
@@ -152,9 +156,8 @@ void CachingDeviceAllocator::collect_pending_locked(bool wait) {
 #ifdef SATURN_CUDA_EMULATION
     // The emulator poisons a block as it becomes reusable (NaN in fp32 and bf16): a buffer that
     // is read before it is written, or after it is released, then shows as NaN instead of
-    // passing on stale values. Asynchronous on the default stream, so the emulator does not
-    // count it as a host wait (emu::host_waits) the real allocator never makes.
-    (void)cudaMemsetAsync(it->ptr, 0xFF, it->size, nullptr);
+    // passing on stale values (tests/gpu/emu/emu_runtime.cpp).
+    emu_poison_released_block(it->ptr, it->size);
 #endif
     for (cudaEvent_t e : it->events) spare_events_.push_back(e);
     free_.emplace(it->size, it->ptr);

@@ -94,11 +94,27 @@ struct Backend : BackendTypes {
     cuda::linear_forward(ctx, b(out), b(inp), b(w), b(bias), N, C, OC,
                          w_in_out ? WeightLayout::kInOut : WeightLayout::kOutIn);
   }
+  // overwrite_dinp: dinp = dout · W (beta = 0) instead of +=, sparing its zeroing.
   static void linear_backward(Context& ctx, Act* dinp, float* dw, float* db, const Act* dout,
-                              const Act* inp, const Weight* w, int N, int C, int OC,
-                              bool w_in_out) {
+                              const Act* inp, const Weight* w, int N, int C, int OC, bool w_in_out,
+                              bool overwrite_dinp = false) {
     cuda::linear_backward(ctx, b(dinp), dw, db, b(dout), b(inp), b(w), N, C, OC,
-                          w_in_out ? WeightLayout::kInOut : WeightLayout::kOutIn);
+                          w_in_out ? WeightLayout::kInOut : WeightLayout::kOutIn,
+                          overwrite_dinp ? GradWrite::kOverwrite : GradWrite::kAccumulate);
+  }
+  // pre = inp · W + bias, out = GELU(pre), in one GEMM (ops.hpp).
+  static void linear_gelu_forward(Context& ctx, Act* out, Act* pre, const Act* inp, const Weight* w,
+                                  const Weight* bias, int N, int C, int OC, bool w_in_out) {
+    cuda::linear_gelu_forward(ctx, b(out), b(pre), b(inp), b(w), b(bias), N, C, OC,
+                              w_in_out ? WeightLayout::kInOut : WeightLayout::kOutIn);
+  }
+  // Backward of linear(GELU(pre)): dpre OVERWRITTEN with (dout · W) ⊙ GELU'(pre); dw, db +=.
+  static void linear_dgelu_backward(Context& ctx, Act* dpre, Act* dact_scratch, float* dw,
+                                    float* db, const Act* dout, const Act* inp, const Act* pre,
+                                    const Weight* w, int N, int C, int OC, bool w_in_out) {
+    cuda::linear_dgelu_backward(ctx, b(dpre), b(dact_scratch), dw, db, b(dout), b(inp), b(pre),
+                                b(w), N, C, OC,
+                                w_in_out ? WeightLayout::kInOut : WeightLayout::kOutIn);
   }
   static void add_bias(Context& ctx, Act* out, const Weight* bias, int N, int C) {
     cuda::add_bias(ctx, b(out), b(bias), N, C);

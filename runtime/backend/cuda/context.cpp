@@ -26,9 +26,17 @@ Context::Context(int device, MemoryPool& pool) : device_(device), pool_(&pool) {
   }
 }
 
+Context::Gemm::~Gemm() {
+  if (d != nullptr) cublasLtMatrixLayoutDestroy(d);
+  if (b != nullptr) cublasLtMatrixLayoutDestroy(b);
+  if (a != nullptr) cublasLtMatrixLayoutDestroy(a);
+  if (op != nullptr) cublasLtMatmulDescDestroy(op);
+}
+
 Context::~Context() {
   // Buffers return to the cache only once the stream no longer uses them.
   cudaStreamSynchronize(stream_);
+  gemms_.clear();
   workspace_.reset();
   scratch_.reset();
   cublasLtDestroy(lt_);

@@ -6,9 +6,11 @@
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <cstddef>
+#include <cstdint>
 #include <map>
-#include <tuple>
+#include <memory>
 
 #include "runtime/core/memory.hpp"
 
@@ -35,10 +37,26 @@ class Context {
   // Waits for the stream and checks for asynchronous errors (naming `what` when one is found).
   void synchronize(const char* what = "stream synchronize");
 
-  // cuBLASLt algorithm chosen for a problem, cached by its full description (the heuristic
-  // query costs more than a small GEMM).
-  using AlgoKey = std::tuple<int, int, int, int, int, int, int, int, int, int, int, int, int>;
-  std::map<AlgoKey, cublasLtMatmulHeuristicResult_t>& algo_cache() { return algos_; }
+  // One GEMM problem's cuBLASLt state, built once (linear.cpp): the operation descriptor (with
+  // its transposes, epilogue, bias and aux types and aux leading dimension), the A, B and D
+  // layouts, and the algorithm the heuristic chose. Only the bias and aux pointers change from
+  // call to call (set as attributes of the cached descriptor); their alignment is part of the
+  // key, since the heuristic's choice depends on it. `algo_found` false: cuBLASLt offered no
+  // algorithm (remembered so the query is not repeated).
+  struct Gemm {
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+    bool algo_found = false;
+    Gemm() = default;
+    Gemm(const Gemm&) = delete;
+    Gemm& operator=(const Gemm&) = delete;
+    ~Gemm();  // destroys the descriptors
+  };
+  // The problem's full description (shape, transposes, leading dimensions, types, epilogue,
+  // alignments, beta == 0), as linear.cpp lays it out.
+  using GemmKey = std::array<std::int64_t, 18>;
+  std::map<GemmKey, std::unique_ptr<Gemm>>& gemm_cache() { return gemms_; }
 
  private:
   int device_;
@@ -47,7 +65,7 @@ class Context {
   cublasLtHandle_t lt_ = nullptr;
   Buffer<std::byte> workspace_;
   Buffer<double> scratch_;
-  std::map<AlgoKey, cublasLtMatmulHeuristicResult_t> algos_;
+  std::map<GemmKey, std::unique_ptr<Gemm>> gemms_;
 };
 
 }  // namespace saturn::cuda

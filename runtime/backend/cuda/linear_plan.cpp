@@ -62,4 +62,8 @@ GemmPlan plan_linear_backward_weight(void* dweight, const void* dout, const void
   return p;
 }
 
+BiasGradOperand bias_gradient_operand(WeightLayout layout) {
+  return layout == WeightLayout::kOutIn ? BiasGradOperand::kB : BiasGradOperand::kA;
+}
+
 }  // namespace saturn::cuda

@@ -34,4 +34,10 @@ GemmPlan plan_linear_backward_input(void* dinp, const void* dout, const void* we
 GemmPlan plan_linear_backward_weight(void* dweight, const void* dout, const void* inp, int N, int C,
                                      int OC, WeightLayout layout);
 
+// Which operand of plan_linear_backward_weight's GEMM is dout: its sum over the GEMM's k (the
+// N rows) is the bias gradient, which cuBLASLt computes in the same GEMM as the BGRADA (dout is
+// A: the bias runs along D's rows) or BGRADB (dout is B: along D's columns) epilogue.
+enum class BiasGradOperand { kA, kB };
+BiasGradOperand bias_gradient_operand(WeightLayout layout);
+
 }  // namespace saturn::cuda

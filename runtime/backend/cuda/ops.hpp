@@ -49,13 +49,32 @@ enum class WeightLayout {
   kOutIn,  // torch.nn.Linear: W is [OC, C], out = inp · Wᵀ
   kInOut,  // GPT-2 Conv1D: W is [C, OC], out = inp · W
 };
+// How a backward writes an activation gradient: add into it (the general contract), or
+// overwrite it (beta = 0), which spares the zeroing of a buffer that this call writes first.
+enum class GradWrite { kAccumulate, kOverwrite };
 // out[N,OC] = inp[N,C] · W + bias (bias through the GEMM's epilogue).
 void linear_forward(Context& ctx, bf16* out, const bf16* inp, const bf16* weight, const bf16* bias,
                     int N, int C, int OC, WeightLayout layout);
-// dinp[N,C] += dout · W; dweight (fp32) += the weight gradient; dbias (fp32) += column sums.
+// dinp[N,C] += dout · W (or = with GradWrite::kOverwrite); dweight (fp32) += the weight gradient;
+// dbias (fp32) += column sums of dout (with a weight gradient: the weight-gradient GEMM's
+// BGRADA/BGRADB epilogue into scratch, then added; alone: a column-sum kernel).
 void linear_backward(Context& ctx, bf16* dinp, float* dweight, float* dbias, const bf16* dout,
-                     const bf16* inp, const bf16* weight, int N, int C, int OC,
-                     WeightLayout layout);
+                     const bf16* inp, const bf16* weight, int N, int C, int OC, WeightLayout layout,
+                     GradWrite dinp_write = GradWrite::kAccumulate);
+// The MLP's first linear and its activation in one GEMM (cuBLASLt's GELU_AUX_BIAS epilogue):
+// pre[N,OC] = inp · W + bias (kept for backward) and out = GELU(pre), tanh approximation,
+// applied to the fp32 sum before rounding (gelu_forward rounds pre to bf16 first). When OC is
+// not a multiple of 8 (cuBLASLt's rule for the aux buffer's leading dimension) it runs as
+// linear_forward + gelu_forward.
+void linear_gelu_forward(Context& ctx, bf16* out, bf16* pre, const bf16* inp, const bf16* weight,
+                         const bf16* bias, int N, int C, int OC, WeightLayout layout);
+// Backward of out = linear(GELU(pre)) with inp = GELU(pre): dpre[N,C] = (dout · W) ⊙ GELU'(pre),
+// OVERWRITTEN (the DGELU epilogue; dpre's old contents are not read), dweight and dbias +=
+// as in linear_backward. dact_scratch ([N,C] bf16) is used only when C is not a multiple of
+// 8 (then: linear_backward into it, gelu_backward into dpre zeroed first).
+void linear_dgelu_backward(Context& ctx, bf16* dpre, bf16* dact_scratch, float* dweight,
+                           float* dbias, const bf16* dout, const bf16* inp, const bf16* pre,
+                           const bf16* weight, int N, int C, int OC, WeightLayout layout);
 
 // ---- rotary.cu -------------------------------------------------------------------------------
 // As cpu::rotary_forward (Hugging Face rotate_half convention; out and inp may alias).

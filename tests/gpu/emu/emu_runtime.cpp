@@ -44,6 +44,7 @@ int g_device = 0;
 struct HostWaitCounters {
   std::atomic<long> stream_syncs{0}, device_syncs{0}, event_syncs{0}, blocking_copies{0};
 } g_host_waits;
+std::atomic<std::uint64_t> g_memset_async_calls{0};  // emu::memset_async_calls()
 
 int device_count() {
   static const int n = [] {
@@ -181,6 +182,14 @@ void emu::hold_stream(cudaStream_t stream, bool hold) {
     it = it->second == stream ? g_pending_events.erase(it) : std::next(it);
 }
 
+std::uint64_t emu::memset_async_calls() {
+  return g_memset_async_calls.load();
+}
+
+namespace emu {
+const char* cublaslt_last_error();  // emu_linear.cpp
+}  // namespace emu
+
 extern "C" {
 
 cudaError_t cudaMalloc(void** p, size_t bytes) {
@@ -245,7 +254,15 @@ cudaError_t cudaMemset(void* p, int value, size_t count) {
   return memset_now(p, value, count);
 }
 
+// The caching allocator's poisoning of a block as it becomes reusable (allocator.cpp, emulator
+// builds only): NaN in fp32 and bf16. Not a CUDA call, so neither emu::host_waits nor
+// emu::memset_async_calls counts what the real allocator never does.
+void emu_poison_released_block(void* p, size_t count) {
+  if (memset_now(p, 0xFF, count) != cudaSuccess) cudaGetLastError();
+}
+
 cudaError_t cudaMemsetAsync(void* p, int value, size_t count, cudaStream_t stream) {
+  ++g_memset_async_calls;
   emu::order_before(stream);
   return memset_now(p, value, count);
 }
@@ -408,7 +425,8 @@ cudaError_t cudaFuncSetAttribute(const void*, cudaFuncAttribute, int) {
   return cudaSuccess;
 }
 
-// cuBLASLt: the handle only (the GEMMs themselves are emu_linear.cpp's).
+// cuBLASLt: the handle and status texts (descriptors, heuristic and GEMMs are emu_linear.cpp's,
+// which names why it refused a call).
 cublasStatus_t cublasLtCreate(cublasLtHandle_t* h) {
   *h = reinterpret_cast<cublasLtHandle_t>(new int(0));
   return CUBLAS_STATUS_SUCCESS;
@@ -421,7 +439,7 @@ const char* cublasLtGetStatusName(cublasStatus_t) {
   return "CUBLAS_STATUS (emulated)";
 }
 const char* cublasLtGetStatusString(cublasStatus_t) {
-  return "emulated cuBLASLt status";
+  return emu::cublaslt_last_error();
 }
 
 // ---- pinned host memory (issue 17, offload) ----------------------------------------------------

@@ -3,6 +3,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
+
 namespace emu {
 
 // Holds `stream` back (hold) or lets it go: operations on a held stream still complete at once
@@ -25,5 +27,10 @@ struct HostWaits {
   long total() const { return stream_syncs + device_syncs + event_syncs + blocking_copies; }
 };
 HostWaits host_waits();
+
+// cudaMemsetAsync calls so far in this process: the memsets the backend enqueues (tests count
+// those of a model pass; the allocator's poisoning of released blocks, emulator-only, goes
+// through emu_poison_released_block and is not counted).
+std::uint64_t memset_async_calls();
 
 }  // namespace emu
