@@ -233,13 +233,15 @@ void attention_case(GpuOps& t, int B, int T, int H, int hd) {
 }
 
 // The kernels work in tiles of 64 rows (16 per warp) and 16-wide tensor-core chunks of the head
-// dimension, zero-padded to a multiple of 16.
+// dimension, zero-padded to a multiple of 16; tiles load 8 elements at a time when hd is a
+// multiple of 8.
 TEST_F(GpuOps, AttentionForwardBackward) {
   attention_case(*this, 2, 67, 3, 64);    // T not a multiple of the tile, B and H > 1
   attention_case(*this, 2, 200, 2, 128);  // the largest head dim, a partial fourth tile
   attention_case(*this, 1, 130, 2, 16);   // one chunk of head dim, three tiles
   attention_case(*this, 1, 64, 1, 72);    // exactly one tile; hd padded to 80 (> 64: 8 chunks)
   attention_case(*this, 2, 37, 3, 40);    // hd padded to 48; one partial tile
+  attention_case(*this, 1, 70, 2, 20);    // hd not a multiple of 8: element-wise tile loads
   attention_case(*this, 1, 1, 1, 128);    // one token
   attention_case(*this, 1, 1, 2, 64);
 }

@@ -114,9 +114,22 @@ struct BackwardShared {
 
 // Rows [row0, row0 + kTile) of a [T, *] bf16 matrix (row pitch `pitch`, starting at src) into a
 // bf16 tile [kTile][ld]: zeros past T and in the columns [hd, hd_pad). The whole block calls.
+// 16-byte loads (8 elements) when every row starts 16-byte aligned and hd is a multiple of 8
+// (the models' head dims), else element by element; the condition is the same for every thread.
 __device__ void load_tile(bf16* tile, int ld, const bf16* src, std::size_t pitch, int row0, int T,
                           int hd) {
   const int hd_pad = padded_head_dim(hd);
+  if (hd % 8 == 0 && pitch % 8 == 0 && reinterpret_cast<std::uintptr_t>(src) % 16 == 0) {
+    const int vectors = hd_pad / 8;  // per row, the zero padding included
+    for (int idx = threadIdx.x; idx < kTile * vectors; idx += blockDim.x) {
+      const int r = idx / vectors, d = idx % vectors * 8, row = row0 + r;
+      uint4 x{0u, 0u, 0u, 0u};
+      if (row < T && d < hd)
+        x = *reinterpret_cast<const uint4*>(src + static_cast<std::size_t>(row) * pitch + d);
+      *reinterpret_cast<uint4*>(tile + r * ld + d) = x;
+    }
+    return;
+  }
   const bf16 zero = to_bf(0.0f);
   for (int idx = threadIdx.x; idx < kTile * hd_pad; idx += blockDim.x) {
     const int r = idx / hd_pad, d = idx % hd_pad, row = row0 + r;
