@@ -12,13 +12,15 @@
 //
 // WMMA's accumulator layout is opaque (which lane holds which element is unspecified), and the
 // softmax works on rows: the scores S are stored to shared fp32 [16][64 + 4] per warp for the
-// row-wise softmax, and the forward's output accumulator O lives in shared fp32 (loaded into an
-// accumulator fragment for each P·V product and stored back) so that the per-row rescale of the
-// online softmax is a plain scalar pass. Keeping O in registers, as FlashAttention-2 does, needs
-// the register layout of mma.sync: a later step, once a GPU can check a hand-coded layout (the
-// emulator proves these kernels do not depend on any). The backward's dq, dk, dv are plain sums,
-// so they stay in accumulator fragments. P (forward, dv) and dS (dq, dk) are rounded to bf16 for
-// their tensor-core products, as in FlashAttention-2.
+// row-wise softmax. The forward keeps each warp's Q rows and its output accumulator O in
+// fragments; the online softmax's per-row rescale of O needs the rows, so it goes through a
+// 16x16 shared stage, and only when a row's max grows by more than kRescaleThreshold (below it
+// the stale max stays the reference: the same softmax, exactly), i.e. rarely after the first
+// tile. The backward's dq, dk, dv are plain sums in fragments; Q and dO (dq kernel), K and V
+// (dk/dv kernel, hd <= 64) rows stay in fragments too. P (forward, dv) and dS (dq, dk) are
+// rounded to bf16 for their tensor-core products, as in FlashAttention-2. mma.sync with its
+// documented register layout would save the S round trip: a later step, once a GPU can check a
+// hand-coded layout (the emulator proves these kernels do not depend on any).
 //
 // Deterministic: no atomics. dq is owned by query tiles (attention_dq_kernel), dk and dv by key
 // tiles (attention_dkv_kernel), each element written once by one warp.
@@ -70,23 +72,25 @@ class Carver {
   std::size_t used_ = 0;
 };
 
+// The forward: Q (read once into fragments), K and V tiles, the scores' staging, P (whose rows
+// double as each warp's 16x16 fp32 stage: kRows * kLdP bf16 >= 16 * 16 floats).
 struct ForwardShared {
   bf16 *q, *k, *v, *p;
-  float *s, *o;
-  int ld, ldo;
+  float* s;
+  int ld;
   __host__ __device__ ForwardShared(std::uintptr_t base, int hd, std::size_t* bytes = nullptr) {
     ld = bf16_ld(hd);
-    ldo = padded_head_dim(hd) + 4;
     Carver c(base);
     q = c.take<bf16>(static_cast<std::size_t>(kTile) * ld);
     k = c.take<bf16>(static_cast<std::size_t>(kTile) * ld);
     v = c.take<bf16>(static_cast<std::size_t>(kTile) * ld);
     s = c.take<float>(static_cast<std::size_t>(kTile) * kLdS);
     p = c.take<bf16>(static_cast<std::size_t>(kTile) * kLdP);
-    o = c.take<float>(static_cast<std::size_t>(kTile) * ldo);
     if (bytes != nullptr) *bytes = c.used();
   }
 };
+static_assert(kRows * kLdP * 2 >= kMma * kMma * 4 && kRows * kLdP * 2 % 32 == 0,
+              "a warp's P rows hold its 16x16 fp32 stage, 32-byte aligned");
 
 // The backward kernels: the block's own rows (a, b: q and dO for dq, k and v for dk/dv), the
 // walked tile's (c, d), the scores/dP staging, P and dS, a 16x16 fp32 epilogue stage per warp,
@@ -137,9 +141,27 @@ __device__ void load_tile(bf16* tile, int ld, const bf16* src, std::size_t pitch
   }
 }
 
-// rows [16][n_end * 16) = A (16 x hd, row-major, lda) · Bᵀ, B given as rows (keys or queries)
-// [n * 16 + ..][hd] (ldb): chunks [n_begin, n_end) only, stored to out (fp32, kLdS). The warp
-// calls.
+// rows [16][n_end * 16) = A (16 x hd) · Bᵀ, A as the warp's fragments of its 16 rows (a[c]: head
+// dims [16c, 16c + 16)), B given as rows (keys or queries) [n * 16 + ..][hd] (ldb): chunks
+// [n_begin, n_end) only, stored to out (fp32, kLdS). The warp calls.
+template <int kHdChunks>
+__device__ void scores(float* out, const FragA (&a)[kHdChunks], const bf16* B, int ldb,
+                       int hd_chunks, int n_begin, int n_end) {
+  for (int n = n_begin; n < n_end; ++n) {
+    FragAcc acc;
+    wmma::fill_fragment(acc, 0.0f);
+#pragma unroll
+    for (int c = 0; c < kHdChunks; ++c) {
+      if (c >= hd_chunks) break;
+      FragBCol fb;  // Bᵀ[d][j] = B[j][d]: B's rows read as a column-major matrix
+      wmma::load_matrix_sync(fb, B + n * kMma * ldb + c * kMma, ldb);
+      wmma::mma_sync(acc, a[c], fb, acc);
+    }
+    wmma::store_matrix_sync(out + n * kMma, acc, kLdS, wmma::mem_row_major);
+  }
+}
+
+// The same with A read from shared memory (lda) chunk by chunk: fewer registers.
 __device__ void scores(float* out, const bf16* A, int lda, const bf16* B, int ldb, int hd_chunks,
                        int n_begin, int n_end) {
   for (int n = n_begin; n < n_end; ++n) {
@@ -147,7 +169,7 @@ __device__ void scores(float* out, const bf16* A, int lda, const bf16* B, int ld
     wmma::fill_fragment(acc, 0.0f);
     for (int c = 0; c < hd_chunks; ++c) {
       FragA fa;
-      FragBCol fb;  // Bᵀ[d][j] = B[j][d]: B's rows read as a column-major matrix
+      FragBCol fb;
       wmma::load_matrix_sync(fa, A + c * kMma, lda);
       wmma::load_matrix_sync(fb, B + n * kMma * ldb + c * kMma, ldb);
       wmma::mma_sync(acc, fa, fb, acc);
@@ -156,18 +178,26 @@ __device__ void scores(float* out, const bf16* A, int lda, const bf16* B, int ld
   }
 }
 
+// The warp's 16 rows of a bf16 tile (lda) as fragments, one per 16 head dims. The warp calls.
+template <int kHdChunks>
+__device__ void load_rows(FragA (&a)[kHdChunks], const bf16* A, int lda, int hd_chunks) {
+#pragma unroll
+  for (int c = 0; c < kHdChunks; ++c)
+    if (c < hd_chunks) wmma::load_matrix_sync(a[c], A + c * kMma, lda);
+}
+
 // acc[c] += P (16 x 64, bf16, kLdP; chunks [n_begin, n_end)) · X (64 rows x hd, ldx) for the
-// head-dimension chunks c < hd_chunks. The warp calls.
+// head-dimension chunks c < hd_chunks; each chunk of P is loaded once. The warp calls.
 template <int kHdChunks>
 __device__ void accumulate_product(FragAcc (&acc)[kHdChunks], const bf16* P, const bf16* X, int ldx,
                                    int hd_chunks, int n_begin, int n_end) {
+  for (int n = n_begin; n < n_end; ++n) {
+    FragA fp;
+    wmma::load_matrix_sync(fp, P + n * kMma, kLdP);
 #pragma unroll
-  for (int c = 0; c < kHdChunks; ++c) {
-    if (c >= hd_chunks) break;
-    for (int n = n_begin; n < n_end; ++n) {
-      FragA fp;
+    for (int c = 0; c < kHdChunks; ++c) {
+      if (c >= hd_chunks) break;
       FragBRow fx;
-      wmma::load_matrix_sync(fp, P + n * kMma, kLdP);
       wmma::load_matrix_sync(fx, X + n * kMma * ldx + c * kMma, ldx);
       wmma::mma_sync(acc[c], fp, fx, acc[c]);
     }
@@ -197,7 +227,16 @@ __device__ void add_rows(bf16* dst, std::size_t pitch, const FragAcc (&acc)[kHdC
 }
 
 // ---- forward ---------------------------------------------------------------------------------
+// The online softmax's reference max moves only when a row's scores exceed it by more than this
+// (natural-log units; FlashAttention-4's conditional rescaling): below it, P = exp(s − m) ≤ e^8
+// stays well inside bf16 and fp32, and O and the row sum share the same reference, so the
+// result is the same softmax. It makes the rescale of O — a round trip through shared memory,
+// since the fragment layout is opaque — rare: typically only after the first tile.
+constexpr float kRescaleThreshold = 8.0f;
+
 // grid (query tiles of kTile rows, B*H), kThreadsPerBlock threads; shared memory ForwardShared.
+// The warp's Q rows and its O accumulator stay in fragments.
+template <int kHdChunks>
 __global__ __launch_bounds__(kThreadsPerBlock) void attention_forward_kernel(
     bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, int stride, int T, int H,
     int hd, float scale) {
@@ -205,34 +244,38 @@ __global__ __launch_bounds__(kThreadsPerBlock) void attention_forward_kernel(
   const ForwardShared sh(reinterpret_cast<std::uintptr_t>(smem), hd);
   const int bh = blockIdx.y, b = bh / H, h = bh % H;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int hd_pad = padded_head_dim(hd), hd_chunks = hd_pad / kMma;
+  const int hd_chunks = padded_head_dim(hd) / kMma;
   const int q0 = blockIdx.x * kTile;
   const int w0 = q0 + warp * kRows;           // the warp's first query
   const int w_last = min(w0 + kRows, T) - 1;  // and last (< w0: the warp has none)
   const std::size_t base =
       static_cast<std::size_t>(b) * T * stride + static_cast<std::size_t>(h) * hd;
   load_tile(sh.q, sh.ld, q + base, stride, q0, T, hd);
+  __syncthreads();
 
-  const bf16* Qw = sh.q + warp * kRows * sh.ld;
   float* Sw = sh.s + warp * kRows * kLdS;
   bf16* Pw = sh.p + warp * kRows * kLdP;
-  float* Ow = sh.o + warp * kRows * sh.ldo;
-  // Two lanes per row: lane owns row r's columns [half * 32, half * 32 + 32) of the scores and
-  // [half * hd_pad / 2, ...) of O; both keep the row's running max and sum.
+  // The rescale's and the epilogue's 16x16 fp32 stage: the warp's P rows, free at those times.
+  float* stage = reinterpret_cast<float*>(Pw);
+  FragA qf[kHdChunks];
+  FragAcc o[kHdChunks];
+  if (w0 < T) load_rows(qf, sh.q + warp * kRows * sh.ld, sh.ld, hd_chunks);
+#pragma unroll
+  for (int c = 0; c < kHdChunks; ++c) wmma::fill_fragment(o[c], 0.0f);
+  // Two lanes per row: lane owns row r's columns [half * 32, half * 32 + 32) of the scores; both
+  // keep the row's reference max and sum (in units of the scaled scores).
   const int r = lane / 2, half = lane % 2, row = w0 + r;
-  const int o_begin = half * hd_pad / 2, o_end = o_begin + hd_pad / 2;
-  for (int d = o_begin; d < o_end; ++d) Ow[r * sh.ldo + d] = 0.0f;
-  float m_run = -INFINITY, l_run = 0.0f;  // in units of the scaled scores
+  float m_ref = -INFINITY, l_run = 0.0f;
 
   const int key_end = min(T, q0 + kTile);  // the block's last query sees keys < key_end
   for (int j0 = 0; j0 < key_end; j0 += kTile) {
-    __syncthreads();  // the previous tile is consumed (and Q written, on the first pass)
+    __syncthreads();  // the previous tile is consumed
     load_tile(sh.k, sh.ld, k + base, stride, j0, T, hd);
     load_tile(sh.v, sh.ld, v + base, stride, j0, T, hd);
     __syncthreads();
     if (w0 >= T || j0 > w_last) continue;  // warp-uniform: no row of the warp sees this tile
     const int key_chunks = min(kChunks, (w_last - j0) / kMma + 1);  // the rest is masked
-    scores(Sw, Qw, sh.ld, sh.k, sh.ld, hd_chunks, 0, key_chunks);
+    scores(Sw, qf, sh.k, sh.ld, hd_chunks, 0, key_chunks);
     __syncwarp();
 
     float tile_max = -INFINITY;
@@ -242,45 +285,60 @@ __global__ __launch_bounds__(kThreadsPerBlock) void attention_forward_kernel(
         tile_max = fmaxf(tile_max, Sw[r * kLdS + col] * scale);
     }
     tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullMask, tile_max, 1));
-    const float m_new = fmaxf(m_run, tile_max);  // finite for row < T: key 0 is in tile 0
+    // Every row < T sees key 0 in the first tile: its reference is finite from then on.
+    const bool grow = row < T && tile_max > m_ref + kRescaleThreshold;
+    const float corr = grow ? expf(m_ref - tile_max) : 1.0f;  // 0 on the first tile
+    if (grow) {
+      m_ref = tile_max;
+      l_run *= corr;
+    }
+    // O is still zero on the first tile: nothing to rescale there.
+    if (j0 > 0 && warp_max(grow ? 1.0f : 0.0f) > 0.0f) {
+#pragma unroll
+      for (int c = 0; c < kHdChunks; ++c) {
+        if (c >= hd_chunks) break;
+        wmma::store_matrix_sync(stage, o[c], kMma, wmma::mem_row_major);
+        __syncwarp();
+        for (int i = 0; i < kMma / 2; ++i) stage[r * kMma + half * kMma / 2 + i] *= corr;
+        __syncwarp();
+        wmma::load_matrix_sync(o[c], stage, kMma, wmma::mem_row_major);
+        __syncwarp();  // every lane has read the stage before it is written again
+      }
+    }
     float sum = 0.0f;
     for (int i = 0; i < kPerLane; ++i) {
       const int col = half * kPerLane + i, j = j0 + col;
       float p = 0.0f;
       if (col < key_chunks * kMma && j <= row && row < T)
-        p = to_f(to_bf(expf(Sw[r * kLdS + col] * scale - m_new)));
+        p = to_f(to_bf(expf(Sw[r * kLdS + col] * scale - m_ref)));
       // The sum takes P as rounded for P·V: the weights used are the weights normalised.
       Pw[r * kLdP + col] = to_bf(p);
       sum += p;
     }
-    sum += __shfl_xor_sync(kFullMask, sum, 1);
-    const float corr = row < T ? expf(m_run - m_new) : 1.0f;  // 0 on the first tile
-    l_run = l_run * corr + sum;
-    m_run = m_new;
-    for (int d = o_begin; d < o_end; ++d) Ow[r * sh.ldo + d] *= corr;
-    __syncwarp();  // P and the rescaled O rows are written
-
-    for (int c = 0; c < hd_chunks; ++c) {
-      FragAcc o;
-      wmma::load_matrix_sync(o, Ow + c * kMma, sh.ldo, wmma::mem_row_major);
-      for (int n = 0; n < key_chunks; ++n) {
-        FragA fp;
-        FragBRow fv;
-        wmma::load_matrix_sync(fp, Pw + n * kMma, kLdP);
-        wmma::load_matrix_sync(fv, sh.v + n * kMma * sh.ld + c * kMma, sh.ld);
-        wmma::mma_sync(o, fp, fv, o);
+    l_run += sum + __shfl_xor_sync(kFullMask, sum, 1);
+    __syncwarp();  // P is written
+    accumulate_product(o, Pw, sh.v, sh.ld, hd_chunks, 0, key_chunks);
+  }
+  if (w0 >= T) return;  // warp-uniform
+  __syncwarp();         // the last P·V has read P: its rows become the stage
+  const int C = H * hd;
+  const float inv = row < T ? 1.0f / l_run : 0.0f;
+#pragma unroll
+  for (int c = 0; c < kHdChunks; ++c) {
+    if (c >= hd_chunks) break;
+    wmma::store_matrix_sync(stage, o[c], kMma, wmma::mem_row_major);
+    __syncwarp();
+    if (row < T) {
+      bf16* orow =
+          out + (static_cast<std::size_t>(b) * T + row) * C + static_cast<std::size_t>(h) * hd;
+      for (int i = 0; i < kMma / 2; ++i) {
+        const int d = c * kMma + half * kMma / 2 + i;
+        if (d < hd) orow[d] = to_bf(stage[r * kMma + half * kMma / 2 + i] * inv);
       }
-      wmma::store_matrix_sync(Ow + c * kMma, o, sh.ldo, wmma::mem_row_major);
     }
-    __syncwarp();  // O is stored before the next tile's rescale reads it
+    __syncwarp();
   }
-  if (row < T) {
-    const int C = H * hd;
-    bf16* o = out + (static_cast<std::size_t>(b) * T + row) * C + static_cast<std::size_t>(h) * hd;
-    const float inv = 1.0f / l_run;
-    for (int d = o_begin; d < min(o_end, hd); ++d) o[d] = to_bf(Ow[r * sh.ldo + d] * inv);
-    if (half == 0) lse[static_cast<std::size_t>(bh) * T + row] = m_run + logf(l_run);
-  }
+  if (row < T && half == 0) lse[static_cast<std::size_t>(bh) * T + row] = m_ref + logf(l_run);
 }
 
 // ---- backward --------------------------------------------------------------------------------
@@ -332,11 +390,15 @@ __global__ __launch_bounds__(kThreadsPerBlock) void attention_dq_kernel(
   load_tile(sh.b, sh.ld, dout + obase, C, q0, T, hd);
   load_row_stats(sh.lse, sh.delta, lse, delta, static_cast<std::size_t>(bh) * T, q0, T);
 
-  const bf16* Qw = sh.a + warp * kRows * sh.ld;
-  const bf16* dOw = sh.b + warp * kRows * sh.ld;
+  __syncthreads();
   float* SDw = sh.sd + warp * kRows * kLdS;
   bf16* dSw = sh.ds + warp * kRows * kLdP;
   const int r = lane / 2, half = lane % 2, row = w0 + r;
+  FragA qf[kHdChunks], dof[kHdChunks];  // the warp's Q and dO rows, for every key tile
+  if (w0 < T) {
+    load_rows(qf, sh.a + warp * kRows * sh.ld, sh.ld, hd_chunks);
+    load_rows(dof, sh.b + warp * kRows * sh.ld, sh.ld, hd_chunks);
+  }
   FragAcc acc[kHdChunks];
 #pragma unroll
   for (int c = 0; c < kHdChunks; ++c) wmma::fill_fragment(acc[c], 0.0f);
@@ -350,7 +412,7 @@ __global__ __launch_bounds__(kThreadsPerBlock) void attention_dq_kernel(
     if (w0 >= T || j0 > w_last) continue;  // warp-uniform
     const int key_chunks = min(kChunks, (w_last - j0) / kMma + 1);
     const float row_lse = sh.lse[warp * kRows + r], row_delta = sh.delta[warp * kRows + r];
-    scores(SDw, Qw, sh.ld, sh.c, sh.ld, hd_chunks, 0, key_chunks);
+    scores(SDw, qf, sh.c, sh.ld, hd_chunks, 0, key_chunks);
     __syncwarp();
     float p[kPerLane];
 #pragma unroll
@@ -361,7 +423,7 @@ __global__ __launch_bounds__(kThreadsPerBlock) void attention_dq_kernel(
                  : 0.0f;
     }
     __syncwarp();  // the scores are read before dP overwrites them
-    scores(SDw, dOw, sh.ld, sh.d, sh.ld, hd_chunks, 0, key_chunks);
+    scores(SDw, dof, sh.d, sh.ld, hd_chunks, 0, key_chunks);
     __syncwarp();
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
@@ -395,8 +457,17 @@ __global__ __launch_bounds__(kThreadsPerBlock) void attention_dkv_kernel(
   load_tile(sh.a, sh.ld, k + base, stride, k0, T, hd);
   load_tile(sh.b, sh.ld, v + base, stride, k0, T, hd);
 
+  __syncthreads();
+  // The warp's K and V rows stay in fragments only for hd <= 64: at hd 128 they with dk and dv
+  // would exceed the registers (ptxas), so they are read from shared memory at each tile.
+  constexpr int kKeep = kHdChunks <= 4 ? kHdChunks : 1;
+  FragA kf[kKeep], vf[kKeep];
   const bf16* Kw = sh.a + warp * kRows * sh.ld;
   const bf16* Vw = sh.b + warp * kRows * sh.ld;
+  if (kKeep == kHdChunks && w0 < T) {
+    load_rows(kf, Kw, sh.ld, hd_chunks);
+    load_rows(vf, Vw, sh.ld, hd_chunks);
+  }
   float* SDw = sh.sd + warp * kRows * kLdS;
   bf16* Pw = sh.p + warp * kRows * kLdP;
   bf16* dSw = sh.ds + warp * kRows * kLdP;
@@ -419,7 +490,11 @@ __global__ __launch_bounds__(kThreadsPerBlock) void attention_dkv_kernel(
     // Query chunks the warp's keys can see: from its first key on, up to T.
     const int n_begin = w0 > i0 ? (w0 - i0) / kMma : 0;
     const int n_end = min(kChunks, (T - i0 + kMma - 1) / kMma);
-    scores(SDw, Kw, sh.ld, sh.c, sh.ld, hd_chunks, n_begin, n_end);
+    if constexpr (kKeep == kHdChunks) {
+      scores(SDw, kf, sh.c, sh.ld, hd_chunks, n_begin, n_end);
+    } else {
+      scores(SDw, Kw, sh.ld, sh.c, sh.ld, hd_chunks, n_begin, n_end);
+    }
     __syncwarp();
     float p[kPerLane];
 #pragma unroll
@@ -431,7 +506,11 @@ __global__ __launch_bounds__(kThreadsPerBlock) void attention_dkv_kernel(
       Pw[r * kLdP + col] = to_bf(p[i]);
     }
     __syncwarp();  // the scores are read before dPᵀ overwrites them
-    scores(SDw, Vw, sh.ld, sh.d, sh.ld, hd_chunks, n_begin, n_end);
+    if constexpr (kKeep == kHdChunks) {
+      scores(SDw, vf, sh.d, sh.ld, hd_chunks, n_begin, n_end);
+    } else {
+      scores(SDw, Vw, sh.ld, sh.d, sh.ld, hd_chunks, n_begin, n_end);
+    }
     __syncwarp();
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
@@ -471,7 +550,7 @@ std::size_t backward_smem(int hd) {
 }
 
 // Raises a kernel's dynamic shared-memory limit above the default 48 KiB (most head dims need
-// it: 70-76 KiB at hd = 64, up to 110 KiB at hd = 128; sm_80 allows 163 KiB, sm_90 227 KiB).
+// it: 53-76 KiB at hd = 64, up to 108 KiB at hd = 128; sm_80 allows 163 KiB, sm_90 227 KiB).
 template <typename Kernel>
 void allow_smem(Kernel kernel, std::size_t bytes) {
   if (bytes > 48 * 1024)
@@ -508,9 +587,16 @@ void attention_forward(Context& ctx, bf16* out, float* lse, const bf16* q, const
   const float scale = 1.0f / sqrtf(static_cast<float>(hd));
   const dim3 grid((T + kTile - 1) / kTile, B * H);
   const std::size_t smem = forward_smem(hd);
-  allow_smem(attention_forward_kernel, smem);
-  attention_forward_kernel<<<grid, kThreadsPerBlock, smem, ctx.stream()>>>(out, lse, q, k, v,
-                                                                           stride, T, H, hd, scale);
+  // The fragment arrays are sized at compile time (registers on a GPU): two sizes cover hd.
+  if (padded_head_dim(hd) <= 64) {
+    allow_smem(attention_forward_kernel<4>, smem);
+    attention_forward_kernel<4><<<grid, kThreadsPerBlock, smem, ctx.stream()>>>(
+        out, lse, q, k, v, stride, T, H, hd, scale);
+  } else {
+    allow_smem(attention_forward_kernel<kMaxHdChunks>, smem);
+    attention_forward_kernel<kMaxHdChunks><<<grid, kThreadsPerBlock, smem, ctx.stream()>>>(
+        out, lse, q, k, v, stride, T, H, hd, scale);
+  }
   SATURN_CUDA_LAUNCH_CHECK("attention_forward_kernel");
 }
 
