@@ -55,20 +55,22 @@ __host__ __device__ inline int bf16_ld(int hd) {
 }
 
 // Carves the dynamic shared memory into regions, each 128-byte aligned (WMMA needs 32); the
-// host runs the same sequence from address 0 to size the launch.
+// host runs the same sequence without memory (null base: null regions) to size the launch.
+// Pointer arithmetic, not integers, on the device: the compiler keeps knowing the regions are
+// shared memory (shared loads rather than generic ones).
 class Carver {
  public:
-  __host__ __device__ explicit Carver(std::uintptr_t base) : base_(base) {}
+  __host__ __device__ explicit Carver(char* base) : base_(base) {}
   template <typename T>
   __host__ __device__ T* take(std::size_t count) {
-    T* p = reinterpret_cast<T*>(base_ + used_);
+    T* p = base_ != nullptr ? reinterpret_cast<T*>(base_ + used_) : nullptr;
     used_ += (count * sizeof(T) + 127) / 128 * 128;
     return p;
   }
   __host__ __device__ std::size_t used() const { return used_; }
 
  private:
-  std::uintptr_t base_;
+  char* base_;
   std::size_t used_ = 0;
 };
 
@@ -78,7 +80,7 @@ struct ForwardShared {
   bf16 *q, *k, *v, *p;
   float* s;
   int ld;
-  __host__ __device__ ForwardShared(std::uintptr_t base, int hd, std::size_t* bytes = nullptr) {
+  __host__ __device__ ForwardShared(char* base, int hd, std::size_t* bytes = nullptr) {
     ld = bf16_ld(hd);
     Carver c(base);
     q = c.take<bf16>(static_cast<std::size_t>(kTile) * ld);
@@ -99,7 +101,7 @@ struct BackwardShared {
   bf16 *a, *b, *c, *d, *p, *ds;
   float *sd, *stage, *lse, *delta;
   int ld;
-  __host__ __device__ BackwardShared(std::uintptr_t base, int hd, std::size_t* bytes = nullptr) {
+  __host__ __device__ BackwardShared(char* base, int hd, std::size_t* bytes = nullptr) {
     ld = bf16_ld(hd);
     Carver cv(base);
     a = cv.take<bf16>(static_cast<std::size_t>(kTile) * ld);
@@ -241,7 +243,7 @@ __global__ __launch_bounds__(kThreadsPerBlock) void attention_forward_kernel(
     bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, int stride, int T, int H,
     int hd, float scale) {
   extern __shared__ __align__(128) float smem[];
-  const ForwardShared sh(reinterpret_cast<std::uintptr_t>(smem), hd);
+  const ForwardShared sh(reinterpret_cast<char*>(smem), hd);
   const int bh = blockIdx.y, b = bh / H, h = bh % H;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int hd_chunks = padded_head_dim(hd) / kMma;
@@ -376,7 +378,7 @@ __global__ __launch_bounds__(kThreadsPerBlock) void attention_dq_kernel(
     bf16* dq, const bf16* dout, const float* lse, const float* delta, const bf16* q, const bf16* k,
     const bf16* v, int stride, int T, int H, int hd, float scale) {
   extern __shared__ __align__(128) float smem[];
-  const BackwardShared sh(reinterpret_cast<std::uintptr_t>(smem), hd);
+  const BackwardShared sh(reinterpret_cast<char*>(smem), hd);
   const int bh = blockIdx.y, b = bh / H, h = bh % H;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int hd_chunks = padded_head_dim(hd) / kMma;
@@ -444,7 +446,7 @@ __global__ __launch_bounds__(kThreadsPerBlock) void attention_dkv_kernel(
     bf16* dk, bf16* dv, const bf16* dout, const float* lse, const float* delta, const bf16* q,
     const bf16* k, const bf16* v, int stride, int T, int H, int hd, float scale) {
   extern __shared__ __align__(128) float smem[];
-  const BackwardShared sh(reinterpret_cast<std::uintptr_t>(smem), hd);
+  const BackwardShared sh(reinterpret_cast<char*>(smem), hd);
   const int bh = blockIdx.y, b = bh / H, h = bh % H;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int hd_chunks = padded_head_dim(hd) / kMma;
@@ -538,13 +540,13 @@ void check_shape(int B, int H, int hd) {
 
 std::size_t forward_smem(int hd) {
   std::size_t bytes = 0;
-  const ForwardShared layout(0, hd, &bytes);
+  const ForwardShared layout(nullptr, hd, &bytes);
   (void)layout;
   return bytes;
 }
 std::size_t backward_smem(int hd) {
   std::size_t bytes = 0;
-  const BackwardShared layout(0, hd, &bytes);
+  const BackwardShared layout(nullptr, hd, &bytes);
   (void)layout;
   return bytes;
 }

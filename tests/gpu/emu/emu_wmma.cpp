@@ -46,9 +46,9 @@ void check_operand(const char* what, const void* ptr, unsigned ldm, int layout,
     warp_violation(what, ("pointer " + std::to_string(reinterpret_cast<std::uintptr_t>(ptr)) +
                           " is not 256-bit (32-byte) aligned")
                              .c_str());
-  if ((static_cast<std::size_t>(ldm) * element_bytes) % 16 != 0 || ldm < 16)
-    warp_violation(what, ("ldm " + std::to_string(ldm) + " is not a multiple of " +
-                          std::to_string(16 / element_bytes) + " elements of at least 16")
+  if ((static_cast<std::size_t>(ldm) * element_bytes) % 16 != 0 || ldm == 0)
+    warp_violation(what, ("ldm " + std::to_string(ldm) + " is not a positive multiple of " +
+                          std::to_string(16 / element_bytes) + " elements")
                              .c_str());
   if (layout != 0 && layout != 1) warp_violation(what, "unknown layout");
 }
