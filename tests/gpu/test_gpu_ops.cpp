@@ -416,12 +416,13 @@ TEST_F(GpuOps, RotaryStridedAndInPlace) {
   SATURN_EXPECT_CLOSE(download(d_dinp, n), dinp, kTolBf16);
 }
 
-void attention_case(GpuOps& t, int B, int T, int H, int hd) {
+// qkv: rows of q, k, v (stride 3*H*hd), random in [-2, 2) unless given.
+void attention_case(GpuOps& t, int B, int T, int H, int hd, const Vec* given_qkv = nullptr) {
   SCOPED_TRACE("B=" + std::to_string(B) + " T=" + std::to_string(T) + " H=" + std::to_string(H) +
                " hd=" + std::to_string(hd));
   const int C = H * hd, stride = 3 * C;
   const std::size_t N = static_cast<std::size_t>(B) * T;
-  const Vec qkv = t.random_bf16(N * stride, -2.0f, 2.0f);
+  const Vec qkv = given_qkv != nullptr ? *given_qkv : t.random_bf16(N * stride, -2.0f, 2.0f);
   Vec out(N * C), att(static_cast<std::size_t>(B) * H * T * T);
   cpu::attention_forward(out.data(), att.data(), qkv.data(), qkv.data() + C, qkv.data() + 2 * C,
                          stride, B, T, H, hd);
@@ -469,11 +470,37 @@ void attention_case(GpuOps& t, int B, int T, int H, int hd) {
   }
 }
 
+// The kernels work in tiles of 64 rows (16 per warp) and 16-wide tensor-core chunks of the head
+// dimension, zero-padded to a multiple of 16; tiles load 8 elements at a time when hd is a
+// multiple of 8.
 TEST_F(GpuOps, AttentionForwardBackward) {
-  attention_case(*this, 2, 67, 3, 64);   // T not a multiple of the tiles
-  attention_case(*this, 1, 130, 2, 16);  // head dim below a warp
-  attention_case(*this, 2, 40, 2, 128);  // the largest head dim
-  attention_case(*this, 1, 1, 1, 32);    // one token
+  attention_case(*this, 2, 67, 3, 64);    // T not a multiple of the tile, B and H > 1
+  attention_case(*this, 2, 200, 2, 128);  // the largest head dim, a partial fourth tile
+  attention_case(*this, 1, 130, 2, 16);   // one chunk of head dim, three tiles
+  attention_case(*this, 1, 64, 1, 72);    // exactly one tile; hd padded to 80 (> 64: 8 chunks)
+  attention_case(*this, 2, 37, 3, 40);    // hd padded to 48; one partial tile
+  attention_case(*this, 1, 70, 2, 20);    // hd not a multiple of 8: element-wise tile loads
+  attention_case(*this, 1, 1, 1, 128);    // one token
+  attention_case(*this, 1, 1, 2, 64);
+}
+
+// Scores that grow along the keys by 0.4 per key (25.6 per 64-key tile): the forward's online
+// softmax must move its reference max on every tile (it does only beyond a margin of e^8, and
+// random scores never get there after the first tile), and P is peaked on the last keys.
+TEST_F(GpuOps, AttentionRescalesWhenTheMaxGrows) {
+  const int B = 1, T = 200, H = 2, hd = 64, C = H * hd, stride = 3 * C;
+  Vec qkv = random_bf16(static_cast<std::size_t>(T) * stride, -2.0f, 2.0f);  // v stays random
+  const Vec noise = random(static_cast<std::size_t>(T) * stride, -0.02f, 0.02f);
+  for (int t = 0; t < T; ++t)
+    for (int c = 0; c < 2 * C; ++c) {
+      const std::size_t i = static_cast<std::size_t>(t) * stride + c;
+      // q·k / sqrt(hd) = hd * 4 * 0.0125 t / 8 = 0.4 t (plus noise). Growth through q, not
+      // through |k|: dq = scale·Σ dS K, whose Σ_j dS_ij = 0 cancels exactly only in exact
+      // arithmetic (Δ from the bf16 output, dS in bf16), leaves an error ∝ K's common part.
+      const float x = c < C ? 4.0f : 0.0125f * static_cast<float>(t) + noise[i];
+      qkv[i] = __bfloat162float(__float2bfloat16(x));
+    }
+  attention_case(*this, B, T, H, hd, &qkv);
 }
 
 TEST_F(GpuOps, AttentionIsCausal) {

@@ -1,111 +1,352 @@
-// Causal attention without a [T, T] matrix in global memory (flash-style): the forward keeps a
-// running max and sum per query row (online softmax) and saves only the row's log-sum-exp; the
-// backward recomputes the probabilities from it.
+// Causal attention on tensor cores, flash-style (FlashAttention-2's algorithm): no [T, T] matrix
+// in global memory. The forward keeps a running max and sum per query row (online softmax) and
+// saves only the row's log-sum-exp; the backward recomputes the probabilities from it.
 //
-// Deliberately plain: one warp per query row (forward, dq) or per key row (dk, dv), tiles of 32
-// keys or queries staged through shared memory in fp32, one lane per key/query of the tile for
-// the dot products and one lane per head dimension (hd/32 each) for the accumulators. All
-// arithmetic is fp32 on the CUDA cores (no tensor cores), which keeps it simple to check.
+// Tiling: a block of kWarps = 4 warps owns kTile = 64 rows (queries in the forward and dq, keys
+// in dk/dv), 16 per warp (one WMMA tile high), and walks the other side in tiles of 64, staged in
+// shared memory as bf16 [64][hd_pad + 8] (hd_pad = hd rounded up to 16, zero-padded, so any
+// hd <= 128 works; rows past T are zeros and masked). Products run as bf16 m16n16k16 WMMA with
+// fp32 accumulation (tensor_core.cuh); a warp only ever touches its own 16 rows of the staging
+// buffers, so between its steps a __syncwarp suffices. Causal masking skips whole tiles and
+// 16-wide chunks that no row of a warp can see.
+//
+// WMMA's accumulator layout is opaque (which lane holds which element is unspecified), and the
+// softmax works on rows: the scores S are stored to shared fp32 [16][64 + 4] per warp for the
+// row-wise softmax. The forward keeps each warp's Q rows and its output accumulator O in
+// fragments; the online softmax's per-row rescale of O needs the rows, so it goes through a
+// 16x16 shared stage, and only when a row's max grows by more than kRescaleThreshold (below it
+// the stale max stays the reference: the same softmax, exactly), i.e. rarely after the first
+// tile. The backward's dq, dk, dv are plain sums in fragments; Q and dO (dq kernel), K and V
+// (dk/dv kernel, hd <= 64) rows stay in fragments too. P (forward, dv) and dS (dq, dk) are
+// rounded to bf16 for their tensor-core products, as in FlashAttention-2. mma.sync with its
+// documented register layout would save the S round trip: a later step, once a GPU can check a
+// hand-coded layout (the emulator proves these kernels do not depend on any).
+//
+// Deterministic: no atomics. dq is owned by query tiles (attention_dq_kernel), dk and dv by key
+// tiles (attention_dkv_kernel), each element written once by one warp.
 #include <fmt/format.h>
 
 #include "runtime/backend/cuda/common.cuh"
 #include "runtime/backend/cuda/ops.hpp"
+#include "runtime/backend/cuda/tensor_core.cuh"
 
 namespace saturn::cuda {
 namespace {
 
 using namespace detail;
 
-constexpr int kWarps = 8;  // rows per block: one per warp
-constexpr int kTile = 32;  // keys (or queries) per shared-memory tile: one per lane
-constexpr int kPerLane = kAttentionMaxHeadDim / 32;
+constexpr int kWarps = 4;
+constexpr int kThreadsPerBlock = kWarps * 32;
+constexpr int kRows = kMma;            // rows per warp
+constexpr int kTile = kWarps * kRows;  // rows per block, and keys (queries) per staged tile
+constexpr int kChunks = kTile / kMma;  // 16-wide chunks of a tile
+constexpr int kLdS = kTile + 4;        // fp32 score staging [rows][kLdS]
+constexpr int kLdP = kTile + 8;        // bf16 P / dS [rows][kLdP]
+constexpr int kPerLane = kTile / 2;    // score columns per lane: two lanes per row
+constexpr int kMaxHdChunks = kAttentionMaxHeadDim / kMma;
+
+__host__ __device__ inline int padded_head_dim(int hd) {
+  return (hd + kMma - 1) / kMma * kMma;
+}
+// bf16 tiles [kTile][hd_pad + 8]: the padding keeps ldm a multiple of 8 (WMMA) and moves each
+// row by 16 bytes across the banks.
+__host__ __device__ inline int bf16_ld(int hd) {
+  return padded_head_dim(hd) + 8;
+}
+
+// Carves the dynamic shared memory into regions, each 128-byte aligned (WMMA needs 32); the
+// host runs the same sequence without memory (null base: null regions) to size the launch.
+// Pointer arithmetic, not integers, on the device: the compiler keeps knowing the regions are
+// shared memory (shared loads rather than generic ones).
+class Carver {
+ public:
+  __host__ __device__ explicit Carver(char* base) : base_(base) {}
+  template <typename T>
+  __host__ __device__ T* take(std::size_t count) {
+    T* p = base_ != nullptr ? reinterpret_cast<T*>(base_ + used_) : nullptr;
+    used_ += (count * sizeof(T) + 127) / 128 * 128;
+    return p;
+  }
+  __host__ __device__ std::size_t used() const { return used_; }
+
+ private:
+  char* base_;
+  std::size_t used_ = 0;
+};
+
+// The forward: Q (read once into fragments), K and V tiles, the scores' staging, P (whose rows
+// double as each warp's 16x16 fp32 stage: kRows * kLdP bf16 >= 16 * 16 floats).
+struct ForwardShared {
+  bf16 *q, *k, *v, *p;
+  float* s;
+  int ld;
+  __host__ __device__ ForwardShared(char* base, int hd, std::size_t* bytes = nullptr) {
+    ld = bf16_ld(hd);
+    Carver c(base);
+    q = c.take<bf16>(static_cast<std::size_t>(kTile) * ld);
+    k = c.take<bf16>(static_cast<std::size_t>(kTile) * ld);
+    v = c.take<bf16>(static_cast<std::size_t>(kTile) * ld);
+    s = c.take<float>(static_cast<std::size_t>(kTile) * kLdS);
+    p = c.take<bf16>(static_cast<std::size_t>(kTile) * kLdP);
+    if (bytes != nullptr) *bytes = c.used();
+  }
+};
+static_assert(kRows * kLdP * 2 >= kMma * kMma * 4 && kRows * kLdP * 2 % 32 == 0,
+              "a warp's P rows hold its 16x16 fp32 stage, 32-byte aligned");
+
+// The backward kernels: the block's own rows (a, b: q and dO for dq, k and v for dk/dv), the
+// walked tile's (c, d), the scores/dP staging, P and dS, a 16x16 fp32 epilogue stage per warp,
+// and the lse and delta of 64 query rows.
+struct BackwardShared {
+  bf16 *a, *b, *c, *d, *p, *ds;
+  float *sd, *stage, *lse, *delta;
+  int ld;
+  __host__ __device__ BackwardShared(char* base, int hd, std::size_t* bytes = nullptr) {
+    ld = bf16_ld(hd);
+    Carver cv(base);
+    a = cv.take<bf16>(static_cast<std::size_t>(kTile) * ld);
+    b = cv.take<bf16>(static_cast<std::size_t>(kTile) * ld);
+    c = cv.take<bf16>(static_cast<std::size_t>(kTile) * ld);
+    d = cv.take<bf16>(static_cast<std::size_t>(kTile) * ld);
+    sd = cv.take<float>(static_cast<std::size_t>(kTile) * kLdS);
+    p = cv.take<bf16>(static_cast<std::size_t>(kTile) * kLdP);
+    ds = cv.take<bf16>(static_cast<std::size_t>(kTile) * kLdP);
+    stage = cv.take<float>(static_cast<std::size_t>(kWarps) * kMma * kMma);
+    lse = cv.take<float>(kTile);
+    delta = cv.take<float>(kTile);
+    if (bytes != nullptr) *bytes = cv.used();
+  }
+};
+
+// Rows [row0, row0 + kTile) of a [T, *] bf16 matrix (row pitch `pitch`, starting at src) into a
+// bf16 tile [kTile][ld]: zeros past T and in the columns [hd, hd_pad). The whole block calls.
+// 16-byte loads (8 elements) when every row starts 16-byte aligned and hd is a multiple of 8
+// (the models' head dims), else element by element; the condition is the same for every thread.
+__device__ void load_tile(bf16* tile, int ld, const bf16* src, std::size_t pitch, int row0, int T,
+                          int hd) {
+  const int hd_pad = padded_head_dim(hd);
+  if (hd % 8 == 0 && pitch % 8 == 0 && reinterpret_cast<std::uintptr_t>(src) % 16 == 0) {
+    const int vectors = hd_pad / 8;  // per row, the zero padding included
+    for (int idx = threadIdx.x; idx < kTile * vectors; idx += blockDim.x) {
+      const int r = idx / vectors, d = idx % vectors * 8, row = row0 + r;
+      uint4 x{0u, 0u, 0u, 0u};
+      if (row < T && d < hd)
+        x = *reinterpret_cast<const uint4*>(src + static_cast<std::size_t>(row) * pitch + d);
+      *reinterpret_cast<uint4*>(tile + r * ld + d) = x;
+    }
+    return;
+  }
+  const bf16 zero = to_bf(0.0f);
+  for (int idx = threadIdx.x; idx < kTile * hd_pad; idx += blockDim.x) {
+    const int r = idx / hd_pad, d = idx % hd_pad, row = row0 + r;
+    tile[r * ld + d] = row < T && d < hd ? src[static_cast<std::size_t>(row) * pitch + d] : zero;
+  }
+}
+
+// rows [16][n_end * 16) = A (16 x hd) · Bᵀ, A as the warp's fragments of its 16 rows (a[c]: head
+// dims [16c, 16c + 16)), B given as rows (keys or queries) [n * 16 + ..][hd] (ldb): chunks
+// [n_begin, n_end) only, stored to out (fp32, kLdS). The warp calls.
+template <int kHdChunks>
+__device__ void scores(float* out, const FragA (&a)[kHdChunks], const bf16* B, int ldb,
+                       int hd_chunks, int n_begin, int n_end) {
+  for (int n = n_begin; n < n_end; ++n) {
+    FragAcc acc;
+    wmma::fill_fragment(acc, 0.0f);
+#pragma unroll
+    for (int c = 0; c < kHdChunks; ++c) {
+      if (c >= hd_chunks) break;
+      FragBCol fb;  // Bᵀ[d][j] = B[j][d]: B's rows read as a column-major matrix
+      wmma::load_matrix_sync(fb, B + n * kMma * ldb + c * kMma, ldb);
+      wmma::mma_sync(acc, a[c], fb, acc);
+    }
+    wmma::store_matrix_sync(out + n * kMma, acc, kLdS, wmma::mem_row_major);
+  }
+}
+
+// The same with A read from shared memory (lda) chunk by chunk: fewer registers.
+__device__ void scores(float* out, const bf16* A, int lda, const bf16* B, int ldb, int hd_chunks,
+                       int n_begin, int n_end) {
+  for (int n = n_begin; n < n_end; ++n) {
+    FragAcc acc;
+    wmma::fill_fragment(acc, 0.0f);
+    for (int c = 0; c < hd_chunks; ++c) {
+      FragA fa;
+      FragBCol fb;
+      wmma::load_matrix_sync(fa, A + c * kMma, lda);
+      wmma::load_matrix_sync(fb, B + n * kMma * ldb + c * kMma, ldb);
+      wmma::mma_sync(acc, fa, fb, acc);
+    }
+    wmma::store_matrix_sync(out + n * kMma, acc, kLdS, wmma::mem_row_major);
+  }
+}
+
+// The warp's 16 rows of a bf16 tile (lda) as fragments, one per 16 head dims. The warp calls.
+template <int kHdChunks>
+__device__ void load_rows(FragA (&a)[kHdChunks], const bf16* A, int lda, int hd_chunks) {
+#pragma unroll
+  for (int c = 0; c < kHdChunks; ++c)
+    if (c < hd_chunks) wmma::load_matrix_sync(a[c], A + c * kMma, lda);
+}
+
+// acc[c] += P (16 x 64, bf16, kLdP; chunks [n_begin, n_end)) · X (64 rows x hd, ldx) for the
+// head-dimension chunks c < hd_chunks; each chunk of P is loaded once. The warp calls.
+template <int kHdChunks>
+__device__ void accumulate_product(FragAcc (&acc)[kHdChunks], const bf16* P, const bf16* X, int ldx,
+                                   int hd_chunks, int n_begin, int n_end) {
+  for (int n = n_begin; n < n_end; ++n) {
+    FragA fp;
+    wmma::load_matrix_sync(fp, P + n * kMma, kLdP);
+#pragma unroll
+    for (int c = 0; c < kHdChunks; ++c) {
+      if (c >= hd_chunks) break;
+      FragBRow fx;
+      wmma::load_matrix_sync(fx, X + n * kMma * ldx + c * kMma, ldx);
+      wmma::mma_sync(acc[c], fp, fx, acc[c]);
+    }
+  }
+}
+
+// dst[row0 + r][d] += factor * acc (16 rows x hd) for rows < T, d < hd, through the warp's
+// 16x16 stage (the accumulator's layout is opaque). The warp calls.
+template <int kHdChunks>
+__device__ void add_rows(bf16* dst, std::size_t pitch, const FragAcc (&acc)[kHdChunks],
+                         float* stage, int row0, int T, int hd, float factor) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int c = 0; c < kHdChunks; ++c) {
+    if (c * kMma >= hd) break;
+    wmma::store_matrix_sync(stage, acc[c], kMma, wmma::mem_row_major);
+    __syncwarp();
+    for (int e = lane; e < kMma * kMma; e += 32) {
+      const int r = e / kMma, d = c * kMma + e % kMma, row = row0 + r;
+      if (row < T && d < hd) {
+        bf16& x = dst[static_cast<std::size_t>(row) * pitch + d];
+        x = to_bf(to_f(x) + factor * stage[e]);
+      }
+    }
+    __syncwarp();  // the stage is read before the next chunk overwrites it
+  }
+}
 
 // ---- forward ---------------------------------------------------------------------------------
-// grid (query tiles of kWarps rows, B*H). Shared: K and V tiles [kTile][hd+1] (padded so lane j
-// reading row j hits distinct banks), then the block's query rows [kWarps][hd].
-__global__ __launch_bounds__(kWarps *
-                             32) void attention_forward_kernel(bf16* out, float* lse, const bf16* q,
-                                                               const bf16* k, const bf16* v,
-                                                               int stride, int T, int H, int hd,
-                                                               float scale) {
-  extern __shared__ float smem[];
-  const int ld = hd + 1;
-  float* Ks = smem;
-  float* Vs = Ks + kTile * ld;
-  float* Qs = Vs + kTile * ld;
+// The online softmax's reference max moves only when a row's scores exceed it by more than this
+// (natural-log units; FlashAttention-4's conditional rescaling): below it, P = exp(s − m) ≤ e^8
+// stays well inside bf16 and fp32, and O and the row sum share the same reference, so the
+// result is the same softmax. It makes the rescale of O — a round trip through shared memory,
+// since the fragment layout is opaque — rare: typically only after the first tile.
+constexpr float kRescaleThreshold = 8.0f;
+
+// grid (query tiles of kTile rows, B*H), kThreadsPerBlock threads; shared memory ForwardShared.
+// The warp's Q rows and its O accumulator stay in fragments.
+template <int kHdChunks>
+__global__ __launch_bounds__(kThreadsPerBlock) void attention_forward_kernel(
+    bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, int stride, int T, int H,
+    int hd, float scale) {
+  extern __shared__ __align__(128) float smem[];
+  const ForwardShared sh(reinterpret_cast<char*>(smem), hd);
   const int bh = blockIdx.y, b = bh / H, h = bh % H;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int q0 = blockIdx.x * kWarps;
-  const int row = q0 + warp;
-  const int last_row = min(T - 1, q0 + kWarps - 1);
+  const int hd_chunks = padded_head_dim(hd) / kMma;
+  const int q0 = blockIdx.x * kTile;
+  const int w0 = q0 + warp * kRows;           // the warp's first query
+  const int w_last = min(w0 + kRows, T) - 1;  // and last (< w0: the warp has none)
   const std::size_t base =
       static_cast<std::size_t>(b) * T * stride + static_cast<std::size_t>(h) * hd;
-  float* qrow = Qs + warp * hd;
-  if (row < T)
-    for (int d = lane; d < hd; d += 32)
-      qrow[d] = to_f(q[base + static_cast<std::size_t>(row) * stride + d]);
+  load_tile(sh.q, sh.ld, q + base, stride, q0, T, hd);
+  __syncthreads();
 
-  float m = -INFINITY, l = 0.0f;
-  float acc[kPerLane];
+  float* Sw = sh.s + warp * kRows * kLdS;
+  bf16* Pw = sh.p + warp * kRows * kLdP;
+  // The rescale's and the epilogue's 16x16 fp32 stage: the warp's P rows, free at those times.
+  float* stage = reinterpret_cast<float*>(Pw);
+  FragA qf[kHdChunks];
+  FragAcc o[kHdChunks];
+  if (w0 < T) load_rows(qf, sh.q + warp * kRows * sh.ld, sh.ld, hd_chunks);
 #pragma unroll
-  for (int i = 0; i < kPerLane; ++i) acc[i] = 0.0f;
+  for (int c = 0; c < kHdChunks; ++c) wmma::fill_fragment(o[c], 0.0f);
+  // Two lanes per row: lane owns row r's columns [half * 32, half * 32 + 32) of the scores; both
+  // keep the row's reference max and sum (in units of the scaled scores).
+  const int r = lane / 2, half = lane % 2, row = w0 + r;
+  float m_ref = -INFINITY, l_run = 0.0f;
 
-  for (int j0 = 0; j0 <= last_row; j0 += kTile) {
-    __syncthreads();  // the previous tile is consumed (and qrow written, on the first pass)
-    for (int idx = threadIdx.x; idx < kTile * hd; idx += blockDim.x) {
-      const int jj = idx / hd, d = idx % hd, j = j0 + jj;
-      float kv = 0.0f, vv = 0.0f;
-      if (j < T) {
-        const std::size_t off = base + static_cast<std::size_t>(j) * stride + d;
-        kv = to_f(k[off]);
-        vv = to_f(v[off]);
-      }
-      Ks[jj * ld + d] = kv;
-      Vs[jj * ld + d] = vv;
-    }
+  const int key_end = min(T, q0 + kTile);  // the block's last query sees keys < key_end
+  for (int j0 = 0; j0 < key_end; j0 += kTile) {
+    __syncthreads();  // the previous tile is consumed
+    load_tile(sh.k, sh.ld, k + base, stride, j0, T, hd);
+    load_tile(sh.v, sh.ld, v + base, stride, j0, T, hd);
     __syncthreads();
-    if (row < T && j0 <= row) {  // uniform across the warp
-      const int j = j0 + lane;
-      float s = -INFINITY;
-      if (j <= row) {
-        float dot = 0.0f;
-        for (int d = 0; d < hd; ++d) dot += qrow[d] * Ks[lane * ld + d];
-        s = dot * scale;
-      }
-      const float m_new = fmaxf(m, warp_max(s));  // finite: key j0 <= row is in the tile
-      const float p = j <= row ? expf(s - m_new) : 0.0f;
-      const float corr = expf(m - m_new);  // 0 on the first tile (m = -inf)
-      l = l * corr + warp_sum(p);
-#pragma unroll
-      for (int i = 0; i < kPerLane; ++i) acc[i] *= corr;
-      const int keys = min(kTile, row - j0 + 1);
-      for (int jj = 0; jj < keys; ++jj) {
-        const float pj = __shfl_sync(kFullMask, p, jj);
-#pragma unroll
-        for (int i = 0; i < kPerLane; ++i) {
-          const int d = lane + 32 * i;
-          if (d < hd) acc[i] += pj * Vs[jj * ld + d];
-        }
-      }
-      m = m_new;
-    }
-  }
-  if (row < T) {
-    const int C = H * hd;
-    bf16* o = out + (static_cast<std::size_t>(b) * T + row) * C + static_cast<std::size_t>(h) * hd;
-    const float inv = 1.0f / l;
-#pragma unroll
+    if (w0 >= T || j0 > w_last) continue;  // warp-uniform: no row of the warp sees this tile
+    const int key_chunks = min(kChunks, (w_last - j0) / kMma + 1);  // the rest is masked
+    scores(Sw, qf, sh.k, sh.ld, hd_chunks, 0, key_chunks);
+    __syncwarp();
+
+    float tile_max = -INFINITY;
     for (int i = 0; i < kPerLane; ++i) {
-      const int d = lane + 32 * i;
-      if (d < hd) o[d] = to_bf(acc[i] * inv);
+      const int col = half * kPerLane + i, j = j0 + col;
+      if (col < key_chunks * kMma && j <= row && row < T)
+        tile_max = fmaxf(tile_max, Sw[r * kLdS + col] * scale);
     }
-    if (lane == 0) lse[static_cast<std::size_t>(bh) * T + row] = m + logf(l);
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullMask, tile_max, 1));
+    // Every row < T sees key 0 in the first tile: its reference is finite from then on.
+    const bool grow = row < T && tile_max > m_ref + kRescaleThreshold;
+    const float corr = grow ? expf(m_ref - tile_max) : 1.0f;  // 0 on the first tile
+    if (grow) {
+      m_ref = tile_max;
+      l_run *= corr;
+    }
+    // O is still zero on the first tile: nothing to rescale there.
+    if (j0 > 0 && warp_max(grow ? 1.0f : 0.0f) > 0.0f) {
+#pragma unroll
+      for (int c = 0; c < kHdChunks; ++c) {
+        if (c >= hd_chunks) break;
+        wmma::store_matrix_sync(stage, o[c], kMma, wmma::mem_row_major);
+        __syncwarp();
+        for (int i = 0; i < kMma / 2; ++i) stage[r * kMma + half * kMma / 2 + i] *= corr;
+        __syncwarp();
+        wmma::load_matrix_sync(o[c], stage, kMma, wmma::mem_row_major);
+        __syncwarp();  // every lane has read the stage before it is written again
+      }
+    }
+    float sum = 0.0f;
+    for (int i = 0; i < kPerLane; ++i) {
+      const int col = half * kPerLane + i, j = j0 + col;
+      float p = 0.0f;
+      if (col < key_chunks * kMma && j <= row && row < T)
+        p = to_f(to_bf(expf(Sw[r * kLdS + col] * scale - m_ref)));
+      // The sum takes P as rounded for P·V: the weights used are the weights normalised.
+      Pw[r * kLdP + col] = to_bf(p);
+      sum += p;
+    }
+    l_run += sum + __shfl_xor_sync(kFullMask, sum, 1);
+    __syncwarp();  // P is written
+    accumulate_product(o, Pw, sh.v, sh.ld, hd_chunks, 0, key_chunks);
   }
+  if (w0 >= T) return;  // warp-uniform
+  __syncwarp();         // the last P·V has read P: its rows become the stage
+  const int C = H * hd;
+  const float inv = row < T ? 1.0f / l_run : 0.0f;
+#pragma unroll
+  for (int c = 0; c < kHdChunks; ++c) {
+    if (c >= hd_chunks) break;
+    wmma::store_matrix_sync(stage, o[c], kMma, wmma::mem_row_major);
+    __syncwarp();
+    if (row < T) {
+      bf16* orow =
+          out + (static_cast<std::size_t>(b) * T + row) * C + static_cast<std::size_t>(h) * hd;
+      for (int i = 0; i < kMma / 2; ++i) {
+        const int d = c * kMma + half * kMma / 2 + i;
+        if (d < hd) orow[d] = to_bf(stage[r * kMma + half * kMma / 2 + i] * inv);
+      }
+    }
+    __syncwarp();
+  }
+  if (row < T && half == 0) lse[static_cast<std::size_t>(bh) * T + row] = m_ref + logf(l_run);
 }
 
 // ---- backward --------------------------------------------------------------------------------
 // delta[b,h,t] = sum_d dout[t,d] * out[t,d]: the row sum of P ⊙ dP that the softmax backward
-// subtracts. One warp per row.
+// subtracts. One warp per row, kDeltaWarps rows per block.
+constexpr int kDeltaWarps = 8;
 __global__ void attention_delta_kernel(float* delta, const bf16* dout, const bf16* out, int T,
                                        int H, int hd) {
   const int warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
@@ -120,177 +361,172 @@ __global__ void attention_delta_kernel(float* delta, const bf16* dout, const bf1
   if (lane == 0) delta[static_cast<std::size_t>(bh) * T + warp] = s;
 }
 
-// dq[i] += scale * sum_{j<=i} P_ij (dO_i·V_j - delta_i) K_j. grid and shared memory as the
-// forward, plus the block's dO rows [kWarps][hd].
-__global__ __launch_bounds__(kWarps * 32) void attention_dq_kernel(
-    bf16* dq, const bf16* dout, const float* lse, const float* delta, const bf16* q, const bf16* k,
-    const bf16* v, int stride, int T, int H, int hd, float scale) {
-  extern __shared__ float smem[];
-  const int ld = hd + 1;
-  float* Ks = smem;
-  float* Vs = Ks + kTile * ld;
-  float* Qs = Vs + kTile * ld;
-  float* dOs = Qs + kWarps * hd;
-  const int bh = blockIdx.y, b = bh / H, h = bh % H;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int q0 = blockIdx.x * kWarps;
-  const int row = q0 + warp;
-  const int last_row = min(T - 1, q0 + kWarps - 1);
-  const int C = H * hd;
-  const std::size_t base =
-      static_cast<std::size_t>(b) * T * stride + static_cast<std::size_t>(h) * hd;
-  float* qrow = Qs + warp * hd;
-  float* dorow = dOs + warp * hd;
-  float row_lse = 0.0f, row_delta = 0.0f;
-  if (row < T) {
-    const std::size_t ooff =
-        (static_cast<std::size_t>(b) * T + row) * C + static_cast<std::size_t>(h) * hd;
-    for (int d = lane; d < hd; d += 32) {
-      qrow[d] = to_f(q[base + static_cast<std::size_t>(row) * stride + d]);
-      dorow[d] = to_f(dout[ooff + d]);
-    }
-    row_lse = lse[static_cast<std::size_t>(bh) * T + row];
-    row_delta = delta[static_cast<std::size_t>(bh) * T + row];
-  }
-  float acc[kPerLane];
-#pragma unroll
-  for (int i = 0; i < kPerLane; ++i) acc[i] = 0.0f;
-
-  for (int j0 = 0; j0 <= last_row; j0 += kTile) {
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < kTile * hd; idx += blockDim.x) {
-      const int jj = idx / hd, d = idx % hd, j = j0 + jj;
-      float kv = 0.0f, vv = 0.0f;
-      if (j < T) {
-        const std::size_t off = base + static_cast<std::size_t>(j) * stride + d;
-        kv = to_f(k[off]);
-        vv = to_f(v[off]);
-      }
-      Ks[jj * ld + d] = kv;
-      Vs[jj * ld + d] = vv;
-    }
-    __syncthreads();
-    if (row < T && j0 <= row) {
-      const int j = j0 + lane;
-      float ds = 0.0f;
-      if (j <= row) {
-        float qk = 0.0f, dp = 0.0f;
-        for (int d = 0; d < hd; ++d) {
-          qk += qrow[d] * Ks[lane * ld + d];
-          dp += dorow[d] * Vs[lane * ld + d];
-        }
-        const float p = expf(qk * scale - row_lse);
-        ds = p * (dp - row_delta) * scale;
-      }
-      const int keys = min(kTile, row - j0 + 1);
-      for (int jj = 0; jj < keys; ++jj) {
-        const float dsj = __shfl_sync(kFullMask, ds, jj);
-#pragma unroll
-        for (int i = 0; i < kPerLane; ++i) {
-          const int d = lane + 32 * i;
-          if (d < hd) acc[i] += dsj * Ks[jj * ld + d];
-        }
-      }
-    }
-  }
-  if (row < T) {
-    bf16* o = dq + base + static_cast<std::size_t>(row) * stride;
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-      const int d = lane + 32 * i;
-      if (d < hd) o[d] = to_bf(to_f(o[d]) + acc[i]);
-    }
+// lse and delta of the query rows [i0, i0 + kTile) into shared memory (0 past T).
+__device__ void load_row_stats(float* lse_s, float* delta_s, const float* lse, const float* delta,
+                               std::size_t bh_off, int i0, int T) {
+  for (int i = threadIdx.x; i < kTile; i += blockDim.x) {
+    const bool in = i0 + i < T;
+    lse_s[i] = in ? lse[bh_off + i0 + i] : 0.0f;
+    delta_s[i] = in ? delta[bh_off + i0 + i] : 0.0f;
   }
 }
 
-// dv[j] += sum_{i>=j} P_ij dO_i; dk[j] += scale * sum_{i>=j} P_ij (dO_i·V_j - delta_i) Q_i.
-// grid (key tiles of kWarps rows, B*H). Shared: Q and dO tiles [kTile][hd+1], the block's K and
-// V rows [kWarps][hd], and the tile's lse and delta [kTile].
-__global__ __launch_bounds__(kWarps * 32) void attention_dkv_kernel(
-    bf16* dk, bf16* dv, const bf16* dout, const float* lse, const float* delta, const bf16* q,
-    const bf16* k, const bf16* v, int stride, int T, int H, int hd, float scale) {
-  extern __shared__ float smem[];
-  const int ld = hd + 1;
-  float* Qt = smem;
-  float* dOt = Qt + kTile * ld;
-  float* Kr = dOt + kTile * ld;
-  float* Vr = Kr + kWarps * hd;
-  float* lse_t = Vr + kWarps * hd;
-  float* delta_t = lse_t + kTile;
+// dq[i] += scale * sum_{j<=i} P_ij (dP_ij - delta_i) K_j, dP = dO·Vᵀ. grid (query tiles of kTile
+// rows, B*H); shared BackwardShared with a = Q, b = dO of the block's rows, c = K, d = V tiles.
+template <int kHdChunks>
+__global__ __launch_bounds__(kThreadsPerBlock) void attention_dq_kernel(
+    bf16* dq, const bf16* dout, const float* lse, const float* delta, const bf16* q, const bf16* k,
+    const bf16* v, int stride, int T, int H, int hd, float scale) {
+  extern __shared__ __align__(128) float smem[];
+  const BackwardShared sh(reinterpret_cast<char*>(smem), hd);
   const int bh = blockIdx.y, b = bh / H, h = bh % H;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int k0 = blockIdx.x * kWarps;
-  const int col = k0 + warp;  // this warp's key
+  const int hd_chunks = padded_head_dim(hd) / kMma;
+  const int q0 = blockIdx.x * kTile;
+  const int w0 = q0 + warp * kRows, w_last = min(w0 + kRows, T) - 1;
   const int C = H * hd;
   const std::size_t base =
       static_cast<std::size_t>(b) * T * stride + static_cast<std::size_t>(h) * hd;
   const std::size_t obase = static_cast<std::size_t>(b) * T * C + static_cast<std::size_t>(h) * hd;
-  float* krow = Kr + warp * hd;
-  float* vrow = Vr + warp * hd;
-  if (col < T)
-    for (int d = lane; d < hd; d += 32) {
-      krow[d] = to_f(k[base + static_cast<std::size_t>(col) * stride + d]);
-      vrow[d] = to_f(v[base + static_cast<std::size_t>(col) * stride + d]);
-    }
-  float acc_k[kPerLane], acc_v[kPerLane];
+  load_tile(sh.a, sh.ld, q + base, stride, q0, T, hd);
+  load_tile(sh.b, sh.ld, dout + obase, C, q0, T, hd);
+  load_row_stats(sh.lse, sh.delta, lse, delta, static_cast<std::size_t>(bh) * T, q0, T);
+
+  __syncthreads();
+  float* SDw = sh.sd + warp * kRows * kLdS;
+  bf16* dSw = sh.ds + warp * kRows * kLdP;
+  const int r = lane / 2, half = lane % 2, row = w0 + r;
+  FragA qf[kHdChunks], dof[kHdChunks];  // the warp's Q and dO rows, for every key tile
+  if (w0 < T) {
+    load_rows(qf, sh.a + warp * kRows * sh.ld, sh.ld, hd_chunks);
+    load_rows(dof, sh.b + warp * kRows * sh.ld, sh.ld, hd_chunks);
+  }
+  FragAcc acc[kHdChunks];
 #pragma unroll
-  for (int i = 0; i < kPerLane; ++i) acc_k[i] = acc_v[i] = 0.0f;
+  for (int c = 0; c < kHdChunks; ++c) wmma::fill_fragment(acc[c], 0.0f);
+
+  const int key_end = min(T, q0 + kTile);
+  for (int j0 = 0; j0 < key_end; j0 += kTile) {
+    __syncthreads();
+    load_tile(sh.c, sh.ld, k + base, stride, j0, T, hd);
+    load_tile(sh.d, sh.ld, v + base, stride, j0, T, hd);
+    __syncthreads();
+    if (w0 >= T || j0 > w_last) continue;  // warp-uniform
+    const int key_chunks = min(kChunks, (w_last - j0) / kMma + 1);
+    const float row_lse = sh.lse[warp * kRows + r], row_delta = sh.delta[warp * kRows + r];
+    scores(SDw, qf, sh.c, sh.ld, hd_chunks, 0, key_chunks);
+    __syncwarp();
+    float p[kPerLane];
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int col = half * kPerLane + i, j = j0 + col;
+      p[i] = col < key_chunks * kMma && j <= row && row < T
+                 ? expf(SDw[r * kLdS + col] * scale - row_lse)
+                 : 0.0f;
+    }
+    __syncwarp();  // the scores are read before dP overwrites them
+    scores(SDw, dof, sh.d, sh.ld, hd_chunks, 0, key_chunks);
+    __syncwarp();
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int col = half * kPerLane + i;
+      dSw[r * kLdP + col] = to_bf(p[i] * (SDw[r * kLdS + col] - row_delta));
+    }
+    __syncwarp();
+    accumulate_product(acc, dSw, sh.c, sh.ld, hd_chunks, 0, key_chunks);
+  }
+  if (w0 < T) add_rows(dq + base, stride, acc, sh.stage + warp * kMma * kMma, w0, T, hd, scale);
+}
+
+// dv[j] += sum_{i>=j} P_ij dO_i; dk[j] += scale * sum_{i>=j} P_ij (dP_ij - delta_i) Q_i. grid
+// (key tiles of kTile rows, B*H); shared BackwardShared with a = K, b = V of the block's keys,
+// c = Q, d = dO tiles. The warp's scores are transposed: 16 keys x 64 queries.
+template <int kHdChunks>
+__global__ __launch_bounds__(kThreadsPerBlock) void attention_dkv_kernel(
+    bf16* dk, bf16* dv, const bf16* dout, const float* lse, const float* delta, const bf16* q,
+    const bf16* k, const bf16* v, int stride, int T, int H, int hd, float scale) {
+  extern __shared__ __align__(128) float smem[];
+  const BackwardShared sh(reinterpret_cast<char*>(smem), hd);
+  const int bh = blockIdx.y, b = bh / H, h = bh % H;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int hd_chunks = padded_head_dim(hd) / kMma;
+  const int k0 = blockIdx.x * kTile;
+  const int w0 = k0 + warp * kRows;  // the warp's first key
+  const int C = H * hd;
+  const std::size_t base =
+      static_cast<std::size_t>(b) * T * stride + static_cast<std::size_t>(h) * hd;
+  const std::size_t obase = static_cast<std::size_t>(b) * T * C + static_cast<std::size_t>(h) * hd;
+  load_tile(sh.a, sh.ld, k + base, stride, k0, T, hd);
+  load_tile(sh.b, sh.ld, v + base, stride, k0, T, hd);
+
+  __syncthreads();
+  // The warp's K and V rows stay in fragments only for hd <= 64: at hd 128 they with dk and dv
+  // would exceed the registers (ptxas), so they are read from shared memory at each tile.
+  constexpr int kKeep = kHdChunks <= 4 ? kHdChunks : 1;
+  FragA kf[kKeep], vf[kKeep];
+  const bf16* Kw = sh.a + warp * kRows * sh.ld;
+  const bf16* Vw = sh.b + warp * kRows * sh.ld;
+  if (kKeep == kHdChunks && w0 < T) {
+    load_rows(kf, Kw, sh.ld, hd_chunks);
+    load_rows(vf, Vw, sh.ld, hd_chunks);
+  }
+  float* SDw = sh.sd + warp * kRows * kLdS;
+  bf16* Pw = sh.p + warp * kRows * kLdP;
+  bf16* dSw = sh.ds + warp * kRows * kLdP;
+  const int r = lane / 2, half = lane % 2, key = w0 + r;
+  FragAcc acc_k[kHdChunks], acc_v[kHdChunks];
+#pragma unroll
+  for (int c = 0; c < kHdChunks; ++c) {
+    wmma::fill_fragment(acc_k[c], 0.0f);
+    wmma::fill_fragment(acc_v[c], 0.0f);
+  }
 
   // Queries i >= k0 see at least one of this block's keys.
   for (int i0 = k0; i0 < T; i0 += kTile) {
     __syncthreads();
-    for (int idx = threadIdx.x; idx < kTile * hd; idx += blockDim.x) {
-      const int ii = idx / hd, d = idx % hd, i = i0 + ii;
-      float qv = 0.0f, gv = 0.0f;
-      if (i < T) {
-        qv = to_f(q[base + static_cast<std::size_t>(i) * stride + d]);
-        gv = to_f(dout[obase + static_cast<std::size_t>(i) * C + d]);
-      }
-      Qt[ii * ld + d] = qv;
-      dOt[ii * ld + d] = gv;
-    }
-    if (threadIdx.x < kTile) {
-      const int i = i0 + threadIdx.x;
-      lse_t[threadIdx.x] = i < T ? lse[static_cast<std::size_t>(bh) * T + i] : 0.0f;
-      delta_t[threadIdx.x] = i < T ? delta[static_cast<std::size_t>(bh) * T + i] : 0.0f;
-    }
+    load_tile(sh.c, sh.ld, q + base, stride, i0, T, hd);
+    load_tile(sh.d, sh.ld, dout + obase, C, i0, T, hd);
+    load_row_stats(sh.lse, sh.delta, lse, delta, static_cast<std::size_t>(bh) * T, i0, T);
     __syncthreads();
-    if (col < T && i0 + kTile - 1 >= col) {  // uniform across the warp
-      const int i = i0 + lane;
-      float p = 0.0f, ds = 0.0f;
-      if (i >= col && i < T) {
-        float qk = 0.0f, dp = 0.0f;
-        for (int d = 0; d < hd; ++d) {
-          qk += Qt[lane * ld + d] * krow[d];
-          dp += dOt[lane * ld + d] * vrow[d];
-        }
-        p = expf(qk * scale - lse_t[lane]);
-        ds = p * (dp - delta_t[lane]) * scale;
-      }
-      for (int ii = 0; ii < kTile; ++ii) {
-        const float pi = __shfl_sync(kFullMask, p, ii);
-        const float dsi = __shfl_sync(kFullMask, ds, ii);
-#pragma unroll
-        for (int r = 0; r < kPerLane; ++r) {
-          const int d = lane + 32 * r;
-          if (d < hd) {
-            acc_v[r] += pi * dOt[ii * ld + d];
-            acc_k[r] += dsi * Qt[ii * ld + d];
-          }
-        }
-      }
+    if (w0 >= T) continue;  // warp-uniform
+    // Query chunks the warp's keys can see: from its first key on, up to T.
+    const int n_begin = w0 > i0 ? (w0 - i0) / kMma : 0;
+    const int n_end = min(kChunks, (T - i0 + kMma - 1) / kMma);
+    if constexpr (kKeep == kHdChunks) {
+      scores(SDw, kf, sh.c, sh.ld, hd_chunks, n_begin, n_end);
+    } else {
+      scores(SDw, Kw, sh.ld, sh.c, sh.ld, hd_chunks, n_begin, n_end);
     }
+    __syncwarp();
+    float p[kPerLane];
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int col = half * kPerLane + i, qi = i0 + col;
+      const bool seen =
+          col >= n_begin * kMma && col < n_end * kMma && qi >= key && qi < T && key < T;
+      p[i] = seen ? expf(SDw[r * kLdS + col] * scale - sh.lse[col]) : 0.0f;
+      Pw[r * kLdP + col] = to_bf(p[i]);
+    }
+    __syncwarp();  // the scores are read before dPᵀ overwrites them
+    if constexpr (kKeep == kHdChunks) {
+      scores(SDw, vf, sh.d, sh.ld, hd_chunks, n_begin, n_end);
+    } else {
+      scores(SDw, Vw, sh.ld, sh.d, sh.ld, hd_chunks, n_begin, n_end);
+    }
+    __syncwarp();
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int col = half * kPerLane + i;
+      dSw[r * kLdP + col] = to_bf(p[i] * (SDw[r * kLdS + col] - sh.delta[col]));
+    }
+    __syncwarp();
+    accumulate_product(acc_v, Pw, sh.d, sh.ld, hd_chunks, n_begin, n_end);
+    accumulate_product(acc_k, dSw, sh.c, sh.ld, hd_chunks, n_begin, n_end);
   }
-  if (col < T) {
-    const std::size_t off = base + static_cast<std::size_t>(col) * stride;
-#pragma unroll
-    for (int r = 0; r < kPerLane; ++r) {
-      const int d = lane + 32 * r;
-      if (d < hd) {
-        if (dk != nullptr) dk[off + d] = to_bf(to_f(dk[off + d]) + acc_k[r]);
-        if (dv != nullptr) dv[off + d] = to_bf(to_f(dv[off + d]) + acc_v[r]);
-      }
-    }
+  if (w0 < T) {
+    float* stage = sh.stage + warp * kMma * kMma;
+    if (dk != nullptr) add_rows(dk + base, stride, acc_k, stage, w0, T, hd, scale);
+    if (dv != nullptr) add_rows(dv + base, stride, acc_v, stage, w0, T, hd, 1.0f);
   }
 }
 
@@ -303,22 +539,45 @@ void check_shape(int B, int H, int hd) {
 }
 
 std::size_t forward_smem(int hd) {
-  return sizeof(float) * (2 * kTile * (hd + 1) + kWarps * hd);
+  std::size_t bytes = 0;
+  const ForwardShared layout(nullptr, hd, &bytes);
+  (void)layout;
+  return bytes;
 }
-std::size_t dq_smem(int hd) {
-  return sizeof(float) * (2 * kTile * (hd + 1) + 2 * kWarps * hd);
-}
-std::size_t dkv_smem(int hd) {
-  return sizeof(float) * (2 * kTile * (hd + 1) + 2 * kWarps * hd + 2 * kTile);
+std::size_t backward_smem(int hd) {
+  std::size_t bytes = 0;
+  const BackwardShared layout(nullptr, hd, &bytes);
+  (void)layout;
+  return bytes;
 }
 
-// Raises a kernel's dynamic shared-memory limit when it needs more than the default 48 KiB
-// (never, up to hd = 128; kept so a larger kAttentionMaxHeadDim fails loudly, not silently).
+// Raises a kernel's dynamic shared-memory limit above the default 48 KiB (most head dims need
+// it: 53-76 KiB at hd = 64, up to 108 KiB at hd = 128; sm_80 allows 163 KiB, sm_90 227 KiB).
 template <typename Kernel>
 void allow_smem(Kernel kernel, std::size_t bytes) {
   if (bytes > 48 * 1024)
     SATURN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(bytes)));
+}
+
+template <int kHdChunks>
+void launch_backward(Context& ctx, bf16* dq, bf16* dk, bf16* dv, const float* delta,
+                     const bf16* dout, const float* lse, const bf16* q, const bf16* k,
+                     const bf16* v, int stride, int B, int T, int H, int hd, float scale) {
+  const dim3 grid((T + kTile - 1) / kTile, B * H);
+  const std::size_t smem = backward_smem(hd);
+  if (dq != nullptr) {
+    allow_smem(attention_dq_kernel<kHdChunks>, smem);
+    attention_dq_kernel<kHdChunks><<<grid, kThreadsPerBlock, smem, ctx.stream()>>>(
+        dq, dout, lse, delta, q, k, v, stride, T, H, hd, scale);
+    SATURN_CUDA_LAUNCH_CHECK("attention_dq_kernel");
+  }
+  if (dk != nullptr || dv != nullptr) {
+    allow_smem(attention_dkv_kernel<kHdChunks>, smem);
+    attention_dkv_kernel<kHdChunks><<<grid, kThreadsPerBlock, smem, ctx.stream()>>>(
+        dk, dv, dout, lse, delta, q, k, v, stride, T, H, hd, scale);
+    SATURN_CUDA_LAUNCH_CHECK("attention_dkv_kernel");
+  }
 }
 
 }  // namespace
@@ -328,11 +587,18 @@ void attention_forward(Context& ctx, bf16* out, float* lse, const bf16* q, const
   check_shape(B, H, hd);
   if (B == 0 || T == 0 || H == 0) return;
   const float scale = 1.0f / sqrtf(static_cast<float>(hd));
-  const dim3 grid((T + kWarps - 1) / kWarps, B * H);
+  const dim3 grid((T + kTile - 1) / kTile, B * H);
   const std::size_t smem = forward_smem(hd);
-  allow_smem(attention_forward_kernel, smem);
-  attention_forward_kernel<<<grid, kWarps * 32, smem, ctx.stream()>>>(out, lse, q, k, v, stride, T,
-                                                                      H, hd, scale);
+  // The fragment arrays are sized at compile time (registers on a GPU): two sizes cover hd.
+  if (padded_head_dim(hd) <= 64) {
+    allow_smem(attention_forward_kernel<4>, smem);
+    attention_forward_kernel<4><<<grid, kThreadsPerBlock, smem, ctx.stream()>>>(
+        out, lse, q, k, v, stride, T, H, hd, scale);
+  } else {
+    allow_smem(attention_forward_kernel<kMaxHdChunks>, smem);
+    attention_forward_kernel<kMaxHdChunks><<<grid, kThreadsPerBlock, smem, ctx.stream()>>>(
+        out, lse, q, k, v, stride, T, H, hd, scale);
+  }
   SATURN_CUDA_LAUNCH_CHECK("attention_forward_kernel");
 }
 
@@ -342,24 +608,17 @@ void attention_backward(Context& ctx, bf16* dq, bf16* dk, bf16* dv, float* delta
   check_shape(B, H, hd);
   if (B == 0 || T == 0 || H == 0) return;
   const float scale = 1.0f / sqrtf(static_cast<float>(hd));
-  const dim3 grid((T + kWarps - 1) / kWarps, B * H);
-  attention_delta_kernel<<<grid, kWarps * 32, 0, ctx.stream()>>>(delta_scratch, dout, out, T, H,
-                                                                 hd);
+  const dim3 delta_grid((T + kDeltaWarps - 1) / kDeltaWarps, B * H);
+  attention_delta_kernel<<<delta_grid, kDeltaWarps * 32, 0, ctx.stream()>>>(delta_scratch, dout,
+                                                                            out, T, H, hd);
   SATURN_CUDA_LAUNCH_CHECK("attention_delta_kernel");
-  if (dq != nullptr) {
-    const std::size_t smem = dq_smem(hd);
-    allow_smem(attention_dq_kernel, smem);
-    attention_dq_kernel<<<grid, kWarps * 32, smem, ctx.stream()>>>(dq, dout, lse, delta_scratch, q,
-                                                                   k, v, stride, T, H, hd, scale);
-    SATURN_CUDA_LAUNCH_CHECK("attention_dq_kernel");
-  }
-  if (dk != nullptr || dv != nullptr) {
-    const std::size_t smem = dkv_smem(hd);
-    allow_smem(attention_dkv_kernel, smem);
-    attention_dkv_kernel<<<grid, kWarps * 32, smem, ctx.stream()>>>(
-        dk, dv, dout, lse, delta_scratch, q, k, v, stride, T, H, hd, scale);
-    SATURN_CUDA_LAUNCH_CHECK("attention_dkv_kernel");
-  }
+  // The fragment arrays are sized at compile time (registers on a GPU): two sizes cover hd.
+  if (padded_head_dim(hd) <= 64)
+    launch_backward<4>(ctx, dq, dk, dv, delta_scratch, dout, lse, q, k, v, stride, B, T, H, hd,
+                       scale);
+  else
+    launch_backward<kMaxHdChunks>(ctx, dq, dk, dv, delta_scratch, dout, lse, q, k, v, stride, B, T,
+                                  H, hd, scale);
 }
 
 }  // namespace saturn::cuda

@@ -338,6 +338,11 @@ struct Runner {
   unsigned current_index = 0;
   const std::function<void()>* body = nullptr;
   std::vector<double> slots[2];  // warp shuffle values, by shuffle parity, per thread
+  // Warp rendezvous (warp_rendezvous): by the same parity, per thread, the operation each lane
+  // waits at, its deposit's size and the deposit (kMaxRendezvousBytes per thread).
+  std::vector<const char*> rendezvous_what[2];
+  std::vector<std::size_t> rendezvous_bytes[2];
+  std::vector<unsigned char> rendezvous_data[2];
   std::vector<unsigned char> smem;
   FastRng rng{20240520ULL};
   bool running = false;
@@ -382,6 +387,12 @@ struct Runner {
     }
     slots[0].assign(threads, 0.0);
     slots[1].assign(threads, 0.0);
+    for (int p = 0; p < 2; ++p) {
+      rendezvous_what[p].assign(threads, nullptr);
+      rendezvous_bytes[p].assign(threads, 0);
+      if (rendezvous_data[p].size() < threads * kMaxRendezvousBytes)
+        rendezvous_data[p].resize(threads * kMaxRendezvousBytes);
+    }
     at_warp.assign(threads / 32, 0);
   }
 };
@@ -472,8 +483,9 @@ void yield(Wait w) {
   for (unsigned w : r.at_warp) warp += w;
   std::fprintf(stderr,
                "CUDA emulator: deadlock in block (%u,%u,%u) of %u threads: %u wait at "
-               "__syncthreads, %u at a warp shuffle, %u exited; a barrier not every thread "
-               "reaches hangs (or is undefined) on a GPU\n",
+               "__syncthreads, %u at a warp shuffle or warp-collective operation (__syncwarp, "
+               "WMMA), %u exited; a barrier not every thread reaches hangs (or is undefined) on "
+               "a GPU\n",
                blockIdx.x, blockIdx.y, blockIdx.z, threads, r.at_block, warp, r.done);
   std::abort();
 }
@@ -533,14 +545,58 @@ double shuffle(double v, int src_lane) {
   // other parity's slots never sees a newer value.
   std::vector<double>& slot = r.slots[f.shuffles % 2];
   slot[t] = v;
+  r.rendezvous_what[f.shuffles % 2][t] = "__shfl_sync";  // a WMMA lane beside it sees a mismatch
   yield(Wait::kWarp);
   const double got = slot[warp * 32 + static_cast<unsigned>(src_lane & 31)];
   ++f.shuffles;
   return got;
 }
 
+const void* warp_rendezvous(const char* what, const void* data, std::size_t bytes) {
+  Runner* r = g_runner;
+  if (r == nullptr || !r->running)
+    throw std::logic_error(std::string("CUDA emulator: ") + what + " outside a kernel");
+  if (bytes > kMaxRendezvousBytes) warp_violation(what, "deposit larger than the emulator's slot");
+  const unsigned t = r->current_index, warp = t / 32;
+  Fiber& f = *r->current;
+  // Double-buffered by parity as shuffle(), sharing its counter, so that shuffles and
+  // rendezvous of one warp stay in step.
+  const unsigned parity = f.shuffles % 2;
+  r->rendezvous_what[parity][t] = what;
+  r->rendezvous_bytes[parity][t] = bytes;
+  unsigned char* slots = r->rendezvous_data[parity].data();
+  if (bytes > 0) std::memcpy(slots + t * kMaxRendezvousBytes, data, bytes);
+  yield(Wait::kWarp);
+  ++f.shuffles;
+  for (unsigned l = 0; l < 32; ++l) {
+    const unsigned other = warp * 32 + l;
+    const char* theirs = r->rendezvous_what[parity][other];
+    if (theirs != what && (theirs == nullptr || std::strcmp(theirs, what) != 0)) {
+      const std::string detail = "lane " + std::to_string(l) + " of the warp is at " +
+                                 (theirs != nullptr ? theirs : "?") +
+                                 " instead: every lane must reach the same warp-collective "
+                                 "operation (undefined behaviour on a GPU)";
+      warp_violation(what, detail.c_str());
+    }
+    if (r->rendezvous_bytes[parity][other] != bytes)
+      warp_violation(what, ("lane " + std::to_string(l) + " passed a different operand").c_str());
+  }
+  return slots + warp * 32 * kMaxRendezvousBytes;
+}
+
+void warp_violation(const char* what, const char* detail) {
+  const unsigned t = g_runner != nullptr ? g_runner->current_index : 0;
+  std::fprintf(stderr,
+               "CUDA emulator: warp-collective violation at %s in block (%u,%u,%u), warp %u, "
+               "lane %u: %s\n",
+               what, blockIdx.x, blockIdx.y, blockIdx.z, t / 32, t % 32, detail);
+  std::abort();
+}
+
 void* dynamic_smem() {
-  return g_runner->smem.data();
+  // 128-byte aligned, as a GPU's dynamic shared memory is at least (WMMA needs 32 bytes).
+  const auto addr = reinterpret_cast<std::uintptr_t>(g_runner->smem.data());
+  return g_runner->smem.data() + (128 - addr % 128) % 128;
 }
 
 void launch(Dim3 grid, Dim3 block, std::size_t smem_bytes, const std::function<void()>& body) {
@@ -575,7 +631,7 @@ void launch(Dim3 grid, Dim3 block, std::size_t smem_bytes, const std::function<v
     blockIdx = uint3{static_cast<unsigned>(b % grid.x),
                      static_cast<unsigned>(b / grid.x % grid.y),
                      static_cast<unsigned>(b / (static_cast<std::size_t>(grid.x) * grid.y))};
-    r.smem.assign(smem_bytes + 16, 0xFF);  // garbage, as on a GPU
+    r.smem.assign(smem_bytes + 128 + 16, 0xFF);  // garbage, as on a GPU; room to align
     ++g_stats.blocks;
     run_block(r, threads);
   }

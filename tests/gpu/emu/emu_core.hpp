@@ -54,6 +54,16 @@ void launch(Dim3 grid, Dim3 block, std::size_t smem_bytes, const std::function<v
 void syncthreads();
 // The value `v` of lane src_lane of this thread's warp (every lane of the warp must call).
 double shuffle(double v, int src_lane);
+// A general warp rendezvous for warp-collective operations (__syncwarp, WMMA): every lane of the
+// calling thread's warp must call it, with the same `what` (the operation's name) and `bytes`; a
+// lane that exits or waits elsewhere is a deadlock, lanes at different operations are reported
+// (warp_violation). Each lane deposits `bytes` (at most kMaxRendezvousBytes) from `data`; the
+// result is the 32 lanes' deposits, lane-major, valid until this lane's next warp rendezvous.
+constexpr std::size_t kMaxRendezvousBytes = 256;
+const void* warp_rendezvous(const char* what, const void* data, std::size_t bytes);
+// Reports a misused warp-collective operation in the running kernel (which block, warp, lane)
+// and aborts, as the emulator does for a deadlock: a kernel thread cannot unwind to the launch.
+[[noreturn]] void warp_violation(const char* what, const char* detail);
 void* dynamic_smem();
 
 }  // namespace emu

@@ -19,6 +19,7 @@
 #include "tests/gpu/emu/emu_core.hpp"
 #include "tests/gpu/emu/emu_kernel_state.hpp"
 #include "tests/gpu/emu/emu_stream.hpp"
+#include "tests/gpu/emu/emu_wmma.hpp"  // nvcuda::wmma (tensor cores), __syncwarp
 
 // The CUDA headers define these as attributes for host compilers: replaced for kernels-as-C++.
 #undef __global__

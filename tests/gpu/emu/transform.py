@@ -3,7 +3,7 @@
 `k<<<grid, block, smem, stream>>>(args);` becomes
 `emu_launch(grid, block, smem, stream, "k", [&] { k(args); }, args);` (emu_cuda.hpp, which
 checks that every pointer argument is device memory)
-and `extern __shared__ T name[];` becomes a pointer to the emulator's dynamic shared memory.
+and `extern __shared__ [__align__(N)] T name[];` becomes a pointer to the emulator's dynamic shared memory.
 Usage: transform.py IN.cu OUT.cpp"""
 import re
 import sys
@@ -38,7 +38,7 @@ def rewrite(m):
 
 
 out, n = launch.subn(rewrite, src)
-out = re.sub(r"extern __shared__ (\w+) (\w+)\[\];",
+out = re.sub(r"extern __shared__ (?:__align__\(\d+\) )?(\w+) (\w+)\[\];",
              r"\1* \2 = static_cast<\1*>(::emu::dynamic_smem());", out)
 if n == 0 and "<<<" in src:
     sys.exit(f"{sys.argv[1]}: launches not rewritten")
