@@ -85,91 +85,113 @@ double gpu_median(saturn::cuda::Context& ctx, int reps, F&& f) {
   return median(t);
 }
 
-// Where a step's time goes: the main ops alone at this model's shapes (one layer's worth, on
-// random data), each with the FLOPs it must do, so the next optimisation targets the largest.
+// Where a step's time goes: every GEMM and attention call of one GPT-2 training step, each timed
+// alone at this model's shapes on random data (the per-layer ones once, counted L times), with the
+// FLOPs it must do; "the rest" is the measured step less their sum (norms, elementwise kernels,
+// the classifier's loss, the embedding, AdamW, the gradient norm, launch gaps). Prints one
+// "op" line per call and one "breakdown" line.
 void op_breakdown(saturn::cuda::Context& ctx, saturn::MemoryPool& pool,
-                  const saturn::ModelConfig& mc, int B, int T) {
+                  const saturn::ModelConfig& mc, int B, int T, double step_s) {
   using namespace saturn;
   using cuda::bf16;
+  using cuda::WeightLayout;
   const int C = mc.d_model, F = mc.ffn_dim(), H = mc.n_head, hd = mc.head_dim(), V = mc.vocab_size;
-  const std::size_t N = static_cast<std::size_t>(B) * T;
-  auto buf = [&](std::size_t n, float value) {
-    Buffer<bf16> b(pool, n, "benchmark");
-    cuda::fill(ctx, b.data(), value, n);
+  const int N = B * T, L = mc.n_layer;
+  const std::size_t n = static_cast<std::size_t>(N);
+  auto buf = [&](std::size_t count, float value) {
+    Buffer<bf16> b(pool, count, "benchmark");
+    cuda::fill(ctx, b.data(), value, count);
     return b;
   };
-  Buffer<bf16> qkv = buf(N * 3 * C, 0.01f), out = buf(N * C, 0.0f), dout = buf(N * C, 0.001f),
-               dqkv = buf(N * 3 * C, 0.0f), x = buf(N * std::max(C, F), 0.01f),
-               y = buf(N * std::max(3 * C, F), 0.0f),
-               w = buf(static_cast<std::size_t>(F) * 3 * C, 0.01f), logits = buf(N * V, 0.01f),
+  const std::size_t wide = static_cast<std::size_t>(std::max(3 * C, F));
+  Buffer<bf16> qkv = buf(n * 3 * C, 0.01f), out = buf(n * C, 0.0f), dout = buf(n * C, 0.001f),
+               dqkv = buf(n * 3 * C, 0.0f), x = buf(n * wide, 0.01f), y = buf(n * wide, 0.0f),
+               pre = buf(n * F, 0.01f), dact = buf(n * F, 0.0f), bias = buf(wide, 0.01f),
+               w = buf(static_cast<std::size_t>(C) * wide, 0.01f), logits = buf(n * V, 0.01f),
                head_w = buf(static_cast<std::size_t>(V) * C, 0.01f);
   Buffer<float> lse(pool, static_cast<std::size_t>(B) * H * T, "benchmark"),
       delta(pool, static_cast<std::size_t>(B) * H * T, "benchmark"),
-      dw(pool, static_cast<std::size_t>(F) * 3 * C, "benchmark"), losses(pool, N, "benchmark");
-  Buffer<std::int32_t> targets(pool, N, "benchmark");
+      dw(pool, static_cast<std::size_t>(C) * std::max<std::size_t>(wide, V), "benchmark"),
+      db(pool, wide, "benchmark"), losses(pool, n, "benchmark");
+  Buffer<std::int32_t> targets(pool, n, "benchmark");
   SATURN_CUDA_CHECK(cudaMemsetAsync(targets.data(), 0, targets.bytes(), ctx.stream()));
+  SATURN_CUDA_CHECK(cudaMemsetAsync(dw.data(), 0, dw.bytes(), ctx.stream()));
+  SATURN_CUDA_CHECK(cudaMemsetAsync(db.data(), 0, db.bytes(), ctx.stream()));
   const int reps = 10;
-  // Causal attention: QKᵀ and PV over the lower triangle, 2 FLOPs per multiply-add.
-  const double att_flops = 2.0 * 2.0 * B * H * (static_cast<double>(T) * (T + 1) / 2) * hd;
-  auto report = [&](const char* op, double seconds, double flops) {
+  double attention_s = 0, gemm_s = 0;
+  // count: how often the step runs it (L for a block's op, 1 for the classifier's).
+  auto time_op = [&](const char* op, const char* group, int count, double flops, auto&& f) {
+    const double seconds = gpu_median(ctx, reps, f);
+    (std::string(group) == "attention" ? attention_s : gemm_s) += seconds * count;
     fmt::print("{}\n", nlohmann::json{{"kind", "op"},
                                       {"op", op},
+                                      {"group", group},
+                                      {"count", count},
                                       {"ms", seconds * 1e3},
                                       {"tflops", flops > 0 ? flops / seconds / 1e12 : 0.0}}
                            .dump());
   };
+  // Causal attention: QKᵀ and PV over the lower triangle, 2 FLOPs per multiply-add.
+  const double att_flops = 2.0 * 2.0 * B * H * (static_cast<double>(T) * (T + 1) / 2) * hd;
   const bf16* q = qkv.data();
-  report("attention forward",
-         gpu_median(ctx, reps,
-                    [&] {
-                      cuda::attention_forward(ctx, out.data(), lse.data(), q, q + C, q + 2 * C,
-                                              3 * C, B, T, H, hd);
-                    }),
-         att_flops);
-  report("attention backward",
-         gpu_median(ctx, reps,
-                    [&] {
-                      bf16* d = dqkv.data();
-                      cuda::attention_backward(ctx, d, d + C, d + 2 * C, delta.data(), dout.data(),
-                                               out.data(), lse.data(), q, q + C, q + 2 * C, 3 * C,
-                                               B, T, H, hd);
-                    }),
-         2.0 * att_flops);
-  const double qkv_flops = 2.0 * static_cast<double>(N) * C * 3 * C;
-  report("linear forward N x C -> 3C",
-         gpu_median(ctx, reps,
-                    [&] {
-                      cuda::linear_forward(ctx, y.data(), x.data(), w.data(), nullptr,
-                                           static_cast<int>(N), C, 3 * C,
-                                           cuda::WeightLayout::kInOut);
-                    }),
-         qkv_flops);
-  report("linear backward N x C -> 3C",
-         gpu_median(ctx, reps,
-                    [&] {
-                      cuda::linear_backward(ctx, x.data(), dw.data(), nullptr, y.data(), x.data(),
-                                            w.data(), static_cast<int>(N), C, 3 * C,
-                                            cuda::WeightLayout::kInOut);
-                    }),
-         2.0 * qkv_flops);
-  const double head_flops = 2.0 * static_cast<double>(N) * C * V;
-  report("classifier cross-entropy fwd+bwd",
-         gpu_median(ctx, reps,
-                    [&] {
-                      cuda::crossentropy_forward(ctx, losses.data(), logits.data(), targets.data(),
-                                                 static_cast<int>(N), V);
-                      cuda::crossentropy_backward(ctx, logits.data(), nullptr, targets.data(),
-                                                  1e-4f, static_cast<int>(N), V);
-                    }),
-         0.0);
-  report("head GEMM forward N x C -> V",
-         gpu_median(ctx, reps,
-                    [&] {
-                      cuda::linear_forward(ctx, logits.data(), x.data(), head_w.data(), nullptr,
-                                           static_cast<int>(N), C, V, cuda::WeightLayout::kOutIn);
-                    }),
-         head_flops);
+  bf16* d = dqkv.data();
+  time_op("attention forward", "attention", L, att_flops, [&] {
+    cuda::attention_forward(ctx, out.data(), lse.data(), q, q + C, q + 2 * C, 3 * C, B, T, H, hd);
+  });
+  time_op("attention backward", "attention", L, 2.5 * att_flops, [&] {
+    cuda::attention_backward(ctx, d, d + C, d + 2 * C, delta.data(), dout.data(), out.data(),
+                             lse.data(), q, q + C, q + 2 * C, 3 * C, B, T, H, hd);
+  });
+  const auto kInOut = WeightLayout::kInOut;
+  const auto kOverwrite = cuda::GradWrite::kOverwrite;
+  auto gemm_flops = [&](int k, int m) { return 2.0 * N * k * m; };
+  // The block's four linears: forward, then input (overwritten, as the model does) + weight +
+  // bias gradients.
+  const struct {
+    const char* name;
+    int in, outc;
+  } linears[] = {{"qkv", C, 3 * C}, {"attention projection", C, C}};
+  for (const auto& l : linears) {
+    time_op(fmt::format("{} forward", l.name).c_str(), "gemm", L, gemm_flops(l.in, l.outc), [&] {
+      cuda::linear_forward(ctx, y.data(), x.data(), w.data(), bias.data(), N, l.in, l.outc, kInOut);
+    });
+    time_op(fmt::format("{} backward", l.name).c_str(), "gemm", L, 2 * gemm_flops(l.in, l.outc),
+            [&] {
+              cuda::linear_backward(ctx, out.data(), dw.data(), db.data(), y.data(), x.data(),
+                                    w.data(), N, l.in, l.outc, kInOut, kOverwrite);
+            });
+  }
+  time_op("fc forward + bias + GELU", "gemm", L, gemm_flops(C, F), [&] {
+    cuda::linear_gelu_forward(ctx, y.data(), pre.data(), x.data(), w.data(), bias.data(), N, C, F,
+                              kInOut);
+  });
+  time_op("fc projection forward", "gemm", L, gemm_flops(F, C), [&] {
+    cuda::linear_forward(ctx, out.data(), y.data(), w.data(), bias.data(), N, F, C, kInOut);
+  });
+  time_op("fc projection backward + dGELU", "gemm", L, 2 * gemm_flops(F, C), [&] {
+    cuda::linear_dgelu_backward(ctx, dact.data(), x.data(), dw.data(), db.data(), dout.data(),
+                                y.data(), pre.data(), w.data(), N, F, C, kInOut);
+  });
+  time_op("fc backward", "gemm", L, 2 * gemm_flops(C, F), [&] {
+    cuda::linear_backward(ctx, out.data(), dw.data(), db.data(), dact.data(), x.data(), w.data(), N,
+                          C, F, kInOut, kOverwrite);
+  });
+  const auto kOutIn = WeightLayout::kOutIn;
+  time_op("classifier forward N x C -> V", "gemm", 1, gemm_flops(C, V), [&] {
+    cuda::linear_forward(ctx, logits.data(), x.data(), head_w.data(), nullptr, N, C, V, kOutIn);
+  });
+  time_op("classifier backward", "gemm", 1, 2 * gemm_flops(C, V), [&] {
+    cuda::linear_backward(ctx, out.data(), dw.data(), nullptr, logits.data(), x.data(),
+                          head_w.data(), N, C, V, kOutIn, kOverwrite);
+  });
   ctx.synchronize("op breakdown");
+  const double rest_s = step_s - attention_s - gemm_s;
+  fmt::print("{}\n", nlohmann::json{{"kind", "breakdown"},
+                                    {"step_ms", step_s * 1e3},
+                                    {"attention_ms", attention_s * 1e3},
+                                    {"gemm_ms", gemm_s * 1e3},
+                                    {"rest_ms", rest_s * 1e3}}
+                         .dump());
 }
 
 #endif
@@ -284,7 +306,7 @@ int main(int argc, char** argv) {
     out["mfu"] = peak > 0 ? flops_per_token * static_cast<double>(n) / dt / peak : 0.0;
     out["reserved_bytes"] = cd.allocator().peak_reserved();
     fmt::print("{}\n", out.dump());
-    if (ops) op_breakdown(cd.context(), cd.memory(), mc, batch, seq);
+    if (ops) op_breakdown(cd.context(), cd.memory(), mc, batch, seq, dt);
     return 0;
 #endif
   }

@@ -138,7 +138,8 @@ def main():
             ours = next(l for l in lines if l["kind"] == "train")
             gpu = ours["gpu"]
         row = {"shape": shape, "saturn": ours,
-               "ops": [l for l in lines if l["kind"] == "op"] if ours else []}
+               "ops": [l for l in lines if l["kind"] == "op"] if ours else [],
+               "breakdown": next((l for l in lines if l["kind"] == "breakdown"), None) if ours else None}
         peak = ours["peak_flops"] if ours else peak_for(gpu, args.peak_tflops)
         for mode in ("eager", "compile"):
             if torch_version is None or (mode == "compile" and args.no_compile):
@@ -181,13 +182,25 @@ def main():
               f"{cell(s, 'mfu', '{:.1%}')} | {roof} | {cell(e, 'tokens_per_s', '{:,.0f}')} | "
               f"{cell(e, 'mfu', '{:.1%}')} | "
               f"{cell(c, 'tokens_per_s', '{:,.0f}')} | {cell(c, 'mfu', '{:.1%}')} | {ratio} |")
-    print("\nSaturn's ops alone at each shape (one layer's worth; median of 10 after warm-up):\n")
-    print("| model | op | ms | TFLOP/s |")
-    print("|---|---|---|---|")
+    print("\nWhere Saturn's step goes: every GEMM and attention call of the step timed alone at its "
+          "shape (median of 10 after warm-up, times the calls per step); the rest = the measured "
+          "step less those (norms, elementwise, loss, embedding, AdamW, gradient norm, gaps):\n")
+    print("| model | step ms | attention | GEMMs | the rest |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        b = r.get("breakdown")
+        if not b:
+            continue
+        step = b["step_ms"]
+        print(f"| gpt2-{r['shape']} | {step:.1f} | {b['attention_ms']:.1f} ms ({b['attention_ms'] / step:.0%}) | "
+              f"{b['gemm_ms']:.1f} ms ({b['gemm_ms'] / step:.0%}) | "
+              f"{b['rest_ms']:.1f} ms ({b['rest_ms'] / step:.0%}) |")
+    print("\n| model | op | calls per step | ms per call | TFLOP/s |")
+    print("|---|---|---|---|---|")
     for r in rows:
         for o in r["ops"]:
             tf = f"{o['tflops']:.1f}" if o["tflops"] else "-"
-            print(f"| gpt2-{r['shape']} | {o['op']} | {o['ms']:.3f} | {tf} |")
+            print(f"| gpt2-{r['shape']} | {o['op']} | {o.get('count', 1)} | {o['ms']:.3f} | {tf} |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
