@@ -175,8 +175,7 @@ def main():
         # bench/engine/roofline.py's prediction for this GPU at its default efficiencies
         roof = "n/a"
         if roof_gpu:
-            _, _, mfu, _ = roofline.estimate(r["shape"], roof_gpu, args.batch, SEQ, 0.75, 0.30,
-                                             0.80, "issue18", 0.25)
+            _, _, mfu, _ = roofline.estimate(r["shape"], roof_gpu, args.batch, SEQ)
             roof = f"{mfu:.0%}"
         print(f"| gpt2-{r['shape']} | {params} | {cell(s, 'tokens_per_s', '{:,.0f}')} | "
               f"{cell(s, 'mfu', '{:.1%}')} | {roof} | {cell(e, 'tokens_per_s', '{:,.0f}')} | "
