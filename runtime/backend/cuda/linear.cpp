@@ -163,9 +163,13 @@ std::unique_ptr<Context::Gemm> build(Context& ctx, const GemmPlan& plan, cudaDat
           cublasLtMatmulPreferenceSetAttribute(pref, attrs[i], &aligns[i], sizeof(aligns[i])));
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
-    SATURN_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ctx.lt(), g->op, g->a, g->b, g->d, g->d,
-                                                       pref, 1, &result, &found));
-    g->algo_found = found > 0;
+    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+        ctx.lt(), g->op, g->a, g->b, g->d, g->d, pref, 1, &result, &found);
+    // NOT_SUPPORTED means "no heuristic function available for current configuration"
+    // (cublasLt.h): the same answer as found == 0, which callers fall back from or report.
+    if (status != CUBLAS_STATUS_NOT_SUPPORTED) SATURN_CUBLAS_CHECK(status);
+    g->algo_found =
+        status == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS;
     if (g->algo_found) g->algo = result.algo;
   } catch (...) {
     cublasLtMatmulPreferenceDestroy(pref);

@@ -188,6 +188,11 @@ std::string check_problem(const Desc& d, const Layout& a, const Layout& b, const
     return "only bf16 or fp32 bias vectors are emulated";
   if (is_bgrad(d.epilogue) && d.bias_type != -1 && d.bias_type != c.type)
     return "a bias gradient has D's type (cuBLASLt); another bias type is not emulated";
+  // cuBLASLt reduces A's rows only when A is not transposed and B's columns only when B is.
+  if (d.epilogue == CUBLASLT_EPILOGUE_BGRADA && ta)
+    return "BGRADA needs transa = N (cuBLASLt reduces A's rows only then)";
+  if (d.epilogue == CUBLASLT_EPILOGUE_BGRADB && !tb)
+    return "BGRADB needs transb = T (cuBLASLt reduces B's columns only then)";
   return {};
 }
 
