@@ -171,7 +171,7 @@ void SliceSet::import_into(const std::vector<float*>& segments, const StateSlice
                               fmt::join(e.slice.count, ", ")));
     if (s.data == nullptr) throw Error(fmt::format("import: slice of {} has no data", s.name));
     float* dst = segments.at(static_cast<std::size_t>(e.segment)) + e.offset;
-    if (s.data == dst) continue;  // filled in place
+    if (s.data == dst) continue;              // filled in place
     if (e.rows == 1 || e.stride == e.cols) {  // contiguous on the device: one copy
       device_->upload(dst, s.data, static_cast<std::size_t>(e.rows * e.cols) * sizeof(float));
       continue;
@@ -244,14 +244,6 @@ void finish_estimate(Estimate& e, const StrategySpec& spec, const std::string& w
 bool check_common(Estimate& e, const StrategySpec& spec, int replicas) {
   if (spec.degree < 1) {
     infeasible(e, fmt::format("degree {} must be >= 1", spec.degree));
-    return false;
-  }
-  if (spec.train.reproducible && spec.backend != DeviceKind::kCpu) {
-    // The GPU kernels sum parameter gradients with fp32 atomics, whose rounding differs run to
-    // run; a deterministic GPU mode is future work (docs/cuda.md).
-    infeasible(e, fmt::format("reproducible mode (reproducible: true) runs on the CPU backend "
-                              "only; the {} kernels are not deterministic yet",
-                              device_kind_name(spec.backend)));
     return false;
   }
   try {

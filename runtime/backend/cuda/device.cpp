@@ -210,8 +210,9 @@ double CudaDevice::sum_of_squares(const float* x, std::size_t n) {
 }
 
 void CudaDevice::add_exact_squares(ExactSquareSum& into, const float* x, std::size_t n) {
-  // The exact (integer-binned) sum is host arithmetic: reproducible mode, which needs it, runs
-  // on the CPU backend; here it serves tests and tools, in slices to bound host memory.
+  // The exact (integer-binned) sum is host arithmetic (reproducible mode's norm, once per
+  // step): the gradients are downloaded in slices to bound host memory (docs/cuda.md states
+  // its cost).
   constexpr std::size_t kSlice = std::size_t{1} << 22;
   std::vector<float> host(std::min(n, kSlice));
   for (std::size_t i = 0; i < n; i += kSlice) {

@@ -6,10 +6,6 @@ namespace {
 
 using namespace detail;
 
-// Rows per block of the weight/bias gradient kernel: each thread owns one channel over this many
-// rows and adds its partial sum with one atomic.
-constexpr int kRowsPerChunk = 128;
-
 // One block per row; two passes (mean, then squared deviations) as on the CPU.
 __global__ void layernorm_forward_kernel(bf16* out, float* mean, float* rstd, const bf16* inp,
                                          const bf16* weight, const bf16* bias, int C, float eps) {
@@ -59,14 +55,17 @@ __global__ void layernorm_backward_input_kernel(bf16* dinp, const bf16* dout, co
   }
 }
 
-// grid: (channel blocks, row chunks).
-__global__ void layernorm_backward_params_kernel(float* dweight, float* dbias, const bf16* dout,
+// grid: (channel blocks, row chunks). Each thread sums one channel over the chunk's rows and
+// writes the partial sums (weight, bias) of its chunk: pw[chunk][c], pb[chunk][c] (row_chunks in
+// common.cuh; add_column_partials adds them in chunk order).
+__global__ void layernorm_backward_params_kernel(float* pw, float* pb, const bf16* dout,
                                                  const bf16* inp, const float* mean,
-                                                 const float* rstd, int N, int C) {
+                                                 const float* rstd, int N, int C,
+                                                 int rows_per_chunk) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C) return;
-  const int r0 = blockIdx.y * kRowsPerChunk;
-  const int r1 = min(N, r0 + kRowsPerChunk);
+  const int r0 = blockIdx.y * rows_per_chunk;
+  const int r1 = min(N, r0 + rows_per_chunk);
   float w = 0.0f, b = 0.0f;
   for (int n = r0; n < r1; ++n) {
     const std::size_t i = static_cast<std::size_t>(n) * C + c;
@@ -74,8 +73,9 @@ __global__ void layernorm_backward_params_kernel(float* dweight, float* dbias, c
     w += g * (to_f(inp[i]) - mean[n]) * rstd[n];
     b += g;
   }
-  if (dweight != nullptr) atomicAdd(&dweight[c], w);
-  if (dbias != nullptr) atomicAdd(&dbias[c], b);
+  const std::size_t at = static_cast<std::size_t>(blockIdx.y) * C + c;
+  pw[at] = w;
+  pb[at] = b;
 }
 
 }  // namespace
@@ -98,10 +98,15 @@ void layernorm_backward(Context& ctx, bf16* dinp, float* dweight, float* dbias, 
     SATURN_CUDA_LAUNCH_CHECK("layernorm_backward_input_kernel");
   }
   if (dweight != nullptr || dbias != nullptr) {
-    const dim3 grid((C + kThreads - 1) / kThreads, (N + kRowsPerChunk - 1) / kRowsPerChunk);
-    layernorm_backward_params_kernel<<<grid, kThreads, 0, ctx.stream()>>>(dweight, dbias, dout, inp,
-                                                                          mean, rstd, N, C);
+    const RowChunks chunks = row_chunks(N);
+    const std::size_t per = static_cast<std::size_t>(chunks.count) * C;
+    Buffer<float> partial(ctx.pool(), 2 * per, "layernorm gradient partials");
+    const dim3 grid((C + kThreads - 1) / kThreads, chunks.count);
+    layernorm_backward_params_kernel<<<grid, kThreads, 0, ctx.stream()>>>(
+        partial.data(), partial.data() + per, dout, inp, mean, rstd, N, C, chunks.rows);
     SATURN_CUDA_LAUNCH_CHECK("layernorm_backward_params_kernel");
+    if (dweight != nullptr) add_column_partials(ctx, dweight, partial.data(), chunks.count, C);
+    if (dbias != nullptr) add_column_partials(ctx, dbias, partial.data() + per, chunks.count, C);
   }
 }
 

@@ -7,8 +7,10 @@
 // all arithmetic inside a kernel is fp32 (GEMMs accumulate in fp32 through cuBLASLt).
 //
 // As on the CPU, every backward ACCUMULATES (+=) into its gradient outputs and a null gradient
-// pointer means "not needed". Parameter-gradient sums over rows use fp32 atomics, so their
-// rounding (not their value) varies from run to run.
+// pointer means "not needed". No kernel uses floating-point atomics: parameter-gradient sums over
+// rows are fixed-order reductions (per-chunk partials summed in chunk order; the token embedding's
+// gradient through a sort of the token ids), so every op gives the same bits run to run for the
+// same inputs and shapes (tests/gpu/test_gpu_ops.cpp repeats them under shuffled block orders).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -118,8 +120,11 @@ void adamw_update(Context& ctx, float* param, bf16* param_bf16, const float* gra
 // Sum of squares (fp64 accumulation, fixed reduction order: the same value every run), for the
 // global gradient norm. Waits for the stream.
 double sum_of_squares(Context& ctx, const float* x, std::size_t n);
-// dst[c] += sum over rows of src[n, c] (bias gradients).
+// dst[c] += sum over rows of src[n, c] (bias gradients), in a fixed order (detail::row_chunks).
 void column_sum_accumulate(Context& ctx, float* dst, const bf16* src, int N, int C);
+// dst[c] += the sum, in chunk order, of partial[k * C + c] over k < chunks: the second pass of
+// the deterministic column sums (detail::row_chunks in common.cuh).
+void add_column_partials(Context& ctx, float* dst, const float* partial, int chunks, int C);
 void convert(Context& ctx, bf16* dst, const float* src, std::size_t n);
 void convert(Context& ctx, float* dst, const bf16* src, std::size_t n);
 // ---- vector.cu: what strategies compute on device buffers -------------------------------------

@@ -6,8 +6,6 @@ namespace {
 
 using namespace detail;
 
-constexpr int kRowsPerChunk = 128;  // as in layernorm.cu
-
 __global__ void rmsnorm_forward_kernel(bf16* out, float* rstd, const bf16* inp, const bf16* weight,
                                        int C, float eps) {
   const std::size_t row = blockIdx.x;
@@ -42,18 +40,20 @@ __global__ void rmsnorm_backward_input_kernel(bf16* dinp, const bf16* dout, cons
   }
 }
 
-__global__ void rmsnorm_backward_weight_kernel(float* dweight, const bf16* dout, const bf16* inp,
-                                               const float* rstd, int N, int C) {
+// grid: (channel blocks, row chunks); partial[chunk][c], summed in order by add_column_partials.
+__global__ void rmsnorm_backward_weight_kernel(float* partial, const bf16* dout, const bf16* inp,
+                                               const float* rstd, int N, int C,
+                                               int rows_per_chunk) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C) return;
-  const int r0 = blockIdx.y * kRowsPerChunk;
-  const int r1 = min(N, r0 + kRowsPerChunk);
+  const int r0 = blockIdx.y * rows_per_chunk;
+  const int r1 = min(N, r0 + rows_per_chunk);
   float w = 0.0f;
   for (int n = r0; n < r1; ++n) {
     const std::size_t i = static_cast<std::size_t>(n) * C + c;
     w += to_f(dout[i]) * (to_f(inp[i]) * rstd[n]);
   }
-  atomicAdd(&dweight[c], w);
+  partial[static_cast<std::size_t>(blockIdx.y) * C + c] = w;
 }
 
 }  // namespace
@@ -75,10 +75,14 @@ void rmsnorm_backward(Context& ctx, bf16* dinp, float* dweight, const bf16* dout
     SATURN_CUDA_LAUNCH_CHECK("rmsnorm_backward_input_kernel");
   }
   if (dweight != nullptr) {
-    const dim3 grid((C + kThreads - 1) / kThreads, (N + kRowsPerChunk - 1) / kRowsPerChunk);
-    rmsnorm_backward_weight_kernel<<<grid, kThreads, 0, ctx.stream()>>>(dweight, dout, inp, rstd, N,
-                                                                        C);
+    const RowChunks chunks = row_chunks(N);
+    Buffer<float> partial(ctx.pool(), static_cast<std::size_t>(chunks.count) * C,
+                          "rmsnorm gradient partials");
+    const dim3 grid((C + kThreads - 1) / kThreads, chunks.count);
+    rmsnorm_backward_weight_kernel<<<grid, kThreads, 0, ctx.stream()>>>(partial.data(), dout, inp,
+                                                                        rstd, N, C, chunks.rows);
     SATURN_CUDA_LAUNCH_CHECK("rmsnorm_backward_weight_kernel");
+    add_column_partials(ctx, dweight, partial.data(), chunks.count, C);
   }
 }
 
