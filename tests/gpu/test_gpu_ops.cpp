@@ -103,6 +103,65 @@ TEST_F(GpuOps, RmsNorm) {
   SATURN_EXPECT_CLOSE(download(d_dw, C), dweight, kTolF32);
 }
 
+// The fused residual-add + norm: the same bits as residual_forward followed by the norm's forward
+// (res written, out, statistics), in place as the model program calls it (res aliases a), and
+// close to the CPU's composition. C = 300: not a multiple of the block.
+TEST_F(GpuOps, ResidualNormFused) {
+  const int N = 37, C = 300;
+  const std::size_t NC = static_cast<std::size_t>(N) * C;
+  const Vec a = random_bf16(NC, -2.0f, 2.0f), x = random_bf16(NC, -2.0f, 2.0f);
+  const Vec w = random_bf16(C), bias = random_bf16(C);
+  const bf16* d_x = upload_bf16(x);
+  const bf16* d_w = upload_bf16(w);
+  const bf16* d_bias = upload_bf16(bias);
+  auto bits = [](const Vec& u, const Vec& v) {
+    return u.size() == v.size() && std::memcmp(u.data(), v.data(), u.size() * sizeof(float)) == 0;
+  };
+  Vec res(NC), out(NC), mean(N), rstd(N);
+  cpu::residual_forward(res.data(), a.data(), x.data(), NC);
+  {  // layernorm
+    cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), res.data(), w.data(), bias.data(),
+                           N, C, 1e-5f);
+    bf16* sep_res = poisoned_bf16(NC);
+    bf16* sep_out = poisoned_bf16(NC);
+    float* sep_mean = poisoned_f32(N);
+    float* sep_rstd = poisoned_f32(N);
+    cuda::residual_forward(ctx(), sep_res, upload_bf16(a), d_x, NC);
+    cuda::layernorm_forward(ctx(), sep_out, sep_mean, sep_rstd, sep_res, d_w, d_bias, N, C, 1e-5f);
+    bf16* fused_res = upload_bf16(a);  // in place: res aliases a
+    bf16* fused_out = poisoned_bf16(NC);
+    float* fused_mean = poisoned_f32(N);
+    float* fused_rstd = poisoned_f32(N);
+    cuda::residual_layernorm_forward(ctx(), fused_res, fused_out, fused_mean, fused_rstd, fused_res,
+                                     d_x, d_w, d_bias, N, C, 1e-5f);
+    EXPECT_TRUE(bits(download(fused_res, NC), download(sep_res, NC)));
+    EXPECT_TRUE(bits(download(fused_out, NC), download(sep_out, NC)));
+    EXPECT_TRUE(bits(download(fused_mean, N), download(sep_mean, N)));
+    EXPECT_TRUE(bits(download(fused_rstd, N), download(sep_rstd, N)));
+    SATURN_EXPECT_CLOSE(download(fused_res, NC), res, kTolBf16);
+    SATURN_EXPECT_CLOSE(download(fused_out, NC), out, kTolBf16);
+    SATURN_EXPECT_CLOSE(download(fused_rstd, N), rstd, kTolBf16);
+  }
+  {  // rmsnorm
+    cpu::rmsnorm_forward(out.data(), rstd.data(), res.data(), w.data(), N, C, 1e-5f);
+    bf16* sep_res = poisoned_bf16(NC);
+    bf16* sep_out = poisoned_bf16(NC);
+    float* sep_rstd = poisoned_f32(N);
+    cuda::residual_forward(ctx(), sep_res, upload_bf16(a), d_x, NC);
+    cuda::rmsnorm_forward(ctx(), sep_out, sep_rstd, sep_res, d_w, N, C, 1e-5f);
+    bf16* fused_res = upload_bf16(a);
+    bf16* fused_out = poisoned_bf16(NC);
+    float* fused_rstd = poisoned_f32(N);
+    cuda::residual_rmsnorm_forward(ctx(), fused_res, fused_out, fused_rstd, fused_res, d_x, d_w, N,
+                                   C, 1e-5f);
+    EXPECT_TRUE(bits(download(fused_res, NC), download(sep_res, NC)));
+    EXPECT_TRUE(bits(download(fused_out, NC), download(sep_out, NC)));
+    EXPECT_TRUE(bits(download(fused_rstd, N), download(sep_rstd, N)));
+    SATURN_EXPECT_CLOSE(download(fused_out, NC), out, kTolBf16);
+    SATURN_EXPECT_CLOSE(download(fused_rstd, N), rstd, kTolBf16);
+  }
+}
+
 // The parameter-gradient reductions (no atomics): the same inputs give the same bits again, on
 // the emulator under another shuffled block order at every launch (an atomic sum would differ in
 // its last bits), and the token embedding's gradient equals the CPU's bit for bit (both add a
@@ -452,29 +511,40 @@ TEST_F(GpuOps, VectorOpsBothPaths) {
   }
 }
 
+// The classifier: V = 50257 (GPT-2's vocabulary, odd: one element at a time) and 50304 (a multiple
+// of 8: 8 logits per 128-bit access); the forward saving each row's log-sum-exp and the backward
+// using it (one pass over the logits), and the backward computing its own statistics.
 TEST_F(GpuOps, CrossEntropyFused) {
-  const int N = 41, V = 50257;  // GPT-2's vocabulary: not a multiple of anything useful
-  const Vec logits = random_bf16(static_cast<std::size_t>(N) * V, -6.0f, 6.0f);
-  auto targets = random_ints(static_cast<std::size_t>(N), 0, V);
-  targets[3] = -1;  // ignored position
-  Vec losses(N), probs(logits.size());
-  cpu::softmax_crossentropy_forward(losses.data(), probs.data(), logits.data(), targets.data(), N,
-                                    V);
-  const std::int32_t* d_t = upload_i32(targets);
-  bf16* d_logits = upload_bf16(logits);
-  float* d_losses = poisoned_f32(N);
-  cuda::crossentropy_forward(ctx(), d_losses, d_logits, d_t, N, V);
-  SATURN_EXPECT_CLOSE(download(d_losses, N), losses, 1e-4);
-  // The forward must leave the logits alone.
-  SATURN_EXPECT_CLOSE(download(d_logits, logits.size()), logits, 1e-7);
-
-  const float dloss = 1.0f / 37.0f;
-  Vec dlogits(logits.size(), 0.0f);
-  cpu::softmax_crossentropy_backward(dlogits.data(), probs.data(), targets.data(), dloss, N, V);
-  float* d_losses2 = poisoned_f32(N);
-  cuda::crossentropy_backward(ctx(), d_logits, d_losses2, d_t, dloss, N, V);
-  SATURN_EXPECT_CLOSE(download(d_losses2, N), losses, 1e-4);
-  SATURN_EXPECT_CLOSE(download(d_logits, logits.size()), dlogits, kTolBf16);
+  const int N = 41;
+  for (const int V : {50257, 50304}) {
+    SCOPED_TRACE(::testing::Message() << "V " << V);
+    const Vec logits = random_bf16(static_cast<std::size_t>(N) * V, -6.0f, 6.0f);
+    auto targets = random_ints(static_cast<std::size_t>(N), 0, V);
+    targets[3] = -1;     // ignored position
+    targets[5] = V - 1;  // the last column (the vector path's last vector)
+    Vec losses(N), probs(logits.size());
+    cpu::softmax_crossentropy_forward(losses.data(), probs.data(), logits.data(), targets.data(), N,
+                                      V);
+    const float dloss = 1.0f / 37.0f;
+    Vec dlogits(logits.size(), 0.0f);
+    cpu::softmax_crossentropy_backward(dlogits.data(), probs.data(), targets.data(), dloss, N, V);
+    const std::int32_t* d_t = upload_i32(targets);
+    for (const bool saved : {true, false}) {
+      SCOPED_TRACE(saved ? "backward with the forward's log-sum-exp"
+                         : "backward computing its statistics");
+      bf16* d_logits = upload_bf16(logits);
+      float* d_losses = poisoned_f32(N);
+      float* d_lse = saved ? poisoned_f32(N) : nullptr;
+      cuda::crossentropy_forward(ctx(), d_losses, d_logits, d_t, N, V, d_lse);
+      SATURN_EXPECT_CLOSE(download(d_losses, N), losses, 1e-4);
+      // The forward must leave the logits alone.
+      SATURN_EXPECT_CLOSE(download(d_logits, logits.size()), logits, 1e-7);
+      float* d_losses2 = poisoned_f32(N);
+      cuda::crossentropy_backward(ctx(), d_logits, d_losses2, d_t, dloss, N, V, d_lse);
+      SATURN_EXPECT_CLOSE(download(d_losses2, N), losses, 1e-4);
+      SATURN_EXPECT_CLOSE(download(d_logits, logits.size()), dlogits, kTolBf16);
+    }
+  }
 }
 
 TEST_F(GpuOps, AdamWMatchesCpu) {

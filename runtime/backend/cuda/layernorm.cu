@@ -6,14 +6,11 @@ namespace {
 
 using namespace detail;
 
-// One block per row; two passes (mean, then squared deviations) as on the CPU.
-__global__ void layernorm_forward_kernel(bf16* out, float* mean, float* rstd, const bf16* inp,
-                                         const bf16* weight, const bf16* bias, int C, float eps) {
-  const std::size_t row = blockIdx.x;
-  const bf16* x = inp + row * C;
-  bf16* o = out + row * C;
-  float s = 0.0f;
-  for (int c = threadIdx.x; c < C; c += blockDim.x) s += to_f(x[c]);
+// One block per row; two passes (mean, then squared deviations) as on the CPU. Given the row's
+// sum of x (this thread's part), finishes the row: the statistics, then the output.
+__device__ __forceinline__ void layernorm_row(bf16* o, float* mean, float* rstd, const bf16* x,
+                                              const bf16* weight, const bf16* bias, int C,
+                                              float eps, float s, std::size_t row) {
   const float m = block_sum(s) / static_cast<float>(C);
   float sq = 0.0f;
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
@@ -30,6 +27,35 @@ __global__ void layernorm_forward_kernel(bf16* out, float* mean, float* rstd, co
     if (mean != nullptr) mean[row] = m;
     if (rstd != nullptr) rstd[row] = r;
   }
+}
+
+__global__ void layernorm_forward_kernel(bf16* out, float* mean, float* rstd, const bf16* inp,
+                                         const bf16* weight, const bf16* bias, int C, float eps) {
+  const std::size_t row = blockIdx.x;
+  const bf16* x = inp + row * C;
+  float s = 0.0f;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) s += to_f(x[c]);
+  layernorm_row(out + row * C, mean, rstd, x, weight, bias, C, eps, s, row);
+}
+
+// res = a + b (bf16), then the layernorm of res: the residual's values are summed as they are
+// written, and each thread reads back only the elements it wrote itself (its own earlier stores),
+// so the row is never read a second time from memory by another pass. The same arithmetic, in
+// the same order, as residual_forward followed by layernorm_forward. res may alias a or b.
+__global__ void residual_layernorm_forward_kernel(bf16* res, bf16* out, float* mean, float* rstd,
+                                                  const bf16* a, const bf16* b, const bf16* weight,
+                                                  const bf16* bias, int C, float eps) {
+  const std::size_t row = blockIdx.x;
+  bf16* x = res + row * C;
+  const bf16* ar = a + row * C;
+  const bf16* br = b + row * C;
+  float s = 0.0f;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    const bf16 v = to_bf(to_f(ar[c]) + to_f(br[c]));
+    x[c] = v;
+    s += to_f(v);
+  }
+  layernorm_row(out + row * C, mean, rstd, x, weight, bias, C, eps, s, row);
 }
 
 __global__ void layernorm_backward_input_kernel(bf16* dinp, const bf16* dout, const bf16* inp,
@@ -86,6 +112,15 @@ void layernorm_forward(Context& ctx, bf16* out, float* mean, float* rstd, const 
   layernorm_forward_kernel<<<static_cast<unsigned>(N), kThreads, 0, ctx.stream()>>>(
       out, mean, rstd, inp, weight, bias, C, eps);
   SATURN_CUDA_LAUNCH_CHECK("layernorm_forward_kernel");
+}
+
+void residual_layernorm_forward(Context& ctx, bf16* res, bf16* out, float* mean, float* rstd,
+                                const bf16* a, const bf16* b, const bf16* weight, const bf16* bias,
+                                int N, int C, float eps) {
+  if (N == 0) return;
+  residual_layernorm_forward_kernel<<<static_cast<unsigned>(N), kThreads, 0, ctx.stream()>>>(
+      res, out, mean, rstd, a, b, weight, bias, C, eps);
+  SATURN_CUDA_LAUNCH_CHECK("residual_layernorm_forward_kernel");
 }
 
 void layernorm_backward(Context& ctx, bf16* dinp, float* dweight, float* dbias, const bf16* dout,

@@ -36,6 +36,11 @@ void embedding_backward(Context& ctx, float* dwte, float* dwpe, const bf16* dout
 // ---- layernorm.cu ----------------------------------------------------------------------------
 void layernorm_forward(Context& ctx, bf16* out, float* mean, float* rstd, const bf16* inp,
                        const bf16* weight, const bf16* bias, int N, int C, float eps);
+// res[N, C] = a + b (as residual_forward; res may alias a or b), then out = layernorm(res) (as
+// layernorm_forward of res): one kernel, the same bits, and res is not read back from memory.
+void residual_layernorm_forward(Context& ctx, bf16* res, bf16* out, float* mean, float* rstd,
+                                const bf16* a, const bf16* b, const bf16* weight, const bf16* bias,
+                                int N, int C, float eps);
 void layernorm_backward(Context& ctx, bf16* dinp, float* dweight, float* dbias, const bf16* dout,
                         const bf16* inp, const bf16* weight, const float* mean, const float* rstd,
                         int N, int C);
@@ -43,6 +48,9 @@ void layernorm_backward(Context& ctx, bf16* dinp, float* dweight, float* dbias, 
 // ---- rmsnorm.cu ------------------------------------------------------------------------------
 void rmsnorm_forward(Context& ctx, bf16* out, float* rstd, const bf16* inp, const bf16* weight,
                      int N, int C, float eps);
+// res = a + b, then out = rmsnorm(res), fused as residual_layernorm_forward.
+void residual_rmsnorm_forward(Context& ctx, bf16* res, bf16* out, float* rstd, const bf16* a,
+                              const bf16* b, const bf16* weight, int N, int C, float eps);
 void rmsnorm_backward(Context& ctx, bf16* dinp, float* dweight, const bf16* dout, const bf16* inp,
                       const bf16* weight, const float* rstd, int N, int C);
 
@@ -98,13 +106,17 @@ void add_bias(Context& ctx, bf16* out, const bf16* bias, int N, int C);
 
 // ---- crossentropy.cu -------------------------------------------------------------------------
 // The classifier's loss, fused with the softmax: losses[N] (fp32) = -log softmax(logits)[target]
-// computed in fp32 from the bf16 logits; targets < 0 give loss 0. Targets must be < V.
+// computed in fp32 from the bf16 logits; targets < 0 give loss 0. Targets must be < V. One read
+// of the logits (online softmax). When lse is not null it receives each row's log-sum-exp [N]
+// (fp32), which lets crossentropy_backward skip its own statistics read.
 void crossentropy_forward(Context& ctx, float* losses, const bf16* logits,
-                          const std::int32_t* targets, int N, int V);
-// Overwrites the logits with dloss * (softmax - onehot(target)) (zero rows for ignored targets)
-// in one pass; losses may be null or receive the loss again.
+                          const std::int32_t* targets, int N, int V, float* lse = nullptr);
+// Overwrites the logits with dloss * (softmax - onehot(target)) (zero rows for ignored targets);
+// losses may be null or receive the loss again. With the forward's lse (same logits): one read
+// and one write of the logits; without (lse null): two reads and one write.
 void crossentropy_backward(Context& ctx, bf16* logits_to_dlogits, float* losses,
-                           const std::int32_t* targets, float dloss, int N, int V);
+                           const std::int32_t* targets, float dloss, int N, int V,
+                           const float* lse = nullptr);
 // *out = the mean of losses[n] over the rows whose target is >= 0 (0 when none), fp64 sums in a
 // fixed order; stays on the device.
 void loss_mean(Context& ctx, float* out, const float* losses, const std::int32_t* targets, int N);
