@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "runtime/backend/cpu/ops.hpp"
+#include "runtime/core/exact_sum.hpp"
 #include "tests/gpu/gpu_test_util.hpp"
 
 namespace saturn::gpu_test {
@@ -583,6 +584,35 @@ TEST_F(GpuOps, SumOfSquaresIsExactAndRepeatable) {
   EXPECT_NEAR(got, want, 1e-10 * want);
   EXPECT_EQ(cuda::sum_of_squares(ctx(), d, n), got);  // fixed order: bit-identical
   EXPECT_EQ(cuda::sum_of_squares(ctx(), d, 0), 0.0);
+}
+
+// The exact sum of squares on the device equals the host's ExactSquareSum word for word: values
+// over the whole exponent range, zeros, subnormals, an infinity, and 300000 squares in one bin
+// whose 64-bit word wraps many times (the carries).
+TEST_F(GpuOps, ExactSquareSumMatchesTheHost) {
+  const std::size_t n = 300001;
+  Vec x = random(n, -1.0f, 1.0f);
+  std::uniform_int_distribution<int> exp(-140, 120);
+  for (std::size_t i = 0; i < n; i += 3) x[i] = std::ldexp(x[i], exp(rng_));
+  x[7] = 0.0f;
+  x[11] = -0.0f;
+  x[13] = 1e-44f;  // subnormal
+  {
+    ExactSquareSum want;
+    want.add(x.data(), n);
+    EXPECT_EQ(cuda::exact_square_sum_words(ctx(), upload_f32(x), n), want.words());
+  }
+  Vec same(n, std::nextafter(2.0f, 0.0f));  // significand 2^24 - 1: m^2 close to 2^48
+  {
+    ExactSquareSum want;
+    want.add(same.data(), n);
+    EXPECT_EQ(cuda::exact_square_sum_words(ctx(), upload_f32(same), n), want.words());
+  }
+  x[17] = INFINITY;
+  ExactSquareSum want;
+  want.add(x.data(), n);
+  EXPECT_EQ(cuda::exact_square_sum_words(ctx(), upload_f32(x), n), want.words());
+  EXPECT_EQ(cuda::exact_square_sum_words(ctx(), upload_f32(x), 0), ExactSquareSum().words());
 }
 
 // Conversions and fills on both paths: offset 0 (128-bit accesses, n odd: a tail) and offset 1

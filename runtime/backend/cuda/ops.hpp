@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "runtime/backend/cuda/context.hpp"
 #include "runtime/core/adamw_step.hpp"
@@ -132,6 +133,12 @@ void adamw_update(Context& ctx, float* param, bf16* param_bf16, const float* gra
 // Sum of squares (fp64 accumulation, fixed reduction order: the same value every run), for the
 // global gradient norm. Waits for the stream.
 double sum_of_squares(Context& ctx, const float* x, std::size_t n);
+// The exact sum of squares of x (runtime/core/exact_sum.hpp), on the device: the words
+// ExactSquareSum::words() would give for x (4 per exponent bin, then the non-finite count), so
+// the caller adds them to its own. Each block bins its squares by exponent in 64-bit integers
+// (integer sums: the same bits in any order, so shared-memory integer atomics are fine), one
+// block then adds the blocks' bins with carries. Waits for the stream (8 KB come back).
+std::vector<std::int64_t> exact_square_sum_words(Context& ctx, const float* x, std::size_t n);
 // dst[c] += sum over rows of src[n, c] (bias gradients), in a fixed order (detail::row_chunks).
 void column_sum_accumulate(Context& ctx, float* dst, const bf16* src, int N, int C);
 // dst[c] += the sum, in chunk order, of partial[k * C + c] over k < chunks: the second pass of

@@ -19,6 +19,68 @@ __global__ void sum_squares_partial_kernel(double* partial, const float* x, std:
   if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
 
+// Exact squares (core/exact_sum.hpp's arithmetic): fp32 exponent fields 0..254 are the bins; a
+// square m² (m the 24-bit significand) is added to its bin's 128-bit integer (lo, hi).
+constexpr int kExpBins = 255;
+constexpr int kExactPerBlock = 2 * kExpBins + 1;  // lo[255], hi[255], non-finite count
+
+__global__ void exact_squares_partial_kernel(unsigned long long* partial, const float* x,
+                                             std::size_t n) {
+  __shared__ unsigned long long lo[kExpBins], hi[kExpBins], nonfinite;
+  for (int b = threadIdx.x; b < kExpBins; b += blockDim.x) {
+    lo[b] = 0;
+    hi[b] = 0;
+  }
+  if (threadIdx.x == 0) nonfinite = 0;
+  __syncthreads();
+  for (std::size_t i = global_index(); i < n; i += global_stride()) {
+    std::uint32_t bits = 0;
+    memcpy(&bits, x + i, sizeof bits);
+    const std::uint32_t e = (bits >> 23) & 0xFFu;
+    if (e == 0xFFu) {
+      atomicAdd(&nonfinite, 1ull);
+      continue;
+    }
+    const unsigned long long m = (bits & 0x7FFFFFu) | (e != 0 ? 0x800000u : 0u);
+    const unsigned long long sq = m * m;
+    const unsigned long long old = atomicAdd(&lo[e], sq);
+    if (old + sq < old) atomicAdd(&hi[e], 1ull);  // the 64-bit word wrapped: carry
+  }
+  __syncthreads();
+  unsigned long long* out = partial + static_cast<std::size_t>(blockIdx.x) * kExactPerBlock;
+  for (int b = threadIdx.x; b < kExpBins; b += blockDim.x) {
+    out[b] = lo[b];
+    out[kExpBins + b] = hi[b];
+  }
+  if (threadIdx.x == 0) out[2 * kExpBins] = nonfinite;
+}
+
+// One thread per bin (and one for the non-finite count): the blocks' 128-bit partials added
+// with carries, written as ExactSquareSum's 32-bit words.
+__global__ void exact_squares_words_kernel(std::int64_t* words, const unsigned long long* partial,
+                                           int blocks) {
+  constexpr unsigned long long kMask = 0xFFFFFFFFull;
+  for (int b = threadIdx.x; b <= kExpBins; b += blockDim.x) {
+    if (b == kExpBins) {
+      unsigned long long count = 0;
+      for (int k = 0; k < blocks; ++k)
+        count += partial[static_cast<std::size_t>(k) * kExactPerBlock + 2 * kExpBins];
+      words[4 * kExpBins] = static_cast<std::int64_t>(count);
+      continue;
+    }
+    unsigned long long lo = 0, hi = 0;
+    for (int k = 0; k < blocks; ++k) {
+      const unsigned long long* p = partial + static_cast<std::size_t>(k) * kExactPerBlock;
+      lo += p[b];
+      hi += p[kExpBins + b] + (lo < p[b] ? 1ull : 0ull);
+    }
+    words[4 * b] = static_cast<std::int64_t>(lo & kMask);
+    words[4 * b + 1] = static_cast<std::int64_t>(lo >> 32);
+    words[4 * b + 2] = static_cast<std::int64_t>(hi & kMask);
+    words[4 * b + 3] = static_cast<std::int64_t>(hi >> 32);
+  }
+}
+
 __global__ void sum_partials_kernel(double* out, const double* partial, int count) {
   double s = 0.0;
   for (int i = threadIdx.x; i < count; i += blockDim.x) s += partial[i];
@@ -108,6 +170,25 @@ double sum_of_squares(Context& ctx, const float* x, std::size_t n) {
       cudaMemcpyAsync(&result, scratch, sizeof(double), cudaMemcpyDeviceToHost, ctx.stream()));
   ctx.synchronize("sum_of_squares");
   return result;
+}
+
+std::vector<std::int64_t> exact_square_sum_words(Context& ctx, const float* x, std::size_t n) {
+  std::vector<std::int64_t> words(4 * kExpBins + 1, 0);
+  if (n == 0) return words;
+  const int blocks = Context::kReduceBlocks;
+  Buffer<unsigned long long> partial(ctx.pool(), static_cast<std::size_t>(blocks) * kExactPerBlock,
+                                     "exact square sum bins");
+  Buffer<std::int64_t> summed(ctx.pool(), words.size(), "exact square sum words");
+  exact_squares_partial_kernel<<<blocks, kThreads, 0, ctx.stream()>>>(partial.data(), x, n);
+  SATURN_CUDA_LAUNCH_CHECK("exact_squares_partial_kernel");
+  exact_squares_words_kernel<<<1, kThreads, 0, ctx.stream()>>>(summed.data(), partial.data(),
+                                                               blocks);
+  SATURN_CUDA_LAUNCH_CHECK("exact_squares_words_kernel");
+  SATURN_CUDA_CHECK(cudaMemcpyAsync(words.data(), summed.data(),
+                                    words.size() * sizeof(std::int64_t), cudaMemcpyDeviceToHost,
+                                    ctx.stream()));
+  ctx.synchronize("exact_square_sum_words");
+  return words;
 }
 
 void column_sum_accumulate(Context& ctx, float* dst, const bf16* src, int N, int C) {
