@@ -171,7 +171,7 @@ void SliceSet::import_into(const std::vector<float*>& segments, const StateSlice
                               fmt::join(e.slice.count, ", ")));
     if (s.data == nullptr) throw Error(fmt::format("import: slice of {} has no data", s.name));
     float* dst = segments.at(static_cast<std::size_t>(e.segment)) + e.offset;
-    if (s.data == dst) continue;              // filled in place
+    if (s.data == dst) continue;  // filled in place
     if (e.rows == 1 || e.stride == e.cols) {  // contiguous on the device: one copy
       device_->upload(dst, s.data, static_cast<std::size_t>(e.rows * e.cols) * sizeof(float));
       continue;
