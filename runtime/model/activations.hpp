@@ -42,6 +42,7 @@ struct TransformerActivations {
     Buffer<float> lnf_mean, lnf_rstd;
     Buffer<Act> logits;    // [N, V]; after head_forward: whatever the loss kernel left there
     Buffer<float> losses;  // [N]
+    Buffer<float> lse;     // [N] each logits row's log-sum-exp, for the backward (CUDA)
     Buffer<float> loss;    // [1] mean over the counted targets
   };
   std::vector<Slot> slots;
@@ -102,6 +103,7 @@ void build_activations(TransformerActivations<B>& a, const ModelConfig& c, const
       alloc(s.lnf_rstd, N, tag);
       alloc(s.logits, N * V, tag);
       alloc(s.losses, N, tag);
+      alloc(s.lse, N, tag);
       alloc(s.loss, 1, tag);
     }
   }

@@ -196,7 +196,8 @@ class Transformer final : public Model {
     B::linear_forward(*ctx_, s.logits.data(), s.lnf.data(), head_w, nullptr, N, C, V, false);
     if (targets == nullptr) return;
     B::copy(*ctx_, s.targets.data(), targets, static_cast<std::size_t>(N));
-    B::crossentropy_forward(*ctx_, s.losses.data(), s.logits.data(), s.targets.data(), N, V);
+    B::crossentropy_forward(*ctx_, s.losses.data(), s.lse.data(), s.logits.data(),
+                            s.targets.data(), N, V);
     B::loss_mean(*ctx_, s.loss.data(), s.losses.data(), s.targets.data(), N);
   }
 
@@ -209,7 +210,8 @@ class Transformer final : public Model {
     const auto& t = layout_.tensors();
     // The logits become their own gradient in place: a second [N, V] buffer would dominate
     // memory for large vocabularies.
-    B::crossentropy_backward(*ctx_, s.logits.data(), s.targets.data(), dloss, N, V);
+    B::crossentropy_backward(*ctx_, s.logits.data(), s.lse.data(), s.targets.data(), dloss, N,
+                             V);
     const Act* dlogits = s.logits.data();
     B::zero(*ctx_, a.dres.data(), NC);
     const Act* x = resid(config_.n_layer);
@@ -401,9 +403,10 @@ class Transformer final : public Model {
       B::linear_forward(c, L.res2.data(), L.atty.data(), p(*w.projw),
                         tp == 1 ? p(*w.projb) : nullptr, N, Cl, C, true);
       row_parallel_done(L.res2.data(), p(*w.projb));
-      B::residual_forward(c, L.res2.data(), L.res2.data(), x, NC);
-      B::layernorm_forward(c, L.ln2.data(), L.ln2_mean.data(), L.ln2_rstd.data(), L.res2.data(),
-                           p(*w.ln2w), p(*w.ln2b), N, C, eps);
+      // res2 += x, then ln2 = layernorm(res2): one pass on CUDA.
+      B::residual_layernorm_forward(c, L.res2.data(), L.ln2.data(), L.ln2_mean.data(),
+                                    L.ln2_rstd.data(), L.res2.data(), x, p(*w.ln2w), p(*w.ln2b),
+                                    N, C, eps);
       // act = GELU(fc), fc = ln2 · Wfc + bfc kept for backward: one GEMM with its epilogue.
       B::linear_gelu_forward(c, L.act.data(), L.fc.data(), L.ln2.data(), p(*w.fcw), p(*w.fcb), N, C,
                              F, true);
@@ -419,9 +422,8 @@ class Transformer final : public Model {
                            T_n_, H, hd);
       B::linear_forward(c, L.res2.data(), L.atty.data(), p(*w.projw), nullptr, N, Cl, C, false);
       row_parallel_done(L.res2.data(), nullptr);
-      B::residual_forward(c, L.res2.data(), L.res2.data(), x, NC);
-      B::rmsnorm_forward(c, L.ln2.data(), L.ln2_rstd.data(), L.res2.data(), p(*w.ln2w), N, C,
-                         eps);
+      B::residual_rmsnorm_forward(c, L.res2.data(), L.ln2.data(), L.ln2_rstd.data(),
+                                  L.res2.data(), x, p(*w.ln2w), N, C, eps);
       B::linear_forward(c, L.fc.data(), L.ln2.data(), p(*w.gatew), nullptr, N, C, F, false);
       B::linear_forward(c, L.up.data(), L.ln2.data(), p(*w.upw), nullptr, N, C, F, false);
       B::swiglu_forward(c, L.act.data(), L.fc.data(), L.up.data(), NF);

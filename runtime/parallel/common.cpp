@@ -246,14 +246,6 @@ bool check_common(Estimate& e, const StrategySpec& spec, int replicas) {
     infeasible(e, fmt::format("degree {} must be >= 1", spec.degree));
     return false;
   }
-  if (spec.train.reproducible && spec.backend != DeviceKind::kCpu) {
-    // The GPU kernels sum parameter gradients with fp32 atomics, whose rounding differs run to
-    // run; a deterministic GPU mode is future work (docs/cuda.md).
-    infeasible(e, fmt::format("reproducible mode (reproducible: true) runs on the CPU backend "
-                              "only; the {} kernels are not deterministic yet",
-                              device_kind_name(spec.backend)));
-    return false;
-  }
   try {
     spec.model.validate();
   } catch (const InputError& err) {

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "runtime/backend/cpu/ops.hpp"
+#include "runtime/core/exact_sum.hpp"
 #include "tests/gpu/gpu_test_util.hpp"
 
 namespace saturn::gpu_test {
@@ -104,6 +105,141 @@ TEST_F(GpuOps, RmsNorm) {
   cuda::rmsnorm_backward(ctx(), d_dinp, d_dw, upload_bf16(dout), dx_in, dw, d_rstd, N, C);
   SATURN_EXPECT_CLOSE(download(d_dinp, NC), dinp, kTolBf16);
   SATURN_EXPECT_CLOSE(download(d_dw, C), dweight, kTolF32);
+}
+
+// The fused residual-add + norm: the same bits as residual_forward followed by the norm's forward
+// (res written, out, statistics), in place as the model program calls it (res aliases a), and
+// close to the CPU's composition. C = 300: not a multiple of the block.
+TEST_F(GpuOps, ResidualNormFused) {
+  const int N = 37, C = 300;
+  const std::size_t NC = static_cast<std::size_t>(N) * C;
+  const Vec a = random_bf16(NC, -2.0f, 2.0f), x = random_bf16(NC, -2.0f, 2.0f);
+  const Vec w = random_bf16(C), bias = random_bf16(C);
+  const bf16* d_x = upload_bf16(x);
+  const bf16* d_w = upload_bf16(w);
+  const bf16* d_bias = upload_bf16(bias);
+  auto bits = [](const Vec& u, const Vec& v) {
+    return u.size() == v.size() && std::memcmp(u.data(), v.data(), u.size() * sizeof(float)) == 0;
+  };
+  Vec res(NC), out(NC), mean(N), rstd(N);
+  cpu::residual_forward(res.data(), a.data(), x.data(), NC);
+  {  // layernorm
+    cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), res.data(), w.data(), bias.data(),
+                           N, C, 1e-5f);
+    bf16* sep_res = poisoned_bf16(NC);
+    bf16* sep_out = poisoned_bf16(NC);
+    float* sep_mean = poisoned_f32(N);
+    float* sep_rstd = poisoned_f32(N);
+    cuda::residual_forward(ctx(), sep_res, upload_bf16(a), d_x, NC);
+    cuda::layernorm_forward(ctx(), sep_out, sep_mean, sep_rstd, sep_res, d_w, d_bias, N, C, 1e-5f);
+    bf16* fused_res = upload_bf16(a);  // in place: res aliases a
+    bf16* fused_out = poisoned_bf16(NC);
+    float* fused_mean = poisoned_f32(N);
+    float* fused_rstd = poisoned_f32(N);
+    cuda::residual_layernorm_forward(ctx(), fused_res, fused_out, fused_mean, fused_rstd, fused_res,
+                                     d_x, d_w, d_bias, N, C, 1e-5f);
+    EXPECT_TRUE(bits(download(fused_res, NC), download(sep_res, NC)));
+    EXPECT_TRUE(bits(download(fused_out, NC), download(sep_out, NC)));
+    EXPECT_TRUE(bits(download(fused_mean, N), download(sep_mean, N)));
+    EXPECT_TRUE(bits(download(fused_rstd, N), download(sep_rstd, N)));
+    SATURN_EXPECT_CLOSE(download(fused_res, NC), res, kTolBf16);
+    SATURN_EXPECT_CLOSE(download(fused_out, NC), out, kTolBf16);
+    SATURN_EXPECT_CLOSE(download(fused_rstd, N), rstd, kTolBf16);
+  }
+  {  // rmsnorm
+    cpu::rmsnorm_forward(out.data(), rstd.data(), res.data(), w.data(), N, C, 1e-5f);
+    bf16* sep_res = poisoned_bf16(NC);
+    bf16* sep_out = poisoned_bf16(NC);
+    float* sep_rstd = poisoned_f32(N);
+    cuda::residual_forward(ctx(), sep_res, upload_bf16(a), d_x, NC);
+    cuda::rmsnorm_forward(ctx(), sep_out, sep_rstd, sep_res, d_w, N, C, 1e-5f);
+    bf16* fused_res = upload_bf16(a);
+    bf16* fused_out = poisoned_bf16(NC);
+    float* fused_rstd = poisoned_f32(N);
+    cuda::residual_rmsnorm_forward(ctx(), fused_res, fused_out, fused_rstd, fused_res, d_x, d_w, N,
+                                   C, 1e-5f);
+    EXPECT_TRUE(bits(download(fused_res, NC), download(sep_res, NC)));
+    EXPECT_TRUE(bits(download(fused_out, NC), download(sep_out, NC)));
+    EXPECT_TRUE(bits(download(fused_rstd, N), download(sep_rstd, N)));
+    SATURN_EXPECT_CLOSE(download(fused_out, NC), out, kTolBf16);
+    SATURN_EXPECT_CLOSE(download(fused_rstd, N), rstd, kTolBf16);
+  }
+}
+
+// The parameter-gradient reductions (no atomics): the same inputs give the same bits again, on
+// the emulator under another shuffled block order at every launch (an atomic sum would differ in
+// its last bits), and the token embedding's gradient equals the CPU's bit for bit (both add a
+// token's rows in position order). Sizes: many row chunks (row_chunks), channels not a multiple
+// of the block, and for the embedding more keys than one sort tile (the global bitonic steps),
+// a vocabulary of 7 so that runs of equal tokens are long, and a count not a power of two.
+TEST_F(GpuOps, ParameterGradientsAreDeterministic) {
+  auto bits_equal = [](const Vec& a, const Vec& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  };
+  {
+    const int B = 5, T = 1001, C = 72, V = 7;
+    const std::size_t N = static_cast<std::size_t>(B) * T;
+    const auto tokens = random_ints(N, 0, V);
+    const Vec dout = random_bf16(N * C);
+    const Vec start = random(static_cast<std::size_t>(V) * C);
+    const bf16* d_dout = upload_bf16(dout);
+    const std::int32_t* d_tok = upload_i32(tokens);
+    Vec want = start;
+    cpu::embedding_backward(want.data(), nullptr, dout.data(), tokens.data(), B, T, C);
+    Vec first;
+    for (int run = 0; run < 2; ++run) {
+      float* d_dwte = upload_f32(start);
+      cuda::embedding_backward(ctx(), d_dwte, nullptr, d_dout, d_tok, B, T, C);
+      const Vec got = download(d_dwte, start.size());
+      EXPECT_TRUE(bits_equal(got, want))
+          << "embedding gradient differs from the CPU's, run " << run;
+      if (run == 0) first = got;
+      EXPECT_TRUE(bits_equal(got, first)) << "embedding gradient not repeatable";
+    }
+  }
+  const int N = 1100, C = 300;  // 9 chunks of 128 rows
+  const std::size_t NC = static_cast<std::size_t>(N) * C;
+  const Vec x = random_bf16(NC, -2.0f, 3.0f), w = random_bf16(C), dout = random_bf16(NC);
+  Vec mean(N), rstd(N), out(NC), rms_rstd(N);
+  cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), nullptr, N, C,
+                         1e-5f);
+  cpu::rmsnorm_forward(out.data(), rms_rstd.data(), x.data(), w.data(), N, C, 1e-5f);
+  const bf16* d_x = upload_bf16(x);
+  const bf16* d_w = upload_bf16(w);
+  const bf16* d_dout = upload_bf16(dout);
+  const float* d_mean = upload_f32(mean);
+  const float* d_rstd = upload_f32(rstd);
+  const float* d_rms_rstd = upload_f32(rms_rstd);
+  const Vec start_w = random(C), start_b = random(C);
+  Vec want_w = start_w, want_b = start_b, want_rms = start_w, want_col = start_b;
+  cpu::layernorm_backward(nullptr, want_w.data(), want_b.data(), dout.data(), x.data(), w.data(),
+                          mean.data(), rstd.data(), N, C);
+  cpu::rmsnorm_backward(nullptr, want_rms.data(), dout.data(), x.data(), w.data(), rms_rstd.data(),
+                        N, C);
+  for (std::size_t n = 0; n < static_cast<std::size_t>(N); ++n)
+    for (std::size_t c = 0; c < static_cast<std::size_t>(C); ++c) want_col[c] += dout[n * C + c];
+  Vec first[4];
+  for (int run = 0; run < 2; ++run) {
+    float* d_dw = upload_f32(start_w);
+    float* d_db = upload_f32(start_b);
+    float* d_rms = upload_f32(start_w);
+    float* d_col = upload_f32(start_b);
+    cuda::layernorm_backward(ctx(), nullptr, d_dw, d_db, d_dout, d_x, d_w, d_mean, d_rstd, N, C);
+    cuda::rmsnorm_backward(ctx(), nullptr, d_rms, d_dout, d_x, d_w, d_rms_rstd, N, C);
+    cuda::column_sum_accumulate(ctx(), d_col, d_dout, N, C);
+    const Vec got[4] = {download(d_dw, C), download(d_db, C), download(d_rms, C),
+                        download(d_col, C)};
+    SATURN_EXPECT_CLOSE(got[0], want_w, kTolF32);
+    SATURN_EXPECT_CLOSE(got[1], want_b, kTolF32);
+    SATURN_EXPECT_CLOSE(got[2], want_rms, kTolF32);
+    SATURN_EXPECT_CLOSE(got[3], want_col, kTolF32);
+    for (int i = 0; i < 4; ++i) {
+      if (run == 0) first[i] = got[i];
+      EXPECT_TRUE(bits_equal(got[i], first[i]))
+          << "reduction " << i << " (layernorm dweight, dbias, rmsnorm dweight, column sum) is "
+          << "not repeatable";
+    }
+  }
 }
 
 TEST_F(GpuOps, LinearBothLayoutsWithAndWithoutBias) {
@@ -523,78 +659,157 @@ TEST_F(GpuOps, AttentionIsCausal) {
   EXPECT_TRUE(last_changed);
 }
 
+// The elementwise kernels take 128-bit accesses when every pointer is 16-byte aligned and one
+// element at a time otherwise: each op runs at element offset 0 (aligned, vector path with a
+// tail: n is odd), 8 (16-byte aligned inside a buffer) and 1 (2-byte aligned: scalar path), and
+// with one operand offset alone (3: mixed alignment, scalar path); every result must match the
+// CPU, and the vector and scalar paths must give the same bits.
 TEST_F(GpuOps, Elementwise) {
   const std::size_t n = 100003;
   const Vec x = random_bf16(n, -4.0f, 4.0f), y = random_bf16(n, -3.0f, 3.0f);
   const Vec dout = random_bf16(n);
-  const bf16* d_x = upload_bf16(x);
-  const bf16* d_y = upload_bf16(y);
-  const bf16* d_dout = upload_bf16(dout);
-  {  // GELU
-    Vec out(n);
-    cpu::gelu_forward(out.data(), x.data(), n);
-    bf16* d_out = poisoned_bf16(n);
-    cuda::gelu_forward(ctx(), d_out, d_x, n);
-    SATURN_EXPECT_CLOSE(download(d_out, n), out, kTolBf16);
-    Vec dinp = random_bf16(n);
-    bf16* d_dinp = upload_bf16(dinp);
-    cpu::gelu_backward(dinp.data(), x.data(), dout.data(), n);
-    cuda::gelu_backward(ctx(), d_dinp, d_x, d_dout, n);
-    SATURN_EXPECT_CLOSE(download(d_dinp, n), dinp, kTolBf16);
+  const Vec dx0 = random_bf16(n), dy0 = random_bf16(n);
+  // Device copies of v starting `off` elements into a buffer.
+  auto at = [&](const Vec& v, std::size_t off) {
+    Vec padded(off, 0.0f);
+    padded.insert(padded.end(), v.begin(), v.end());
+    return upload_bf16(padded) + off;
+  };
+  auto poisoned_at = [&](std::size_t off) { return poisoned_bf16(n + off) + off; };
+  Vec want[8];
+  want[0].assign(n, 0.0f);
+  cpu::gelu_forward(want[0].data(), x.data(), n);
+  want[1] = dx0;
+  cpu::gelu_backward(want[1].data(), x.data(), dout.data(), n);
+  want[2].assign(n, 0.0f);
+  cpu::swiglu_forward(want[2].data(), x.data(), y.data(), n);
+  want[3] = dx0;
+  want[4] = dy0;
+  cpu::swiglu_backward(want[3].data(), want[4].data(), dout.data(), x.data(), y.data(), n);
+  want[5].assign(n, 0.0f);
+  cpu::residual_forward(want[5].data(), x.data(), y.data(), n);
+  want[6] = dx0;
+  want[7] = dy0;
+  cpu::residual_backward(want[6].data(), want[7].data(), dout.data(), n);
+  const char* names[8] = {"gelu forward", "gelu backward",    "swiglu forward", "swiglu dgate",
+                          "swiglu dup",   "residual forward", "residual da",    "residual db"};
+  Vec first[8];
+  // {offset of the inputs, offset of the outputs}
+  const std::pair<std::size_t, std::size_t> offsets[] = {{0, 0}, {8, 8}, {1, 1}, {3, 0}};
+  for (const auto& [in_off, out_off] : offsets) {
+    SCOPED_TRACE(::testing::Message()
+                 << "input offset " << in_off << ", output offset " << out_off);
+    const bf16* d_x = at(x, in_off);
+    const bf16* d_y = at(y, in_off);
+    const bf16* d_dout = at(dout, in_off);
+    Vec got[8];
+    bf16* o = poisoned_at(out_off);
+    cuda::gelu_forward(ctx(), o, d_x, n);
+    got[0] = download(o, n);
+    bf16* dxa = at(dx0, out_off);
+    cuda::gelu_backward(ctx(), dxa, d_x, d_dout, n);
+    got[1] = download(dxa, n);
+    o = poisoned_at(out_off);
+    cuda::swiglu_forward(ctx(), o, d_x, d_y, n);
+    got[2] = download(o, n);
+    bf16* dg = at(dx0, out_off);
+    bf16* du = at(dy0, out_off);
+    cuda::swiglu_backward(ctx(), dg, du, d_dout, d_x, d_y, n);
+    got[3] = download(dg, n);
+    got[4] = download(du, n);
+    o = poisoned_at(out_off);
+    cuda::residual_forward(ctx(), o, d_x, d_y, n);
+    got[5] = download(o, n);
+    bf16* da = at(dx0, out_off);
+    bf16* db = at(dy0, out_off);
+    cuda::residual_backward(ctx(), da, db, d_dout, n);
+    got[6] = download(da, n);
+    got[7] = download(db, n);
+    for (int k = 0; k < 8; ++k) {
+      SCOPED_TRACE(names[k]);
+      SATURN_EXPECT_CLOSE(got[k], want[k], kTolBf16);
+      if (in_off == 0 && out_off == 0) first[k] = got[k];
+      EXPECT_EQ(std::memcmp(got[k].data(), first[k].data(), n * sizeof(float)), 0)
+          << "the vector and scalar paths differ";
+    }
   }
-  {  // SwiGLU
-    Vec out(n);
-    cpu::swiglu_forward(out.data(), x.data(), y.data(), n);
-    bf16* d_out = poisoned_bf16(n);
-    cuda::swiglu_forward(ctx(), d_out, d_x, d_y, n);
-    SATURN_EXPECT_CLOSE(download(d_out, n), out, kTolBf16);
-    Vec dg = random_bf16(n), du = random_bf16(n);
-    bf16* d_dg = upload_bf16(dg);
-    bf16* d_du = upload_bf16(du);
-    cpu::swiglu_backward(dg.data(), du.data(), dout.data(), x.data(), y.data(), n);
-    cuda::swiglu_backward(ctx(), d_dg, d_du, d_dout, d_x, d_y, n);
-    SATURN_EXPECT_CLOSE(download(d_dg, n), dg, kTolBf16);
-    SATURN_EXPECT_CLOSE(download(d_du, n), du, kTolBf16);
-  }
-  {  // residual
-    Vec out(n);
-    cpu::residual_forward(out.data(), x.data(), y.data(), n);
-    bf16* d_out = poisoned_bf16(n);
-    cuda::residual_forward(ctx(), d_out, d_x, d_y, n);
-    SATURN_EXPECT_CLOSE(download(d_out, n), out, kTolBf16);
-    Vec da = random_bf16(n), db = random_bf16(n);
-    bf16* d_da = upload_bf16(da);
-    bf16* d_db = upload_bf16(db);
-    cpu::residual_backward(da.data(), db.data(), dout.data(), n);
-    cuda::residual_backward(ctx(), d_da, d_db, d_dout, n);
-    SATURN_EXPECT_CLOSE(download(d_da, n), da, kTolBf16);
-    SATURN_EXPECT_CLOSE(download(d_db, n), db, kTolBf16);
+  {  // in place, as the model program calls it (out aliases a)
+    bf16* acc = at(x, 0);
+    cuda::residual_forward(ctx(), acc, acc, at(y, 0), n);
+    EXPECT_EQ(std::memcmp(download(acc, n).data(), first[5].data(), n * sizeof(float)), 0);
   }
 }
 
-TEST_F(GpuOps, CrossEntropyFused) {
-  const int N = 41, V = 50257;  // GPT-2's vocabulary: not a multiple of anything useful
-  const Vec logits = random_bf16(static_cast<std::size_t>(N) * V, -6.0f, 6.0f);
-  auto targets = random_ints(static_cast<std::size_t>(N), 0, V);
-  targets[3] = -1;  // ignored position
-  Vec losses(N), probs(logits.size());
-  cpu::softmax_crossentropy_forward(losses.data(), probs.data(), logits.data(), targets.data(), N,
-                                    V);
-  const std::int32_t* d_t = upload_i32(targets);
-  bf16* d_logits = upload_bf16(logits);
-  float* d_losses = poisoned_f32(N);
-  cuda::crossentropy_forward(ctx(), d_losses, d_logits, d_t, N, V);
-  SATURN_EXPECT_CLOSE(download(d_losses, N), losses, 1e-4);
-  // The forward must leave the logits alone.
-  SATURN_EXPECT_CLOSE(download(d_logits, logits.size()), logits, 1e-7);
+// The strategies' vector ops (vector.cu) and conversions, on both paths (offset 0: 128-bit
+// accesses with a tail; offset 1: one element at a time), against host arithmetic, exactly.
+TEST_F(GpuOps, VectorOpsBothPaths) {
+  const std::size_t n = 1001;
+  const Vec a = random(n), b = random(n);
+  for (std::size_t off : {std::size_t{0}, std::size_t{1}}) {
+    SCOPED_TRACE(::testing::Message() << "offset " << off);
+    float* fa = alloc<float>(n + off) + off;
+    float* fb = alloc<float>(n + off) + off;
+    double* da = alloc<double>(n + off) + off;
+    double* db = alloc<double>(n + off) + off;
+    SATURN_CUDA_CHECK(cudaMemcpy(fa, a.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    SATURN_CUDA_CHECK(cudaMemcpy(fb, b.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    cuda::add(ctx(), fa, fb, n);  // fa = a + b
+    Vec got = download(fa, n);
+    for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], a[i] + b[i]) << i;
+    cuda::widen(ctx(), da, fb, n);       // da = b
+    cuda::widen(ctx(), db, fa, n);       // db = a + b
+    cuda::add(ctx(), da, db, n);         // da = b + (a + b), in fp64
+    cuda::accumulate(ctx(), da, fb, n);  // da += b; fb = 0
+    EXPECT_EQ(first_non_finite(download(fb, n)), -1);
+    got = download(fb, n);
+    for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], 0.0f) << i;
+    cuda::round_into(ctx(), fa, da, n);  // fa = fp32(da); da = 0
+    got = download(fa, n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const double want =
+          static_cast<double>(b[i]) + static_cast<double>(a[i] + b[i]) + static_cast<double>(b[i]);
+      ASSERT_EQ(got[i], static_cast<float>(want)) << i;
+    }
+    std::vector<double> zeros(n);
+    SATURN_CUDA_CHECK(cudaMemcpy(zeros.data(), da, n * sizeof(double), cudaMemcpyDeviceToHost));
+    for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(zeros[i], 0.0) << i;
+  }
+}
 
-  const float dloss = 1.0f / 37.0f;
-  Vec dlogits(logits.size(), 0.0f);
-  cpu::softmax_crossentropy_backward(dlogits.data(), probs.data(), targets.data(), dloss, N, V);
-  float* d_losses2 = poisoned_f32(N);
-  cuda::crossentropy_backward(ctx(), d_logits, d_losses2, d_t, dloss, N, V);
-  SATURN_EXPECT_CLOSE(download(d_losses2, N), losses, 1e-4);
-  SATURN_EXPECT_CLOSE(download(d_logits, logits.size()), dlogits, kTolBf16);
+// The classifier: V = 50257 (GPT-2's vocabulary, odd: one element at a time) and 50304 (a multiple
+// of 8: 8 logits per 128-bit access); the forward saving each row's log-sum-exp and the backward
+// using it (one pass over the logits), and the backward computing its own statistics.
+TEST_F(GpuOps, CrossEntropyFused) {
+  const int N = 41;
+  for (const int V : {50257, 50304}) {
+    SCOPED_TRACE(::testing::Message() << "V " << V);
+    const Vec logits = random_bf16(static_cast<std::size_t>(N) * V, -6.0f, 6.0f);
+    auto targets = random_ints(static_cast<std::size_t>(N), 0, V);
+    targets[3] = -1;     // ignored position
+    targets[5] = V - 1;  // the last column (the vector path's last vector)
+    Vec losses(N), probs(logits.size());
+    cpu::softmax_crossentropy_forward(losses.data(), probs.data(), logits.data(), targets.data(), N,
+                                      V);
+    const float dloss = 1.0f / 37.0f;
+    Vec dlogits(logits.size(), 0.0f);
+    cpu::softmax_crossentropy_backward(dlogits.data(), probs.data(), targets.data(), dloss, N, V);
+    const std::int32_t* d_t = upload_i32(targets);
+    for (const bool saved : {true, false}) {
+      SCOPED_TRACE(saved ? "backward with the forward's log-sum-exp"
+                         : "backward computing its statistics");
+      bf16* d_logits = upload_bf16(logits);
+      float* d_losses = poisoned_f32(N);
+      float* d_lse = saved ? poisoned_f32(N) : nullptr;
+      cuda::crossentropy_forward(ctx(), d_losses, d_logits, d_t, N, V, d_lse);
+      SATURN_EXPECT_CLOSE(download(d_losses, N), losses, 1e-4);
+      // The forward must leave the logits alone.
+      SATURN_EXPECT_CLOSE(download(d_logits, logits.size()), logits, 1e-7);
+      float* d_losses2 = poisoned_f32(N);
+      cuda::crossentropy_backward(ctx(), d_logits, d_losses2, d_t, dloss, N, V, d_lse);
+      SATURN_EXPECT_CLOSE(download(d_losses2, N), losses, 1e-4);
+      SATURN_EXPECT_CLOSE(download(d_logits, logits.size()), dlogits, kTolBf16);
+    }
+  }
 }
 
 TEST_F(GpuOps, AdamWMatchesCpu) {
@@ -635,17 +850,59 @@ TEST_F(GpuOps, SumOfSquaresIsExactAndRepeatable) {
   EXPECT_EQ(cuda::sum_of_squares(ctx(), d, 0), 0.0);
 }
 
+// The exact sum of squares on the device equals the host's ExactSquareSum word for word: values
+// over the whole exponent range, zeros, subnormals, an infinity, and 300000 squares in one bin
+// whose 64-bit word wraps many times (the carries).
+TEST_F(GpuOps, ExactSquareSumMatchesTheHost) {
+  const std::size_t n = 300001;
+  Vec x = random(n, -1.0f, 1.0f);
+  std::uniform_int_distribution<int> exp(-140, 120);
+  for (std::size_t i = 0; i < n; i += 3) x[i] = std::ldexp(x[i], exp(rng_));
+  x[7] = 0.0f;
+  x[11] = -0.0f;
+  x[13] = 1e-44f;  // subnormal
+  {
+    ExactSquareSum want;
+    want.add(x.data(), n);
+    EXPECT_EQ(cuda::exact_square_sum_words(ctx(), upload_f32(x), n), want.words());
+  }
+  Vec same(n, std::nextafter(2.0f, 0.0f));  // significand 2^24 - 1: m^2 close to 2^48
+  {
+    ExactSquareSum want;
+    want.add(same.data(), n);
+    EXPECT_EQ(cuda::exact_square_sum_words(ctx(), upload_f32(same), n), want.words());
+  }
+  x[17] = INFINITY;
+  ExactSquareSum want;
+  want.add(x.data(), n);
+  EXPECT_EQ(cuda::exact_square_sum_words(ctx(), upload_f32(x), n), want.words());
+  EXPECT_EQ(cuda::exact_square_sum_words(ctx(), upload_f32(x), 0), ExactSquareSum().words());
+}
+
+// Conversions and fills on both paths: offset 0 (128-bit accesses, n odd: a tail) and offset 1
+// (unaligned: one element at a time).
 TEST_F(GpuOps, ConvertAndFill) {
-  const std::size_t n = 5000;
+  const std::size_t n = 5001;
   const Vec x = random(n, -100.0f, 100.0f);
-  const float* d = upload_f32(x);
-  bf16* b = poisoned_bf16(n);
-  cuda::convert(ctx(), b, d, n);
-  float* back = poisoned_f32(n);
-  cuda::convert(ctx(), back, b, n);
-  const Vec got = download(back, n);
-  for (std::size_t i = 0; i < n; ++i)
-    ASSERT_EQ(got[i], __bfloat162float(__float2bfloat16(x[i]))) << i;
+  for (std::size_t off : {std::size_t{0}, std::size_t{1}}) {
+    SCOPED_TRACE(::testing::Message() << "offset " << off);
+    float* d = alloc<float>(n + off) + off;
+    SATURN_CUDA_CHECK(cudaMemcpy(d, x.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    bf16* b = poisoned_bf16(n + off) + off;
+    cuda::convert(ctx(), b, d, n);
+    float* back = poisoned_f32(n + off) + off;
+    cuda::convert(ctx(), back, b, n);
+    const Vec got = download(back, n);
+    for (std::size_t i = 0; i < n; ++i)
+      ASSERT_EQ(got[i], __bfloat162float(__float2bfloat16(x[i]))) << i;
+    cuda::fill(ctx(), b, 2.5f, n);
+    cuda::fill(ctx(), back, -1.25f, n);
+    const Vec filled_b = download(b, n), filled_f = download(back, n);
+    for (std::size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(filled_b[i], 2.5f) << i;
+      ASSERT_EQ(filled_f[i], -1.25f) << i;
+    }
+  }
 }
 
 // ---- the caching allocator and the accounting ------------------------------------------------

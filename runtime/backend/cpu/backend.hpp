@@ -66,6 +66,15 @@ struct Backend {
                                 const float* w, const float* b, int N, int C, float eps) {
     cpu::layernorm_forward(out, mean, rstd, inp, w, b, N, C, eps);
   }
+  // res = a + x, then out = layernorm(res): the two ops one after the other (the CPU's numerics
+  // are those of the separate ops; the CUDA backend fuses them).
+  static void residual_layernorm_forward(Context&, float* res, float* out, float* mean,
+                                         float* rstd, const float* a, const float* x,
+                                         const float* w, const float* bias, int N, int C,
+                                         float eps) {
+    cpu::residual_forward(res, a, x, static_cast<std::size_t>(N) * static_cast<std::size_t>(C));
+    cpu::layernorm_forward(out, mean, rstd, res, w, bias, N, C, eps);
+  }
   static void layernorm_backward(Context&, float* dinp, float* dw, float* db, const float* dout,
                                  const float* inp, const float* w, const float* mean,
                                  const float* rstd, int N, int C) {
@@ -74,6 +83,12 @@ struct Backend {
   static void rmsnorm_forward(Context&, float* out, float* rstd, const float* inp, const float* w,
                               int N, int C, float eps) {
     cpu::rmsnorm_forward(out, rstd, inp, w, N, C, eps);
+  }
+  static void residual_rmsnorm_forward(Context&, float* res, float* out, float* rstd,
+                                       const float* a, const float* x, const float* w, int N,
+                                       int C, float eps) {
+    cpu::residual_forward(res, a, x, static_cast<std::size_t>(N) * static_cast<std::size_t>(C));
+    cpu::rmsnorm_forward(out, rstd, res, w, N, C, eps);
   }
   static void rmsnorm_backward(Context&, float* dinp, float* dw, const float* dout,
                                const float* inp, const float* w, const float* rstd, int N, int C) {
@@ -152,14 +167,15 @@ struct Backend {
                                std::size_t n) {
     cpu::residual_forward(out, a, b, n);
   }
-  // Turns the logits into softmax probabilities in place and writes each row's loss.
-  static void crossentropy_forward(Context&, float* losses, float* logits,
+  // Turns the logits into softmax probabilities in place and writes each row's loss. `lse`
+  // (the CUDA backend's saved log-sum-exp) is not needed here: the probabilities are kept.
+  static void crossentropy_forward(Context&, float* losses, float* /*lse*/, float* logits,
                                    const std::int32_t* targets, int N, int V) {
     cpu::softmax_crossentropy_forward(losses, logits, logits, targets, N, V);
   }
   // The probabilities crossentropy_forward left become dloss * (p - onehot(target)).
-  static void crossentropy_backward(Context&, float* probs, const std::int32_t* targets,
-                                    float dloss, int N, int V) {
+  static void crossentropy_backward(Context&, float* probs, const float* /*lse*/,
+                                    const std::int32_t* targets, float dloss, int N, int V) {
     cpu::softmax_crossentropy_backward_inplace(probs, targets, dloss, N, V);
   }
   static void loss_mean(Context&, float* out, const float* losses, const std::int32_t* targets,

@@ -76,6 +76,13 @@ struct Backend : BackendTypes {
                                 const Weight* w, const Weight* bias, int N, int C, float eps) {
     cuda::layernorm_forward(ctx, b(out), mean, rstd, b(inp), b(w), b(bias), N, C, eps);
   }
+  // res = a + x, then out = layernorm(res): one fused kernel (res is not read back).
+  static void residual_layernorm_forward(Context& ctx, Act* res, Act* out, float* mean,
+                                         float* rstd, const Act* a, const Act* x, const Weight* w,
+                                         const Weight* bias, int N, int C, float eps) {
+    cuda::residual_layernorm_forward(ctx, b(res), b(out), mean, rstd, b(a), b(x), b(w), b(bias),
+                                     N, C, eps);
+  }
   static void layernorm_backward(Context& ctx, Act* dinp, float* dw, float* db, const Act* dout,
                                  const Act* inp, const Weight* w, const float* mean,
                                  const float* rstd, int N, int C) {
@@ -84,6 +91,11 @@ struct Backend : BackendTypes {
   static void rmsnorm_forward(Context& ctx, Act* out, float* rstd, const Act* inp,
                               const Weight* w, int N, int C, float eps) {
     cuda::rmsnorm_forward(ctx, b(out), rstd, b(inp), b(w), N, C, eps);
+  }
+  static void residual_rmsnorm_forward(Context& ctx, Act* res, Act* out, float* rstd,
+                                       const Act* a, const Act* x, const Weight* w, int N, int C,
+                                       float eps) {
+    cuda::residual_rmsnorm_forward(ctx, b(res), b(out), rstd, b(a), b(x), b(w), N, C, eps);
   }
   static void rmsnorm_backward(Context& ctx, Act* dinp, float* dw, const Act* dout,
                                const Act* inp, const Weight* w, const float* rstd, int N, int C) {
@@ -158,14 +170,16 @@ struct Backend : BackendTypes {
                                std::size_t n) {
     cuda::residual_forward(ctx, b(out), b(a), b(x), n);
   }
-  // The logits stay as they are (the backward recomputes the softmax from them).
-  static void crossentropy_forward(Context& ctx, float* losses, Act* logits,
+  // The logits stay as they are; lse [N] keeps each row's log-sum-exp, so that the backward
+  // reads the logits once more (to write their gradient) and never recomputes the statistics.
+  static void crossentropy_forward(Context& ctx, float* losses, float* lse, Act* logits,
                                    const std::int32_t* targets, int N, int V) {
-    cuda::crossentropy_forward(ctx, losses, b(logits), targets, N, V);
+    cuda::crossentropy_forward(ctx, losses, b(logits), targets, N, V, lse);
   }
-  static void crossentropy_backward(Context& ctx, Act* logits, const std::int32_t* targets,
-                                    float dloss, int N, int V) {
-    cuda::crossentropy_backward(ctx, b(logits), nullptr, targets, dloss, N, V);
+  // lse: what crossentropy_forward saved for these logits.
+  static void crossentropy_backward(Context& ctx, Act* logits, const float* lse,
+                                    const std::int32_t* targets, float dloss, int N, int V) {
+    cuda::crossentropy_backward(ctx, b(logits), nullptr, targets, dloss, N, V, lse);
   }
   static void loss_mean(Context& ctx, float* out, const float* losses,
                         const std::int32_t* targets, int N) {

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "runtime/backend/cuda/check.hpp"
 
@@ -70,6 +71,65 @@ inline unsigned grid_for(std::size_t n, int threads = kThreads) {
   const std::size_t blocks = (n + static_cast<std::size_t>(threads) - 1) / threads;
   constexpr std::size_t kMaxBlocks = 65536;  // grid-stride loops cover the rest
   return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > kMaxBlocks ? kMaxBlocks : blocks));
+}
+
+// 128-bit accesses for the elementwise kernels: one load or store moves 8 bf16, 4 fp32 or 2 fp64
+// (16 bytes, the widest a thread can issue). A kernel takes the vector path only when every
+// pointer it touches is 16-byte aligned (the host checks, aligned16) and handles the n % width
+// elements past the last whole vector one by one; unaligned pointers take the scalar path for
+// all n. The copy through memcpy is what the compiler turns into one 128-bit access, without
+// reading one type through another.
+template <typename T>
+struct alignas(16) Vec128 {
+  static constexpr int kWidth = static_cast<int>(16 / sizeof(T));
+  T v[kWidth];
+};
+template <typename T>
+__device__ __forceinline__ Vec128<T> load128(const T* p) {
+  const int4 bits = *reinterpret_cast<const int4*>(p);
+  Vec128<T> r;
+  memcpy(static_cast<void*>(&r), &bits, sizeof(bits));
+  return r;
+}
+template <typename T>
+__device__ __forceinline__ void store128(T* p, const Vec128<T>& x) {
+  int4 bits;
+  memcpy(&bits, static_cast<const void*>(&x), sizeof(bits));
+  *reinterpret_cast<int4*>(p) = bits;
+}
+// Null pointers (optional outputs) count as aligned.
+inline bool aligned16(const void* p) {
+  return reinterpret_cast<std::uintptr_t>(p) % 16 == 0;
+}
+template <typename... P>
+inline bool all_aligned16(const P*... p) {
+  return (aligned16(p) && ...);
+}
+constexpr int kBf16Width = Vec128<__nv_bfloat16>::kWidth;  // 8
+constexpr int kF32Width = Vec128<float>::kWidth;           // 4
+
+// Blocks for an elementwise kernel over n elements, `width` per thread on the vector path.
+inline unsigned grid_for_vectors(std::size_t n, bool vec, int width) {
+  return grid_for(vec ? n / static_cast<std::size_t>(width) + static_cast<std::size_t>(width) : n);
+}
+
+// Deterministic column sums over rows (parameter gradients of the norms, bias gradients): no
+// atomics. A first kernel gives each chunk of `rows` consecutive rows one partial sum per column,
+// written to partial[chunk * C + c]; add_column_partials (reduce.cu) then adds the chunks' partials
+// in chunk order. The chunking depends on the row count alone (at most kMaxRowChunks chunks, at
+// least 128 rows each), so a sum has the same order, and the same bits, every run and wherever
+// the same rows are processed.
+struct RowChunks {
+  int rows = 0;   // rows per chunk
+  int count = 0;  // chunks
+};
+inline RowChunks row_chunks(int N) {
+  constexpr int kMinRows = 128, kMaxRowChunks = 64;
+  RowChunks r;
+  r.rows = (N + kMaxRowChunks - 1) / kMaxRowChunks;
+  if (r.rows < kMinRows) r.rows = kMinRows;
+  r.count = (N + r.rows - 1) / r.rows;
+  return r;
 }
 
 // Loop index helpers for grid-stride loops over size_t ranges.

@@ -210,15 +210,12 @@ double CudaDevice::sum_of_squares(const float* x, std::size_t n) {
 }
 
 void CudaDevice::add_exact_squares(ExactSquareSum& into, const float* x, std::size_t n) {
-  // The exact (integer-binned) sum is host arithmetic: reproducible mode, which needs it, runs
-  // on the CPU backend; here it serves tests and tools, in slices to bound host memory.
-  constexpr std::size_t kSlice = std::size_t{1} << 22;
-  std::vector<float> host(std::min(n, kSlice));
-  for (std::size_t i = 0; i < n; i += kSlice) {
-    const std::size_t len = std::min(kSlice, n - i);
-    download(host.data(), x + i, len * sizeof(float));
-    into.add(host.data(), len);
-  }
+  // Binned on the device (reduce.cu); the words of two exact sums add elementwise (no
+  // overflow: each is below 2^33) and from_summed_words propagates the carries.
+  std::vector<std::int64_t> w = into.words();
+  const std::vector<std::int64_t> part = cuda::exact_square_sum_words(*ctx_, x, n);
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] += part[i];
+  into.from_summed_words(w);
 }
 
 void CudaDevice::add(float* dst, const float* src, std::size_t n) {

@@ -19,13 +19,87 @@ __global__ void embedding_forward_kernel(bf16* out, const std::int32_t* tokens, 
   }
 }
 
-// Tokens repeat, so rows of dwte collide: fp32 atomics.
+// The token embedding's gradient without atomics. Tokens repeat, so rows of dwte collide; the
+// rows are grouped by token through a sort of the keys (token << 32 | position), which are
+// unique, so the sorted order is unique too: then one block per run of equal tokens adds that
+// token's rows of dout in position order, as the CPU does (cpu::embedding_backward), so the
+// result does not depend on how blocks are scheduled. The sort is bitonic over the keys padded
+// to a power of two: steps whose partners lie within a tile of kSortTile keys run in shared
+// memory, one launch for a run of them; larger strides take one launch per step.
+constexpr int kSortTile = 2048;
+constexpr std::uint64_t kPadKey = ~std::uint64_t{0};  // sorts after every real key
+
+__global__ void embedding_sort_keys_kernel(std::uint64_t* keys, const std::int32_t* tokens,
+                                           std::size_t N, std::size_t padded) {
+  for (std::size_t i = global_index(); i < padded; i += global_stride())
+    keys[i] = i < N ? (static_cast<std::uint64_t>(static_cast<std::uint32_t>(tokens[i])) << 32) | i
+                    : kPadKey;
+}
+
+// The compare-exchange of keys i and i ^ j (i the lower) in stage k of a bitonic sort:
+// ascending where bit k of i is clear.
+__device__ __forceinline__ void bitonic_exchange(std::uint64_t& lo, std::uint64_t& hi,
+                                                 std::size_t i, std::size_t k) {
+  const bool ascending = (i & k) == 0;
+  if ((lo > hi) == ascending) {
+    const std::uint64_t t = lo;
+    lo = hi;
+    hi = t;
+  }
+}
+
+// Stages k_first..k_last (powers of two), each with its strides from min(k / 2, tile / 2) down
+// to 1, on one tile of `tile` keys per block (tile <= kSortTile).
+__global__ void bitonic_tile_kernel(std::uint64_t* keys, std::size_t tile, std::size_t k_first,
+                                    std::size_t k_last) {
+  __shared__ std::uint64_t s[kSortTile];
+  const std::size_t base = static_cast<std::size_t>(blockIdx.x) * tile;
+  for (std::size_t i = threadIdx.x; i < tile; i += blockDim.x) s[i] = keys[base + i];
+  __syncthreads();
+  for (std::size_t k = k_first; k <= k_last; k <<= 1) {
+    for (std::size_t j = (k / 2 < tile / 2 ? k / 2 : tile / 2); j > 0; j >>= 1) {
+      for (std::size_t i = threadIdx.x; i < tile; i += blockDim.x) {
+        const std::size_t l = i ^ j;
+        if (l > i) bitonic_exchange(s[i], s[l], base + i, k);
+      }
+      __syncthreads();
+    }
+  }
+  for (std::size_t i = threadIdx.x; i < tile; i += blockDim.x) keys[base + i] = s[i];
+}
+
+// One step (stage k, stride j >= the tile) over all keys in global memory.
+__global__ void bitonic_step_kernel(std::uint64_t* keys, std::size_t padded, std::size_t k,
+                                    std::size_t j) {
+  for (std::size_t i = global_index(); i < padded; i += global_stride()) {
+    const std::size_t l = i ^ j;
+    if (l > i) {
+      std::uint64_t lo = keys[i], hi = keys[l];
+      bitonic_exchange(lo, hi, i, k);
+      keys[i] = lo;
+      keys[l] = hi;
+    }
+  }
+}
+
+// One block per sorted key; the block at the start of a run of equal tokens adds the run's rows
+// of dout (in position order, the keys' order within the run) to the token's row of dwte.
 __global__ void embedding_backward_wte_kernel(float* dwte, const bf16* dout,
-                                              const std::int32_t* tokens, int C) {
-  const std::size_t n = blockIdx.x;
-  const std::size_t tok = static_cast<std::size_t>(tokens[n]);
-  for (int c = threadIdx.x; c < C; c += blockDim.x)
-    atomicAdd(&dwte[tok * C + c], to_f(dout[n * C + c]));
+                                              const std::uint64_t* keys, std::size_t N, int C) {
+  const std::size_t first = blockIdx.x;
+  const std::uint64_t tok = keys[first] >> 32;
+  if (first > 0 && (keys[first - 1] >> 32) == tok) return;  // not the start of a run
+  std::size_t end = first + 1;
+  while (end < N && (keys[end] >> 32) == tok) ++end;
+  float* d = dwte + tok * C;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    float s = d[c];
+    for (std::size_t m = first; m < end; ++m) {
+      const std::size_t n = keys[m] & 0xffffffffu;
+      s += to_f(dout[n * C + c]);
+    }
+    d[c] = s;
+  }
 }
 
 // One thread per (t, c): sums over the batch in order, no atomics.
@@ -53,7 +127,28 @@ void embedding_backward(Context& ctx, float* dwte, float* dwpe, const bf16* dout
   const unsigned N = static_cast<unsigned>(B) * static_cast<unsigned>(T);
   if (N == 0) return;
   if (dwte != nullptr) {
-    embedding_backward_wte_kernel<<<N, kThreads, 0, ctx.stream()>>>(dwte, dout, tokens, C);
+    std::size_t padded = 1;
+    while (padded < N) padded <<= 1;
+    Buffer<std::uint64_t> keys(ctx.pool(), padded, "embedding gradient sort keys");
+    embedding_sort_keys_kernel<<<grid_for(padded), kThreads, 0, ctx.stream()>>>(keys.data(), tokens,
+                                                                                N, padded);
+    SATURN_CUDA_LAUNCH_CHECK("embedding_sort_keys_kernel");
+    const std::size_t tile = padded < kSortTile ? padded : kSortTile;
+    const auto tiles = static_cast<unsigned>(padded / tile);
+    if (padded > 1) {
+      bitonic_tile_kernel<<<tiles, kThreads, 0, ctx.stream()>>>(keys.data(), tile, 2, tile);
+      SATURN_CUDA_LAUNCH_CHECK("bitonic_tile_kernel");
+    }
+    for (std::size_t k = tile * 2; k <= padded; k <<= 1) {
+      for (std::size_t j = k / 2; j >= tile; j >>= 1) {
+        bitonic_step_kernel<<<grid_for(padded / 2), kThreads, 0, ctx.stream()>>>(keys.data(),
+                                                                                 padded, k, j);
+        SATURN_CUDA_LAUNCH_CHECK("bitonic_step_kernel");
+      }
+      bitonic_tile_kernel<<<tiles, kThreads, 0, ctx.stream()>>>(keys.data(), tile, k, k);
+      SATURN_CUDA_LAUNCH_CHECK("bitonic_tile_kernel");
+    }
+    embedding_backward_wte_kernel<<<N, kThreads, 0, ctx.stream()>>>(dwte, dout, keys.data(), N, C);
     SATURN_CUDA_LAUNCH_CHECK("embedding_backward_wte_kernel");
   }
   if (dwpe != nullptr) {

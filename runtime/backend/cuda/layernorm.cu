@@ -6,18 +6,11 @@ namespace {
 
 using namespace detail;
 
-// Rows per block of the weight/bias gradient kernel: each thread owns one channel over this many
-// rows and adds its partial sum with one atomic.
-constexpr int kRowsPerChunk = 128;
-
-// One block per row; two passes (mean, then squared deviations) as on the CPU.
-__global__ void layernorm_forward_kernel(bf16* out, float* mean, float* rstd, const bf16* inp,
-                                         const bf16* weight, const bf16* bias, int C, float eps) {
-  const std::size_t row = blockIdx.x;
-  const bf16* x = inp + row * C;
-  bf16* o = out + row * C;
-  float s = 0.0f;
-  for (int c = threadIdx.x; c < C; c += blockDim.x) s += to_f(x[c]);
+// One block per row; two passes (mean, then squared deviations) as on the CPU. Given the row's
+// sum of x (this thread's part), finishes the row: the statistics, then the output.
+__device__ __forceinline__ void layernorm_row(bf16* o, float* mean, float* rstd, const bf16* x,
+                                              const bf16* weight, const bf16* bias, int C,
+                                              float eps, float s, std::size_t row) {
   const float m = block_sum(s) / static_cast<float>(C);
   float sq = 0.0f;
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
@@ -34,6 +27,35 @@ __global__ void layernorm_forward_kernel(bf16* out, float* mean, float* rstd, co
     if (mean != nullptr) mean[row] = m;
     if (rstd != nullptr) rstd[row] = r;
   }
+}
+
+__global__ void layernorm_forward_kernel(bf16* out, float* mean, float* rstd, const bf16* inp,
+                                         const bf16* weight, const bf16* bias, int C, float eps) {
+  const std::size_t row = blockIdx.x;
+  const bf16* x = inp + row * C;
+  float s = 0.0f;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) s += to_f(x[c]);
+  layernorm_row(out + row * C, mean, rstd, x, weight, bias, C, eps, s, row);
+}
+
+// res = a + b (bf16), then the layernorm of res: the residual's values are summed as they are
+// written, and each thread reads back only the elements it wrote itself (its own earlier stores),
+// so the row is never read a second time from memory by another pass. The same arithmetic, in
+// the same order, as residual_forward followed by layernorm_forward. res may alias a or b.
+__global__ void residual_layernorm_forward_kernel(bf16* res, bf16* out, float* mean, float* rstd,
+                                                  const bf16* a, const bf16* b, const bf16* weight,
+                                                  const bf16* bias, int C, float eps) {
+  const std::size_t row = blockIdx.x;
+  bf16* x = res + row * C;
+  const bf16* ar = a + row * C;
+  const bf16* br = b + row * C;
+  float s = 0.0f;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    const bf16 v = to_bf(to_f(ar[c]) + to_f(br[c]));
+    x[c] = v;
+    s += to_f(v);
+  }
+  layernorm_row(out + row * C, mean, rstd, x, weight, bias, C, eps, s, row);
 }
 
 __global__ void layernorm_backward_input_kernel(bf16* dinp, const bf16* dout, const bf16* inp,
@@ -59,14 +81,17 @@ __global__ void layernorm_backward_input_kernel(bf16* dinp, const bf16* dout, co
   }
 }
 
-// grid: (channel blocks, row chunks).
-__global__ void layernorm_backward_params_kernel(float* dweight, float* dbias, const bf16* dout,
+// grid: (channel blocks, row chunks). Each thread sums one channel over the chunk's rows and
+// writes the partial sums (weight, bias) of its chunk: pw[chunk][c], pb[chunk][c] (row_chunks in
+// common.cuh; add_column_partials adds them in chunk order).
+__global__ void layernorm_backward_params_kernel(float* pw, float* pb, const bf16* dout,
                                                  const bf16* inp, const float* mean,
-                                                 const float* rstd, int N, int C) {
+                                                 const float* rstd, int N, int C,
+                                                 int rows_per_chunk) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C) return;
-  const int r0 = blockIdx.y * kRowsPerChunk;
-  const int r1 = min(N, r0 + kRowsPerChunk);
+  const int r0 = blockIdx.y * rows_per_chunk;
+  const int r1 = min(N, r0 + rows_per_chunk);
   float w = 0.0f, b = 0.0f;
   for (int n = r0; n < r1; ++n) {
     const std::size_t i = static_cast<std::size_t>(n) * C + c;
@@ -74,8 +99,9 @@ __global__ void layernorm_backward_params_kernel(float* dweight, float* dbias, c
     w += g * (to_f(inp[i]) - mean[n]) * rstd[n];
     b += g;
   }
-  if (dweight != nullptr) atomicAdd(&dweight[c], w);
-  if (dbias != nullptr) atomicAdd(&dbias[c], b);
+  const std::size_t at = static_cast<std::size_t>(blockIdx.y) * C + c;
+  pw[at] = w;
+  pb[at] = b;
 }
 
 }  // namespace
@@ -88,6 +114,15 @@ void layernorm_forward(Context& ctx, bf16* out, float* mean, float* rstd, const 
   SATURN_CUDA_LAUNCH_CHECK("layernorm_forward_kernel");
 }
 
+void residual_layernorm_forward(Context& ctx, bf16* res, bf16* out, float* mean, float* rstd,
+                                const bf16* a, const bf16* b, const bf16* weight, const bf16* bias,
+                                int N, int C, float eps) {
+  if (N == 0) return;
+  residual_layernorm_forward_kernel<<<static_cast<unsigned>(N), kThreads, 0, ctx.stream()>>>(
+      res, out, mean, rstd, a, b, weight, bias, C, eps);
+  SATURN_CUDA_LAUNCH_CHECK("residual_layernorm_forward_kernel");
+}
+
 void layernorm_backward(Context& ctx, bf16* dinp, float* dweight, float* dbias, const bf16* dout,
                         const bf16* inp, const bf16* weight, const float* mean, const float* rstd,
                         int N, int C) {
@@ -98,10 +133,15 @@ void layernorm_backward(Context& ctx, bf16* dinp, float* dweight, float* dbias, 
     SATURN_CUDA_LAUNCH_CHECK("layernorm_backward_input_kernel");
   }
   if (dweight != nullptr || dbias != nullptr) {
-    const dim3 grid((C + kThreads - 1) / kThreads, (N + kRowsPerChunk - 1) / kRowsPerChunk);
-    layernorm_backward_params_kernel<<<grid, kThreads, 0, ctx.stream()>>>(dweight, dbias, dout, inp,
-                                                                          mean, rstd, N, C);
+    const RowChunks chunks = row_chunks(N);
+    const std::size_t per = static_cast<std::size_t>(chunks.count) * C;
+    Buffer<float> partial(ctx.pool(), 2 * per, "layernorm gradient partials");
+    const dim3 grid((C + kThreads - 1) / kThreads, chunks.count);
+    layernorm_backward_params_kernel<<<grid, kThreads, 0, ctx.stream()>>>(
+        partial.data(), partial.data() + per, dout, inp, mean, rstd, N, C, chunks.rows);
     SATURN_CUDA_LAUNCH_CHECK("layernorm_backward_params_kernel");
+    if (dweight != nullptr) add_column_partials(ctx, dweight, partial.data(), chunks.count, C);
+    if (dbias != nullptr) add_column_partials(ctx, dbias, partial.data() + per, chunks.count, C);
   }
 }
 

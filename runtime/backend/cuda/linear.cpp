@@ -21,11 +21,15 @@
 namespace saturn::cuda {
 namespace {
 
-// Largest power of two (<= 256) dividing the address: cuBLASLt's heuristic must be told when a
-// pointer is less aligned than its default assumption, or it may pick a kernel that needs more.
+// Largest power of two (<= 16) dividing the address: cuBLASLt's heuristic must be told when a
+// pointer is less aligned than its default assumption (256 B), or it may pick a kernel that needs
+// more. Capped at 16 B, which is what its vectorised and TMA loads need: with the real alignment
+// up to 256 B, a tensor 256-B aligned in one configuration and 128-B aligned in another (a
+// pipeline stage's weights start at its first group) could get another algorithm, and so other
+// bits, breaking reproducible mode's same-gradient-in-every-configuration rule.
 int alignment(const void* p) {
   const auto a = reinterpret_cast<std::uintptr_t>(p);
-  int align = 256;
+  int align = 16;
   while (align > 1 && a % static_cast<std::uintptr_t>(align) != 0) align /= 2;
   return align;
 }

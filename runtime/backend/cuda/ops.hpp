@@ -7,14 +7,17 @@
 // all arithmetic inside a kernel is fp32 (GEMMs accumulate in fp32 through cuBLASLt).
 //
 // As on the CPU, every backward ACCUMULATES (+=) into its gradient outputs and a null gradient
-// pointer means "not needed". Parameter-gradient sums over rows use fp32 atomics, so their
-// rounding (not their value) varies from run to run.
+// pointer means "not needed". No kernel uses floating-point atomics: parameter-gradient sums over
+// rows are fixed-order reductions (per-chunk partials summed in chunk order; the token embedding's
+// gradient through a sort of the token ids), so every op gives the same bits run to run for the
+// same inputs and shapes (tests/gpu/test_gpu_ops.cpp repeats them under shuffled block orders).
 #pragma once
 
 #include <cuda_bf16.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "runtime/backend/cuda/context.hpp"
 #include "runtime/core/adamw_step.hpp"
@@ -34,6 +37,11 @@ void embedding_backward(Context& ctx, float* dwte, float* dwpe, const bf16* dout
 // ---- layernorm.cu ----------------------------------------------------------------------------
 void layernorm_forward(Context& ctx, bf16* out, float* mean, float* rstd, const bf16* inp,
                        const bf16* weight, const bf16* bias, int N, int C, float eps);
+// res[N, C] = a + b (as residual_forward; res may alias a or b), then out = layernorm(res) (as
+// layernorm_forward of res): one kernel, the same bits, and res is not read back from memory.
+void residual_layernorm_forward(Context& ctx, bf16* res, bf16* out, float* mean, float* rstd,
+                                const bf16* a, const bf16* b, const bf16* weight, const bf16* bias,
+                                int N, int C, float eps);
 void layernorm_backward(Context& ctx, bf16* dinp, float* dweight, float* dbias, const bf16* dout,
                         const bf16* inp, const bf16* weight, const float* mean, const float* rstd,
                         int N, int C);
@@ -41,6 +49,9 @@ void layernorm_backward(Context& ctx, bf16* dinp, float* dweight, float* dbias, 
 // ---- rmsnorm.cu ------------------------------------------------------------------------------
 void rmsnorm_forward(Context& ctx, bf16* out, float* rstd, const bf16* inp, const bf16* weight,
                      int N, int C, float eps);
+// res = a + b, then out = rmsnorm(res), fused as residual_layernorm_forward.
+void residual_rmsnorm_forward(Context& ctx, bf16* res, bf16* out, float* rstd, const bf16* a,
+                              const bf16* b, const bf16* weight, int N, int C, float eps);
 void rmsnorm_backward(Context& ctx, bf16* dinp, float* dweight, const bf16* dout, const bf16* inp,
                       const bf16* weight, const float* rstd, int N, int C);
 
@@ -115,13 +126,17 @@ void add_bias(Context& ctx, bf16* out, const bf16* bias, int N, int C);
 
 // ---- crossentropy.cu -------------------------------------------------------------------------
 // The classifier's loss, fused with the softmax: losses[N] (fp32) = -log softmax(logits)[target]
-// computed in fp32 from the bf16 logits; targets < 0 give loss 0. Targets must be < V.
+// computed in fp32 from the bf16 logits; targets < 0 give loss 0. Targets must be < V. One read
+// of the logits (online softmax). When lse is not null it receives each row's log-sum-exp [N]
+// (fp32), which lets crossentropy_backward skip its own statistics read.
 void crossentropy_forward(Context& ctx, float* losses, const bf16* logits,
-                          const std::int32_t* targets, int N, int V);
-// Overwrites the logits with dloss * (softmax - onehot(target)) (zero rows for ignored targets)
-// in one pass; losses may be null or receive the loss again.
+                          const std::int32_t* targets, int N, int V, float* lse = nullptr);
+// Overwrites the logits with dloss * (softmax - onehot(target)) (zero rows for ignored targets);
+// losses may be null or receive the loss again. With the forward's lse (same logits): one read
+// and one write of the logits; without (lse null): two reads and one write.
 void crossentropy_backward(Context& ctx, bf16* logits_to_dlogits, float* losses,
-                           const std::int32_t* targets, float dloss, int N, int V);
+                           const std::int32_t* targets, float dloss, int N, int V,
+                           const float* lse = nullptr);
 // *out = the mean of losses[n] over the rows whose target is >= 0 (0 when none), fp64 sums in a
 // fixed order; stays on the device.
 void loss_mean(Context& ctx, float* out, const float* losses, const std::int32_t* targets, int N);
@@ -137,8 +152,17 @@ void adamw_update(Context& ctx, float* param, bf16* param_bf16, const float* gra
 // Sum of squares (fp64 accumulation, fixed reduction order: the same value every run), for the
 // global gradient norm. Waits for the stream.
 double sum_of_squares(Context& ctx, const float* x, std::size_t n);
-// dst[c] += sum over rows of src[n, c] (bias gradients).
+// The exact sum of squares of x (runtime/core/exact_sum.hpp), on the device: the words
+// ExactSquareSum::words() would give for x (4 per exponent bin, then the non-finite count), so
+// the caller adds them to its own. Each block bins its squares by exponent in 64-bit integers
+// (integer sums: the same bits in any order, so shared-memory integer atomics are fine), one
+// block then adds the blocks' bins with carries. Waits for the stream (8 KB come back).
+std::vector<std::int64_t> exact_square_sum_words(Context& ctx, const float* x, std::size_t n);
+// dst[c] += sum over rows of src[n, c] (bias gradients), in a fixed order (detail::row_chunks).
 void column_sum_accumulate(Context& ctx, float* dst, const bf16* src, int N, int C);
+// dst[c] += the sum, in chunk order, of partial[k * C + c] over k < chunks: the second pass of
+// the deterministic column sums (detail::row_chunks in common.cuh).
+void add_column_partials(Context& ctx, float* dst, const float* partial, int chunks, int C);
 void convert(Context& ctx, bf16* dst, const float* src, std::size_t n);
 void convert(Context& ctx, float* dst, const bf16* src, std::size_t n);
 // ---- vector.cu: what strategies compute on device buffers -------------------------------------

@@ -6,7 +6,15 @@ namespace {
 
 using namespace detail;
 
-constexpr int kRowsPerChunk = 128;  // as in layernorm.cu
+// Given this thread's part of the row's sum of squares, finishes the row.
+__device__ __forceinline__ void rmsnorm_row(bf16* o, float* rstd, const bf16* x, const bf16* weight,
+                                            int C, float eps, float sq, std::size_t row) {
+  const float r = rsqrtf(block_sum(sq) / static_cast<float>(C) + eps);
+  // Hugging Face LlamaRMSNorm order: weight * (x * rstd).
+  for (int c = threadIdx.x; c < C; c += blockDim.x)
+    o[c] = to_bf(to_f(weight[c]) * (to_f(x[c]) * r));
+  if (threadIdx.x == 0 && rstd != nullptr) rstd[row] = r;
+}
 
 __global__ void rmsnorm_forward_kernel(bf16* out, float* rstd, const bf16* inp, const bf16* weight,
                                        int C, float eps) {
@@ -17,11 +25,26 @@ __global__ void rmsnorm_forward_kernel(bf16* out, float* rstd, const bf16* inp, 
     const float v = to_f(x[c]);
     sq += v * v;
   }
-  const float r = rsqrtf(block_sum(sq) / static_cast<float>(C) + eps);
-  // Hugging Face LlamaRMSNorm order: weight * (x * rstd).
-  for (int c = threadIdx.x; c < C; c += blockDim.x)
-    out[row * C + c] = to_bf(to_f(weight[c]) * (to_f(x[c]) * r));
-  if (threadIdx.x == 0 && rstd != nullptr) rstd[row] = r;
+  rmsnorm_row(out + row * C, rstd, x, weight, C, eps, sq, row);
+}
+
+// res = a + b (bf16), then the rmsnorm of res, as residual_layernorm_forward_kernel
+// (layernorm.cu): each thread reads back only its own stores. res may alias a or b.
+__global__ void residual_rmsnorm_forward_kernel(bf16* res, bf16* out, float* rstd, const bf16* a,
+                                                const bf16* b, const bf16* weight, int C,
+                                                float eps) {
+  const std::size_t row = blockIdx.x;
+  bf16* x = res + row * C;
+  const bf16* ar = a + row * C;
+  const bf16* br = b + row * C;
+  float sq = 0.0f;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    const bf16 v = to_bf(to_f(ar[c]) + to_f(br[c]));
+    x[c] = v;
+    const float f = to_f(v);
+    sq += f * f;
+  }
+  rmsnorm_row(out + row * C, rstd, x, weight, C, eps, sq, row);
 }
 
 __global__ void rmsnorm_backward_input_kernel(bf16* dinp, const bf16* dout, const bf16* inp,
@@ -42,18 +65,20 @@ __global__ void rmsnorm_backward_input_kernel(bf16* dinp, const bf16* dout, cons
   }
 }
 
-__global__ void rmsnorm_backward_weight_kernel(float* dweight, const bf16* dout, const bf16* inp,
-                                               const float* rstd, int N, int C) {
+// grid: (channel blocks, row chunks); partial[chunk][c], summed in order by add_column_partials.
+__global__ void rmsnorm_backward_weight_kernel(float* partial, const bf16* dout, const bf16* inp,
+                                               const float* rstd, int N, int C,
+                                               int rows_per_chunk) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C) return;
-  const int r0 = blockIdx.y * kRowsPerChunk;
-  const int r1 = min(N, r0 + kRowsPerChunk);
+  const int r0 = blockIdx.y * rows_per_chunk;
+  const int r1 = min(N, r0 + rows_per_chunk);
   float w = 0.0f;
   for (int n = r0; n < r1; ++n) {
     const std::size_t i = static_cast<std::size_t>(n) * C + c;
     w += to_f(dout[i]) * (to_f(inp[i]) * rstd[n]);
   }
-  atomicAdd(&dweight[c], w);
+  partial[static_cast<std::size_t>(blockIdx.y) * C + c] = w;
 }
 
 }  // namespace
@@ -66,6 +91,14 @@ void rmsnorm_forward(Context& ctx, bf16* out, float* rstd, const bf16* inp, cons
   SATURN_CUDA_LAUNCH_CHECK("rmsnorm_forward_kernel");
 }
 
+void residual_rmsnorm_forward(Context& ctx, bf16* res, bf16* out, float* rstd, const bf16* a,
+                              const bf16* b, const bf16* weight, int N, int C, float eps) {
+  if (N == 0) return;
+  residual_rmsnorm_forward_kernel<<<static_cast<unsigned>(N), kThreads, 0, ctx.stream()>>>(
+      res, out, rstd, a, b, weight, C, eps);
+  SATURN_CUDA_LAUNCH_CHECK("residual_rmsnorm_forward_kernel");
+}
+
 void rmsnorm_backward(Context& ctx, bf16* dinp, float* dweight, const bf16* dout, const bf16* inp,
                       const bf16* weight, const float* rstd, int N, int C) {
   if (N == 0) return;
@@ -75,10 +108,14 @@ void rmsnorm_backward(Context& ctx, bf16* dinp, float* dweight, const bf16* dout
     SATURN_CUDA_LAUNCH_CHECK("rmsnorm_backward_input_kernel");
   }
   if (dweight != nullptr) {
-    const dim3 grid((C + kThreads - 1) / kThreads, (N + kRowsPerChunk - 1) / kRowsPerChunk);
-    rmsnorm_backward_weight_kernel<<<grid, kThreads, 0, ctx.stream()>>>(dweight, dout, inp, rstd, N,
-                                                                        C);
+    const RowChunks chunks = row_chunks(N);
+    Buffer<float> partial(ctx.pool(), static_cast<std::size_t>(chunks.count) * C,
+                          "rmsnorm gradient partials");
+    const dim3 grid((C + kThreads - 1) / kThreads, chunks.count);
+    rmsnorm_backward_weight_kernel<<<grid, kThreads, 0, ctx.stream()>>>(partial.data(), dout, inp,
+                                                                        rstd, N, C, chunks.rows);
     SATURN_CUDA_LAUNCH_CHECK("rmsnorm_backward_weight_kernel");
+    add_column_partials(ctx, dweight, partial.data(), chunks.count, C);
   }
 }
 

@@ -84,6 +84,11 @@ inline float atomicAdd(float* p, float v) {
   *p = old + v;
   return old;
 }
+inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
+  const unsigned long long old = *p;
+  *p = old + v;
+  return old;
+}
 inline float rsqrtf(float x) {
   return 1.0f / std::sqrt(x);
 }

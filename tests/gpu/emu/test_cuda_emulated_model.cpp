@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <random>
 #include <vector>
 
 #include "runtime/backend/device.hpp"
@@ -64,6 +66,38 @@ TEST_P(EmulatedModel, BlockBackwardMemsets) {
   EXPECT_TRUE(std::isfinite(m.grad_norm()));
 }
 
+// The same forward and backward twice give the same gradient bits: every launch runs its blocks in
+// another shuffled order here, so a parameter-gradient sum whose order followed the schedule (an
+// atomic) would differ in its last bits. 8 x 48 tokens: 3 row chunks in the norms' and bias
+// sums, and tokens of a 64-word vocabulary repeat often in the embedding's.
+TEST_P(EmulatedModel, BackwardIsBitRepeatable) {
+  auto device = make_device(DeviceKind::kCuda, 0, 0);
+  const ModelConfig cfg = tiny(GetParam());
+  const int B = 8, T = 48;
+  std::mt19937 rng(3);
+  std::vector<std::int32_t> tokens(static_cast<std::size_t>(B) * T), targets(tokens.size());
+  for (auto& t : tokens) t = static_cast<std::int32_t>(rng() % 64);
+  for (auto& t : targets) t = static_cast<std::int32_t>(rng() % 64);
+  model_parity::DeviceModel gpu(*device, cfg);
+  gpu.model().init_weights(5);
+  std::vector<float> first;
+  for (int run = 0; run < 2; ++run) {
+    gpu.model().zero_grads();
+    gpu.forward(tokens, targets, B, T);
+    gpu.backward(1.0f / static_cast<float>(tokens.size()));
+    const std::vector<float> grads = gpu.grads();
+    if (run == 0) {
+      first = grads;
+      continue;
+    }
+    ASSERT_EQ(grads.size(), first.size());
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < grads.size(); ++i)
+      if (std::memcmp(&grads[i], &first[i], sizeof(float)) != 0) ++differ;
+    EXPECT_EQ(differ, 0u) << "of " << grads.size() << " gradient elements";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Arch, EmulatedModel, ::testing::Values(Arch::kGpt2, Arch::kLlama),
                          [](const auto& p) { return std::string(arch_name(p.param)); });
 
@@ -82,8 +116,12 @@ TEST(EmulatedDevice, HostAccessToDeviceMemoryFaultsWithAClearMessage) {
   float y = 0;
   device->download(&y, b.data() + 3, sizeof y);
   EXPECT_EQ(y, 1.0f);
-  EXPECT_DEATH({ volatile float z = b.data()[3]; (void)z; },
-               "host code touched emulated device memory");
+  EXPECT_DEATH(
+      {
+        volatile float z = b.data()[3];
+        (void)z;
+      },
+      "host code touched emulated device memory");
 }
 
 // The emulator's other strictness checks: each is a bug a GPU would show (or hide) differently.

@@ -1,7 +1,9 @@
 // Every strategy on the emulated CUDA backend (the real kernels, device memory the host cannot
 // touch, the data communicator staged through host memory over MPI), at the world's degree
 // (1, 2 or 4; hybrids at 4), for GPT-2 and LLaMA: 3 training steps through the training loop
-// must match the emulated single-device run, and the CPU (fp32) run more loosely.
+// must match the emulated single-device run, and the CPU (fp32) run more loosely; and a
+// reproducible job must end bit-identical to the emulated single device (EmulatedReproducible,
+// at the end).
 //
 // Tolerances (max |x − ref| / max |ref| per parameter tensor, as test_equivalence measures):
 //  - against the emulated single device, 1e-4: the bf16 arithmetic of a row does not depend on
@@ -24,6 +26,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
@@ -122,19 +125,20 @@ TEST_P(EmulatedStrategy, MatchesTheEmulatedSingleDeviceAndTheCpu) {
   ASSERT_EQ(got.steps.size(), 3u);
   double loss_vs_emu = 0, loss_vs_cpu = 0;
   for (std::size_t i = 0; i < 3; ++i) {
-    loss_vs_emu = std::max(loss_vs_emu, std::abs(got.steps[i].loss - emu.losses[i]) / emu.losses[i]);
-    loss_vs_cpu = std::max(loss_vs_cpu, std::abs(got.steps[i].loss - cpu.losses[i]) / cpu.losses[i]);
+    loss_vs_emu =
+        std::max(loss_vs_emu, std::abs(got.steps[i].loss - emu.losses[i]) / emu.losses[i]);
+    loss_vs_cpu =
+        std::max(loss_vs_cpu, std::abs(got.steps[i].loss - cpu.losses[i]) / cpu.losses[i]);
   }
   EXPECT_LE(loss_vs_emu, kSameBackendLoss);
   EXPECT_LE(loss_vs_cpu, kAgainstCpuLoss);
   EXPECT_NEAR(got.steps.back().val_loss, cpu.val_loss, kAgainstCpuLoss * cpu.val_loss);
-  const double workspace =
-      static_cast<double>(backend_traits(DeviceKind::kCuda).device_workspace);
+  const double workspace = static_cast<double>(backend_traits(DeviceKind::kCuda).device_workspace);
   const double measured = static_cast<double>(got.peak_device_bytes) - workspace;
   const double estimated = static_cast<double>(got.estimated_device_bytes) - workspace;
   EXPECT_LE(std::abs(estimated - measured) / measured, 0.15)
-      << "device memory above the workspace: estimate " << estimated << " B, measured "
-      << measured << " B";
+      << "device memory above the workspace: estimate " << estimated << " B, measured " << measured
+      << " B";
   if (w.rank() == 0) {
     auto [d_emu, t_emu] = worst_tensor(job.model, got.final_params, emu.params);
     if (c.tensor_parallel) {
@@ -149,8 +153,8 @@ TEST_P(EmulatedStrategy, MatchesTheEmulatedSingleDeviceAndTheCpu) {
     std::printf(
         "[ emulated ] %s %s x%d: vs emulated one device: loss %.2e, params %.2e (%s); vs CPU: "
         "loss %.2e, params %.2e (L2); device memory estimate %.0f vs measured %.0f B (%+.1f%%)\n",
-        arch_name(arch), c.label.c_str(), w.size(), loss_vs_emu, d_emu, t_emu.c_str(),
-        loss_vs_cpu, d_cpu, estimated, measured, 100.0 * (estimated - measured) / measured);
+        arch_name(arch), c.label.c_str(), w.size(), loss_vs_emu, d_emu, t_emu.c_str(), loss_vs_cpu,
+        d_cpu, estimated, measured, 100.0 * (estimated - measured) / measured);
   }
 }
 
@@ -172,6 +176,101 @@ INSTANTIATE_TEST_SUITE_P(Strategies, EmulatedStrategy,
                            return std::string(arch_name(std::get<0>(p.param))) + "_" +
                                   std::get<1>(p.param).label;
                          });
+
+// Reproducible mode on the GPU (docs/cuda.md, "Deterministic kernels"): with no atomics in the
+// kernels, a reproducible job's final weights under each strategy at the world's degree are
+// bit-identical to the emulated single device's. The emulator shuffles the block order of every
+// launch, so a reduction whose order followed the schedule would show here too. As
+// tests/parallel/test_reproducible.cpp: a high learning rate, no warm-up, eps 1e-8 and active
+// clipping, so Adam turns a last-bit difference of any gradient into a visible one.
+TrainConfig reproducible_steps() {
+  TrainConfig t = three_steps();
+  t.reproducible = true;  // batch 8: canonical micro-batches of 1 sequence
+  t.optimizer.lr = 3e-3;
+  t.optimizer.eps = 1e-8;
+  t.optimizer.grad_clip = 0.5;
+  t.schedule.warmup = 0;
+  t.schedule.decay = "constant";
+  return t;
+}
+
+const std::vector<float>& reproducible_reference(Arch arch, const SharedData& data) {
+  static std::map<Arch, std::vector<float>> cache;
+  if (auto it = cache.find(arch); it != cache.end()) return it->second;
+  comm::Communicator& w = world();
+  std::vector<float> params;
+  std::int64_t n = 0;
+  if (w.rank() == 0) {
+    TrainJob job{"ref", tiny_model(arch), reproducible_steps(), data.train(), data.val()};
+    TrainOptions opt;
+    opt.quiet = true;
+    opt.device = DeviceKind::kCuda;
+    params = train_single_device(job, opt).final_params;
+    n = static_cast<std::int64_t>(params.size());
+  }
+  w.broadcast(&n, 1, 0);
+  params.resize(static_cast<std::size_t>(n));
+  w.broadcast(params.data(), params.size(), 0);
+  return cache.emplace(arch, std::move(params)).first->second;
+}
+
+class EmulatedReproducible : public ::testing::TestWithParam<std::tuple<Arch, Case>> {};
+
+TEST_P(EmulatedReproducible, BitIdenticalToTheEmulatedSingleDevice) {
+  const auto& [arch, c] = GetParam();
+  comm::Communicator& w = world();
+  if (w.size() < c.min_ranks) GTEST_SKIP() << c.strategy << " needs " << c.min_ranks << " ranks";
+  static SharedData data(tiny_model(Arch::kGpt2).vocab_size);
+  const std::vector<float>& ref = reproducible_reference(arch, data);
+  TrainJob job{"repro", tiny_model(arch), reproducible_steps(), data.train(), data.val()};
+  TrainOptions opt;
+  opt.quiet = true;
+  opt.device = DeviceKind::kCuda;
+  ParallelOptions par;
+  par.strategy = c.strategy;
+  par.degree = w.size();
+  par.knobs = parallel::parse_knobs(c.knobs);
+  par.gather_final_params = true;
+  const TrainResult got = train_with_strategy(job, opt, par, w);
+  ASSERT_EQ(got.steps.size(), 3u);
+  if (w.rank() != 0) return;
+  ASSERT_EQ(got.final_params.size(), ref.size());
+  std::size_t differ = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i)
+    if (std::memcmp(&got.final_params[i], &ref[i], sizeof(float)) != 0) ++differ;
+  const auto [worst, tensor] = worst_tensor(job.model, got.final_params, ref);
+  EXPECT_EQ(differ, 0u) << c.label << " x" << w.size() << ": " << differ << " of " << ref.size()
+                        << " parameters differ from the single device's (worst " << worst << " in "
+                        << tensor << ")";
+  std::printf("[ emulated ] reproducible %s %s x%d: %zu of %zu parameters differ\n",
+              arch_name(arch), c.label.c_str(), w.size(), differ, ref.size());
+}
+
+// GPT-2 (layernorm, tied embedding) under every kind of strategy; LLaMA (rmsnorm) under ddp and
+// fsdp (the rest is GPT-2's code path; each emulated run costs tens of seconds here).
+const std::vector<Case> kReproducibleGpt2 = {
+    {"ddp", {}, 1, "ddp", false},
+    {"fsdp", {}, 1, "fsdp", false},
+    {"pipeline", {}, 1, "pipeline_1f1b", false},
+    {"offload", {}, 1, "offload", false},
+    {"ddp+pipeline", {}, 4, "ddp_pipeline", false},
+};
+const std::vector<Case> kReproducibleLlama = {
+    {"ddp", {}, 1, "ddp", false},
+    {"fsdp", {}, 1, "fsdp", false},
+};
+
+std::string reproducible_name(const ::testing::TestParamInfo<std::tuple<Arch, Case>>& p) {
+  return std::string(arch_name(std::get<0>(p.param))) + "_" + std::get<1>(p.param).label;
+}
+INSTANTIATE_TEST_SUITE_P(Gpt2, EmulatedReproducible,
+                         ::testing::Combine(::testing::Values(Arch::kGpt2),
+                                            ::testing::ValuesIn(kReproducibleGpt2)),
+                         reproducible_name);
+INSTANTIATE_TEST_SUITE_P(Llama, EmulatedReproducible,
+                         ::testing::Combine(::testing::Values(Arch::kLlama),
+                                            ::testing::ValuesIn(kReproducibleLlama)),
+                         reproducible_name);
 
 }  // namespace
 }  // namespace saturn::testing
