@@ -116,6 +116,9 @@ TEST(EmulatedDevice, HostAccessToDeviceMemoryFaultsWithAClearMessage) {
   float y = 0;
   device->download(&y, b.data() + 3, sizeof y);
   EXPECT_EQ(y, 1.0f);
+  // "threadsafe": the death test re-executes this binary instead of forking a process whose
+  // other threads (OpenMP, MPI) may hold locks; the fork style failed now and then under load.
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_DEATH(
       {
         volatile float z = b.data()[3];
@@ -162,6 +165,7 @@ int deep(int depth) {
 }
 
 TEST(EmulatedDevice, KernelStackOverflowIsNamed) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // as above
   EXPECT_DEATH(emu::launch(emu::Dim3{1, 1, 1}, emu::Dim3{32, 1, 1}, 0, [] { (void)deep(1000); }),
                "overflowed its emulated stack");
 }
