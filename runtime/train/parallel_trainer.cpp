@@ -19,6 +19,7 @@
 #include "runtime/core/log.hpp"
 #include "runtime/core/memory.hpp"
 #include "runtime/data/loader.hpp"
+#include "runtime/hf/hf_model.hpp"
 #include "runtime/parallel/assemble.hpp"
 
 namespace saturn {
@@ -64,8 +65,7 @@ TrainResult train_with_strategy(const TrainJob& job, const TrainOptions& options
     // a CPU "device" index only names the pool.
     int index = options.device_index;
     if (index < 0)
-      index = options.device == DeviceKind::kCpu ? rank
-                                                  : std::max(0, comm::launcher_local_rank());
+      index = options.device == DeviceKind::kCpu ? rank : std::max(0, comm::launcher_local_rank());
     device = make_device(options.device, index, spec.knobs.device_capacity);
     host = std::make_unique<MemoryPool>(fmt::format("host:{}", rank), spec.knobs.host_capacity,
                                         device->host_allocator());
@@ -101,6 +101,19 @@ TrainResult train_with_strategy(const TrainJob& job, const TrainOptions& options
       }
     });
   }
+  // Pre-trained weights: each rank reads the slices of the canonical tensors it holds (as a
+  // checkpoint restore does), straight from the safetensors files. Not after a resume, whose
+  // checkpoint already holds the trained weights.
+  if (!job.init_from.empty() && first_step == 0) {
+    comm::agree_on(comm, [&] {
+      const hf::HfWeights weights(job.init_from, job.model);
+      const StateSlices slices = strategy->export_state(parallel::StateKind::kParams);
+      weights.fill(slices);
+      strategy->import_state(parallel::StateKind::kParams, slices);
+    });
+    if (!options.quiet && rank == 0)
+      log::info("job {}: weights from {}", job.id, job.init_from.string());
+  }
   // Reproducible: GEMM bits independent of the thread count (ranks and runs may differ in it).
   const cpu::FixedGemmGrid grid(tc.reproducible);
 
@@ -128,9 +141,8 @@ TrainResult train_with_strategy(const TrainJob& job, const TrainOptions& options
         "micro-batches of {} x {} tokens, {} steps; estimated peak {} per rank",
         job.id, arch_name(job.model.arch), job.model.n_layer, job.model.n_head, job.model.d_model,
         static_cast<double>(job.model.num_parameters()) / 1e6, par.strategy,
-        par.degree == 1 ? device->describe() : fmt::format("{} ranks", par.degree),
-        estimate.layout, tc.batch_size, estimate.micro_batch, T, total_steps,
-        format_bytes(estimate.device_bytes));
+        par.degree == 1 ? device->describe() : fmt::format("{} ranks", par.degree), estimate.layout,
+        tc.batch_size, estimate.micro_batch, T, total_steps, format_bytes(estimate.device_bytes));
 
   TrainResult result;
   const auto t_start = Clock::now();

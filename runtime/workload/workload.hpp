@@ -42,6 +42,9 @@ struct JobSpec {
   std::string id;          // unique in the workload; usable as a directory name
   std::string model_name;  // key in the workload's `models:`
   ModelConfig model;       // model.max_seq_len == train.seq_len
+  // The Hugging Face model directory whose weights the job starts from (models.NAME.from);
+  // empty: the canonical random initialisation.
+  std::filesystem::path init_from;
   TrainConfig train;
   // "FILE:LINE:COL: jobs[i]" (or jobs[i].sweep) of the entry that defines it: errors found
   // after validation (e.g. a job that fits no configuration) start with it.
