@@ -86,6 +86,7 @@ int run_job(const TrainArgs& a) {
       opt.quiet = a.quiet || rank != 0;
       opt.resume = a.resume;
       opt.keep_checkpoints = a.keep_checkpoints;
+      opt.export_hf = w.export_format == "hf";
       run_dir = a.run_dir.empty() ? std::filesystem::path("runs") / w.name
                                   : std::filesystem::path(a.run_dir);
       opt.job_dir = run_dir / "jobs" / job.id;

@@ -75,6 +75,7 @@ SegmentOutcome run_segment(const RunContext& ctx, const SegmentLaunch& launch, M
   opt.device_index = ctx.device_index;
   opt.quiet = true;   // the coordinator prints the batch's progress
   opt.resume = true;  // continue from the job's newest checkpoint when it has one
+  opt.export_hf = ctx.workload->export_format == "hf";
   ParallelOptions par;
   par.strategy = launch.strategy;
   par.degree = static_cast<int>(launch.ranks.size());

@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "runtime/backend/cpu/ops.hpp"
+#include "runtime/checkpoint/tools.hpp"
 #include "runtime/checkpoint/train_io.hpp"
 #include "runtime/comm/agree.hpp"
 #include "runtime/comm/comm_pair.hpp"
@@ -223,8 +224,18 @@ TrainResult train_with_strategy(const TrainJob& job, const TrainOptions& options
   }
   result.steps_done = done;
   // final.h5 marks a finished job (saturn run --resume skips it): not after --max-steps.
-  if (!result.stopped && done == tc.steps && !options.job_dir.empty())
-    ckpt::save_final(mpi->handle(), ck, {done, train_loader->position(), ""}, source);
+  if (!result.stopped && done == tc.steps && !options.job_dir.empty()) {
+    const auto final_file =
+        ckpt::save_final(mpi->handle(), ck, {done, train_loader->position(), ""}, source);
+    if (options.export_hf)
+      comm::agree_on(comm, [&] {
+        if (rank != 0) return;
+        const ckpt::HfExportResult r = ckpt::export_hf(final_file, options.job_dir / "hf");
+        if (!options.quiet)
+          log::info("job {}: final weights as a Hugging Face model in {} ({} tensors)", job.id,
+                    (options.job_dir / "hf").string(), r.tensors);
+      });
+  }
   std::int64_t peak = static_cast<std::int64_t>(device->memory().peak());
   comm.allreduce(&peak, 1, comm::ReduceOp::kMax);
   result.peak_device_bytes = static_cast<std::size_t>(peak);

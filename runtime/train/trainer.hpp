@@ -35,6 +35,9 @@ struct TrainOptions {
   std::int64_t max_steps = -1;  // stop early after this many steps (tests); -1: all
   bool resume = false;          // continue from the job's newest valid checkpoint, if any
   int keep_checkpoints = 3;     // step checkpoints kept in job_dir/checkpoints
+  // After final.h5: also job_dir/hf, the final weights as a Hugging Face model directory
+  // (workload `export: hf`).
+  bool export_hf = false;
 };
 
 struct StepRecord {

@@ -34,8 +34,8 @@ const Keys kScalarTrainKeys = {"lr",           "batch_size",       "seed",
                                "steps",        "seq_len",          "micro_batch_size",
                                "weight_decay", "warmup",           "eval_every",
                                "eval_batches", "checkpoint_every", "reproducible"};
-const Keys kTopKeys = {"name", "data",       "defaults", "models",
-                       "jobs", "strategies", "cluster",  "solver"};
+const Keys kTopKeys = {"name",       "data",    "defaults", "models", "jobs",
+                       "strategies", "cluster", "solver",   "export"};
 const Keys kDataKeys = {"train", "val"};
 const Keys kOptimizerKeys = {"type", "lr", "betas", "eps", "weight_decay", "grad_clip"};
 const Keys kScheduleKeys = {"warmup", "decay", "min_lr_ratio"};
@@ -45,6 +45,7 @@ const Keys kSolverKeys = {"backend", "time_limit", "introspection"};
 const Keys kIntrospectionKeys = {"interval", "threshold"};
 const Keys kDecays = {"cosine", "linear", "constant"};
 const Keys kBackends = {"glpk", "cbc"};
+const Keys kExportFormats = {"hf"};
 
 Keys concat(std::initializer_list<const Keys*> parts) {
   Keys out;
@@ -622,8 +623,7 @@ void Parser::parse_models(const Entry& e) {
       pretrained_[name] = {dir, pre->model.max_seq_len, pre->field_names.at("max_seq_len")};
     }
     const std::string required =
-        "arch, n_layer, n_head, d_model (or from: a Hugging Face "
-        "model directory)";
+        "arch, n_layer, n_head, d_model, or from: a Hugging Face model directory";
     ModelConfig mc = pre ? pre->model : ModelConfig{};
     // A key given beside `from`: its value must be config.json's.
     auto agree = [&](const Entry& x, const std::string& given, const std::string& theirs) {
@@ -1014,6 +1014,8 @@ Workload Parser::parse(const std::string& text) {
       w.strategies.push_back(s);
     }
   }
+
+  if (const Entry* e = top.find("export")) w.export_format = choice(*e, kExportFormats);
 
   if (const Entry* e = top.find("cluster")) {
     w.cluster = string(*e);

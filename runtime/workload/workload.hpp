@@ -72,6 +72,9 @@ struct Workload {
   std::string cluster = "auto";         // "auto" or a --cluster SPEC, kept as written
   std::string cluster_where;            // "FILE:LINE:COL" of `cluster:` when given, for errors
   SolverSettings solver;
+  // `export: hf`: every finished job also writes its final weights as a Hugging Face model
+  // directory, jobs/<id>/hf (docs/checkpoints.md, "Hugging Face models"). "": no export.
+  std::string export_format;
 };
 
 struct LoadOptions {

@@ -6,7 +6,8 @@ attention) made by transformers with random weights and saved with save_pretrain
   - import: a workload model `from:` the directory trains its first step from those weights:
     Saturn's loss on the batch equals transformers' within 1e-5 (relative) and its gradient norm
     within 1e-4, on one device and under fsdp x2 and tensor x2 (mpirun);
-  - export: `saturn ckpt export --format hf` of the trained final.h5 loads with from_pretrained
+  - export: `saturn ckpt export --format hf` of the trained final.h5 (and the workload's
+    `export: hf`, the same files) loads with from_pretrained
     with no missing, unexpected or mismatched keys and no warning, and its logits equal Saturn's
     (hf_probe, the engine's CPU model) within 1e-5;
   - round trip: `saturn ckpt import` -> export -> import gives bit-identical tensors and the same
@@ -179,6 +180,7 @@ def h5_tensors(path):
 def workload(path, model_dir, data, extra_model=""):
     with open(path, "w") as f:
         f.write(f"""name: hf-test
+export: hf
 data: {{train: {data}, val: {data}}}
 defaults:
   seq_len: {T}
@@ -241,6 +243,11 @@ def check_family(arch, tmp):
         exp = os.path.join(tmp, f"{arch}-exported")
         p = run([args.saturn, "ckpt", "export", final, "--format", "hf", "-o", exp])
         expect("export --format hf of final.h5", p.returncode == 0, p.stderr[-300:])
+        auto = os.path.join(os.path.dirname(final), "hf")
+        same = all(os.path.exists(os.path.join(auto, f)) and
+                   open(os.path.join(auto, f), "rb").read() == open(os.path.join(exp, f), "rb").read()
+                   for f in ("config.json", "generation_config.json", "model.safetensors"))
+        expect("`export: hf` wrote jobs/j/hf, the same files as ckpt export", same)
         loaded, info, said = load_quietly(exp)
         keys = {k: info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys")}
         expect("from_pretrained: no missing/unexpected/mismatched keys",

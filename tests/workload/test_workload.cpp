@@ -528,7 +528,7 @@ TEST_F(WorkloadTest, ImpossibleModelShapes) {
   EXPECT_CONTAINS(msg, "even head dimension");
   msg = error(head + "  small: {arch: gpt2, n_layer: 2, n_head: 4}\n" + jobs, 3, 10,
               "models.small.d_model");
-  EXPECT_CONTAINS(msg, "missing (required: arch, n_layer, n_head, d_model)");
+  EXPECT_CONTAINS(msg, "missing (required: arch, n_layer, n_head, d_model, or from:");
   msg = error(head + "  small/x: {arch: gpt2, n_layer: 2, n_head: 4, d_model: 64}\n" + jobs, 3, 3,
               "models");
   EXPECT_CONTAINS(msg, "not a plain name");
