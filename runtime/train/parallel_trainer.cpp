@@ -151,6 +151,19 @@ TrainResult train_with_strategy(const TrainJob& job, const TrainOptions& options
   double train_time = 0;  // excludes evaluation, for tokens/s
   data::Batch batch;
   std::int64_t done = first_step;
+  // A job that starts from imported weights is evaluated before its first step: the val loss
+  // of the model as imported (metrics line {"step": 0, "val_loss": ...}), the point of
+  // comparison for the fine-tuning that follows.
+  if (!job.init_from.empty() && first_step == 0) {
+    val_loader->seek({0, 0});
+    const double val0 = strategy->evaluate(val_loader->next_batch(evaluated_rows));
+    if (metrics) {
+      metrics << nlohmann::json{{"step", 0}, {"val_loss", val0}}.dump() << '\n';
+      metrics.flush();
+    }
+    if (!options.quiet && rank == 0)
+      log::info("job {}: val loss of the imported weights {:.4f}", job.id, val0);
+  }
   for (std::int64_t step = first_step; step < total_steps; ++step) {
     const auto t0 = Clock::now();
     batch = train_loader->next_batch(tc.batch_size);

@@ -195,9 +195,9 @@ jobs:
 """)
 
 
-def first_step(run_dir):
+def metrics(run_dir):
     with open(os.path.join(run_dir, "jobs", "j", "metrics.jsonl")) as f:
-        return json.loads(f.readline())
+        return {r["step"]: r for r in map(json.loads, f)}
 
 
 def check_family(arch, tmp):
@@ -227,7 +227,13 @@ def check_family(arch, tmp):
         if p.returncode != 0:
             expect(f"{label}: saturn train from {arch} directory", False, p.stderr[-500:])
             continue
-        m = first_step(rd)
+        recs = metrics(rd)
+        m = recs[1]
+        v0 = recs.get(0, {}).get("val_loss", float("nan"))
+        ve = abs(v0 - ref_loss) / abs(ref_loss)
+        # The validation rows are the same 4 windows: the imported model's val loss is the same.
+        expect(f"{label}: step-0 val loss of the imported weights = transformers' loss",
+               ve <= 1e-5, f"{v0:.7f} vs {ref_loss:.7f}, rel err {ve:.2e}")
         le = abs(m["loss"] - ref_loss) / abs(ref_loss)
         ge = abs(m["grad_norm"] - ref_norm) / abs(ref_norm)
         expect(f"{label}: first-step loss = transformers' ({m['loss']:.7f} vs {ref_loss:.7f})",
