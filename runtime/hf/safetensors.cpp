@@ -259,6 +259,7 @@ void SafetensorsFile::read_box(const std::string& name, const std::vector<std::i
       }
     }
     dst += run;
+    bytes_read_ += static_cast<std::uint64_t>(run) * esize;
     // Next outer index (odometer over dimensions [0, k)).
     std::size_t d = k;
     while (d > 0) {
@@ -329,6 +330,12 @@ const SafetensorsFile& SafetensorsSet::file_of(const std::string& name) const {
   if (it == where_.end())
     throw InputError(fmt::format("{}: no tensor '{}'", source_.string(), name));
   return *it->second;
+}
+
+std::uint64_t SafetensorsSet::bytes_read() const {
+  std::uint64_t n = 0;
+  for (const auto& f : files_) n += f->bytes_read();
+  return n;
 }
 
 std::vector<std::string> SafetensorsSet::names() const {

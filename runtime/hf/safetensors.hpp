@@ -75,10 +75,13 @@ class SafetensorsFile {
   // fit its shape; IoError when the read fails.
   void read_box(const std::string& name, const std::vector<std::int64_t>& start,
                 const std::vector<std::int64_t>& count, float* out) const;
+  // Tensor bytes read so far by read_box (what a rank's share of a model costs it).
+  std::uint64_t bytes_read() const { return bytes_read_; }
 
  private:
   std::filesystem::path path_;
   int fd_ = -1;
+  mutable std::uint64_t bytes_read_ = 0;
   std::map<std::string, StTensor> tensors_;
   std::map<std::string, std::string> metadata_;
 };
@@ -95,6 +98,7 @@ class SafetensorsSet {
   const StTensor* find(const std::string& name) const;            // nullptr when absent
   const SafetensorsFile& file_of(const std::string& name) const;  // InputError when absent
   std::vector<std::string> names() const;                         // sorted
+  std::uint64_t bytes_read() const;                               // over every file
   void read_box(const std::string& name, const std::vector<std::int64_t>& start,
                 const std::vector<std::int64_t>& count, float* out) const {
     file_of(name).read_box(name, start, count, out);

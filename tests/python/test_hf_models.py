@@ -5,7 +5,8 @@ For a GPT-2 (tied embeddings) and a LLaMA (untied head, rope_theta != 10000, mul
 attention) made by transformers with random weights and saved with save_pretrained:
   - import: a workload model `from:` the directory trains its first step from those weights:
     Saturn's loss on the batch equals transformers' within 1e-5 (relative) and its gradient norm
-    within 1e-4, on one device and under fsdp x2 and tensor x2 (mpirun);
+    within 1e-4, and its step-0 val loss equals transformers' loss, on one device and under
+    fsdp x2, tensor x2 and pipeline x2 (mpirun);
   - export: `saturn ckpt export --format hf` of the trained final.h5 (and the workload's
     `export: hf`, the same files) loads with from_pretrained
     with no missing, unexpected or mismatched keys and no warning, and its logits equal Saturn's
@@ -218,7 +219,10 @@ def check_family(arch, tmp):
     workload(wl, src, data)
     runs = [("single", ["--strategy", "single"], [])]
     if not args.no_mpi:
-        runs += [("fsdp x2", ["--strategy", "fsdp"], MPI), ("tensor x2", ["--strategy", "tensor"], MPI)]
+        # Each rank reads only what it holds: an FSDP shard, tensor-parallel blocks, a pipeline
+        # stage's layers (GPT-2's tied embedding on both ends).
+        runs += [("fsdp x2", ["--strategy", "fsdp"], MPI), ("tensor x2", ["--strategy", "tensor"], MPI),
+                 ("pipeline x2", ["--strategy", "pipeline"], MPI)]
     final = None
     for label, flags, launcher in runs:
         rd = os.path.join(tmp, f"{arch}-run-{label.split()[0]}")
