@@ -613,6 +613,8 @@ void Parser::parse_models(const Entry& e) {
       fs::path dir(s);
       if (dir.is_relative()) dir = base_dir_ / dir;
       dir = fs::absolute(dir).lexically_normal();
+      if (const auto o = options_.model_dirs.find(name); o != options_.model_dirs.end())
+        dir = o->second;
       try {
         pre = hf::read_config(dir);
         // The weights' headers: every tensor there, with its shape and a float dtype.

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -85,6 +86,10 @@ struct LoadOptions {
   // file of either format, at least seq_len + 1 tokens, every token below the model's
   // vocab_size). One pass over each file; under mpirun one rank does it.
   bool check_data_contents = true;
+  // Directories that replace models.NAME.from, by model name: a resumed run reads the run
+  // directory's copy of the workload, whose relative `from` paths meant the original file's
+  // directory, so it passes the absolute ones run_state.json recorded.
+  std::map<std::string, std::filesystem::path> model_dirs;
 };
 
 // Parses and validates a workload file. Every error is an InputError whose message reads

@@ -367,6 +367,23 @@ def check_bf16(src, tmp):
         expect("import of fp16 weights", False, p.stderr[-300:])
 
 
+def check_run_resume(src, data, tmp):
+    """`saturn run` trains from a relative `from:`; `--resume` of the run (which reads the run
+    directory's copy of the workload) still finds the model directory."""
+    print("saturn run, relative from:", flush=True)
+    wl = os.path.join(tmp, "rel.yaml")
+    workload(wl, os.path.relpath(src, tmp), os.path.relpath(data, tmp))
+    rd = os.path.join(tmp, "rel-run")
+    p = run([args.saturn, "run", wl, "--np", "1", "--run-dir", rd])
+    expect("saturn run from a relative `from:`", p.returncode == 0, p.stderr[-300:])
+    hf_dir = os.path.join(rd, "jobs", "j", "hf")
+    expect("saturn run with `export: hf` wrote jobs/j/hf",
+           os.path.exists(os.path.join(hf_dir, "model.safetensors")))
+    p = run([args.saturn, "run", "--resume", rd, "--np", "1"])
+    expect("saturn run --resume reads the recorded model directory", p.returncode == 0,
+           p.stderr[-300:])
+
+
 def check_errors(src, data, tmp):
     print("bad input:", flush=True)
 
@@ -465,6 +482,7 @@ def main():
         if args.only in ("", "llama"):
             src, data = check_family("llama", tmp)
             check_bf16(src, tmp)
+            check_run_resume(src, data, tmp)
             check_errors(src, data, tmp)
     if failures:
         print(f"FAILED: {len(failures)} check(s): {failures}")
