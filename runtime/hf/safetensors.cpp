@@ -366,8 +366,14 @@ SafetensorsWriter::SafetensorsWriter(fs::path out, const Declared& tensors,
     throw IoError(fmt::format("cannot write {}: {}", tmp_.string(), std::strerror(errno)));
   const std::uint64_t len = text.size();
   if (std::fwrite(&len, 8, 1, file_) != 1 ||
-      std::fwrite(text.data(), 1, text.size(), file_) != text.size())
-    throw IoError(fmt::format("cannot write {}: {}", tmp_.string(), std::strerror(errno)));
+      std::fwrite(text.data(), 1, text.size(), file_) != text.size()) {
+    const std::string why = std::strerror(errno);
+    std::fclose(file_);  // the destructor does not run for a constructor that throws
+    file_ = nullptr;
+    std::error_code ec;
+    fs::remove(tmp_, ec);
+    throw IoError(fmt::format("cannot write {}: {}", tmp_.string(), why));
+  }
 }
 
 SafetensorsWriter::~SafetensorsWriter() {

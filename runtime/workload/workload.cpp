@@ -617,8 +617,11 @@ void Parser::parse_models(const Entry& e) {
         dir = o->second;
       try {
         pre = hf::read_config(dir);
-        // The weights' headers: every tensor there, with its shape and a float dtype.
-        const hf::HfWeights check(dir, pre->model);
+        // The weights' headers: every tensor there, with its shape and a float dtype (not
+        // for tools that only plan, which need the shape alone, as they need no data files).
+        if (options_.check_data_files) {
+          const hf::HfWeights check(dir, pre->model);
+        }
       } catch (const Error& err) {
         fail(from->mark(), from->path, err.what());
       }
