@@ -328,6 +328,24 @@ def check_family(arch, tmp):
         expect("sharded export loads with the same logits, no warnings",
                np.array_equal(sh_logits, orig_logits) and not said and
                not any(info[k] for k in ("missing_keys", "unexpected_keys")))
+        if arch == "gpt2":
+            # As the hub's GPT-2 files are: saved from GPT2Model (no "transformer." prefix),
+            # with the attention-mask buffers transformers itself skips.
+            hub = os.path.join(tmp, "gpt2-hub-style")
+            os.makedirs(hub)
+            shutil.copy(os.path.join(src, "config.json"), hub)
+            sd = {k[len("transformer."):]: v.contiguous()
+                  for k, v in model.state_dict().items() if k.startswith("transformer.")}
+            for l in range(2):
+                sd[f"h.{l}.attn.bias"] = torch.tril(torch.ones(1, 1, 32, 32))
+            safetensors.torch.save_file(sd, os.path.join(hub, "model.safetensors"),
+                                        metadata={"format": "pt"})
+            hh = os.path.join(tmp, "gpt2-hub.h5")
+            p = run([args.saturn, "ckpt", "import", hub, "-o", hh])
+            th, _ = h5_tensors(hh) if p.returncode == 0 else ({}, None)
+            expect("GPT2Model-style names and mask buffers import to the same tensors",
+                   th.keys() == ta.keys() and all(np.array_equal(ta[k], th[k]) for k in ta),
+                   p.stderr[-300:])
         c = os.path.join(tmp, f"{arch}-c.h5")
         p = run(MPI + [args.saturn, "ckpt", "import", sh, "-o", c]) if not args.no_mpi else \
             run([args.saturn, "ckpt", "import", sh, "-o", c])
