@@ -774,8 +774,13 @@ void Parser::finish_job(JobSpec job, const Provenance& prov, const YAML::Mark& m
                      t.steps, t.batch_size, t.seq_len, static_cast<double>(t.steps) * step_tokens,
                      job.id, limits::kJobTokens));
   }
+  job.model.max_seq_len = t.seq_len;
   if (const auto pre = pretrained_.find(job.model_name); pre != pretrained_.end()) {
     job.init_from = pre->second.dir;
+    // The imported model keeps all its positions (GPT-2's whole position table, LLaMA's
+    // max_position_embeddings): a job trains the first seq_len, and its export is the whole
+    // model again.
+    job.model.max_seq_len = pre->second.positions;
     if (t.seq_len > pre->second.positions) {
       const Where where = at("seq_len");
       fail(where.mark, where.path,
@@ -786,7 +791,6 @@ void Parser::finish_job(JobSpec job, const Provenance& prov, const YAML::Mark& m
                        pre->second.positions));
     }
   }
-  job.model.max_seq_len = t.seq_len;
   try {
     job.model.validate();
   } catch (const InputError& err) {

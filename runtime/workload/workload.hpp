@@ -42,7 +42,9 @@ inline constexpr double kParameters = 1e12;  // per model
 struct JobSpec {
   std::string id;          // unique in the workload; usable as a directory name
   std::string model_name;  // key in the workload's `models:`
-  ModelConfig model;       // model.max_seq_len == train.seq_len
+  // model.max_seq_len == train.seq_len, except for a model from a Hugging Face directory:
+  // its position count (n_positions / max_position_embeddings, >= seq_len).
+  ModelConfig model;
   // The Hugging Face model directory whose weights the job starts from (models.NAME.from);
   // empty: the canonical random initialisation.
   std::filesystem::path init_from;

@@ -276,10 +276,14 @@ def check_family(arch, tmp):
             expect("config.json: rope_theta, intermediate_size, rms_norm_eps, untied",
                    cfg["rope_theta"] == 50000.0 and cfg["intermediate_size"] == 96 and
                    cfg["rms_norm_eps"] == 1e-5 and cfg["tie_word_embeddings"] is False and
-                   cfg["num_key_value_heads"] == 4, json.dumps(cfg))
+                   cfg["num_key_value_heads"] == 4 and
+                   cfg["max_position_embeddings"] == 64, json.dumps(cfg))
         else:
-            expect("config.json: n_inner is the real width, tied",
-                   cfg["n_inner"] == 256 and cfg["tie_word_embeddings"] is True, json.dumps(cfg))
+            # The job trained 16 positions; the export has the model's 32 (rows 16..31 as
+            # imported, but for weight decay).
+            expect("config.json: n_inner is the real width, tied, all 32 positions",
+                   cfg["n_inner"] == 256 and cfg["tie_word_embeddings"] is True and
+                   cfg["n_positions"] == 32, json.dumps(cfg))
 
     # Saturn's logits on the original directory equal transformers'.
     with torch.no_grad():

@@ -866,7 +866,8 @@ TEST_F(WorkloadTest, ModelFromAHuggingFaceDirectory) {
   EXPECT_EQ(j.model.d_ff, 48);
   EXPECT_EQ(j.model.vocab_size, 100);
   EXPECT_EQ(j.model.rope_theta, 50000.0f);
-  EXPECT_EQ(j.model.max_seq_len, 32);  // the job's seq_len, as for every model
+  EXPECT_EQ(j.model.max_seq_len, 64);  // the model's positions (the job trains 32 of them)
+  EXPECT_EQ(j.train.seq_len, 32);
   EXPECT_EQ(w.export_format, "hf");
 }
 
