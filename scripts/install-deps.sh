@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages Saturn builds, runs and tests with — only those missing.
 # Usage: scripts/install-deps.sh [--tests]   (--tests adds PyTorch, h5py, Slurm, Chromium: the
-# test peers; Chromium renders `saturn report` headless)
+# test peers; Chromium renders `saturn report` headless; and a Python virtual environment with
+# pinned `transformers`, `tokenizers` and `safetensors` wheels from PyPI for the Hugging Face
+# tests, see test_venv below)
 set -euo pipefail
 
 packages=(build-essential cmake pkg-config git
@@ -11,8 +13,28 @@ packages=(build-essential cmake pkg-config git
   googletest libgtest-dev libbenchmark-dev)
 if [[ "${1:-}" == "--tests" ]]; then
   # Test and benchmark peers only; the runtime never needs Python.
-  packages+=(python3 python3-numpy python3-torch python3-h5py slurmctld slurmd munge chromium)
+  packages+=(python3 python3-numpy python3-torch python3-h5py python3-venv slurmctld slurmd munge
+    chromium)
 fi
+
+# The Hugging Face test peers (tests/python/test_hf_models.py): Debian has no `transformers`, so
+# pinned wheels go into a virtual environment that also sees Debian's python3-torch
+# (--system-site-packages), never into the system's or the user's site directory. The test
+# finds it at the same path (SATURN_TEST_VENV, default ~/.cache/saturn/test-venv). The pins
+# are the last transformers release line that runs on Debian 12's torch 1.13.
+test_venv() {
+  local venv="${SATURN_TEST_VENV:-$HOME/.cache/saturn/test-venv}"
+  local pins=(transformers==4.44.2 tokenizers==0.19.1 safetensors==0.4.5 huggingface-hub==0.36.2)
+  if PYTHONNOUSERSITE=1 "$venv/bin/python" -c \
+      'import transformers, safetensors, tokenizers, torch; assert transformers.__version__ == "4.44.2"' \
+      2>/dev/null; then
+    echo "[saturn] test venv $venv is ready"
+    return
+  fi
+  echo "[saturn] making the test venv $venv (${pins[*]})"
+  /usr/bin/python3 -m venv --system-site-packages "$venv"
+  PYTHONNOUSERSITE=1 "$venv/bin/pip" install --disable-pip-version-check -q "${pins[@]}"
+}
 
 missing=()
 for p in "${packages[@]}"; do
@@ -22,6 +44,7 @@ for p in "${packages[@]}"; do
 done
 if [[ ${#missing[@]} -eq 0 ]]; then
   echo "[saturn] all required packages are installed"
+  if [[ "${1:-}" == "--tests" ]]; then test_venv; fi
   exit 0
 fi
 
@@ -33,3 +56,4 @@ fi
 echo "[saturn] installing: ${missing[*]}"
 $sudo apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+if [[ "${1:-}" == "--tests" ]]; then test_venv; fi

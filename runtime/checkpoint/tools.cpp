@@ -2,13 +2,18 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "runtime/checkpoint/checksum.hpp"
 #include "runtime/checkpoint/slices.hpp"
+#include "runtime/core/atomic_file.hpp"
+#include "runtime/hf/hf_model.hpp"
+#include "runtime/hf/safetensors.hpp"
 #include "runtime/model/parameters.hpp"
 #include "runtime/workload/config_json.hpp"
 
@@ -131,6 +136,121 @@ std::size_t export_safetensors(const fs::path& file, const fs::path& out) {
     throw;
   }
   return count;
+}
+
+namespace {
+
+void write_json_file(const fs::path& path, const nlohmann::ordered_json& j) {
+  write_file_atomic(path, j.dump(2) + "\n");
+}
+
+bool is_weight_file(const std::string& name) {
+  const auto ends = [&](const std::string& tail) {
+    return name.size() >= tail.size() &&
+           name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  return name == "model.safetensors" || name == "model.safetensors.index.json" ||
+         (name.rfind("model-", 0) == 0 && ends(".safetensors"));
+}
+
+}  // namespace
+
+HfExportResult export_hf(const fs::path& file, const fs::path& dir,
+                         const HfExportOptions& options) {
+  const CheckpointMeta meta = read_meta(MPI_COMM_SELF, file);
+  const ParameterLayout layout(meta.model);
+  HfExportResult result;
+  result.model = meta.model;
+  // Shards in layout order: a new one starts where the next tensor would overflow this one.
+  std::vector<hf::SafetensorsWriter::Declared> shards(1);
+  std::uint64_t in_shard = 0, total = 0;
+  for (const auto& t : layout.tensors()) {
+    const std::uint64_t bytes = t.numel * sizeof(float);
+    if (!shards.back().empty() && in_shard + bytes > options.max_shard_bytes) {
+      shards.emplace_back();
+      in_shard = 0;
+    }
+    shards.back().emplace_back(t.name, t.shape);
+    in_shard += bytes;
+    total += bytes;
+  }
+  const int n = static_cast<int>(shards.size());
+  std::vector<std::string> names;
+  for (int k = 0; k < n; ++k)
+    names.push_back(n == 1 ? "model.safetensors"
+                           : fmt::format("model-{:05d}-of-{:05d}.safetensors", k + 1, n));
+  const std::map<std::string, std::string> st_meta = {
+      {"format", "pt"},  // transformers refuses safetensors without it
+      {"source", "saturn-checkpoint"},
+      {"job_id", meta.job_id},
+      {"step", std::to_string(meta.step)}};
+  fs::create_directories(dir);
+
+  std::unique_ptr<hf::SafetensorsWriter> writer;
+  int shard = -1;
+  std::size_t in_current = 0;
+  visit_model_tensors(file, [&](const std::string& name, const std::vector<std::int64_t>&,
+                                const float* data, std::size_t elements) {
+    while (writer == nullptr || in_current == shards[static_cast<std::size_t>(shard)].size()) {
+      if (writer) writer->finish();
+      ++shard;
+      writer =
+          std::make_unique<hf::SafetensorsWriter>(dir / names[static_cast<std::size_t>(shard)],
+                                                  shards[static_cast<std::size_t>(shard)], st_meta);
+      in_current = 0;
+    }
+    writer->write(name, data, elements);
+    ++in_current;
+    ++result.tensors;
+  });
+  if (writer) writer->finish();
+  if (n > 1) {
+    nlohmann::ordered_json index;
+    index["metadata"] = {{"total_size", total}};
+    nlohmann::ordered_json map = nlohmann::ordered_json::object();
+    for (int k = 0; k < n; ++k)
+      for (const auto& [name, shape] : shards[static_cast<std::size_t>(k)])
+        map[name] = names[static_cast<std::size_t>(k)];
+    index["weight_map"] = map;
+    write_json_file(dir / "model.safetensors.index.json", index);
+  }
+  write_json_file(dir / "config.json", hf::config_json(meta.model));
+  write_json_file(dir / "generation_config.json", hf::generation_config_json(meta.model));
+  // Weight files of an earlier export that this one did not write would be read instead of,
+  // or beside, the new ones (an index wins over model.safetensors).
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    const bool written = std::find(names.begin(), names.end(), name) != names.end() ||
+                         (n > 1 && name == "model.safetensors.index.json");
+    if (is_weight_file(name) && !written) fs::remove(entry.path());
+  }
+  result.shards = n;
+  return result;
+}
+
+CheckpointMeta import_hf(MPI_Comm comm, const fs::path& dir, const fs::path& out) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  const hf::HfModel hm = hf::read_config(dir);
+  const hf::HfWeights weights(dir, hm.model);
+  const ParameterLayout layout(hm.model);
+  const std::size_t total = layout.total();
+  const std::size_t begin = total * static_cast<std::size_t>(rank) / static_cast<std::size_t>(size);
+  const std::size_t end =
+      total * static_cast<std::size_t>(rank + 1) / static_cast<std::size_t>(size);
+  std::vector<float> part(end - begin);
+  StateView view;
+  view.params = flat_range_slices(layout, begin, end, part.data());
+  weights.fill(view.params);
+  CheckpointMeta meta;
+  meta.job_id = "hf-import";
+  meta.model = hm.model;
+  meta.train.seq_len = hm.model.max_seq_len;
+  meta.strategy = "hf-import";
+  meta.devices = size;
+  write_checkpoint(comm, out, meta, view);
+  return meta;
 }
 
 }  // namespace saturn::ckpt

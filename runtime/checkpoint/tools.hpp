@@ -25,4 +25,29 @@ std::string format_inspection(const std::filesystem::path& file, const Checkpoin
 // Returns the number of tensors written.
 std::size_t export_safetensors(const std::filesystem::path& file, const std::filesystem::path& out);
 
+// A Hugging Face model directory that `from_pretrained` loads as is (docs/checkpoints.md,
+// "Hugging Face models"): config.json (hf::config_json: every field from the checkpoint's
+// model), generation_config.json, and the weights as float32 safetensors in the layout's order,
+// in model.safetensors, or in model-0000K-of-0000N.safetensors shards of at most
+// max_shard_bytes each (a larger tensor gets a shard of its own) with
+// model.safetensors.index.json when they do not fit one. Tensors stream through one at a time,
+// each verified against its checksum; every file is written as .tmp and renamed, and weight
+// files of an earlier export into the same directory that this one does not rewrite are removed.
+struct HfExportOptions {
+  std::uint64_t max_shard_bytes = std::uint64_t{5} << 30;
+};
+struct HfExportResult {
+  std::size_t tensors = 0;
+  int shards = 0;
+  ModelConfig model;
+};
+HfExportResult export_hf(const std::filesystem::path& file, const std::filesystem::path& dir,
+                         const HfExportOptions& options = {});
+
+// Converts a Hugging Face model directory (hf::read_config, hf::HfWeights) into a checkpoint
+// file of weights only (step 0, no optimizer state). Collective over comm: each rank reads and
+// writes an equal flat range of the canonical layout, so no rank holds the whole model.
+CheckpointMeta import_hf(MPI_Comm comm, const std::filesystem::path& dir,
+                         const std::filesystem::path& out);
+
 }  // namespace saturn::ckpt

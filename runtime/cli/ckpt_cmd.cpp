@@ -1,7 +1,10 @@
-// `saturn ckpt inspect FILE` and `saturn ckpt export FILE --format safetensors -o OUT`: look into
-// a checkpoint and convert its weights, on one process.
+// `saturn ckpt inspect FILE`, `saturn ckpt export FILE --format safetensors|hf -o OUT` and
+// `saturn ckpt import HF_DIR -o FILE`: look into a checkpoint and convert its weights, to and
+// from a Hugging Face model directory (import: on one process, or on N under mpirun, each
+// reading and writing 1/N of the model).
 #include <fmt/format.h>
 
+#include <mpi.h>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -24,6 +27,7 @@ struct CkptArgs {
   bool no_verify = false;
   std::string format = "safetensors";
   std::string output;
+  std::string max_shard_size = "5GiB";
 };
 
 int run_inspect(const CkptArgs& a) {
@@ -67,11 +71,36 @@ int run_inspect(const CkptArgs& a) {
 }
 
 int run_export(const CkptArgs& a) {
-  if (a.format != "safetensors")
-    throw InputError(fmt::format("--format {}: the only export format is safetensors", a.format));
+  if (a.format != "safetensors" && a.format != "hf")
+    throw InputError(fmt::format("--format {}: valid formats are safetensors and hf", a.format));
   const ckpt::MpiGuard mpi;
+  if (a.format == "hf") {
+    ckpt::HfExportOptions opt;
+    opt.max_shard_bytes = parse_bytes(a.max_shard_size, "--max-shard-size");
+    if (opt.max_shard_bytes == 0) throw InputError("--max-shard-size must be > 0");
+    const ckpt::HfExportResult r = ckpt::export_hf(a.file, a.output, opt);
+    log::info(
+        "wrote a Hugging Face {} model to {}: config.json, generation_config.json and {} "
+        "tensors in {} safetensors file{}",
+        r.model.arch == Arch::kGpt2 ? "GPT2LMHeadModel" : "LlamaForCausalLM", a.output, r.tensors,
+        r.shards, r.shards == 1 ? "" : "s");
+    return kExitOk;
+  }
   const std::size_t n = ckpt::export_safetensors(a.file, a.output);
   log::info("wrote {} tensors to {}", n, a.output);
+  return kExitOk;
+}
+
+int run_import(const CkptArgs& a) {
+  const ckpt::MpiGuard mpi;
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  const ckpt::CheckpointMeta meta = ckpt::import_hf(MPI_COMM_WORLD, a.file, a.output);
+  if (rank == 0)
+    log::info("wrote {} ({} n_layer {} n_head {} d_model {} d_ff {} vocab {}, {} positions)",
+              a.output, arch_name(meta.model.arch), meta.model.n_layer, meta.model.n_head,
+              meta.model.d_model, meta.model.ffn_dim(), meta.model.vocab_size,
+              meta.model.max_seq_len);
   return kExitOk;
 }
 
@@ -79,7 +108,9 @@ int run_export(const CkptArgs& a) {
 
 void add_ckpt_command(CLI::App& root, Action* action) {
   auto args = std::make_shared<CkptArgs>();
-  CLI::App* cmd = root.add_subcommand("ckpt", "Inspect or export a checkpoint file (HDF5).");
+  CLI::App* cmd = root.add_subcommand(
+      "ckpt",
+      "Inspect, export or import a checkpoint file (HDF5; Hugging Face models in and out).");
   cmd->require_subcommand(1);
 
   CLI::App* inspect = cmd->add_subcommand(
@@ -94,13 +125,31 @@ void add_ckpt_command(CLI::App& root, Action* action) {
   inspect->callback([args, action] { *action = [args] { return run_inspect(*args); }; });
 
   CLI::App* exp = cmd->add_subcommand(
-      "export", "Write the model weights in another format (safetensors), names as in the file");
+      "export",
+      "Write the model weights in another format: safetensors (one file, names as in the "
+      "checkpoint) or hf (a directory transformers' from_pretrained loads as is)");
   exp->add_option("file", args->file, "Checkpoint file (.h5)")
       ->required()
       ->check(CLI::ExistingFile);
-  exp->add_option("--format", args->format, "Output format")->check(CLI::IsMember({"safetensors"}));
-  exp->add_option("-o,--output", args->output, "Output file")->required();
+  exp->add_option("--format", args->format, "Output format (safetensors: a file; hf: a directory)")
+      ->check(CLI::IsMember({"safetensors", "hf"}));
+  exp->add_option("-o,--output", args->output, "Output file (safetensors) or directory (hf)")
+      ->required();
+  exp->add_option("--max-shard-size", args->max_shard_size,
+                  "hf: largest safetensors shard (e.g. 2GiB); above it the weights are sharded "
+                  "with model.safetensors.index.json")
+      ->default_val("5GiB");
   exp->callback([args, action] { *action = [args] { return run_export(*args); }; });
+
+  CLI::App* imp = cmd->add_subcommand(
+      "import",
+      "Convert a Hugging Face model directory (config.json + model.safetensors or a sharded "
+      "index; GPT2LMHeadModel, LlamaForCausalLM) into a checkpoint file of weights");
+  imp->add_option("dir", args->file, "Hugging Face model directory")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  imp->add_option("-o,--output", args->output, "Checkpoint file to write (.h5)")->required();
+  imp->callback([args, action] { *action = [args] { return run_import(*args); }; });
 }
 
 }  // namespace saturn::cli

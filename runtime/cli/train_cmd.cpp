@@ -77,7 +77,7 @@ int run_job(const TrainArgs& a) {
       lo.check_data_contents = rank == 0;  // one pass over the data is enough (agreed)
       w = load_workload(a.workload, lo);
       const JobSpec& spec = pick_job(w, a);
-      job = TrainJob{spec.id, spec.model, spec.train, w.train_data, w.val_data};
+      job = TrainJob{spec.id, spec.model, spec.train, w.train_data, w.val_data, spec.init_from};
       // On a GPU the capacity is the device's (less a reserve); --memory may only lower it.
       opt.device_capacity =
           device_capacity_for(opt.device, std::max(0, comm::launcher_local_rank()),
@@ -86,6 +86,7 @@ int run_job(const TrainArgs& a) {
       opt.quiet = a.quiet || rank != 0;
       opt.resume = a.resume;
       opt.keep_checkpoints = a.keep_checkpoints;
+      opt.export_hf = w.export_format == "hf";
       run_dir = a.run_dir.empty() ? std::filesystem::path("runs") / w.name
                                   : std::filesystem::path(a.run_dir);
       opt.job_dir = run_dir / "jobs" / job.id;

@@ -691,11 +691,16 @@ struct Coordinator::Impl {
   // data files as absolute paths (the run directory's workload copy has relative ones), and the
   // memory per rank the run was given.
   void write_run_state(double elapsed_s) {
+    // Models that start from a Hugging Face directory (`from`), absolute, by model name.
+    nlohmann::json model_dirs = nlohmann::json::object();
+    for (const auto& j : setup.workload->jobs)
+      if (!j.init_from.empty()) model_dirs[j.model_name] = fs::absolute(j.init_from).string();
     write_atomic(setup.run_dir / "run_state.json",
                  nlohmann::json{{"elapsed_s", elapsed_s},
                                 {"next_plan", plan_index},
                                 {"train_data", fs::absolute(setup.workload->train_data).string()},
                                 {"val_data", fs::absolute(setup.workload->val_data).string()},
+                                {"model_dirs", model_dirs},
                                 {"device_memory_bytes", setup.device_capacity},
                                 {"host_memory_bytes", setup.host_capacity}}
                      .dump(2));

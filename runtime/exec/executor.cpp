@@ -38,6 +38,16 @@ struct ResumeState {
   int next_plan = 0;
 };
 
+// The absolute `from` directories a run recorded (run_state.json "model_dirs"), by model name.
+std::map<std::string, fs::path> recorded_model_dirs(const nlohmann::json& state) {
+  std::map<std::string, fs::path> dirs;
+  const auto it = state.find("model_dirs");
+  if (it == state.end() || !it->is_object()) return dirs;
+  for (const auto& [model, dir] : it->items())
+    if (dir.is_string()) dirs[model] = dir.get<std::string>();
+  return dirs;
+}
+
 ResumeState read_resume_state(const Workload& w, const fs::path& run_dir) {
   ResumeState s;
   for (const auto& job : w.jobs) {
@@ -190,7 +200,10 @@ int run_batch(const RunOptions& options) {
         std::ifstream in(options.run_dir / "run_state.json");
         if (in) state = nlohmann::json::parse(in, nullptr, false);
         if (state && (state->is_discarded() || !state->contains("train_data"))) state.reset();
-        if (state) lo.check_data_files = false;
+        if (state) {
+          lo.check_data_files = false;
+          lo.model_dirs = recorded_model_dirs(*state);
+        }
       }
       w = load_workload(options.workload, lo);
       if (state) {

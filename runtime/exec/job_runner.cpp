@@ -64,7 +64,9 @@ SegmentOutcome run_segment(const RunContext& ctx, const SegmentLaunch& launch, M
   comm::Communicator& comm = *comm_ptr;
   const bool leader = comm.rank() == 0;
   const JobSpec& spec = find_job(*ctx.workload, launch.job_id);
-  TrainJob job{spec.id, spec.model, spec.train, ctx.workload->train_data, ctx.workload->val_data};
+  TrainJob job{
+      spec.id,       spec.model, spec.train, ctx.workload->train_data, ctx.workload->val_data,
+      spec.init_from};
   TrainOptions opt;
   opt.job_dir = ctx.run_dir / "jobs" / job.id;
   opt.device_capacity = ctx.device_capacity;
@@ -73,6 +75,7 @@ SegmentOutcome run_segment(const RunContext& ctx, const SegmentLaunch& launch, M
   opt.device_index = ctx.device_index;
   opt.quiet = true;   // the coordinator prints the batch's progress
   opt.resume = true;  // continue from the job's newest checkpoint when it has one
+  opt.export_hf = ctx.workload->export_format == "hf";
   ParallelOptions par;
   par.strategy = launch.strategy;
   par.degree = static_cast<int>(launch.ranks.size());

@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "runtime/backend/cpu/ops.hpp"
+#include "runtime/checkpoint/tools.hpp"
 #include "runtime/checkpoint/train_io.hpp"
 #include "runtime/comm/agree.hpp"
 #include "runtime/comm/comm_pair.hpp"
@@ -19,6 +20,7 @@
 #include "runtime/core/log.hpp"
 #include "runtime/core/memory.hpp"
 #include "runtime/data/loader.hpp"
+#include "runtime/hf/hf_model.hpp"
 #include "runtime/parallel/assemble.hpp"
 
 namespace saturn {
@@ -64,8 +66,7 @@ TrainResult train_with_strategy(const TrainJob& job, const TrainOptions& options
     // a CPU "device" index only names the pool.
     int index = options.device_index;
     if (index < 0)
-      index = options.device == DeviceKind::kCpu ? rank
-                                                  : std::max(0, comm::launcher_local_rank());
+      index = options.device == DeviceKind::kCpu ? rank : std::max(0, comm::launcher_local_rank());
     device = make_device(options.device, index, spec.knobs.device_capacity);
     host = std::make_unique<MemoryPool>(fmt::format("host:{}", rank), spec.knobs.host_capacity,
                                         device->host_allocator());
@@ -101,6 +102,19 @@ TrainResult train_with_strategy(const TrainJob& job, const TrainOptions& options
       }
     });
   }
+  // Pre-trained weights: each rank reads the slices of the canonical tensors it holds (as a
+  // checkpoint restore does), straight from the safetensors files. Not after a resume, whose
+  // checkpoint already holds the trained weights.
+  if (!job.init_from.empty() && first_step == 0) {
+    comm::agree_on(comm, [&] {
+      const hf::HfWeights weights(job.init_from, job.model);
+      const StateSlices slices = strategy->export_state(parallel::StateKind::kParams);
+      weights.fill(slices);
+      strategy->import_state(parallel::StateKind::kParams, slices);
+    });
+    if (!options.quiet && rank == 0)
+      log::info("job {}: weights from {}", job.id, job.init_from.string());
+  }
   // Reproducible: GEMM bits independent of the thread count (ranks and runs may differ in it).
   const cpu::FixedGemmGrid grid(tc.reproducible);
 
@@ -128,9 +142,8 @@ TrainResult train_with_strategy(const TrainJob& job, const TrainOptions& options
         "micro-batches of {} x {} tokens, {} steps; estimated peak {} per rank",
         job.id, arch_name(job.model.arch), job.model.n_layer, job.model.n_head, job.model.d_model,
         static_cast<double>(job.model.num_parameters()) / 1e6, par.strategy,
-        par.degree == 1 ? device->describe() : fmt::format("{} ranks", par.degree),
-        estimate.layout, tc.batch_size, estimate.micro_batch, T, total_steps,
-        format_bytes(estimate.device_bytes));
+        par.degree == 1 ? device->describe() : fmt::format("{} ranks", par.degree), estimate.layout,
+        tc.batch_size, estimate.micro_batch, T, total_steps, format_bytes(estimate.device_bytes));
 
   TrainResult result;
   const auto t_start = Clock::now();
@@ -138,6 +151,19 @@ TrainResult train_with_strategy(const TrainJob& job, const TrainOptions& options
   double train_time = 0;  // excludes evaluation, for tokens/s
   data::Batch batch;
   std::int64_t done = first_step;
+  // A job that starts from imported weights is evaluated before its first step: the val loss
+  // of the model as imported (metrics line {"step": 0, "val_loss": ...}), the point of
+  // comparison for the fine-tuning that follows.
+  if (!job.init_from.empty() && first_step == 0) {
+    val_loader->seek({0, 0});
+    const double val0 = strategy->evaluate(val_loader->next_batch(evaluated_rows));
+    if (metrics) {
+      metrics << nlohmann::json{{"step", 0}, {"val_loss", val0}}.dump() << '\n';
+      metrics.flush();
+    }
+    if (!options.quiet && rank == 0)
+      log::info("job {}: val loss of the imported weights {:.4f}", job.id, val0);
+  }
   for (std::int64_t step = first_step; step < total_steps; ++step) {
     const auto t0 = Clock::now();
     batch = train_loader->next_batch(tc.batch_size);
@@ -211,8 +237,18 @@ TrainResult train_with_strategy(const TrainJob& job, const TrainOptions& options
   }
   result.steps_done = done;
   // final.h5 marks a finished job (saturn run --resume skips it): not after --max-steps.
-  if (!result.stopped && done == tc.steps && !options.job_dir.empty())
-    ckpt::save_final(mpi->handle(), ck, {done, train_loader->position(), ""}, source);
+  if (!result.stopped && done == tc.steps && !options.job_dir.empty()) {
+    const auto final_file =
+        ckpt::save_final(mpi->handle(), ck, {done, train_loader->position(), ""}, source);
+    if (options.export_hf)
+      comm::agree_on(comm, [&] {
+        if (rank != 0) return;
+        const ckpt::HfExportResult r = ckpt::export_hf(final_file, options.job_dir / "hf");
+        if (!options.quiet)
+          log::info("job {}: final weights as a Hugging Face model in {} ({} tensors)", job.id,
+                    (options.job_dir / "hf").string(), r.tensors);
+      });
+  }
   std::int64_t peak = static_cast<std::int64_t>(device->memory().peak());
   comm.allreduce(&peak, 1, comm::ReduceOp::kMax);
   result.peak_device_bytes = static_cast<std::size_t>(peak);

@@ -19,10 +19,13 @@ struct TrainJob {
   TrainConfig train;
   std::filesystem::path train_data;
   std::filesystem::path val_data;
+  // A Hugging Face model directory to start from instead of the random initialisation (each
+  // rank reads only the slices it holds); a resumed job loads its checkpoint instead.
+  std::filesystem::path init_from;
 };
 
 struct TrainOptions {
-  std::filesystem::path job_dir;     // metrics.jsonl, final.h5 (empty: write nothing)
+  std::filesystem::path job_dir;         // metrics.jsonl, final.h5 (empty: write nothing)
   DeviceKind device = DeviceKind::kCpu;  // the backend every rank trains on
   int device_index = -1;  // which device of the node (-1: the rank's own, see make_device)
   std::size_t device_capacity = 0;   // bytes; 0 = unlimited
@@ -32,6 +35,9 @@ struct TrainOptions {
   std::int64_t max_steps = -1;  // stop early after this many steps (tests); -1: all
   bool resume = false;          // continue from the job's newest valid checkpoint, if any
   int keep_checkpoints = 3;     // step checkpoints kept in job_dir/checkpoints
+  // After final.h5: also job_dir/hf, the final weights as a Hugging Face model directory
+  // (workload `export: hf`).
+  bool export_hf = false;
 };
 
 struct StepRecord {
@@ -46,12 +52,12 @@ struct StepRecord {
 };
 
 struct TrainResult {
-  std::vector<StepRecord> steps;  // the steps this call ran (after a resume: from there on)
-  std::int64_t steps_done = 0;    // optimizer steps of the job done when the call returned
-  bool stopped = false;           // stopped early at a step boundary (checkpointed)
-  std::size_t peak_device_bytes = 0;       // measured, largest over ranks
+  std::vector<StepRecord> steps;      // the steps this call ran (after a resume: from there on)
+  std::int64_t steps_done = 0;        // optimizer steps of the job done when the call returned
+  bool stopped = false;               // stopped early at a step boundary (checkpointed)
+  std::size_t peak_device_bytes = 0;  // measured, largest over ranks
   std::size_t estimated_device_bytes = 0;  // the strategy's estimate (its busiest rank)
-  std::vector<float> final_params;  // canonical flat layout
+  std::vector<float> final_params;         // canonical flat layout
 };
 
 // One device: train_with_strategy with the one-device strategy ("single", a degree-1 DDP) on

@@ -10,11 +10,13 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <system_error>
 
 #include "runtime/core/error.hpp"
 #include "runtime/data/token_file.hpp"
+#include "runtime/hf/hf_model.hpp"
 #include "solver/problem.hpp"
 
 namespace saturn {
@@ -32,17 +34,18 @@ const Keys kScalarTrainKeys = {"lr",           "batch_size",       "seed",
                                "steps",        "seq_len",          "micro_batch_size",
                                "weight_decay", "warmup",           "eval_every",
                                "eval_batches", "checkpoint_every", "reproducible"};
-const Keys kTopKeys = {"name", "data",       "defaults", "models",
-                       "jobs", "strategies", "cluster",  "solver"};
+const Keys kTopKeys = {"name",       "data",    "defaults", "models", "jobs",
+                       "strategies", "cluster", "solver",   "export"};
 const Keys kDataKeys = {"train", "val"};
 const Keys kOptimizerKeys = {"type", "lr", "betas", "eps", "weight_decay", "grad_clip"};
 const Keys kScheduleKeys = {"warmup", "decay", "min_lr_ratio"};
-const Keys kModelKeys = {"arch", "n_layer",    "n_head",   "d_model",
-                         "d_ff", "vocab_size", "norm_eps", "rope_theta"};
+const Keys kModelKeys = {"arch",       "n_layer",  "n_head",     "d_model", "d_ff",
+                         "vocab_size", "norm_eps", "rope_theta", "from"};
 const Keys kSolverKeys = {"backend", "time_limit", "introspection"};
 const Keys kIntrospectionKeys = {"interval", "threshold"};
 const Keys kDecays = {"cosine", "linear", "constant"};
 const Keys kBackends = {"glpk", "cbc"};
+const Keys kExportFormats = {"hf"};
 
 Keys concat(std::initializer_list<const Keys*> parts) {
   Keys out;
@@ -306,6 +309,14 @@ class Parser {
   fs::path base_dir_;
   LoadOptions options_;
   std::map<std::string, std::pair<ModelConfig, YAML::Mark>> models_;
+  // Models that start from a Hugging Face directory: the directory and its config.json's
+  // position count (a job's seq_len may not exceed it).
+  struct Pretrained {
+    fs::path dir;
+    int positions = 0;
+    std::string positions_field;
+  };
+  std::map<std::string, Pretrained> pretrained_;
   Keys model_names_;                              // in file order, for messages
   std::map<std::string, std::string> id_origin_;  // job id -> "jobs[i] at L:C"
 };
@@ -593,17 +604,50 @@ void Parser::parse_models(const Entry& e) {
     const YAML::Node v = it->second;
     const YAML::Mark mark = v.IsNull() ? key.Mark() : v.Mark();
     const MapView m = map(v, mark, path, kModelKeys);
-    const std::string required = "arch, n_layer, n_head, d_model";
-    ModelConfig mc;
-    mc.arch = [&] {
-      const Entry& a = require(m, "arch", required);
-      const std::string s = string(a);
+    // `from: DIR`: the shape is config.json's; keys also given must agree with it.
+    const Entry* from = m.find("from");
+    std::optional<hf::HfModel> pre;
+    if (from != nullptr) {
+      const std::string s = string(*from);
+      if (s.empty()) fail(from->mark(), from->path, "expected a directory, got an empty string");
+      fs::path dir(s);
+      if (dir.is_relative()) dir = base_dir_ / dir;
+      dir = fs::absolute(dir).lexically_normal();
+      if (const auto o = options_.model_dirs.find(name); o != options_.model_dirs.end())
+        dir = o->second;
+      try {
+        pre = hf::read_config(dir);
+        // The weights' headers: every tensor there, with its shape and a float dtype (not
+        // for tools that only plan, which need the shape alone, as they need no data files).
+        if (options_.check_data_files) {
+          const hf::HfWeights check(dir, pre->model);
+        }
+      } catch (const Error& err) {
+        fail(from->mark(), from->path, err.what());
+      }
+      pretrained_[name] = {dir, pre->model.max_seq_len, pre->field_names.at("max_seq_len")};
+    }
+    const std::string required =
+        "arch, n_layer, n_head, d_model, or from: a Hugging Face model directory";
+    ModelConfig mc = pre ? pre->model : ModelConfig{};
+    // A key given beside `from`: its value must be config.json's.
+    auto agree = [&](const Entry& x, const std::string& given, const std::string& theirs) {
+      if (given != theirs)
+        fail(x.mark(), x.path,
+             fmt::format("{} disagrees with {} = {} in {} (valid: {}, or leave it out)", given,
+                         pre->field_names.at(x.key), theirs, pre->config_file.string(), theirs));
+    };
+    if (const Entry* a = pre ? m.find("arch") : &require(m, "arch", required)) {
+      const std::string s = string(*a);
       if (s != "gpt2" && s != "llama")
-        fail(a.mark(), a.path,
+        fail(a->mark(), a->path,
              fmt::format("unknown arch '{}' ({}valid: gpt2, llama)", quote_text(s),
                          suggestion(s, {"gpt2", "llama"})));
-      return parse_arch(s);
-    }();
+      if (pre)
+        agree(*a, s, arch_name(mc.arch));
+      else
+        mc.arch = parse_arch(s);
+    }
     auto int_in = [&](const Entry& x, std::int64_t lo, std::int64_t hi, const char* note) {
       const std::int64_t n = integer(x);
       if (n < lo || n > hi)
@@ -611,12 +655,23 @@ void Parser::parse_models(const Entry& e) {
              fmt::format("{} is out of range (valid: {}..{}{})", n, lo, hi, note));
       return static_cast<int>(n);
     };
-    mc.n_layer = int_in(require(m, "n_layer", required), 1, limits::kLayers, "");
-    mc.n_head = int_in(require(m, "n_head", required), 1, limits::kDModel, ", dividing d_model");
-    mc.d_model = int_in(require(m, "d_model", required), 1, limits::kDModel, "");
-    if (const Entry* x = m.find("d_ff")) mc.d_ff = int_in(*x, 1, limits::kDff, "");
-    if (const Entry* x = m.find("vocab_size"))
-      mc.vocab_size = int_in(*x, 2, limits::kVocab, "; 256 for byte data");
+    // Shape keys: required without `from`; with it, optional and checked against config.json.
+    auto shape_key = [&](const char* k, int& field, std::int64_t lo, std::int64_t hi,
+                         const char* note, bool needed) {
+      const Entry* x = pre || !needed ? m.find(k) : &require(m, k, required);
+      if (x == nullptr) return;
+      const int n = int_in(*x, lo, hi, note);
+      if (pre)
+        agree(*x, std::to_string(n),
+              std::to_string(std::string(k) == "d_ff" ? mc.ffn_dim() : field));
+      else
+        field = n;
+    };
+    shape_key("n_layer", mc.n_layer, 1, limits::kLayers, "", true);
+    shape_key("n_head", mc.n_head, 1, limits::kDModel, ", dividing d_model", true);
+    shape_key("d_model", mc.d_model, 1, limits::kDModel, "", true);
+    shape_key("d_ff", mc.d_ff, 1, limits::kDff, "", false);
+    shape_key("vocab_size", mc.vocab_size, 2, limits::kVocab, "; 256 for byte data", false);
     for (const auto& [f, hi] :
          {std::pair<const char*, double>{"norm_eps", 1.0}, {"rope_theta", 1e12}}) {
       if (const Entry* x = m.find(f)) {
@@ -624,8 +679,28 @@ void Parser::parse_models(const Entry& e) {
         if (!(d > 0) || d > hi)
           fail(x->mark(), x->path,
                fmt::format("{} is out of range (valid: a number in (0, {:g}])", d, hi));
-        (std::string(f) == "norm_eps" ? mc.norm_eps : mc.rope_theta) = static_cast<float>(d);
+        float& field = std::string(f) == "norm_eps" ? mc.norm_eps : mc.rope_theta;
+        if (pre) {
+          if (mc.arch == Arch::kGpt2 && std::string(f) == "rope_theta")
+            fail(x->mark(), x->path, "GPT-2 has no rotary positions (leave rope_theta out)");
+          agree(*x, fmt::format("{}", static_cast<float>(d)), fmt::format("{}", field));
+        } else {
+          field = static_cast<float>(d);
+        }
       }
+    }
+    if (pre) {
+      // Limits of the workload format apply to imported shapes too.
+      const auto within = [&](const char* k, std::int64_t value, std::int64_t hi) {
+        if (value > hi)
+          fail(from->mark(), from->path,
+               fmt::format("{}: {} = {} exceeds the workload limit {}", pre->config_file.string(),
+                           pre->field_names.at(k), value, hi));
+      };
+      within("n_layer", mc.n_layer, limits::kLayers);
+      within("d_model", mc.d_model, limits::kDModel);
+      within("d_ff", mc.ffn_dim(), limits::kDff);
+      within("vocab_size", mc.vocab_size, limits::kVocab);
     }
     try {
       mc.validate();
@@ -700,6 +775,22 @@ void Parser::finish_job(JobSpec job, const Provenance& prov, const YAML::Mark& m
                      job.id, limits::kJobTokens));
   }
   job.model.max_seq_len = t.seq_len;
+  if (const auto pre = pretrained_.find(job.model_name); pre != pretrained_.end()) {
+    job.init_from = pre->second.dir;
+    // The imported model keeps all its positions (GPT-2's whole position table, LLaMA's
+    // max_position_embeddings): a job trains the first seq_len, and its export is the whole
+    // model again.
+    job.model.max_seq_len = pre->second.positions;
+    if (t.seq_len > pre->second.positions) {
+      const Where where = at("seq_len");
+      fail(where.mark, where.path,
+           fmt::format("seq_len {} of job '{}' exceeds the {} positions of model '{}' ({} in {}; "
+                       "valid: at most {})",
+                       t.seq_len, job.id, pre->second.positions, job.model_name,
+                       pre->second.positions_field, (pre->second.dir / "config.json").string(),
+                       pre->second.positions));
+    }
+  }
   try {
     job.model.validate();
   } catch (const InputError& err) {
@@ -932,6 +1023,8 @@ Workload Parser::parse(const std::string& text) {
       w.strategies.push_back(s);
     }
   }
+
+  if (const Entry* e = top.find("export")) w.export_format = choice(*e, kExportFormats);
 
   if (const Entry* e = top.find("cluster")) {
     w.cluster = string(*e);

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -41,7 +42,12 @@ inline constexpr double kParameters = 1e12;  // per model
 struct JobSpec {
   std::string id;          // unique in the workload; usable as a directory name
   std::string model_name;  // key in the workload's `models:`
-  ModelConfig model;       // model.max_seq_len == train.seq_len
+  // model.max_seq_len == train.seq_len, except for a model from a Hugging Face directory:
+  // its position count (n_positions / max_position_embeddings, >= seq_len).
+  ModelConfig model;
+  // The Hugging Face model directory whose weights the job starts from (models.NAME.from);
+  // empty: the canonical random initialisation.
+  std::filesystem::path init_from;
   TrainConfig train;
   // "FILE:LINE:COL: jobs[i]" (or jobs[i].sweep) of the entry that defines it: errors found
   // after validation (e.g. a job that fits no configuration) start with it.
@@ -69,6 +75,9 @@ struct Workload {
   std::string cluster = "auto";         // "auto" or a --cluster SPEC, kept as written
   std::string cluster_where;            // "FILE:LINE:COL" of `cluster:` when given, for errors
   SolverSettings solver;
+  // `export: hf`: every finished job also writes its final weights as a Hugging Face model
+  // directory, jobs/<id>/hf (docs/checkpoints.md, "Hugging Face models"). "": no export.
+  std::string export_format;
 };
 
 struct LoadOptions {
@@ -79,6 +88,10 @@ struct LoadOptions {
   // file of either format, at least seq_len + 1 tokens, every token below the model's
   // vocab_size). One pass over each file; under mpirun one rank does it.
   bool check_data_contents = true;
+  // Directories that replace models.NAME.from, by model name: a resumed run reads the run
+  // directory's copy of the workload, whose relative `from` paths meant the original file's
+  // directory, so it passes the absolute ones run_state.json recorded.
+  std::map<std::string, std::filesystem::path> model_dirs;
 };
 
 // Parses and validates a workload file. Every error is an InputError whose message reads

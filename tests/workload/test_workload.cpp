@@ -9,6 +9,8 @@
 
 #include "runtime/core/error.hpp"
 #include "runtime/data/token_file.hpp"
+#include "runtime/hf/hf_model.hpp"
+#include "runtime/model/parameters.hpp"
 #include "runtime/workload/config_json.hpp"
 #include "runtime/workload/workload.hpp"
 #include "tests/data/test_util.hpp"
@@ -528,7 +530,7 @@ TEST_F(WorkloadTest, ImpossibleModelShapes) {
   EXPECT_CONTAINS(msg, "even head dimension");
   msg = error(head + "  small: {arch: gpt2, n_layer: 2, n_head: 4}\n" + jobs, 3, 10,
               "models.small.d_model");
-  EXPECT_CONTAINS(msg, "missing (required: arch, n_layer, n_head, d_model)");
+  EXPECT_CONTAINS(msg, "missing (required: arch, n_layer, n_head, d_model, or from:");
   msg = error(head + "  small/x: {arch: gpt2, n_layer: 2, n_head: 4, d_model: 64}\n" + jobs, 3, 3,
               "models");
   EXPECT_CONTAINS(msg, "not a plain name");
@@ -815,6 +817,87 @@ TEST_F(WorkloadTest, JobsKnowWhereTheyAreDefined) {
                           "  - sweep: {model: small, batch_size: [2]}\n");
   EXPECT_EQ(w.jobs[0].where, (dir_ / "w.yaml").string() + ":6:5: jobs[0]");
   EXPECT_EQ(w.jobs[1].where, (dir_ / "w.yaml").string() + ":7:12: jobs[1].sweep");
+}
+
+// A Hugging Face model directory as `saturn ckpt export --format hf` writes it (zero weights:
+// the parser reads only config.json and the safetensors headers).
+void write_hf_model(const fs::path& dir, const ModelConfig& m) {
+  fs::create_directories(dir);
+  const ParameterLayout layout(m);
+  hf::SafetensorsWriter::Declared declared;
+  for (const auto& t : layout.tensors()) declared.emplace_back(t.name, t.shape);
+  hf::SafetensorsWriter w(dir / "model.safetensors", declared, {{"format", "pt"}});
+  for (const auto& t : layout.tensors()) {
+    const std::vector<float> zeros(t.numel, 0.0f);
+    w.write(t.name, zeros.data(), zeros.size());
+  }
+  w.finish();
+  write_file(dir / "config.json", hf::config_json(m).dump(2));
+}
+
+ModelConfig hf_llama() {
+  ModelConfig m;
+  m.arch = Arch::kLlama;
+  m.n_layer = 2;
+  m.n_head = 4;
+  m.d_model = 32;
+  m.d_ff = 48;
+  m.vocab_size = 100;
+  m.max_seq_len = 64;
+  m.rope_theta = 50000.0f;
+  return m;
+}
+
+const char* kFromHead = R"(data: {train: data/train.bin, val: data/val.bin}
+defaults: {steps: 10, seq_len: 32}
+models:
+)";
+
+TEST_F(WorkloadTest, ModelFromAHuggingFaceDirectory) {
+  write_hf_model(dir_ / "hf/llama", hf_llama());
+  const Workload w = load(std::string(kFromHead) +
+                          "  m: {from: hf/llama, n_head: 4, d_ff: 48, rope_theta: 50000}\n"
+                          "jobs:\n  - {model: m, batch_size: 4}\nexport: hf\n");
+  ASSERT_EQ(w.jobs.size(), 1u);
+  const JobSpec& j = w.jobs[0];
+  EXPECT_EQ(j.init_from, dir_ / "hf/llama");
+  EXPECT_EQ(j.model.arch, Arch::kLlama);
+  EXPECT_EQ(j.model.n_layer, 2);
+  EXPECT_EQ(j.model.d_ff, 48);
+  EXPECT_EQ(j.model.vocab_size, 100);
+  EXPECT_EQ(j.model.rope_theta, 50000.0f);
+  EXPECT_EQ(j.model.max_seq_len, 64);  // the model's positions (the job trains 32 of them)
+  EXPECT_EQ(j.train.seq_len, 32);
+  EXPECT_EQ(w.export_format, "hf");
+}
+
+TEST_F(WorkloadTest, ModelFromErrorsNameFileLineFieldAndBothValues) {
+  write_hf_model(dir_ / "hf/llama", hf_llama());
+  const std::string jobs = "jobs:\n  - {model: m, batch_size: 4}\n";
+  std::string msg = error(std::string(kFromHead) + "  m: {from: hf/llama, n_head: 8}\n" + jobs, 4,
+                          31, "models.m.n_head");
+  EXPECT_CONTAINS(msg, "8 disagrees with num_attention_heads = 4 in");
+  EXPECT_CONTAINS(msg, "hf/llama/config.json");
+  msg = error(std::string(kFromHead) + "  m: {from: hf/llama, arch: gpt2}\n" + jobs, 4, 29,
+              "models.m.arch");
+  EXPECT_CONTAINS(msg, "gpt2 disagrees with architectures = llama");
+  msg = error(std::string(kFromHead) + "  m: {from: hf/nowhere}\n" + jobs, 4, 13, "models.m.from");
+  EXPECT_CONTAINS(msg, "is not a directory");
+  // Grouped-query attention in config.json: refused at `from`, naming the field.
+  ModelConfig gqa = hf_llama();
+  write_hf_model(dir_ / "hf/gqa", gqa);
+  auto cfg = hf::config_json(gqa);
+  cfg["num_key_value_heads"] = 2;
+  write_file(dir_ / "hf/gqa/config.json", cfg.dump());
+  msg = error(std::string(kFromHead) + "  m: {from: hf/gqa}\n" + jobs, 4, 13, "models.m.from");
+  EXPECT_CONTAINS(msg, "num_key_value_heads: 2 key/value heads for 4 query heads is grouped-query");
+  // A job longer than the model's positions: at the seq_len that made it so.
+  msg = error(std::string(kFromHead) + "  m: {from: hf/llama}\n" +
+                  "jobs:\n  - {model: m, batch_size: 4, seq_len: 65}\n",
+              6, 40, "jobs[0].seq_len");
+  EXPECT_CONTAINS(msg, "exceeds the 64 positions of model 'm' (max_position_embeddings");
+  msg = error(std::string(kFromHead) + "  m: {from: hf/llama}\n" + jobs + "export: onnx\n", 7, 9,
+              "export");
 }
 
 }  // namespace
