@@ -32,8 +32,13 @@ test_venv() {
     return
   fi
   echo "[saturn] making the test venv $venv (${pins[*]})"
-  /usr/bin/python3 -m venv --system-site-packages "$venv"
-  PYTHONNOUSERSITE=1 "$venv/bin/pip" install --disable-pip-version-check -q "${pins[@]}"
+  # Without PyPI (an offline machine) only the Hugging Face tests lose their peer: they fail
+  # naming this command. Everything else installs and runs, so this is a warning, not an exit.
+  if ! { /usr/bin/python3 -m venv --system-site-packages "$venv" &&
+         PYTHONNOUSERSITE=1 "$venv/bin/pip" install --disable-pip-version-check -q "${pins[@]}"; }; then
+    echo "[saturn] WARNING: could not install ${pins[*]} into $venv (is PyPI reachable?);" \
+         "the Hugging Face tests (hf_models) will fail until scripts/install-deps.sh --tests succeeds" >&2
+  fi
 }
 
 missing=()
