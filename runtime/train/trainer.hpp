@@ -21,7 +21,7 @@ struct TrainJob {
   std::filesystem::path val_data;
   // A Hugging Face model directory to start from instead of the random initialisation (each
   // rank reads only the slices it holds); a resumed job loads its checkpoint instead.
-  std::filesystem::path init_from;
+  std::filesystem::path init_from = {};
 };
 
 struct TrainOptions {

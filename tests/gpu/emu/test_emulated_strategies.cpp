@@ -5,14 +5,24 @@
 // reproducible job must end bit-identical to the emulated single device (EmulatedReproducible,
 // at the end).
 //
-// Tolerances (max |x − ref| / max |ref| per parameter tensor, as test_equivalence measures):
-//  - against the emulated single device, 1e-4: the bf16 arithmetic of a row does not depend on
-//    how rows are spread, so only the order of fp32 gradient sums (across ranks, micro-batches)
-//    differs, ~1e-7 relative in a gradient; Adam turns that into at most ~lr·1e-4 where a
-//    gradient is near zero. Tensor parallelism changes the arithmetic itself: it sums
-//    row-parallel outputs across ranks in bf16 (each reduction rounds to 2^-9), as a GPU's
-//    collective does, so it is held to what the CPU comparison below uses, 1e-2 in relative L2
-//    norm over the model (its losses stay within 1e-4).
+// Tolerances:
+//  - against the emulated single device: losses within 1e-4 relative, parameters within 1e-4 in
+//    relative L2 norm over the model (‖x − ref‖ / ‖ref‖), and each tensor within 1e-2 by
+//    max |x − ref| / max |ref| (a gross error in one tensor: a missing or doubled gradient).
+//    The bf16 arithmetic of a row does not depend on how rows are spread, so only the order of
+//    fp32 gradient sums (across ranks, micro-batches) differs, ~1e-7 relative in a gradient.
+//    Over three steps that is not all: where Adam's update of an element is sensitive (a
+//    gradient within a few eps of zero) the weights move by ~lr·1e-3, which shifts later
+//    activations across bf16 rounding boundaries here and there, and those differences spread
+//    through the next steps' gradients. Measured: 1e-8 to 3e-6 in L2 over the model, but up to
+//    ~1e-3 per tensor for tensors whose values are few Adam steps from zero (a layer norm's
+//    bias, e.g. gpt2 under pipeline at 1 rank) or 2e-4 (llama
+//    ddp+pipeline's attention projection); with the reproducible mode's canonical micro-batches
+//    the same runs are bit-identical (EmulatedReproducible), which is what shows the kernels
+//    themselves agree. Tensor parallelism changes the arithmetic itself: it sums row-parallel
+//    outputs across ranks in bf16 (each reduction rounds to 2^-9), as a GPU's collective does,
+//    so it is held to what the CPU comparison below uses, 1e-2 in relative L2 norm over the
+//    model (its losses stay within 1e-4).
 //  - against the CPU run, losses (train and validation) within 1 % and all parameters within 1e-2
 //    in relative L2 norm (‖x − cpu‖ / ‖cpu‖ over the model): bf16 activations and weights (2^-9
 //    relative rounding at every op) against fp32 everywhere. (A per-tensor maximum is no measure
@@ -38,7 +48,7 @@
 namespace saturn::testing {
 namespace {
 
-constexpr double kSameBackend = 1e-4, kSameBackendLoss = 1e-4;
+constexpr double kSameBackend = 1e-4, kSameBackendTensor = 1e-2, kSameBackendLoss = 1e-4;
 constexpr double kAgainstCpu = 1e-2, kAgainstCpuLoss = 1e-2;
 
 double relative_l2(const std::vector<float>& got, const std::vector<float>& ref) {
@@ -141,20 +151,24 @@ TEST_P(EmulatedStrategy, MatchesTheEmulatedSingleDeviceAndTheCpu) {
       << " B";
   if (w.rank() == 0) {
     auto [d_emu, t_emu] = worst_tensor(job.model, got.final_params, emu.params);
+    const double l2_emu = relative_l2(got.final_params, emu.params);
     if (c.tensor_parallel) {
       d_emu = relative_l2(got.final_params, emu.params);
       t_emu = "L2";
       EXPECT_LE(d_emu, kAgainstCpu);
     } else {
-      EXPECT_LE(d_emu, kSameBackend) << "tensor " << t_emu;
+      // Over the model (the measure), and per tensor only against gross errors (see the top).
+      EXPECT_LE(l2_emu, kSameBackend) << "relative L2 over the model";
+      EXPECT_LE(d_emu, kSameBackendTensor) << "tensor " << t_emu;
     }
     const double d_cpu = relative_l2(got.final_params, cpu.params);
     EXPECT_LE(d_cpu, kAgainstCpu);
     std::printf(
-        "[ emulated ] %s %s x%d: vs emulated one device: loss %.2e, params %.2e (%s); vs CPU: "
-        "loss %.2e, params %.2e (L2); device memory estimate %.0f vs measured %.0f B (%+.1f%%)\n",
-        arch_name(arch), c.label.c_str(), w.size(), loss_vs_emu, d_emu, t_emu.c_str(), loss_vs_cpu,
-        d_cpu, estimated, measured, 100.0 * (estimated - measured) / measured);
+        "[ emulated ] %s %s x%d: vs emulated one device: loss %.2e, params %.2e (L2), worst "
+        "tensor %.2e (%s); vs CPU: loss %.2e, params %.2e (L2); device memory estimate %.0f vs "
+        "measured %.0f B (%+.1f%%)\n",
+        arch_name(arch), c.label.c_str(), w.size(), loss_vs_emu, l2_emu, d_emu, t_emu.c_str(),
+        loss_vs_cpu, d_cpu, estimated, measured, 100.0 * (estimated - measured) / measured);
   }
 }
 
