@@ -221,13 +221,21 @@ struct Coordinator::Impl {
     close_killed();
     // What a killed segment kept is its job's checkpoint at the time: the step the job's next
     // segment started from, or for its last one the newest checkpoint this run resumes from.
+    // A failed or stopped segment reports the step its job had reported when the outcome
+    // came; a job whose rank was killed can fail (its peer gone) before its last progress
+    // reached the coordinator, so that step may be stale. Its next segment started from a
+    // checkpoint this segment wrote, so the job got at least that far.
     for (auto& js : jobs)
       for (std::size_t k = 0; k < js.past_segments.size(); ++k) {
         auto& seg = js.past_segments[k];
-        if (seg["status"] != "interrupted") continue;
-        seg["end_step"] = k + 1 < js.past_segments.size()
-                              ? js.past_segments[k + 1].value("start_step", js.steps_done)
-                              : js.steps_done;
+        const bool has_next = k + 1 < js.past_segments.size();
+        if (seg["status"] == "interrupted") {
+          seg["end_step"] =
+              has_next ? js.past_segments[k + 1].value("start_step", js.steps_done) : js.steps_done;
+        } else if (has_next && seg["status"] != "finished" && seg["end_step"].is_number()) {
+          const std::int64_t next = js.past_segments[k + 1].value("start_step", std::int64_t{0});
+          if (seg["end_step"].get<std::int64_t>() < next) seg["end_step"] = next;
+        }
       }
   }
 
