@@ -8,6 +8,7 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "runtime/checkpoint/checksum.hpp"
 #include "runtime/checkpoint/slices.hpp"
@@ -153,6 +154,57 @@ bool is_weight_file(const std::string& name) {
          (name.rfind("model-", 0) == 0 && ends(".safetensors"));
 }
 
+// The special-token ids of the origin's config.json in the exported one, its
+// generation_config.json as is, and its tokenizer files; returns the files copied.
+std::vector<std::string> carry_origin(const fs::path& origin, const fs::path& dir,
+                                      nlohmann::ordered_json& config,
+                                      nlohmann::ordered_json& generation) {
+  std::error_code ec;
+  if (!fs::is_directory(origin, ec))
+    throw InputError(fmt::format(
+        "Hugging Face origin {} is not a directory (valid: the model directory the job was "
+        "imported from)",
+        origin.string()));
+  auto read = [](const fs::path& file) {
+    std::ifstream in(file);
+    if (!in) throw IoError(fmt::format("cannot open {}", file.string()));
+    try {
+      return nlohmann::ordered_json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+      throw InputError(fmt::format("{} is not valid JSON: {}", file.string(), e.what()));
+    }
+  };
+  const fs::path origin_config = origin / "config.json";
+  if (fs::exists(origin_config, ec)) {
+    const auto src = read(origin_config);
+    // As they came, even an id beyond this vocabulary (a toy GPT-2 config keeps 50256):
+    // transformers loaded the origin with them.
+    for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"}) {
+      const auto it = src.find(key);
+      if (it == src.end()) continue;
+      config[key] = *it;
+      generation[key] = *it;
+    }
+  }
+  std::vector<std::string> carried;
+  if (fs::exists(origin / "generation_config.json", ec)) {
+    generation = read(origin / "generation_config.json");
+    carried.push_back("generation_config.json");
+  }
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                           "vocab.json", "merges.txt", "tokenizer.model", "added_tokens.json"}) {
+    const fs::path from = origin / name;
+    if (!fs::is_regular_file(from, ec)) continue;
+    std::ifstream in(from, std::ios::binary);
+    std::ostringstream bytes;
+    bytes << in.rdbuf();
+    if (!in.good() && !in.eof()) throw IoError(fmt::format("cannot read {}", from.string()));
+    write_file_atomic(dir / name, bytes.str());
+    carried.push_back(name);
+  }
+  return carried;
+}
+
 }  // namespace
 
 HfExportResult export_hf(const fs::path& file, const fs::path& dir,
@@ -214,8 +266,12 @@ HfExportResult export_hf(const fs::path& file, const fs::path& dir,
     index["weight_map"] = map;
     write_json_file(dir / "model.safetensors.index.json", index);
   }
-  write_json_file(dir / "config.json", hf::config_json(meta.model));
-  write_json_file(dir / "generation_config.json", hf::generation_config_json(meta.model));
+  nlohmann::ordered_json config = hf::config_json(meta.model);
+  nlohmann::ordered_json generation = hf::generation_config_json(meta.model);
+  if (!options.origin.empty())
+    result.carried = carry_origin(options.origin, dir, config, generation);
+  write_json_file(dir / "config.json", config);
+  write_json_file(dir / "generation_config.json", generation);
   // Weight files of an earlier export that this one did not write would be read instead of,
   // or beside, the new ones (an index wins over model.safetensors).
   for (const auto& entry : fs::directory_iterator(dir)) {

@@ -33,13 +33,22 @@ std::size_t export_safetensors(const std::filesystem::path& file, const std::fil
 // model.safetensors.index.json when they do not fit one. Tensors stream through one at a time,
 // each verified against its checksum; every file is written as .tmp and renamed, and weight
 // files of an earlier export into the same directory that this one does not rewrite are removed.
+//
+// With `origin` (the Hugging Face directory the model was imported from, e.g. the workload's
+// models.NAME.from) the export is handed back as it came: the special-token ids of its
+// config.json (bos/eos/pad), its generation_config.json, and its tokenizer files
+// (tokenizer.json, tokenizer_config.json, special_tokens_map.json, vocab.json, merges.txt,
+// tokenizer.model, added_tokens.json, those present) are carried over. Without it the
+// special-token ids are null: Saturn does not know the tokenizer.
 struct HfExportOptions {
   std::uint64_t max_shard_bytes = std::uint64_t{5} << 30;
+  std::filesystem::path origin;
 };
 struct HfExportResult {
   std::size_t tensors = 0;
   int shards = 0;
   ModelConfig model;
+  std::vector<std::string> carried;  // files copied from options.origin
 };
 HfExportResult export_hf(const std::filesystem::path& file, const std::filesystem::path& dir,
                          const HfExportOptions& options = {});

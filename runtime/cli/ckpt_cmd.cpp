@@ -28,6 +28,7 @@ struct CkptArgs {
   std::string format = "safetensors";
   std::string output;
   std::string max_shard_size = "5GiB";
+  std::string origin;
 };
 
 int run_inspect(const CkptArgs& a) {
@@ -74,16 +75,22 @@ int run_export(const CkptArgs& a) {
   if (a.format != "safetensors" && a.format != "hf")
     throw InputError(fmt::format("--format {}: valid formats are safetensors and hf", a.format));
   const ckpt::MpiGuard mpi;
+  if (!a.origin.empty() && a.format != "hf")
+    throw InputError("--from is used only with --format hf");
   if (a.format == "hf") {
     ckpt::HfExportOptions opt;
     opt.max_shard_bytes = parse_bytes(a.max_shard_size, "--max-shard-size");
     if (opt.max_shard_bytes == 0) throw InputError("--max-shard-size must be > 0");
+    opt.origin = a.origin;
     const ckpt::HfExportResult r = ckpt::export_hf(a.file, a.output, opt);
     log::info(
         "wrote a Hugging Face {} model to {}: config.json, generation_config.json and {} "
         "tensors in {} safetensors file{}",
         r.model.arch == Arch::kGpt2 ? "GPT2LMHeadModel" : "LlamaForCausalLM", a.output, r.tensors,
         r.shards, r.shards == 1 ? "" : "s");
+    if (!r.carried.empty())
+      log::info("carried from {}: {} and its special-token ids", a.origin,
+                fmt::join(r.carried, ", "));
     return kExitOk;
   }
   const std::size_t n = ckpt::export_safetensors(a.file, a.output);
@@ -139,6 +146,10 @@ void add_ckpt_command(CLI::App& root, Action* action) {
                   "hf: largest safetensors shard (e.g. 2GiB); above it the weights are sharded "
                   "with model.safetensors.index.json")
       ->default_val("5GiB");
+  exp->add_option("--from", args->origin,
+                  "hf: the Hugging Face directory the model was imported from; its special-token "
+                  "ids, generation_config.json and tokenizer files are carried into the export "
+                  "(`export: hf` in a workload does this for models.NAME.from)");
   exp->callback([args, action] { *action = [args] { return run_export(*args); }; });
 
   CLI::App* imp = cmd->add_subcommand(

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "runtime/cli/commands.hpp"
+#include "runtime/core/error.hpp"
 #include "runtime/data/prepare.hpp"
 
 namespace saturn::cli {
@@ -17,31 +18,53 @@ void add_data_command(CLI::App& root, Action* action) {
 
   CLI::App* prepare = data->add_subcommand(
       "prepare",
-      "Tokenize text files into llm.c token files for training.\n"
-      "Each byte is one token (vocabulary 256, so models need vocab_size >= 256). The inputs are\n"
-      "concatenated in the order given; the last --val-fraction of the tokens becomes DIR/val.bin\n"
-      "and the rest DIR/train.bin (llm.c format: 256 int32 header, then uint16 tokens). Files\n"
-      "are written under a temporary name and renamed, so a failed run leaves no partial file.\n"
-      "Example: saturn data prepare --input /usr/share/common-licenses/* --output examples/data");
+      "Tokenize text files into token files for training.\n"
+      "By default each byte is one token (vocabulary 256, so models need vocab_size >= 256).\n"
+      "With --tokenizer, a Hugging Face tokenizer.json (GPT-2's BPE, LLaMA's, ...) encodes each\n"
+      "input (UTF-8 text) whole with the `tokenizers` library, run by a Python that has it\n"
+      "(scripts/install-deps.sh --tests makes one; see --python). Training never needs Python.\n"
+      "The inputs are concatenated in the order given; the last --val-fraction of the tokens\n"
+      "becomes the val split and the rest the train split: DIR/train.bin and DIR/val.bin (llm.c\n"
+      "format: 256 int32 header, then uint16 tokens), or DIR/train.h5 and DIR/val.h5 (HDF5\n"
+      "/tokens, uint32) when the vocabulary exceeds 65536. Files are written under a temporary\n"
+      "name and renamed, so a failed run leaves no partial file.\n"
+      "Examples:\n"
+      "  saturn data prepare --input /usr/share/common-licenses/* --output examples/data\n"
+      "  saturn data prepare --tokenizer /models/gpt2 --input corpus.txt --output data/gpt2");
   // Shared with the callback, which runs after parsing.
   auto options = std::make_shared<data::PrepareOptions>();
   auto inputs = std::make_shared<std::vector<std::string>>();
   auto output = std::make_shared<std::string>();
+  auto tokenizer = std::make_shared<std::string>();
+  auto python = std::make_shared<std::string>();
   prepare->add_option("--input,-i", *inputs, "Text files to tokenize (one or more)")->required();
-  prepare->add_option("--output,-o", *output, "Directory for train.bin and val.bin (created)")
+  prepare->add_option("--output,-o", *output, "Directory for the train and val files (created)")
       ->required();
   prepare
       ->add_option("--val-fraction", options->val_fraction,
                    "Fraction of the tokens, taken from the end, for validation (0 < F < 1)")
       ->capture_default_str();
-  prepare->callback([action, options, inputs, output] {
-    *action = [options, inputs, output] {
+  prepare->add_option("--tokenizer,-t", *tokenizer,
+                      "A Hugging Face tokenizer.json, or a model directory holding one (default: "
+                      "the byte tokenizer)");
+  prepare->add_option(
+      "--python", *python,
+      "The Python that runs the `tokenizers` library for --tokenizer (default: $SATURN_PYTHON, "
+      "else ~/.cache/saturn/test-venv/bin/python if it exists, else python3)");
+  prepare->callback([action, options, inputs, output, tokenizer, python] {
+    *action = [options, inputs, output, tokenizer, python] {
       options->inputs.assign(inputs->begin(), inputs->end());
       options->output_dir = *output;
-      const data::PrepareResult r = data::prepare_byte_dataset(*options);
-      fmt::print("wrote {} ({} tokens) and {} ({} tokens), vocabulary {} (bytes)\n",
+      if (tokenizer->empty() && !python->empty())
+        throw InputError("--python is used only with --tokenizer");
+      const data::PrepareResult r =
+          tokenizer->empty() ? data::prepare_byte_dataset(*options)
+                             : data::prepare_tokenized_dataset(*options, *tokenizer, *python);
+      fmt::print("wrote {} ({} tokens) and {} ({} tokens), vocabulary {} ({})\n",
                  r.train_path.string(), r.train_tokens, r.val_path.string(), r.val_tokens,
-                 data::kByteVocabSize);
+                 r.vocab_size, r.tokenizer);
+      if (!tokenizer->empty())
+        fmt::print("models trained on this data need vocab_size >= {}\n", r.vocab_size);
       return 0;
     };
   });

@@ -1,8 +1,10 @@
-// `saturn data prepare`: text files -> llm.c token files with a byte tokenizer.
+// `saturn data prepare`: text files -> token files, with the byte tokenizer or a Hugging Face
+// tokenizer.json (hf_tokenizer.hpp).
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <string>
 #include <vector>
 
 namespace saturn::data {
@@ -17,8 +19,12 @@ struct PrepareOptions {
 };
 
 struct PrepareResult {
-  std::filesystem::path train_path, val_path;  // output_dir/train.bin, output_dir/val.bin
+  // output_dir/train.bin and val.bin (llm.c, uint16), or train.h5 and val.h5 (HDF5 uint32) for
+  // a vocabulary above 65536.
+  std::filesystem::path train_path, val_path;
   std::uint64_t train_tokens = 0, val_tokens = 0;
+  std::uint64_t vocab_size = 0;
+  std::string tokenizer;  // "bytes" or e.g. "tokenizers 0.19.1, BPE, /path/tokenizer.json"
 };
 
 // Tokenizes and concatenates the inputs, then writes the first (1 - val_fraction) of the tokens
@@ -27,5 +33,16 @@ struct PrepareResult {
 // either split empty is an InputError and leaves output_dir untouched. Files are written
 // atomically (temporary name, then rename).
 PrepareResult prepare_byte_dataset(const PrepareOptions& options);
+
+// The same with a Hugging Face tokenizer: `tokenizer` is a tokenizer.json or a directory
+// holding one, `python` the interpreter that runs the `tokenizers` library ("" =
+// default_tokenizer_python()). Each input is read as UTF-8 text and encoded whole by the
+// `tokenizers` library (hf_tokenizer.hpp); the ids are concatenated in input order and split as
+// above. The tokenizer and the inputs are checked before Python starts, and nothing is written
+// unless encoding succeeded. Also writes output_dir/tokenizer.json (a copy), so the data names
+// the tokenizer it was made with.
+PrepareResult prepare_tokenized_dataset(const PrepareOptions& options,
+                                        const std::filesystem::path& tokenizer_path,
+                                        const std::string& python);
 
 }  // namespace saturn::data

@@ -329,4 +329,43 @@ void write_llmc_tokens(const fs::path& path, std::span<const std::uint16_t> toke
   }
 }
 
+void write_hdf5_tokens(const fs::path& path, std::span<const std::uint32_t> tokens) {
+  const fs::path tmp = fs::path(path.string() + fmt::format(".tmp.{}", ::getpid()));
+  auto fail = [&](const std::string& what) {
+    std::error_code ignored;
+    fs::remove(tmp, ignored);
+    throw IoError(fmt::format("cannot write {}: {}", path.string(), what));
+  };
+  {
+    Hdf5Quiet quiet;
+    Hdf5Id f(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+    if (!f.valid()) fail(fmt::format("H5Fcreate of {} failed", tmp.string()));
+    const hsize_t n = tokens.size();
+    Hdf5Id space(H5Screate_simple(1, &n, nullptr), H5Sclose);
+    Hdf5Id dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+    // Chunks of 1 Mi tokens with deflate: a token stream compresses well and is read whole.
+    const hsize_t chunk = std::max<hsize_t>(1, std::min<hsize_t>(n, hsize_t{1} << 20));
+    // No modification times in the object header: the same tokens give the same bytes.
+    if (!space.valid() || !dcpl.valid() || H5Pset_obj_track_times(dcpl.get(), false) < 0 ||
+        (n > 0 && (H5Pset_chunk(dcpl.get(), 1, &chunk) < 0 || H5Pset_deflate(dcpl.get(), 4) < 0)))
+      fail("cannot set up the /tokens dataset");
+    Hdf5Id d(H5Dcreate2(f.get(), "/tokens", H5T_STD_U32LE, space.get(), H5P_DEFAULT, dcpl.get(),
+                        H5P_DEFAULT),
+             H5Dclose);
+    if (!d.valid()) fail("H5Dcreate2 of /tokens failed");
+    if (n > 0 &&
+        H5Dwrite(d.get(), H5T_NATIVE_UINT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, tokens.data()) < 0)
+      fail("H5Dwrite of /tokens failed (disk full?)");
+    if (H5Fflush(f.get(), H5F_SCOPE_GLOBAL) < 0) fail("H5Fflush failed");
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) {
+    std::error_code ignored;
+    fs::remove(tmp, ignored);
+    throw IoError(
+        fmt::format("cannot rename {} to {}: {}", tmp.string(), path.string(), ec.message()));
+  }
+}
+
 }  // namespace saturn::data

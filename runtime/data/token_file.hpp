@@ -70,4 +70,8 @@ std::vector<std::uint32_t> read_tokens(const std::filesystem::path& path,
 // the file; InputError if there are more tokens than the header's int32 count can hold.
 void write_llmc_tokens(const std::filesystem::path& path, std::span<const std::uint16_t> tokens);
 
+// Writes an HDF5 token file (a 1-D uint32 dataset /tokens, chunked and compressed) atomically,
+// for vocabularies that do not fit uint16. Throws IoError naming the file.
+void write_hdf5_tokens(const std::filesystem::path& path, std::span<const std::uint32_t> tokens);
+
 }  // namespace saturn::data

@@ -243,7 +243,19 @@ TrainResult train_with_strategy(const TrainJob& job, const TrainOptions& options
     if (options.export_hf)
       comm::agree_on(comm, [&] {
         if (rank != 0) return;
-        const ckpt::HfExportResult r = ckpt::export_hf(final_file, options.job_dir / "hf");
+        ckpt::HfExportOptions hf_options;
+        // The special tokens and tokenizer handed back; the directory may be gone by now
+        // (a resumed run elsewhere), which costs them but not the weights.
+        std::error_code ec;
+        if (!job.init_from.empty() && std::filesystem::is_directory(job.init_from, ec))
+          hf_options.origin = job.init_from;
+        else if (!job.init_from.empty())
+          log::warn(
+              "job {}: {} is gone: the Hugging Face export has no tokenizer files and null "
+              "special-token ids",
+              job.id, job.init_from.string());
+        const ckpt::HfExportResult r =
+            ckpt::export_hf(final_file, options.job_dir / "hf", hf_options);
         if (!options.quiet)
           log::info("job {}: final weights as a Hugging Face model in {} ({} tensors)", job.id,
                     (options.job_dir / "hf").string(), r.tensors);

@@ -108,6 +108,27 @@ TEST(TokenFile, Hdf5Uint16AndUint32) {
   EXPECT_CONTAINS(msg, "vocab_size 256");
 }
 
+// What `saturn data prepare --tokenizer` writes for vocabularies above 65536: read back by the
+// loader's own reader, larger than one 1 Mi-token chunk, and empty.
+TEST(TokenFile, Hdf5WriterRoundTrips) {
+  TempDir dir;
+  std::vector<std::uint32_t> t32((1u << 20) + 37);
+  for (std::size_t i = 0; i < t32.size(); ++i)
+    t32[i] = static_cast<std::uint32_t>(i * 2654435761u) % 150000u;
+  t32.back() = 4294967295u;
+  write_hdf5_tokens(dir / "big.h5", t32);
+  EXPECT_EQ(detect_token_format(dir / "big.h5"), TokenFormat::kHdf5);
+  EXPECT_EQ(read_tokens(dir / "big.h5"), t32);
+  write_hdf5_tokens(dir / "empty.h5", {});
+  EXPECT_TRUE(read_tokens(dir / "empty.h5").empty());
+  // Written under a temporary name, renamed: nothing else is left in the directory.
+  std::size_t files = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir.path())) ++files;
+  EXPECT_EQ(files, 2u);
+  EXPECT_CONTAINS(error_of<IoError>([&] { write_hdf5_tokens(dir / "no/such/t.h5", t32); }),
+                  "no/such/t.h5");
+}
+
 TEST(TokenFile, Hdf5WithoutTokensOrWrongType) {
   TempDir dir;
   const std::vector<std::uint16_t> t = {1, 2, 3};

@@ -251,7 +251,7 @@ def check_family(arch, tmp):
     x = windows[:, :-1]
     if final:
         exp = os.path.join(tmp, f"{arch}-exported")
-        p = run([args.saturn, "ckpt", "export", final, "--format", "hf", "-o", exp])
+        p = run([args.saturn, "ckpt", "export", final, "--format", "hf", "-o", exp, "--from", src])
         expect("export --format hf of final.h5", p.returncode == 0, p.stderr[-300:])
         auto = os.path.join(os.path.dirname(final), "hf")
         same = all(os.path.exists(os.path.join(auto, f)) and

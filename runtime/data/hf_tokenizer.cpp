@@ -1,0 +1,249 @@
+#include "runtime/data/hf_tokenizer.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <system_error>
+
+#include "runtime/core/error.hpp"
+#include "runtime/data/hf_tokenize_script.hpp"
+
+extern char** environ;
+
+namespace saturn::data {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+constexpr std::uint64_t kMaxUint32Ids = std::uint64_t{1} << 32;
+
+// The id of one vocabulary entry; InputError when it is not a non-negative integer.
+std::uint64_t entry_id(const json& id, const std::string& file, const std::string& where) {
+  if (!id.is_number_unsigned())
+    throw InputError(fmt::format("--tokenizer {}: {} has id {} (valid: a non-negative integer)",
+                                 file, where, id.dump()));
+  return id.get<std::uint64_t>();
+}
+
+// Runs argv with stdout and stderr into one pipe; returns (exit status, everything printed).
+// The status is -1 when the process could not be started (errno in `spawn_error`).
+std::pair<int, std::string> run_capturing(const std::vector<std::string>& argv, int& spawn_error) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0)
+    throw IoError(fmt::format("data prepare: pipe: {}", std::strerror(errno)));
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], 2);
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = 0;
+  spawn_error = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(fds[1]);
+  std::string out;
+  if (spawn_error != 0) {
+    ::close(fds[0]);
+    return {-1, out};
+  }
+  char buf[4096];
+  for (;;) {
+    const ssize_t got = ::read(fds[0], buf, sizeof buf);
+    if (got > 0) {
+      out.append(buf, static_cast<std::size_t>(got));
+    } else if (got == 0 || errno != EINTR) {
+      break;
+    }
+  }
+  ::close(fds[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(status)) return {WEXITSTATUS(status), out};
+  return {128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0), out};
+}
+
+std::string last_lines(const std::string& text, std::size_t max_chars = 2000) {
+  return text.size() <= max_chars ? text : "..." + text.substr(text.size() - max_chars);
+}
+
+}  // namespace
+
+HfTokenizerFile inspect_hf_tokenizer(const fs::path& path) {
+  std::error_code ec;
+  HfTokenizerFile t;
+  t.file = fs::is_directory(path, ec) ? path / "tokenizer.json" : path;
+  const std::string file = t.file.string();
+  if (!fs::exists(t.file, ec))
+    throw InputError(fmt::format(
+        "--tokenizer: {} does not exist (valid: a Hugging Face tokenizer.json, or a model "
+        "directory holding one)",
+        file));
+  if (!fs::is_regular_file(t.file, ec))
+    throw InputError(fmt::format("--tokenizer: {} is not a regular file", file));
+  std::ifstream in(t.file, std::ios::binary);
+  if (!in)
+    throw IoError(fmt::format("--tokenizer: cannot open {}: {}", file, std::strerror(errno)));
+  json j;
+  try {
+    j = json::parse(in);
+  } catch (const json::parse_error& e) {
+    throw InputError(
+        fmt::format("--tokenizer {} is not a Hugging Face tokenizer.json: it is not JSON ({})",
+                    file, e.what()));
+  }
+  const auto model = j.is_object() ? j.find("model") : j.end();
+  if (!j.is_object() || model == j.end() || !model->is_object() || !model->contains("type") ||
+      !model->contains("vocab"))
+    throw InputError(fmt::format(
+        "--tokenizer {} is not a Hugging Face tokenizer.json: it has no \"model\" object with a "
+        "\"type\" and a \"vocab\" (what `tokenizers` saves with Tokenizer.save, and "
+        "`save_pretrained` of a fast tokenizer)",
+        file));
+  t.model_type = (*model)["type"].is_string() ? (*model)["type"].get<std::string>() : "";
+  const json& vocab = (*model)["vocab"];
+  std::uint64_t ids = 0;
+  if (vocab.is_object()) {  // BPE, WordPiece, WordLevel: token -> id
+    for (const auto& [token, id] : vocab.items())
+      ids = std::max(
+          ids, entry_id(id, file, fmt::format("vocabulary token {}", json(token).dump())) + 1);
+  } else if (vocab.is_array()) {  // Unigram: [piece, score] in id order
+    ids = vocab.size();
+  } else {
+    throw InputError(
+        fmt::format("--tokenizer {}: model.vocab is neither an object nor an array", file));
+  }
+  if (const auto added = j.find("added_tokens"); added != j.end() && added->is_array())
+    for (const auto& a : *added)
+      if (a.is_object() && a.contains("id"))
+        ids = std::max(ids, entry_id(a["id"], file, "an added token") + 1);
+  if (ids > kMaxUint32Ids)
+    throw InputError(fmt::format(
+        "--tokenizer {}: its vocabulary needs ids up to {}, more than a uint32 token file holds "
+        "(valid: ids below {})",
+        file, ids - 1, kMaxUint32Ids));
+  if (ids == 0) throw InputError(fmt::format("--tokenizer {}: its vocabulary is empty", file));
+  t.vocab_size = ids;
+  return t;
+}
+
+std::string default_tokenizer_python() {
+  if (const char* p = std::getenv("SATURN_PYTHON"); p != nullptr && *p != '\0') return p;
+  fs::path venv;
+  if (const char* v = std::getenv("SATURN_TEST_VENV"); v != nullptr && *v != '\0')
+    venv = v;
+  else if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0')
+    venv = fs::path(home) / ".cache/saturn/test-venv";
+  std::error_code ec;
+  if (!venv.empty() && fs::exists(venv / "bin/python", ec)) return (venv / "bin/python").string();
+  return "python3";
+}
+
+EncodedText encode_with_hf_tokenizer(const HfTokenizerFile& tokenizer,
+                                     const std::vector<fs::path>& inputs, const std::string& python,
+                                     const fs::path& scratch_dir) {
+  const fs::path ids_file = scratch_dir / fmt::format(".saturn-ids.tmp.{}", ::getpid());
+  struct RemoveOnExit {
+    fs::path p;
+    ~RemoveOnExit() {
+      std::error_code ignored;
+      fs::remove(p, ignored);
+    }
+  } cleanup{ids_file};
+
+  std::vector<std::string> argv = {python, "-c", kHfTokenizeScript, tokenizer.file.string(),
+                                   ids_file.string()};
+  for (const auto& p : inputs) argv.push_back(p.string());
+  int spawn_error = 0;
+  const auto [status, output] = run_capturing(argv, spawn_error);
+  const std::string tok = tokenizer.file.string();
+  if (status < 0)
+    throw InputError(fmt::format(
+        "data prepare --tokenizer: cannot run the Python interpreter '{}': {} (give one with "
+        "--python or SATURN_PYTHON)",
+        python, std::strerror(spawn_error)));
+  if (status != 0) {
+    // The script's own failures are one "saturn-error KIND MESSAGE" line.
+    const auto at = output.rfind("saturn-error ");
+    if (status == 3 && at != std::string::npos) {
+      std::string line = output.substr(at + 13);
+      if (const auto nl = line.find('\n'); nl != std::string::npos) line.resize(nl);
+      const auto sp = line.find(' ');
+      const std::string kind = line.substr(0, sp);
+      const std::string message = sp == std::string::npos ? "" : line.substr(sp + 1);
+      if (kind == "no-library")
+        throw InputError(fmt::format(
+            "data prepare --tokenizer needs the Python library `tokenizers`, which '{}' cannot "
+            "import ({}). Run scripts/install-deps.sh --tests (a venv at "
+            "~/.cache/saturn/test-venv with tokenizers) or give a Python that has it with "
+            "--python or SATURN_PYTHON",
+            python, message));
+      if (kind == "not-a-tokenizer")
+        throw InputError(
+            fmt::format("--tokenizer {} is not a tokenizer the `tokenizers` library can load: {}",
+                        tok, message));
+      if (kind == "not-utf8")
+        throw InputError(
+            fmt::format("data prepare --tokenizer: an input is not UTF-8 text: {}", message));
+      if (kind == "io") throw IoError(fmt::format("data prepare --tokenizer: {}", message));
+      throw Error(fmt::format("data prepare --tokenizer: {}: {}", kind, message));
+    }
+    throw Error(fmt::format("data prepare --tokenizer: '{}' exited with status {}:\n{}", python,
+                            status, last_lines(output)));
+  }
+
+  EncodedText r;
+  const auto brace = output.rfind("\n{");
+  const std::string result = output.substr(brace == std::string::npos ? 0 : brace + 1);
+  try {
+    const json j = json::parse(result);
+    r.library = j.at("library").get<std::string>();
+    r.vocab_size = j.at("vocab_size").get<std::uint64_t>();
+    r.counts = j.at("counts").get<std::vector<std::uint64_t>>();
+  } catch (const json::exception& e) {
+    throw Error(fmt::format("data prepare --tokenizer: unexpected output from '{}' ({}):\n{}",
+                            python, e.what(), last_lines(output)));
+  }
+  std::uint64_t total = 0;
+  for (auto c : r.counts) total += c;
+  std::error_code ec;
+  const auto bytes = fs::file_size(ids_file, ec);
+  if (ec || r.counts.size() != inputs.size() || bytes != total * sizeof(std::uint32_t))
+    throw Error(fmt::format(
+        "data prepare --tokenizer: the ids file {} holds {} bytes, not the {} ids of {} inputs "
+        "the tokenizer reported",
+        ids_file.string(), ec ? 0 : bytes, total, r.counts.size()));
+  r.ids.resize(total);
+  std::FILE* f = std::fopen(ids_file.c_str(), "rb");
+  if (f == nullptr)
+    throw IoError(fmt::format("cannot open {}: {}", ids_file.string(), std::strerror(errno)));
+  const std::size_t got =
+      total == 0 ? 0 : std::fread(r.ids.data(), sizeof(std::uint32_t), total, f);
+  std::fclose(f);
+  if (got != total) throw IoError(fmt::format("cannot read {}", ids_file.string()));
+  // The library's count and the file's largest id must agree with what the ids hold.
+  const std::uint64_t vocab = std::max(r.vocab_size, tokenizer.vocab_size);
+  for (std::uint64_t i = 0; i < total; ++i)
+    if (r.ids[i] >= vocab)
+      throw Error(fmt::format(
+          "data prepare --tokenizer: the library produced id {} at position {}, outside the "
+          "vocabulary of {} that {} declares",
+          r.ids[i], i, vocab, tok));
+  r.vocab_size = vocab;
+  return r;
+}
+
+}  // namespace saturn::data

@@ -1,0 +1,251 @@
+#!/usr/bin/env python3
+"""`saturn data prepare --tokenizer` against the `tokenizers` library itself (issue 19).
+
+Tokenizers are trained here with the library on local text (no hub is reachable): a GPT-2-style
+byte-level BPE, a LLaMA/SentencePiece-style BPE (Metaspace normalizer, byte fallback, <s> added
+by the post-processor) and a word-level vocabulary above 65536 (written as HDF5 uint32). For
+each, the ids in train + val equal the library's own `encode` of every input, concatenated, and
+the split is the documented one. Bad input (missing file, not a tokenizer, ids beyond uint32,
+non-UTF-8 text, a Python without the library) is exit 2 naming the file, leaving nothing.
+
+Usage: test_data_tokenizer.py --saturn SATURN --venv VENV. Needs `tokenizers` (in the venv that
+scripts/install-deps.sh --tests makes); without it the test fails naming that command, or is
+skipped (77) with SATURN_ALLOW_MISSING_HF=1.
+"""
+import argparse
+import glob
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+ARGS = argparse.ArgumentParser()
+ARGS.add_argument("--saturn", required=True)
+ARGS.add_argument("--venv", required=True)
+args = ARGS.parse_args()
+
+
+def ensure_tokenizers():
+    try:
+        import tokenizers  # noqa: F401
+        return
+    except ImportError as e:
+        missing = str(e)
+    py = os.path.join(args.venv, "bin", "python")
+    if os.path.exists(py) and not os.environ.get("SATURN_HF_REEXEC"):
+        os.environ["SATURN_HF_REEXEC"] = "1"
+        os.execv(py, [py] + sys.argv)
+    msg = (f"tokenizers not importable ({missing}) by {sys.executable} nor by {py}: run "
+           f"`scripts/install-deps.sh --tests` (it makes the venv {args.venv})")
+    if os.environ.get("SATURN_ALLOW_MISSING_HF") == "1":
+        print("SKIPPED: " + msg)
+        sys.exit(77)
+    print("FAILED: " + msg)
+    sys.exit(1)
+
+
+ensure_tokenizers()
+
+import h5py  # noqa: E402
+import tokenizers  # noqa: E402
+from tokenizers import decoders, models, normalizers, pre_tokenizers, processors, trainers  # noqa: E402
+
+FAILURES = []
+
+
+def check(cond, what):
+    print(("ok    " if cond else "FAIL  ") + what)
+    if not cond:
+        FAILURES.append(what)
+
+
+def read_llmc(path):
+    with open(path, "rb") as f:
+        header = struct.unpack("<256i", f.read(1024))
+        assert header[0] == 20240520 and header[1] == 1, f"{path}: bad header"
+        data = f.read()
+    assert len(data) == 2 * header[2], f"{path}: {len(data)} bytes for {header[2]} tokens"
+    return list(struct.unpack(f"<{header[2]}H", data))
+
+
+def read_h5(path):
+    with h5py.File(path, "r") as f:
+        d = f["tokens"]
+        assert d.dtype == "uint32", f"{path}: /tokens is {d.dtype}"
+        return [int(x) for x in d[()]]
+
+
+def saturn(*argv):
+    env = dict(os.environ)
+    env["SATURN_PYTHON"] = sys.executable  # this Python has the library
+    return subprocess.run([args.saturn, "data", "prepare", *argv], capture_output=True,
+                          text=True, env=env)
+
+
+def expected_ids(tok, inputs):
+    ids = []
+    for p in inputs:
+        with open(p, encoding="utf-8", newline="") as f:
+            ids += tok.encode(f.read()).ids
+    return ids
+
+
+def licences():
+    files = sorted(f for f in glob.glob("/usr/share/common-licenses/*") if os.path.isfile(f))
+    if len(files) < 3:
+        print("FAILED: /usr/share/common-licenses has fewer than 3 files (base-files)")
+        sys.exit(1)
+    return files
+
+
+def gpt2_style(train_files):
+    tok = tokenizers.Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=1000, special_tokens=["<|endoftext|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train(train_files, trainer)
+    return tok
+
+
+def llama_style(train_files):
+    byte_tokens = [f"<0x{i:02X}>" for i in range(256)]
+    tok = tokenizers.Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True))
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"),
+                                           normalizers.Replace(" ", "\u2581")])
+    tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(),
+                                     decoders.Fuse(), decoders.Strip(" ", 1, 0)])
+    trainer = trainers.BpeTrainer(vocab_size=900, special_tokens=["<unk>", "<s>", "</s>"]
+                                  + byte_tokens, show_progress=False)
+    tok.train(train_files, trainer)
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A", special_tokens=[("<s>", tok.token_to_id("<s>"))])
+    return tok
+
+
+def large_vocab(train_files):
+    # Ids above 65535 for real words: 70000 filler entries first, then the text's words.
+    vocab = {"[UNK]": 0}
+    for i in range(1, 70000):
+        vocab[f"filler{i}"] = i
+    splitter = pre_tokenizers.Whitespace()
+    for p in train_files:
+        with open(p, encoding="utf-8", errors="replace") as f:
+            for w, _ in splitter.pre_tokenize_str(f.read()):
+                vocab.setdefault(w, len(vocab))
+    tok = tokenizers.Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = splitter
+    return tok
+
+
+def round_trip(name, tok, tmp, inputs, fraction, want_format):
+    path = os.path.join(tmp, f"{name}.json")
+    tok.save(path)
+    out = os.path.join(tmp, f"out-{name}")
+    r = saturn("--tokenizer", path, "--input", *inputs, "--output", out,
+               "--val-fraction", str(fraction))
+    check(r.returncode == 0, f"{name}: exit 0 (got {r.returncode}: {r.stderr.strip()})")
+    if r.returncode != 0:
+        return
+    want = expected_ids(tok, inputs)
+    if want_format == "llm.c":
+        train = read_llmc(os.path.join(out, "train.bin"))
+        val = read_llmc(os.path.join(out, "val.bin"))
+    else:
+        train = read_h5(os.path.join(out, "train.h5"))
+        val = read_h5(os.path.join(out, "val.h5"))
+    check(train + val == want,
+          f"{name}: train + val ({len(train)} + {len(val)}) equal the library's encode "
+          f"({len(want)} ids, {want_format})")
+    n_val = min(len(want) - 1, max(1, round(len(want) * fraction)))
+    check(len(val) == n_val, f"{name}: val holds {len(val)} ids = round(n * {fraction}) = {n_val}")
+    vocab = tok.get_vocab_size(with_added_tokens=True)
+    check(f"vocabulary {vocab}" in r.stdout, f"{name}: reports vocabulary {vocab}")
+    with open(os.path.join(out, "tokenizer.json"), "rb") as a, open(path, "rb") as b:
+        check(a.read() == b.read(), f"{name}: tokenizer.json copied beside the data")
+    # A model directory holding tokenizer.json is accepted as --tokenizer, with the same ids.
+    again = os.path.join(tmp, f"again-{name}")
+    r = saturn("--tokenizer", out, "--input", *inputs, "--output", again,
+               "--val-fraction", str(fraction))
+    same = r.returncode == 0 and all(
+        open(os.path.join(out, f), "rb").read() == open(os.path.join(again, f), "rb").read()
+        for f in os.listdir(out))
+    check(same, f"{name}: --tokenizer DIR (holding tokenizer.json) gives identical files")
+
+
+def expect_exit2(what, argv, must_name, out_dir):
+    r = saturn(*argv)
+    msg = r.stderr.strip()
+    check(r.returncode == 2 and must_name in msg,
+          f"{what}: exit 2 naming {must_name} (got {r.returncode}: {msg[:300]})")
+    check(not os.path.exists(out_dir) or not os.listdir(out_dir),
+          f"{what}: nothing written to {out_dir}")
+
+
+def main():
+    files = licences()
+    with tempfile.TemporaryDirectory() as tmp:
+        # Non-ASCII text, CRLF line ends and a character no training text has (byte fallback).
+        uni = os.path.join(tmp, "unicode.txt")
+        with open(uni, "w", encoding="utf-8", newline="") as f:
+            f.write("Grüße, naïve café — 東京 🚀\r\nLine two\tends here.\r\n\u0416\u2581x\n")
+        inputs = files[:3] + [uni]
+        round_trip("gpt2-bpe", gpt2_style(files[:6]), tmp, inputs, 0.1, "llm.c")
+        round_trip("llama-bpe", llama_style(files[:6]), tmp, inputs, 0.25, "llm.c")
+        big = large_vocab(files[:6])
+        check(big.get_vocab_size() > 65536, f"large vocabulary has {big.get_vocab_size()} ids")
+        round_trip("wordlevel-70k", big, tmp, inputs, 0.1, "hdf5")
+
+        # Bad input: each exit 2 naming the file, nothing written.
+        tok_path = os.path.join(tmp, "gpt2-bpe.json")
+        out = os.path.join(tmp, "bad-out")
+        missing = os.path.join(tmp, "no-such-tokenizer.json")
+        expect_exit2("missing tokenizer", ["--tokenizer", missing, "-i", files[0], "-o", out],
+                     missing, out)
+        expect_exit2("tokenizer is text", ["--tokenizer", files[0], "-i", files[0], "-o", out],
+                     files[0], out)
+        no_model = os.path.join(tmp, "no-model.json")
+        with open(no_model, "w") as f:
+            json.dump({"version": "1.0", "vocab": {"a": 0}}, f)
+        expect_exit2("JSON without a model", ["--tokenizer", no_model, "-i", files[0], "-o", out],
+                     no_model, out)
+        broken = os.path.join(tmp, "broken.json")
+        with open(tok_path) as f:
+            j = json.load(f)
+        j["model"]["type"] = "NoSuchModel"
+        with open(broken, "w") as f:
+            json.dump(j, f)
+        expect_exit2("library rejects it", ["--tokenizer", broken, "-i", files[0], "-o", out],
+                     broken, out)
+        huge = os.path.join(tmp, "huge-ids.json")
+        j["model"]["type"] = "BPE"
+        first = next(iter(j["model"]["vocab"]))
+        j["model"]["vocab"][first] = 2 ** 32
+        with open(huge, "w") as f:
+            json.dump(j, f)
+        expect_exit2("ids beyond uint32", ["--tokenizer", huge, "-i", files[0], "-o", out],
+                     huge, out)
+        binary = os.path.join(tmp, "binary.dat")
+        with open(binary, "wb") as f:
+            f.write(b"text then \xff\xfe\x00 not utf-8")
+        expect_exit2("input not UTF-8", ["--tokenizer", tok_path, "-i", binary, "-o", out],
+                     binary, out)
+        expect_exit2("missing input", ["--tokenizer", tok_path, "-i", missing + ".txt", "-o", out],
+                     missing + ".txt", out)
+        r = subprocess.run([args.saturn, "data", "prepare", "--tokenizer", tok_path, "--python",
+                            "/bin/false-python-does-not-exist", "-i", files[0], "-o", out],
+                           capture_output=True, text=True)
+        check(r.returncode == 2 and "--python" in r.stderr,
+              f"python that cannot run: exit 2 saying --python ({r.returncode}: "
+              f"{r.stderr.strip()[:200]})")
+    if FAILURES:
+        print(f"{len(FAILURES)} check(s) failed")
+        sys.exit(1)
+    print("all checks passed")
+
+
+if __name__ == "__main__":
+    main()
