@@ -95,6 +95,18 @@ std::string describe_hdf5_type(hid_t type) {
   return "a non-integer type";
 }
 
+// The last step of an atomic write: the complete temporary file replaces `path`.
+void rename_into_place(const fs::path& tmp, const fs::path& path) {
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) {
+    std::error_code ignored;
+    fs::remove(tmp, ignored);
+    throw IoError(
+        fmt::format("cannot rename {} to {}: {}", tmp.string(), path.string(), ec.message()));
+  }
+}
+
 }  // namespace
 
 const char* token_format_name(TokenFormat format) {
@@ -319,14 +331,7 @@ void write_llmc_tokens(const fs::path& path, std::span<const std::uint16_t> toke
     throw IoError(
         fmt::format("cannot write {}: {}", path.string(), reason.empty() ? errno_text() : reason));
   }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    std::error_code ignored;
-    fs::remove(tmp, ignored);
-    throw IoError(
-        fmt::format("cannot rename {} to {}: {}", tmp.string(), path.string(), ec.message()));
-  }
+  rename_into_place(tmp, path);
 }
 
 void write_hdf5_tokens(const fs::path& path, std::span<const std::uint32_t> tokens) {
@@ -358,14 +363,7 @@ void write_hdf5_tokens(const fs::path& path, std::span<const std::uint32_t> toke
       fail("H5Dwrite of /tokens failed (disk full?)");
     if (H5Fflush(f.get(), H5F_SCOPE_GLOBAL) < 0) fail("H5Fflush failed");
   }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    std::error_code ignored;
-    fs::remove(tmp, ignored);
-    throw IoError(
-        fmt::format("cannot rename {} to {}: {}", tmp.string(), path.string(), ec.message()));
-  }
+  rename_into_place(tmp, path);
 }
 
 }  // namespace saturn::data

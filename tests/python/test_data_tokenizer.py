@@ -21,32 +21,15 @@ import subprocess
 import sys
 import tempfile
 
+import venv_peers
+
 ARGS = argparse.ArgumentParser()
 ARGS.add_argument("--saturn", required=True)
 ARGS.add_argument("--venv", required=True)
 args = ARGS.parse_args()
 
 
-def ensure_tokenizers():
-    try:
-        import tokenizers  # noqa: F401
-        return
-    except ImportError as e:
-        missing = str(e)
-    py = os.path.join(args.venv, "bin", "python")
-    if os.path.exists(py) and not os.environ.get("SATURN_HF_REEXEC"):
-        os.environ["SATURN_HF_REEXEC"] = "1"
-        os.execv(py, [py] + sys.argv)
-    msg = (f"tokenizers not importable ({missing}) by {sys.executable} nor by {py}: run "
-           f"`scripts/install-deps.sh --tests` (it makes the venv {args.venv})")
-    if os.environ.get("SATURN_ALLOW_MISSING_HF") == "1":
-        print("SKIPPED: " + msg)
-        sys.exit(77)
-    print("FAILED: " + msg)
-    sys.exit(1)
-
-
-ensure_tokenizers()
+venv_peers.require(args.venv, ["tokenizers", "h5py"])
 
 import h5py  # noqa: E402
 import tokenizers  # noqa: E402
