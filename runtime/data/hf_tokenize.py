@@ -5,7 +5,8 @@
 # Each input is read as UTF-8 text exactly as stored (no newline translation) and encoded
 # whole with Tokenizer.encode (the tokenizer's own post-processor adds any BOS/EOS), so the ids
 # equal what the library gives for that text. The ids of all inputs, in order, are appended to
-# IDS_OUT as little-endian uint32. On success one JSON line goes to stdout; on failure one line
+# IDS_OUT as little-endian uint32. A line "saturn-progress ..." follows each input (saturn
+# shows it as it comes). On success one JSON line goes to stdout; on failure one line
 # "saturn-error KIND MESSAGE" goes to stderr and the exit status is 3.
 import array
 import json
@@ -46,6 +47,8 @@ with open(ids_path, "wb") as out:
         ids = array.array("I", tokenizer.encode(text).ids)
         ids.tofile(out)
         counts.append(len(ids))
+        print(f"saturn-progress {len(counts)}/{len(inputs)} {path}: {len(text)} characters, "
+              f"{len(ids)} ids", flush=True)
 print(json.dumps({
     "library": f"tokenizers {tokenizers.__version__}",
     "vocab_size": tokenizer.get_vocab_size(with_added_tokens=True),

@@ -16,6 +16,7 @@
 #include <system_error>
 
 #include "runtime/core/error.hpp"
+#include "runtime/core/log.hpp"
 #include "runtime/data/hf_tokenize_script.hpp"
 
 extern char** environ;
@@ -28,6 +29,7 @@ using json = nlohmann::json;
 namespace {
 
 constexpr std::uint64_t kMaxUint32Ids = std::uint64_t{1} << 32;
+constexpr const char* kProgressPrefix = "saturn-progress ";
 
 // The id of one vocabulary entry; InputError when it is not a non-negative integer.
 std::uint64_t entry_id(const json& id, const std::string& file, const std::string& where) {
@@ -59,15 +61,31 @@ std::pair<int, std::string> run_capturing(const std::vector<std::string>& argv, 
     ::close(fds[0]);
     return {-1, out};
   }
+  // Progress lines are shown as they come (encoding a large corpus takes a while), the rest
+  // kept for the result and the error messages.
+  std::string pending;
+  auto take_lines = [&](bool all) {
+    std::size_t nl;
+    while ((nl = pending.find('\n')) != std::string::npos || (all && !pending.empty())) {
+      const std::string line = pending.substr(0, nl);
+      pending.erase(0, nl == std::string::npos ? pending.size() : nl + 1);
+      if (line.rfind(kProgressPrefix, 0) == 0)
+        log::info("data prepare: encoded {}", line.substr(std::strlen(kProgressPrefix)));
+      else
+        out += line + "\n";
+    }
+  };
   char buf[4096];
   for (;;) {
     const ssize_t got = ::read(fds[0], buf, sizeof buf);
     if (got > 0) {
-      out.append(buf, static_cast<std::size_t>(got));
+      pending.append(buf, static_cast<std::size_t>(got));
+      take_lines(false);
     } else if (got == 0 || errno != EINTR) {
       break;
     }
   }
+  take_lines(true);
   ::close(fds[0]);
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
