@@ -265,7 +265,7 @@ HeuristicResult local_search(const Prepared& p, HeuristicResult start,
       opts.stall_limit > 0 ? opts.stall_limit : std::numeric_limits<long>::max();
   // Share of the search's time the ruin-and-recreate steps may take (as the windows' 30%).
   const double recreate_share = 0.3;
-  const long epoch_stall = 20000 + 200 * static_cast<long>(J);
+  const long epoch_stall = 4000 + 100 * static_cast<long>(J);
   const size_t N = p.cluster().nodes.size();
   if (start.node.size() != J) start.node.assign(J, -1);
   HeuristicResult best = start;
