@@ -131,7 +131,8 @@ struct WindowResult {
 };
 
 WindowResult resolve_window(const Prepared& p, const std::vector<int>& freed,
-                            const std::vector<int>& cur_option, const Schedule& cur, long& budget) {
+                            const std::vector<int>& cur_option, const Schedule& cur,
+                            double max_time, long& budget) {
   WindowResult out;
   const size_t J = p.num_jobs();
   std::vector<char> is_freed(J, 0);
@@ -173,7 +174,7 @@ WindowResult resolve_window(const Prepared& p, const std::vector<int>& freed,
           if (twin_first) continue;
           for (size_t o = 0; o < p.options[j].size() && budget > 0; ++o) {
             const Option& option = p.options[j][o];
-            if (option.pinned) continue;
+            if (option.pinned || option.time_s >= max_time) continue;
             const size_t choices = option.whole_nodes() ? 1 : option.eligible.size();
             for (size_t c = 0; c < choices && budget > 0; ++c) {
               --budget;
@@ -262,7 +263,9 @@ HeuristicResult local_search(const Prepared& p, HeuristicResult start,
   const long local_stall = 100 + 2 * static_cast<long>(J);
   const long global_stall =
       opts.stall_limit > 0 ? opts.stall_limit : std::numeric_limits<long>::max();
-  const long epoch_stall = 20000 + 200 * static_cast<long>(J);
+  // Share of the search's time the ruin-and-recreate steps may take (as the windows' 30%).
+  const double recreate_share = 0.3;
+  const long epoch_stall = 4000 + 100 * static_cast<long>(J);
   const size_t N = p.cluster().nodes.size();
   if (start.node.size() != J) start.node.assign(J, -1);
   HeuristicResult best = start;
@@ -285,6 +288,28 @@ HeuristicResult local_search(const Prepared& p, HeuristicResult start,
       if (any[n]) node_choices[j].push_back(static_cast<int>(n));
     if (node_choices[j].size() < 2) node_choices[j].clear();  // nothing to choose
   }
+  // An option at least as long as the best makespan so far cannot be part of a better plan:
+  // option moves skip it, and a new epoch takes such options out of its start (below). Without
+  // this the search stays in the basin of a job alone for the whole makespan on one device
+  // (2x8-05-j22: a one-device ViT-H job of 9032 s held every 10 s solve at 9032 s, 4% above
+  // CP-SAT's best), as every single move out of it lengthens the schedule at first.
+  auto too_long = [&](size_t j, int o) {
+    const Option& x = opt(p, j, o);
+    return !x.pinned && x.time_s >= best_key.makespan * (1 - 1e-9);
+  };
+  // Jobs in options as long as the best makespan take their least-work option that is shorter
+  // (a plan better than the best has none of them).
+  auto shorten = [&](std::vector<int>& option) {
+    for (size_t j = 0; j < J; ++j) {
+      if (!too_long(j, option[j])) continue;
+      int shorter = -1;
+      for (size_t o = 0; o < p.options[j].size(); ++o)
+        if (!too_long(j, static_cast<int>(o)) &&
+            (shorter < 0 || opt(p, j, static_cast<int>(o)).min_area < opt(p, j, shorter).min_area))
+          shorter = static_cast<int>(o);
+      if (shorter >= 0) option[j] = shorter;
+    }
+  };
   // A random change of the list; false when it cannot change the schedule (the same position,
   // or two identical jobs in the same option trading places), so no evaluation is spent on it.
   auto random_move = [&](std::vector<int>& option, std::vector<int>& order,
@@ -307,6 +332,7 @@ HeuristicResult local_search(const Prepared& p, HeuristicResult start,
       std::uniform_int_distribution<int> po(0, static_cast<int>(p.options[j].size()) - 1);
       int o = po(rng);
       if (o == option[j]) o = (o + 1) % static_cast<int>(p.options[j].size());
+      if (too_long(j, o)) return false;
       option[j] = o;
       return true;
     }
@@ -445,13 +471,136 @@ HeuristicResult local_search(const Prepared& p, HeuristicResult start,
     }
     if (freed.empty()) return false;
     long budget = 40000;
-    WindowResult w = resolve_window(p, freed, epoch_best.option, base, budget);
+    WindowResult w =
+        resolve_window(p, freed, epoch_best.option, base, best_key.makespan * (1 - 1e-9), budget);
     ++evaluations;
     lns_seconds += seconds_since(l0);
     if (!w.improved) return false;
     cur_key = key_of(epoch_best.schedule);  // compare with the window's start
     stall = 0;
     return accept(w.option, w.order, w.node, std::move(w.schedule));
+  };
+  // Ruin and recreate (list form of large-neighbourhood search): 2-4 related jobs leave the
+  // epoch's best list; each goes back, in random order, at the list position, option and node
+  // that give the best partial schedule; then the whole list is justified. Unlike the windows
+  // above, the other jobs are listed again rather than kept at their starts, so freeing a job
+  // early in the schedule can shift every later one (2x8-12-j22: five 2-device jobs of 3837 s
+  // wait behind short jobs whose reshuffling moves them all).
+  double recreate_seconds = 0;
+  std::vector<int> removed, rr_option, rr_order, rr_node, trial_order;
+  std::vector<char> is_removed(J);
+  std::vector<size_t> positions;
+  Schedule rr_schedule;
+  // Takes k jobs out of `from` (related or random) and puts each back at its best (position,
+  // option, node); the result is in rr_option, rr_order, rr_node, rr_schedule.
+  auto ruin_recreate = [&](const HeuristicResult& from, size_t k) {
+    const Schedule& base = from.schedule;
+    k = std::min(J, k);
+    removed.clear();
+    std::fill(is_removed.begin(), is_removed.end(), 0);
+    auto take = [&](size_t j) {
+      if (is_removed[j] || removed.size() >= k || opt(p, j, from.option[j]).pinned) return;
+      is_removed[j] = 1;
+      removed.push_back(static_cast<int>(j));
+    };
+    const int how = static_cast<int>(rng() % (N > 1 ? 4 : 3));
+    if (how == 0) {
+      // Random jobs.
+      for (size_t tries = 0; tries < 4 * k && removed.size() < k; ++tries) take(pick(rng));
+    } else if (how == 3) {
+      // Random jobs of one node, mostly of a node that ends at the makespan: jobs that share
+      // devices over time there (a long job's devices are a column that others must fill).
+      size_t centre = pick(rng);
+      if (rng() % 3 != 0)
+        for (size_t j = 0; j < J; ++j)
+          if (base.jobs[j].end >= base.makespan * (1 - 1e-12)) centre = j;
+      if (base.jobs[centre].nodes.size() != 1) return false;
+      const int node_of = base.jobs[centre].nodes[0];
+      std::iota(by_distance.begin(), by_distance.end(), 0);
+      std::shuffle(by_distance.begin(), by_distance.end(), rng);
+      for (size_t i = 0; i < J && removed.size() < k; ++i) {
+        const Placement& pl = base.jobs[static_cast<size_t>(by_distance[i])];
+        if (pl.nodes.size() == 1 && pl.nodes[0] == node_of)
+          take(static_cast<size_t>(by_distance[i]));
+      }
+    } else {
+      // A critical job (how 1) or a random one (how 2) and the jobs nearest to it in start time
+      // (on any node): the ones whose devices it would take or leave.
+      size_t centre = pick(rng);
+      if (how == 1) {
+        std::vector<size_t> critical;
+        for (size_t j = 0; j < J; ++j)
+          if (base.jobs[j].end >= base.makespan * (1 - 1e-12)) critical.push_back(j);
+        if (!critical.empty()) centre = critical[rng() % critical.size()];
+      }
+      const double t = base.jobs[centre].start;
+      std::iota(by_distance.begin(), by_distance.end(), 0);
+      std::shuffle(by_distance.begin(), by_distance.end(), rng);
+      std::stable_sort(by_distance.begin(), by_distance.end(), [&](int a, int b) {
+        return std::fabs(base.jobs[static_cast<size_t>(a)].start - t) <
+               std::fabs(base.jobs[static_cast<size_t>(b)].start - t);
+      });
+      take(centre);
+      for (size_t i = 0; i < J && removed.size() < k; ++i)
+        take(static_cast<size_t>(by_distance[i]));
+    }
+    if (removed.empty()) return false;
+    std::shuffle(removed.begin(), removed.end(), rng);
+    rr_option = from.option;
+    rr_node = from.node;
+    rr_order.clear();
+    for (int j : from.order)
+      if (!is_removed[static_cast<size_t>(j)]) rr_order.push_back(j);
+    for (int j : removed) {
+      const size_t ju = static_cast<size_t>(j);
+      // Every list position on small instances; on big ones 24 random positions (one insertion
+      // tries positions x options x nodes lists, each linear in the jobs).
+      positions.resize(rr_order.size() + 1);
+      std::iota(positions.begin(), positions.end(), size_t{0});
+      if (positions.size() > 32) {
+        std::shuffle(positions.begin(), positions.end(), rng);
+        positions.resize(24);
+      }
+      if (seconds_since(t0) >= opts.time_limit_s) return false;
+      Key best_key_here;
+      int best_o = rr_option[ju], best_n = rr_node[ju];
+      size_t best_pos = rr_order.size();
+      static const std::vector<int> kAnyNode = {-1};
+      const std::vector<int>& nodes = node_choices[ju].empty() ? kAnyNode : node_choices[ju];
+      for (size_t o = 0; o < p.options[ju].size(); ++o) {
+        if (too_long(ju, static_cast<int>(o))) continue;
+        rr_option[ju] = static_cast<int>(o);
+        for (int n : nodes) {
+          rr_node[ju] = n;
+          for (size_t at : positions) {
+            trial_order = rr_order;
+            trial_order.insert(trial_order.begin() + static_cast<std::ptrdiff_t>(at), j);
+            const Key key = key_of(evaluate(rr_option, trial_order, rr_node));
+            if (key.better_than(best_key_here)) {
+              best_key_here = key;
+              best_o = static_cast<int>(o);
+              best_n = n;
+              best_pos = at;
+            }
+          }
+        }
+      }
+      rr_option[ju] = best_o;
+      rr_node[ju] = best_n;
+      rr_order.insert(rr_order.begin() + static_cast<std::ptrdiff_t>(best_pos), j);
+    }
+    rr_schedule = evaluate(rr_option, rr_order, rr_node);
+    justify(rr_option, rr_order, rr_node, rr_schedule);
+    return true;
+  };
+  auto recreate_step = [&] {
+    const auto r0 = Clock::now();
+    const bool done = ruin_recreate(epoch_best, 2 + rng() % 3);
+    recreate_seconds += seconds_since(r0);
+    if (!done || !key_of(rr_schedule).better_than(epoch_key)) return false;
+    cur_key = epoch_key;  // compare with the step's start
+    stall = 0;
+    return accept(rr_option, rr_order, rr_node, std::move(rr_schedule));
   };
   std::vector<size_t> pos(J);
   auto at_bound = [&] { return best.schedule.makespan <= opts.stop_at * (1 + 1e-9); };
@@ -461,6 +610,7 @@ HeuristicResult local_search(const Prepared& p, HeuristicResult start,
       epoch_best.option = best.option;
       epoch_best.order = best.order;
       epoch_best.node = best.node;
+      shorten(epoch_best.option);
       const int kicks = 3 + static_cast<int>(rng() % (1 + J / 3));
       for (int i = 0; i < kicks; ++i)
         random_move(epoch_best.option, epoch_best.order, epoch_best.node);
@@ -470,12 +620,18 @@ HeuristicResult local_search(const Prepared& p, HeuristicResult start,
       since_epoch_best = 0;
       stall = local_stall;  // start the epoch with a kick from its (new) best
     }
+    if (stall >= local_stall && recreate_seconds < recreate_share * seconds_since(t0) &&
+        recreate_step())
+      continue;
     if (stall >= local_stall && lns_seconds < 0.3 * seconds_since(t0) && lns_step()) continue;
     if (stall >= local_stall) {
       // Kick: restart from the epoch's best with 2-4 random moves, accepted whatever they do.
       cur.option = epoch_best.option;
       cur.order = epoch_best.order;
       cur.node = epoch_best.node;
+      // From a best that holds a job alone for its whole makespan, every kick leaves that job
+      // in a shorter option: the basin of that option holds nothing better.
+      shorten(cur.option);
       const int kicks = 2 + static_cast<int>(rng() % 3);
       for (int i = 0; i < kicks; ++i) random_move(cur.option, cur.order, cur.node);
       cur.schedule = evaluate(cur.option, cur.order, cur.node);
@@ -493,7 +649,7 @@ HeuristicResult local_search(const Prepared& p, HeuristicResult start,
     for (int j : critical) {
       const size_t ju = static_cast<size_t>(j);
       for (size_t o = 0; o < p.options[ju].size() && !progress; ++o) {
-        if (static_cast<int>(o) == cur.option[ju]) continue;
+        if (static_cast<int>(o) == cur.option[ju] || too_long(ju, static_cast<int>(o))) continue;
         std::vector<int> option = cur.option, order = cur.order, node = cur.node;
         option[ju] = static_cast<int>(o);
         progress = try_candidate(option, order, node);

@@ -6,9 +6,10 @@
 //                [--clusters 1x8,2x8,...] [--sim-seeds N] [--no-sim] [--no-plan]
 //   bench_solver --write-instances DIR      the reference set: generated one- and two-node
 //                                           instances of 12-24 jobs, as instance JSON
-//   bench_solver --reference DIR [--limits 10,60]
-//                Saturn on every DIR/NAME.json against DIR/NAME.cpsat.json (OR-Tools CP-SAT,
-//                from bench/solver/cpsat_reference.py; bench/solver/reference.sh runs both)
+//   bench_solver --reference DIR [--limits 10,60] [--seeds 1,2,3] [--only NAME,...]
+//                Saturn (per seed) on every DIR/NAME.json (or the named ones) against
+//                DIR/NAME.cpsat.json (OR-Tools CP-SAT, from bench/solver/cpsat_reference.py;
+//                bench/solver/reference.sh runs both)
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -102,21 +103,24 @@ int write_instances(const std::string& dir) {
   return 0;
 }
 
-int reference_table(const std::string& dir, Backend backend, const std::vector<double>& limits) {
+int reference_table(const std::string& dir, Backend backend, const std::vector<double>& limits,
+                    const std::vector<std::string>& only, const std::vector<unsigned>& seeds) {
   std::vector<std::string> names;
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
     const std::string f = e.path().filename().string();
-    if (f.size() > 5 && f.ends_with(".json") && !f.ends_with(".cpsat.json"))
+    if (f.size() > 5 && f.ends_with(".json") && !f.ends_with(".cpsat.json") &&
+        wanted(only, f.substr(0, f.size() - 5)))
       names.push_back(f.substr(0, f.size() - 5));
   }
   std::sort(names.begin(), names.end());
   std::printf(
       "Saturn (%s) against OR-Tools CP-SAT on %s. ratio = Saturn's makespan / CP-SAT's best; "
       "gap%% = Saturn's own (makespan - its bound) / makespan; lb/ref = Saturn's bound / "
-      "CP-SAT's best. Times in hours.\n\n",
-      to_string(backend), dir.c_str());
-  std::printf("%-14s %4s %9s %9s %-9s %6s %5s", "instance", "jobs", "ref", "ref_lb", "ref_st",
-              "ref_s", "cpu%");
+      "CP-SAT's best. Times in hours.%s\n\n",
+      to_string(backend), dir.c_str(),
+      seeds.size() > 1 ? " One row per seed (SolveOptions::seed)." : "");
+  std::printf("%-14s %4s %4s %9s %9s %-9s %6s %5s", "instance", "seed", "jobs", "ref", "ref_lb",
+              "ref_st", "ref_s", "cpu%");
   for (double l : limits)
     std::printf("  | %4.0fs: %9s %7s %7s %6s %-9s", l, "makespan", "ratio", "gap%", "lb/ref",
                 "status");
@@ -135,29 +139,34 @@ int reference_table(const std::string& dir, Backend backend, const std::vector<d
     const double ref_lb = ref["bound_s"].get<double>();
     const bool ref_opt = ref["status"] == "OPTIMAL";
     ref_optimal += ref_opt;
-    std::printf("%-14s %4zu %9.3f %9.3f %-9s %6.1f %5.0f", name.c_str(), p.jobs.size(), hours(best),
-                hours(ref_lb), ref["status"].get<std::string>().c_str(),
-                ref["wall_s"].get<double>(),
-                100 * ref["cpu_s"].get<double>() / std::max(1e-9, ref["wall_s"].get<double>()));
-    for (size_t i = 0; i < limits.size(); ++i) {
-      SolveOptions so;
-      so.backend = backend;
-      so.time_limit_s = limits[i];
-      const Plan plan = solve(p, so);
-      const double ratio = plan.makespan_s / best;
-      ++rows[i];
-      within[i] += ratio <= 1.005;
-      worst[i] = std::max(worst[i], ratio);
-      const bool opt = plan.solver.status == SolveStatus::optimal;
-      // Acceptance 2 counts the instances CP-SAT proved where Saturn's plan is optimal too.
-      if (ref_opt && plan.makespan_s <= best * (1 + 1e-9)) proven[i] += opt ? 1 : 0;
-      std::printf("  | %5s %9.3f %7.4f %7.2f %6.4f %-9s", "", hours(plan.makespan_s), ratio,
-                  100 * plan.solver.gap, plan.lower_bound_s / best, to_string(plan.solver.status));
+    for (const unsigned seed : seeds) {
+      std::printf("%-14s %4u %4zu %9.3f %9.3f %-9s %6.1f %5.0f", name.c_str(), seed, p.jobs.size(),
+                  hours(best), hours(ref_lb), ref["status"].get<std::string>().c_str(),
+                  ref["wall_s"].get<double>(),
+                  100 * ref["cpu_s"].get<double>() / std::max(1e-9, ref["wall_s"].get<double>()));
+      for (size_t i = 0; i < limits.size(); ++i) {
+        SolveOptions so;
+        so.backend = backend;
+        so.time_limit_s = limits[i];
+        so.seed = seed;
+        const Plan plan = solve(p, so);
+        const double ratio = plan.makespan_s / best;
+        ++rows[i];
+        within[i] += ratio <= 1.005;
+        worst[i] = std::max(worst[i], ratio);
+        const bool opt = plan.solver.status == SolveStatus::optimal;
+        // Acceptance 2 counts the instances CP-SAT proved where Saturn's plan is optimal too.
+        if (ref_opt && plan.makespan_s <= best * (1 + 1e-9)) proven[i] += opt ? 1 : 0;
+        std::printf("  | %5s %9.3f %7.4f %7.2f %6.4f %-9s", "", hours(plan.makespan_s), ratio,
+                    100 * plan.solver.gap, plan.lower_bound_s / best,
+                    to_string(plan.solver.status));
+      }
+      std::printf("\n");
+      std::fflush(stdout);
     }
-    std::printf("\n");
-    std::fflush(stdout);
   }
-  std::printf("\nCP-SAT proved %d optimal.\n", ref_optimal);
+  std::printf("\nCP-SAT proved %d optimal.%s\n", ref_optimal,
+              seeds.size() > 1 ? " Counts below are over rows (instance x seed)." : "");
   for (size_t i = 0; i < limits.size(); ++i)
     std::printf(
         "%.0f s: %d of %d within 1.005 x CP-SAT's best (worst ratio %.4f); optimality proven on "
@@ -175,6 +184,7 @@ int main(int argc, char** argv) {
   int sim_seeds = 5;
   std::string write_dir, reference_dir;
   std::vector<double> limits = {10};
+  std::vector<unsigned> seeds = {1};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -205,18 +215,24 @@ int main(int argc, char** argv) {
     else if (a == "--limits") {
       limits.clear();
       for (const std::string& l : split(next())) limits.push_back(std::atof(l.c_str()));
+    } else if (a == "--seeds") {
+      seeds.clear();
+      for (const std::string& x : split(next()))
+        seeds.push_back(static_cast<unsigned>(std::strtoul(x.c_str(), nullptr, 10)));
     } else {
-      std::fprintf(stderr,
-                   "usage: bench_solver [--quick] [--solver glpk|cbc] [--only txt,img,mixed50,"
-                   "mixed200,mixed1000] [--clusters 1x8,2x8,4x8,16x8,8+4,2+2+4+8] "
-                   "[--sim-seeds N] [--no-sim] [--no-plan]\n"
-                   "       bench_solver --write-instances DIR\n"
-                   "       bench_solver --reference DIR [--limits 10,60] [--solver glpk|cbc]\n");
+      std::fprintf(
+          stderr,
+          "usage: bench_solver [--quick] [--solver glpk|cbc] [--only txt,img,mixed50,"
+          "mixed200,mixed1000] [--clusters 1x8,2x8,4x8,16x8,8+4,2+2+4+8] "
+          "[--sim-seeds N] [--no-sim] [--no-plan]\n"
+          "       bench_solver --write-instances DIR\n"
+          "       bench_solver --reference DIR [--limits 10,60] [--seeds 1,2,3] [--only NAME,...] "
+          "[--solver glpk|cbc]\n");
       return 2;
     }
   }
   if (!write_dir.empty()) return write_instances(write_dir);
-  if (!reference_dir.empty()) return reference_table(reference_dir, backend, limits);
+  if (!reference_dir.empty()) return reference_table(reference_dir, backend, limits, only, seeds);
   std::printf(
       "SPASE solver benchmark (%s, %s). Synthetic families (solver/synthetic.hpp), "
       "A100-40GB-like devices.\n",
