@@ -17,6 +17,7 @@
 #include "runtime/exec/messages.hpp"
 #include "runtime/exec/replanner.hpp"
 #include "runtime/exec/run_files.hpp"
+#include "runtime/exec/selection.hpp"
 #include "runtime/exec/signals.hpp"
 #include "solver/gantt.hpp"
 #include "solver/plan_io.hpp"
@@ -71,6 +72,7 @@ struct Coordinator::Impl {
   std::vector<JobState>& jobs;
   RunFiles files;
   Replanner replanner;
+  Selection selection;
   MPI_Comm control = MPI_COMM_NULL;
   int world_size = 0;
   std::set<int> idle;  // ranks waiting for a command
@@ -91,9 +93,108 @@ struct Coordinator::Impl {
         table(*setup.workload, setup.planning, setup.steps_done, setup.finished),
         jobs(table.jobs),
         files(setup),
-        replanner(setup, table) {
+        replanner(setup, table),
+        selection(setup.workload->selection, job_ids(*setup.workload)) {
     plan_index = setup.next_plan_index;
     if (setup.elapsed_before_s > 0) files.read_history(table);
+    restore_selection();
+  }
+
+  static std::vector<std::string> job_ids(const Workload& w) {
+    std::vector<std::string> ids;
+    for (const auto& j : w.jobs) ids.push_back(j.id);
+    return ids;
+  }
+
+  // ---- selection ----
+
+  std::string stop_reason(const SelectionDecision& d) const {
+    const std::string metric =
+        std::isnan(d.metric) ? std::string("missing") : fmt::format("{:.6g}", d.metric);
+    return fmt::format("{}: rung {} (step {}): {} {}, place {} of {}, {} go on",
+                       selection.settings().method, d.rung, d.step, selection.settings().metric,
+                       metric, d.place, d.compared, d.kept);
+  }
+
+  // --resume: every decision of the interrupted run stands (run_state.json's "selection").
+  void restore_selection() {
+    if (!selection.enabled()) return;
+    if (!setup.selection_state.is_null()) selection.restore(setup.selection_state);
+    for (auto& js : jobs) {
+      const int j = js.index;
+      if (selection.stopped(j)) {
+        js.status = JobStatus::kStopped;
+        js.selected_out = true;
+        const auto rungs = selection.job_json(j);
+        const auto& last = rungs.back();
+        js.reason = fmt::format("{}: rung {} (step {}) (decided before --resume)",
+                                selection.settings().method, last["rung"].get<int>(),
+                                last["step"].get<std::int64_t>());
+        continue;
+      }
+      if (js.status != JobStatus::kPending) continue;
+      js.held = selection.waiting(j);
+      js.pause_step = selection.pause_step(j);
+      // A checkpoint at or past the next rung whose arrival the run state does not hold (a
+      // hard kill between the checkpoint and run_state.json): its metric is missing.
+      if (!js.held && js.pause_step > 0 && js.steps_done >= js.pause_step) {
+        log::warn(
+            "job {}: resumed at step {}, at or past its rung at step {} with no metric "
+            "recorded: it ranks as missing",
+            js.spec->id, js.steps_done, js.pause_step);
+        selection.arrive(j, NAN);
+        js.held = true;
+      }
+    }
+  }
+
+  // The job stopped at its rung's step: its metric there (the segment's last evaluation, at
+  // that very step: rungs are multiples of eval_every).
+  void reached_rung(JobState& js, const nlohmann::json& o) {
+    const double metric = o.value("has_val", false) ? o.at("val_loss").get<double>() : NAN;
+    const int rung = selection.level(js.index);
+    selection.arrive(js.index, metric);
+    js.held = true;
+    event({{"event", "rung"},
+           {"job", js.spec->id},
+           {"rung", rung},
+           {"step", js.steps_done},
+           {selection.settings().metric,
+            std::isnan(metric) ? nlohmann::json() : nlohmann::json(metric)}});
+  }
+
+  // Applies what the rule decides now: losers stop (status stopped, their ranks are already
+  // free: they wait at the rung), winners go on; either way the batch re-plans at once.
+  void apply_selection() {
+    if (!selection.enabled()) return;
+    const auto decisions = selection.decide();
+    if (decisions.empty()) return;
+    ++version;
+    for (const auto& d : decisions) {
+      JobState& js = jobs[static_cast<std::size_t>(d.job)];
+      js.held = false;
+      nlohmann::json e = {{"event", d.promoted ? "promote" : "selection_stop"},
+                          {"job", js.spec->id},
+                          {"rung", d.rung},
+                          {"step", d.step},
+                          {selection.settings().metric,
+                           std::isnan(d.metric) ? nlohmann::json() : nlohmann::json(d.metric)},
+                          {"place", d.place},
+                          {"compared", d.compared},
+                          {"kept", d.kept}};
+      event(e);
+      if (d.promoted) {
+        js.pause_step = selection.pause_step(d.job);
+      } else {
+        js.status = JobStatus::kStopped;
+        js.selected_out = true;
+        js.pause_step = 0;
+        js.reason = stop_reason(d);
+        if (!setup.quiet) log::info("job {} stopped by {}", js.spec->id, js.reason);
+      }
+    }
+    request_replan(fmt::format("selection at rung {}", decisions.back().rung));
+    write_run_state();  // --resume keeps every decision
   }
 
   double now() const {
@@ -102,14 +203,36 @@ struct Coordinator::Impl {
 
   void event(nlohmann::json e) { files.event(std::move(e), now()); }
 
-  void write_run_state() { files.write_run_state(now(), plan_index); }
+  void write_run_state() {
+    nlohmann::json extra = nlohmann::json::object();
+    if (selection.enabled()) extra["selection"] = selection.to_json();
+    files.write_run_state(now(), plan_index, extra);
+  }
 
   void write_summary() {
     facts.makespan_s = now();
     facts.plans = plan_index;
     facts.exit_code = table.exit_code();
-    files.write_summary(table, facts, now(),
-                        [](const JobState&) { return nlohmann::json::object(); });
+    if (selection.enabled()) {
+      const auto& s = selection.settings();
+      facts.extra["selection"] = {
+          {"method", s.method},       {"metric", s.metric},
+          {"min_steps", s.min_steps}, {"reduction_factor", s.reduction_factor},
+          {"max_rungs", s.max_rungs}, {"rung_steps", selection.rung_steps()}};
+    }
+    files.write_summary(table, facts, now(), [&](const JobState& js) {
+      nlohmann::json j = nlohmann::json::object();
+      if (!selection.enabled()) return j;
+      const nlohmann::json rungs = selection.job_json(js.index);
+      j["rungs"] = rungs;
+      if (js.selected_out) {
+        j["stopped_by"] = "selection";
+        j["rung"] = rungs.back()["rung"];
+        j["rung_step"] = rungs.back()["step"];
+        j["metric"] = {{selection.settings().metric, rungs.back()[selection.settings().metric]}};
+      }
+      return j;
+    });
     write_run_state();
   }
 
@@ -229,7 +352,7 @@ struct Coordinator::Impl {
     if (stopping) return;
     std::vector<int> order;
     for (std::size_t j = 0; j < jobs.size(); ++j)
-      if (jobs[j].status == JobStatus::kPending && jobs[j].config >= 0)
+      if (jobs[j].status == JobStatus::kPending && !jobs[j].held && jobs[j].config >= 0)
         order.push_back(static_cast<int>(j));
     std::sort(order.begin(), order.end(), [&](int a, int b) {
       return jobs[static_cast<std::size_t>(a)].planned_start_s <
@@ -258,6 +381,7 @@ struct Coordinator::Impl {
     l.ranks = ranks;
     l.segment = static_cast<int>(js.past_segments.size() + js.segments.size());
     l.tag = 1 + (launches++ % 30000);
+    l.pause_step = js.pause_step;
     const nlohmann::json cmd = {{"type", "launch"}, {"launch", l.to_json()}};
     for (int r : ranks) {
       idle.erase(r);
@@ -372,6 +496,7 @@ struct Coordinator::Impl {
     nlohmann::json e = close_segment(js, o);
     js.status = JobStatus::kFailed;
     js.reason = o.value("reason", "unknown");
+    if (selection.enabled()) selection.withdraw(js.index);
     e["event"] = "failure";
     e["reason"] = js.reason;
     event(e);
@@ -384,6 +509,7 @@ struct Coordinator::Impl {
     e["event"] = "job_stop";
     e["reason"] = o.value("reason", "");
     event(e);
+    if (js.pause_step > 0 && js.steps_done >= js.pause_step) reached_rung(js, o);
     const bool by_signal =
         o.value("signal", 0) != 0 || o.value("reason", "").rfind("signal", 0) == 0;
     if (by_signal && !stopping) on_signal(o.value("signal", 0));
@@ -440,6 +566,7 @@ struct Coordinator::Impl {
 
   int run() {
     write_run_state();
+    apply_selection();  // a resumed run's rungs may be complete already
     initial_plan();
     for (;;) {
       std::vector<Event> events = gather_events();
@@ -449,6 +576,7 @@ struct Coordinator::Impl {
       if (!stopping && now() - last_replan_s >= setup.replan_interval_s)
         events.push_back({Kind::kInterval, -1, nullptr, {}, 0});
       for (const Event& e : events) handle(e);
+      apply_selection();
       if (auto a = replanner.poll(version, stopping)) adopt(*a);
       dispatch();
       if (!stopping) replanner.start(now(), version);

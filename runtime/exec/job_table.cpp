@@ -29,6 +29,7 @@ JobTable::JobTable(const Workload& workload, const PlanningInput& planning,
   jobs.resize(wj.size());
   for (std::size_t j = 0; j < wj.size(); ++j) {
     jobs[j].spec = &wj[j];
+    jobs[j].index = static_cast<int>(j);
     jobs[j].steps_done = steps_done.empty() ? 0 : steps_done[j];
     if (!finished.empty() && finished[j]) jobs[j].status = JobStatus::kFinished;
   }
@@ -52,12 +53,14 @@ JobState* JobTable::find(const std::string& id) {
 }
 
 bool JobTable::active(const JobState& js) {
-  return js.status == JobStatus::kPending || js.status == JobStatus::kRunning ||
+  return (js.status == JobStatus::kPending && !js.held) || js.status == JobStatus::kRunning ||
          js.status == JobStatus::kStopping;
 }
 
 std::int64_t JobTable::remaining_steps(const JobState& js) const {
-  return std::max<std::int64_t>(0, js.spec->train.steps - js.steps_done);
+  const std::int64_t end =
+      js.pause_step > 0 ? std::min(js.pause_step, js.spec->train.steps) : js.spec->train.steps;
+  return std::max<std::int64_t>(0, end - js.steps_done);
 }
 
 double JobTable::step_time(const JobState& js, int c) const {
@@ -105,7 +108,8 @@ int JobTable::exit_code() const {
   bool failed = false, unfinished = false;
   for (const auto& js : jobs) {
     if (js.status == JobStatus::kFailed) failed = true;
-    if (js.status == JobStatus::kPending || js.status == JobStatus::kStopped) unfinished = true;
+    if (js.status == JobStatus::kPending || (js.status == JobStatus::kStopped && !js.selected_out))
+      unfinished = true;
   }
   if (unfinished) return 99;
   return failed ? 1 : 0;

@@ -28,6 +28,7 @@ struct Segment {
 
 struct JobState {
   const JobSpec* spec = nullptr;
+  int index = -1;           // in the workload (and the table)
   int planning_index = -1;  // into setup.planning.jobs (-1: finished before this run)
   JobStatus status = JobStatus::kPending;
   std::int64_t steps_done = 0;
@@ -48,6 +49,12 @@ struct JobState {
   double correction = 1.0;
   bool stop_sent = false;
   bool move_after_stop = false;
+  // Selection (workload `selection:`): the step of the job's next rung (0: none), whether it
+  // waits at a rung for its decision (pending, not planned, not dispatched), and whether the
+  // rule stopped it (status stopped, its work done as far as the batch is concerned).
+  std::int64_t pause_step = 0;
+  bool held = false;
+  bool selected_out = false;
 };
 
 class JobTable {
@@ -60,8 +67,9 @@ class JobTable {
   std::vector<JobState> jobs;  // in workload order
 
   JobState* find(const std::string& id);
-  // Pending, running or stopping: work the plan still covers.
+  // Pending (not held at a rung), running or stopping: work the plan still covers.
   static bool active(const JobState& js);
+  // Steps until the job's next stop: its next rung, else its last step.
   std::int64_t remaining_steps(const JobState& js) const;
   // Step time of config c of the job: the estimate (or trial) scaled by what the job measured.
   double step_time(const JobState& js, int c) const;
@@ -71,7 +79,8 @@ class JobTable {
   void record_progress(JobState& js, const nlohmann::json& message);
   // Nothing runs any more and, unless the batch is stopping, nothing is left to start.
   bool all_done(bool stopping) const;
-  // 0 all finished, 1 some job failed, 99 work left (stopped or pending).
+  // 0 all finished (or stopped by selection), 1 some job failed, 99 work left (stopped or
+  // pending).
   int exit_code() const;
 
  private:

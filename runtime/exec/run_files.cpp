@@ -187,6 +187,7 @@ void RunFiles::write_summary_file(const JobTable& table, const BatchFacts& facts
                       {"devices", setup_->ranks.cluster.total_devices()},
                       {"jobs", std::move(jobs)}};
   if (!best_id.empty()) s["best_job"] = {{"id", best_id}, {"val_loss", best}};
+  for (const auto& [k, v] : facts.extra.items()) s[k] = v;
   write_run_file(setup_->run_dir / "summary.json", s.dump(2));
 }
 

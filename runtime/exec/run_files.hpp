@@ -22,6 +22,7 @@ struct BatchFacts {
   nlohmann::json predicted_baselines = nlohmann::json::object();
   int plans = 0;
   int exit_code = 0;
+  nlohmann::json extra = nlohmann::json::object();  // further top-level keys
 };
 
 class RunFiles {
@@ -45,7 +46,8 @@ class RunFiles {
     nlohmann::json jobs = nlohmann::json::array();
     for (const auto& js : table.jobs) {
       nlohmann::json j = job_entry(table, js, now);
-      for (const auto& [k, v] : job_extra(js).items()) j[k] = v;
+      const nlohmann::json extra = job_extra(js);  // alive while its items are read
+      for (const auto& [k, v] : extra.items()) j[k] = v;
       jobs.push_back(std::move(j));
     }
     write_summary_file(table, facts, std::move(jobs));
