@@ -19,6 +19,7 @@
 #include "runtime/exec/run_files.hpp"
 #include "runtime/exec/selection.hpp"
 #include "runtime/exec/signals.hpp"
+#include "runtime/exec/spool.hpp"
 #include "solver/gantt.hpp"
 #include "solver/plan_io.hpp"
 #include "solver/validate.hpp"
@@ -48,13 +49,14 @@ std::optional<solver::Baseline> parse_policy(const std::string& name) {
 // the re-planner and dispatch run.
 struct CoordinatorEvent {
   enum class Kind {
-    kRankReady,    // a rank is free for work
-    kProgress,     // a job's leader reported steps and metrics
-    kJobFinished,  // a job ran its last step
-    kJobFailed,    // a job's segment failed
-    kJobStopped,   // a job's segment stopped at a step boundary (checkpointed)
-    kSignal,       // a stop signal on some rank
-    kInterval,     // the re-plan interval passed
+    kRankReady,     // a rank is free for work
+    kProgress,      // a job's leader reported steps and metrics
+    kJobFinished,   // a job ran its last step
+    kJobFailed,     // a job's segment failed
+    kJobStopped,    // a job's segment stopped at a step boundary (checkpointed)
+    kSignal,        // a stop signal on some rank
+    kInterval,      // the re-plan interval passed
+    kJobCancelled,  // `saturn cancel` asked for the job (a request in RUN_DIR/spool)
   };
   Kind kind;
   int rank = -1;
@@ -77,7 +79,7 @@ struct Coordinator::Impl {
   int world_size = 0;
   std::set<int> idle;  // ranks waiting for a command
   Clock::time_point t0 = Clock::now();
-  double last_replan_s = 0, last_print_s = -1e9, last_state_s = 0;
+  double last_replan_s = 0, last_print_s = -1e9, last_state_s = 0, last_spool_s = -1e9;
   // Bumped whenever a job starts, ends, stops or a plan is adopted: a re-plan made from an
   // older snapshot is stale.
   std::uint64_t version = 0;
@@ -98,6 +100,12 @@ struct Coordinator::Impl {
     plan_index = setup.next_plan_index;
     if (setup.elapsed_before_s > 0) files.read_history(table);
     restore_selection();
+    for (const auto& id : setup.cancelled)
+      if (JobState* js = table.find(id); js != nullptr && js->status == JobStatus::kPending) {
+        js->status = JobStatus::kCancelled;
+        js->reason = "cancelled (saturn cancel, before --resume)";
+        if (selection.enabled()) selection.withdraw(js->index);
+      }
   }
 
   static std::vector<std::string> job_ids(const Workload& w) {
@@ -206,6 +214,10 @@ struct Coordinator::Impl {
   void write_run_state() {
     nlohmann::json extra = nlohmann::json::object();
     if (selection.enabled()) extra["selection"] = selection.to_json();
+    nlohmann::json cancelled = nlohmann::json::array();
+    for (const auto& js : jobs)
+      if (js.status == JobStatus::kCancelled) cancelled.push_back(js.spec->id);
+    if (!cancelled.empty()) extra["cancelled"] = cancelled;
     files.write_run_state(now(), plan_index, extra);
   }
 
@@ -434,6 +446,22 @@ struct Coordinator::Impl {
                                              : Kind::kJobStopped;
       out.push_back({kind, from, js, o, 0});
     }
+    // Requests in RUN_DIR/spool (saturn cancel), twice a second.
+    if (now() - last_spool_s >= 0.5) {
+      last_spool_s = now();
+      for (const SpoolRequest& r : take_spool_requests(setup.run_dir)) {
+        if (!r.error.empty()) {
+          log::warn("request {} rejected: {}", r.file.string(), r.error);
+          continue;
+        }
+        for (const auto& id : r.jobs) {
+          if (JobState* js = table.find(id))
+            out.push_back({Kind::kJobCancelled, -1, js, {}, 0});
+          else
+            log::warn("request {}: no job '{}' in this batch", r.file.string(), id);
+        }
+      }
+    }
     return out;
   }
 
@@ -459,6 +487,9 @@ struct Coordinator::Impl {
         return;
       case Kind::kInterval:
         request_replan("interval");
+        return;
+      case Kind::kJobCancelled:
+        on_job_cancelled(*e.job);
         return;
     }
   }
@@ -509,12 +540,45 @@ struct Coordinator::Impl {
     e["event"] = "job_stop";
     e["reason"] = o.value("reason", "");
     event(e);
-    if (js.pause_step > 0 && js.steps_done >= js.pause_step) reached_rung(js, o);
+    if (!js.cancel_requested && js.pause_step > 0 && js.steps_done >= js.pause_step)
+      reached_rung(js, o);
     const bool by_signal =
         o.value("signal", 0) != 0 || o.value("reason", "").rfind("signal", 0) == 0;
     if (by_signal && !stopping) on_signal(o.value("signal", 0));
     js.status = stopping ? JobStatus::kStopped : JobStatus::kPending;
     if (js.move_after_stop && !stopping) js.status = JobStatus::kPending;
+    if (js.cancel_requested) {
+      js.status = JobStatus::kPending;
+      cancel(js);
+    }
+  }
+
+  // `saturn cancel`: a job not running is cancelled at once; a running one stops at its next
+  // step boundary (with a checkpoint) and is cancelled when it has.
+  void on_job_cancelled(JobState& js) {
+    if (js.status == JobStatus::kRunning || js.status == JobStatus::kStopping) {
+      js.cancel_requested = true;
+      request_stop(js, "cancelled");
+      log::info("job {}: cancel requested, stopping it at its next step", js.spec->id);
+      return;
+    }
+    if (js.status != JobStatus::kPending) {
+      log::warn("job {}: cancel ignored, the job is {}", js.spec->id, status_name(js.status));
+      return;
+    }
+    cancel(js);
+  }
+
+  void cancel(JobState& js) {
+    ++version;
+    js.status = JobStatus::kCancelled;
+    js.held = false;
+    js.reason = "cancelled (saturn cancel)";
+    if (selection.enabled()) selection.withdraw(js.index);
+    event({{"event", "cancel"}, {"job", js.spec->id}, {"step", js.steps_done}});
+    if (!setup.quiet) log::info("job {} cancelled at step {}", js.spec->id, js.steps_done);
+    request_replan("job " + js.spec->id + " cancelled");
+    write_run_state();  // --resume keeps it cancelled
   }
 
   // A stop signal: checkpoint every running job, then exit 99.

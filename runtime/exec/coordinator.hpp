@@ -69,6 +69,8 @@ struct CoordinatorSetup {
   std::size_t device_capacity = 0, host_capacity = 0;
   // On resume: run_state.json's "selection" (every rung metric and decision so far); null if none.
   nlohmann::json selection_state;
+  // On resume: the jobs `saturn cancel` cancelled in earlier runs (run_state.json "cancelled").
+  std::vector<std::string> cancelled;
 };
 
 class Coordinator {

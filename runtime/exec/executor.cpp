@@ -36,7 +36,8 @@ struct ResumeState {
   std::vector<bool> finished;
   double elapsed_s = 0;
   int next_plan = 0;
-  nlohmann::json selection;  // run_state.json's "selection" (null: none)
+  nlohmann::json selection;            // run_state.json's "selection" (null: none)
+  std::vector<std::string> cancelled;  // run_state.json's "cancelled"
 };
 
 // The absolute `from` directories a run recorded (run_state.json "model_dirs"), by model name.
@@ -73,6 +74,9 @@ ResumeState read_resume_state(const Workload& w, const fs::path& run_dir) {
       s.elapsed_s = j.value("elapsed_s", 0.0);
       s.next_plan = j.value("next_plan", 0);
       if (j.contains("selection")) s.selection = j["selection"];
+      if (j.contains("cancelled") && j["cancelled"].is_array())
+        for (const auto& id : j["cancelled"])
+          if (id.is_string()) s.cancelled.push_back(id.get<std::string>());
     }
   }
   return s;
@@ -350,6 +354,7 @@ int run_batch(const RunOptions& options) {
     cs.steps_done = resume.steps_done;
     cs.finished = resume.finished;
     cs.selection_state = resume.selection;
+    cs.cancelled = resume.cancelled;
     cs.solve.time_limit_s = w.solver.time_limit_s;
     cs.solve.backend = w.solver.backend == "cbc" ? solver::Backend::cbc : solver::Backend::glpk;
     cs.policy = options.policy;

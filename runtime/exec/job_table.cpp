@@ -18,6 +18,8 @@ const char* status_name(JobStatus s) {
       return "failed";
     case JobStatus::kStopped:
       return "stopped";
+    case JobStatus::kCancelled:
+      return "cancelled";
   }
   return "?";
 }

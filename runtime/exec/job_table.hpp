@@ -13,7 +13,8 @@
 
 namespace saturn::exec {
 
-enum class JobStatus { kPending, kRunning, kStopping, kFinished, kFailed, kStopped };
+// kCancelled: by `saturn cancel` (its work is not wanted; the batch does not wait for it).
+enum class JobStatus { kPending, kRunning, kStopping, kFinished, kFailed, kStopped, kCancelled };
 
 const char* status_name(JobStatus s);
 
@@ -55,6 +56,7 @@ struct JobState {
   std::int64_t pause_step = 0;
   bool held = false;
   bool selected_out = false;
+  bool cancel_requested = false;  // `saturn cancel` while it ran: cancelled once it has stopped
 };
 
 class JobTable {

@@ -36,7 +36,13 @@ void Selection::arrive(int job, double metric) {
 }
 
 void Selection::withdraw(int job) {
-  state_[idx(job)].withdrawn = true;
+  JobRungs& s = state_[idx(job)];
+  s.withdrawn = true;
+  // Withdrawn while waiting at a rung (cancelled): it is not compared there.
+  if (s.waiting) {
+    s.waiting = false;
+    s.metrics.pop_back();
+  }
 }
 
 std::vector<int> Selection::ranked(int rung) const {

@@ -49,7 +49,8 @@ class Selection {
   int level(int job) const { return state_[idx(job)].level; }
   // The job reached its next rung's step, with the metric measured there (NaN: missing).
   void arrive(int job, double metric);
-  // The job will reach no further rung (it failed): rungs stop waiting for it.
+  // The job will reach no further rung (it failed, or was cancelled): rungs stop waiting for
+  // it; cancelled while waiting at a rung, it is not compared there.
   void withdraw(int job);
   // Decisions that the rule allows now, in rung order; each is applied to the state.
   std::vector<SelectionDecision> decide();

@@ -421,6 +421,10 @@ RunData read_run(const fs::path& dir) {
         j.reason = fmt::format("stopped by selection at rung {} (step {})",
                                e.contains("rung") ? we.integer(e, "rung") : 0,
                                e.contains("step") ? we.integer(e, "step") : 0);
+      } else if (ev == "cancel") {
+        JobInfo& j = job_at(timeline_file, line, we.text(e, "job"));
+        j.status = "cancelled";
+        j.reason = "cancelled (saturn cancel)";
       } else if (ev == "signal") {
         run.markers.push_back(
             {t, "signal",
