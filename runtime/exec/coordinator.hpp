@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -66,6 +67,10 @@ struct CoordinatorSetup {
   // Memory per rank the run was given (bytes, 0: unlimited): run_state.json keeps them, so a
   // resume plans for the same machine unless told otherwise.
   std::size_t device_capacity = 0, host_capacity = 0;
+  // On resume: run_state.json's "selection" (every rung metric and decision so far); null if none.
+  nlohmann::json selection_state;
+  // On resume: the jobs `saturn cancel` cancelled in earlier runs (run_state.json "cancelled").
+  std::vector<std::string> cancelled;
 };
 
 class Coordinator {

@@ -36,10 +36,14 @@ struct ResumeState {
   std::vector<bool> finished;
   double elapsed_s = 0;
   int next_plan = 0;
+  nlohmann::json selection;            // run_state.json's "selection" (null: none)
+  std::vector<std::string> cancelled;  // run_state.json's "cancelled"
 };
 
 // The absolute `from` directories a run recorded (run_state.json "model_dirs"), by model name.
-std::map<std::string, fs::path> recorded_model_dirs(const nlohmann::json& state) {
+// Not inlined into run_batch's input check: GCC 12 reports a false -Wmaybe-uninitialized on
+// the optional run state there.
+[[gnu::noinline]] std::map<std::string, fs::path> recorded_model_dirs(const nlohmann::json& state) {
   std::map<std::string, fs::path> dirs;
   const auto it = state.find("model_dirs");
   if (it == state.end() || !it->is_object()) return dirs;
@@ -69,6 +73,10 @@ ResumeState read_resume_state(const Workload& w, const fs::path& run_dir) {
     if (!j.is_discarded()) {
       s.elapsed_s = j.value("elapsed_s", 0.0);
       s.next_plan = j.value("next_plan", 0);
+      if (j.contains("selection")) s.selection = j["selection"];
+      if (j.contains("cancelled") && j["cancelled"].is_array())
+        for (const auto& id : j["cancelled"])
+          if (id.is_string()) s.cancelled.push_back(id.get<std::string>());
     }
   }
   return s;
@@ -121,6 +129,16 @@ void check_resumable(const Workload& w, const fs::path& run_dir) {
           "directory?); move it away to resume the job",
           files.front().string(), m->job_id, job.id));
   }
+}
+
+// Each plan covers the jobs up to their next rung: selection lives on re-plans.
+void check_selection_runs(const Workload& w, const RunOptions& o) {
+  if (!w.selection.enabled() || (o.replan && !parse_policy(o.policy))) return;
+  throw InputError(fmt::format(
+      "{}: selection: {} needs re-planning (a plan covers each job up to its next rung), so it "
+      "cannot run with {}",
+      w.selection.where, w.selection.method,
+      o.replan ? fmt::format("--policy {}", o.policy) : std::string("--no-replan")));
 }
 
 // Every rank: ask the coordinator for work, run it, report, until told to exit.
@@ -214,6 +232,7 @@ int run_batch(const RunOptions& options) {
             throw InputError(
                 fmt::format("--resume: the run's data file {} no longer exists", f.string()));
       }
+      check_selection_runs(w, options);
       run_dir = options.run_dir.empty() ? fs::path("runs") / w.name : options.run_dir;
       if (fs::exists(run_dir) && !fs::is_directory(run_dir))
         throw InputError(fmt::format("run directory {} is not a directory", run_dir.string()));
@@ -334,6 +353,8 @@ int run_batch(const RunOptions& options) {
     cs.planning = planning;
     cs.steps_done = resume.steps_done;
     cs.finished = resume.finished;
+    cs.selection_state = resume.selection;
+    cs.cancelled = resume.cancelled;
     cs.solve.time_limit_s = w.solver.time_limit_s;
     cs.solve.backend = w.solver.backend == "cbc" ? solver::Backend::cbc : solver::Backend::glpk;
     cs.policy = options.policy;

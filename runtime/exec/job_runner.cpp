@@ -33,8 +33,10 @@ bool injected_failure(const std::string& job_id, std::int64_t step) {
 }  // namespace
 
 nlohmann::json SegmentLaunch::to_json() const {
-  return {{"job", job_id},  {"strategy", strategy}, {"knobs", knobs},
-          {"ranks", ranks}, {"segment", segment},   {"tag", tag}};
+  nlohmann::json j = {{"job", job_id},  {"strategy", strategy}, {"knobs", knobs},
+                      {"ranks", ranks}, {"segment", segment},   {"tag", tag}};
+  if (pause_step > 0) j["pause_step"] = pause_step;
+  return j;
 }
 
 SegmentLaunch SegmentLaunch::from_json(const nlohmann::json& j) {
@@ -45,6 +47,7 @@ SegmentLaunch SegmentLaunch::from_json(const nlohmann::json& j) {
   l.ranks = j.at("ranks").get<std::vector<int>>();
   l.segment = j.at("segment").get<int>();
   l.tag = j.at("tag").get<int>();
+  l.pause_step = j.value("pause_step", std::int64_t{0});
   return l;
 }
 
@@ -94,7 +97,8 @@ SegmentOutcome run_segment(const RunContext& ctx, const SegmentLaunch& launch, M
     if (leader) {
       if (auto m = try_recv_json(ctx.control, 0, kTagStop)) {
         flags[0] |= 1;
-        stop_reason = m->value("reason", "re-plan");
+        const nlohmann::json& stop = *m;
+        stop_reason = stop.contains("reason") ? stop["reason"].get<std::string>() : "re-plan";
       }
       if (r.has_val || r.step == job.train.steps ||
           std::chrono::duration<double>(now - last_progress).count() >= ctx.progress_interval_s) {
@@ -112,6 +116,9 @@ SegmentOutcome run_segment(const RunContext& ctx, const SegmentLaunch& launch, M
       flags[0] |= 1;
       flags[1] = sig;
     }
+    // A selection rung: every rank sees the same step, so no agreement is needed for it.
+    const bool at_rung = launch.pause_step > 0 && r.step >= launch.pause_step;
+    if (at_rung) flags[0] |= 1;
     if (comm.rank() == comm.size() - 1 && injected_failure(job.id, r.step)) flags[0] |= 2;
     comm.allreduce(flags, 2, comm::ReduceOp::kMax);
     if (flags[0] & 2)
@@ -122,6 +129,8 @@ SegmentOutcome run_segment(const RunContext& ctx, const SegmentLaunch& launch, M
       out.signal = flags[1];
       stop_reason = describe_signal(flags[1]);
     }
+    if (at_rung && stop_reason.empty())
+      stop_reason = fmt::format("selection rung at step {}", launch.pause_step);
     if ((flags[0] & 1) && stop_reason.empty()) stop_reason = "stop requested";
     return (flags[0] & 1) != 0;
   };

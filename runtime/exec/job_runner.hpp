@@ -23,6 +23,8 @@ struct SegmentLaunch {
   std::vector<int> ranks;          // world ranks, ascending; ranks[0] leads
   int segment = 0;                 // 0, 1, ... per job (a re-plan starts a new one)
   int tag = 0;                     // MPI_Comm_create_group tag, unique among live launches
+  // Stop (checkpointed) at this step: the job's next selection rung. 0: none.
+  std::int64_t pause_step = 0;
 
   nlohmann::json to_json() const;
   static SegmentLaunch from_json(const nlohmann::json& j);
@@ -45,8 +47,8 @@ struct RunContext {
   MPI_Comm control = MPI_COMM_NULL;  // the coordinator's channel (rank 0)
   std::filesystem::path run_dir;
   const Workload* workload = nullptr;
-  std::size_t device_capacity = 0;  // per rank, bytes (0: unlimited)
-  std::size_t host_capacity = 0;    // per rank, bytes (0: unlimited)
+  std::size_t device_capacity = 0;       // per rank, bytes (0: unlimited)
+  std::size_t host_capacity = 0;         // per rank, bytes (0: unlimited)
   DeviceKind device = DeviceKind::kCpu;  // the backend every job trains on
   int device_index = -1;                 // this rank's device (launch binding), -1: its own
   double progress_interval_s = 1.0;

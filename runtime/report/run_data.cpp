@@ -413,6 +413,18 @@ RunData read_run(const fs::path& dir) {
           // Moved by a re-plan: waits for its new devices. By a signal: for --resume.
           j.status = reason.rfind("signal", 0) == 0 ? "stopped" : "pending";
         }
+      } else if (ev == "selection_stop") {
+        // Stopped by the workload's selection rule at a rung (docs/workload.md, "selection"):
+        // done, not waiting for --resume.
+        JobInfo& j = job_at(timeline_file, line, we.text(e, "job"));
+        j.status = "stopped";
+        j.reason = fmt::format("stopped by selection at rung {} (step {})",
+                               e.contains("rung") ? we.integer(e, "rung") : 0,
+                               e.contains("step") ? we.integer(e, "step") : 0);
+      } else if (ev == "cancel") {
+        JobInfo& j = job_at(timeline_file, line, we.text(e, "job"));
+        j.status = "cancelled";
+        j.reason = "cancelled (saturn cancel)";
       } else if (ev == "signal") {
         run.markers.push_back(
             {t, "signal",

@@ -1,6 +1,7 @@
 #include "runtime/workload/workload.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -35,7 +36,7 @@ const Keys kScalarTrainKeys = {"lr",           "batch_size",       "seed",
                                "weight_decay", "warmup",           "eval_every",
                                "eval_batches", "checkpoint_every", "reproducible"};
 const Keys kTopKeys = {"name",       "data",    "defaults", "models", "jobs",
-                       "strategies", "cluster", "solver",   "export"};
+                       "strategies", "cluster", "solver",   "export", "selection"};
 const Keys kDataKeys = {"train", "val"};
 const Keys kOptimizerKeys = {"type", "lr", "betas", "eps", "weight_decay", "grad_clip"};
 const Keys kScheduleKeys = {"warmup", "decay", "min_lr_ratio"};
@@ -46,6 +47,9 @@ const Keys kIntrospectionKeys = {"interval", "threshold"};
 const Keys kDecays = {"cosine", "linear", "constant"};
 const Keys kBackends = {"glpk", "cbc"};
 const Keys kExportFormats = {"hf"};
+const Keys kSelectionKeys = {"method", "metric", "min_steps", "reduction_factor", "max_rungs"};
+const Keys kSelectionMethods = {"successive-halving", "asha"};
+const Keys kSelectionMetrics = {"val_loss"};
 
 Keys concat(std::initializer_list<const Keys*> parts) {
   Keys out;
@@ -298,6 +302,7 @@ class Parser {
   fs::path data_path(const Entry& e) const;
   void check_data(const Entry& e, const fs::path& file, const std::vector<JobSpec>& jobs) const;
   void parse_models(const Entry& e);
+  void parse_selection(const Entry& e, Workload& w) const;
   void parse_jobs(const Entry& e, const TrainConfig& base, const Provenance& base_prov,
                   Workload& w);
   void finish_job(JobSpec job, const Provenance& prov, const YAML::Mark& mark,
@@ -527,6 +532,70 @@ void Parser::apply_train_entry(const Entry& e, TrainConfig& tc, Provenance& prov
       set_field(e.key + "." + s.key, s.value, s.mark(), s.path, tc, prov, layer);
   } else {
     set_field(canonical(e.key), e.value, e.mark(), e.path, tc, prov, layer);
+  }
+}
+
+// `selection:` after the jobs: its rungs must lie below every job's steps, on steps where every
+// job evaluates (the metric is the validation loss measured at the rung's step).
+void Parser::parse_selection(const Entry& e, Workload& w) const {
+  const MapView m = map(e.value, e.mark(), e.path, kSelectionKeys);
+  SelectionSettings& s = w.selection;
+  s.where = loc(e.mark());
+  s.method = choice(require(m, "method", "successive-halving or asha"), kSelectionMethods);
+  if (const Entry* x = m.find("metric")) s.metric = choice(*x, kSelectionMetrics);
+  auto int_in = [&](const Entry& x, std::int64_t lo, std::int64_t hi) {
+    const std::int64_t v = integer(x);
+    if (v < lo || v > hi)
+      fail(x.mark(), x.path, fmt::format("{} is out of range (valid: {}..{})", v, lo, hi));
+    return v;
+  };
+  if (const Entry* x = m.find("reduction_factor")) s.reduction_factor = int_in(*x, 2, 1000);
+  if (const Entry* x = m.find("max_rungs")) s.max_rungs = int_in(*x, 1, 60);
+  const Entry* min_steps = m.find("min_steps");
+  if (min_steps != nullptr) {
+    s.min_steps = int_in(*min_steps, 1, limits::kSteps);
+  } else {
+    // Default: the first evaluation, when every job evaluates at the same interval.
+    for (const auto& j : w.jobs) {
+      if (j.train.eval_every != w.jobs.front().train.eval_every || j.train.eval_every <= 0)
+        fail(e.mark(), child(e.path, "min_steps"),
+             fmt::format("missing, and the jobs' eval_every differ or are 0 (job {}: {}, job "
+                         "{}: {}) so there is no default (valid: a step count 1..{}, a "
+                         "multiple of every job's eval_every)",
+                         w.jobs.front().id, w.jobs.front().train.eval_every, j.id,
+                         j.train.eval_every, limits::kSteps));
+    }
+    s.min_steps = w.jobs.front().train.eval_every;
+  }
+  // The rungs' steps stay within limits::kSteps (no overflow in rung_steps()).
+  std::int64_t last = s.min_steps;
+  for (std::int64_t k = 1; k < s.max_rungs; ++k) {
+    if (last > limits::kSteps / s.reduction_factor)
+      fail(e.mark(), e.path,
+           fmt::format("rung {} would be past {} steps (min_steps {} x reduction_factor {}^{})", k,
+                       limits::kSteps, s.min_steps, s.reduction_factor, k));
+    last *= s.reduction_factor;
+  }
+  const YAML::Mark at = min_steps != nullptr ? min_steps->mark() : e.mark();
+  const std::string at_path = child(e.path, "min_steps");
+  for (const auto& j : w.jobs) {
+    if (j.train.eval_every <= 0)
+      fail(at, at_path,
+           fmt::format("job {} ({}) evaluates only at its end (eval_every 0): selection needs "
+                       "its val_loss at every rung (valid: eval_every dividing every rung step: "
+                       "{})",
+                       j.id, j.where, fmt::join(s.rung_steps(), ", ")));
+    for (const std::int64_t r : s.rung_steps())
+      if (r % j.train.eval_every != 0)
+        fail(at, at_path,
+             fmt::format("rung step {} is not a multiple of job {}'s eval_every {} ({}): its "
+                         "val_loss would not be measured there (rungs: {})",
+                         r, j.id, j.train.eval_every, j.where, fmt::join(s.rung_steps(), ", ")));
+    if (last >= j.train.steps)
+      fail(at, at_path,
+           fmt::format("the last rung, step {}, is not below job {}'s {} steps ({}) (rungs: "
+                       "{}; lower min_steps or max_rungs)",
+                       last, j.id, j.train.steps, j.where, fmt::join(s.rung_steps(), ", ")));
   }
 }
 
@@ -1025,6 +1094,7 @@ Workload Parser::parse(const std::string& text) {
   }
 
   if (const Entry* e = top.find("export")) w.export_format = choice(*e, kExportFormats);
+  if (const Entry* e = top.find("selection")) parse_selection(*e, w);
 
   if (const Entry* e = top.find("cluster")) {
     w.cluster = string(*e);
@@ -1071,6 +1141,14 @@ Workload Parser::parse(const std::string& text) {
 }
 
 }  // namespace
+
+std::vector<std::int64_t> SelectionSettings::rung_steps() const {
+  std::vector<std::int64_t> r;
+  if (!enabled()) return r;
+  std::int64_t step = min_steps;
+  for (std::int64_t k = 0; k < max_rungs; ++k, step *= reduction_factor) r.push_back(step);
+  return r;
+}
 
 const std::vector<std::string>& known_strategies() {
   static const std::vector<std::string> k = {"ddp",     "fsdp",         "pipeline",  "tensor",

@@ -65,6 +65,21 @@ struct SolverSettings {
   IntrospectionSettings introspection;
 };
 
+// `selection:` (docs/workload.md, "Selection"): stop the losers of a sweep early, inside the
+// batch. The jobs pause at every rung, step min_steps * reduction_factor^k for k < max_rungs,
+// with their metric measured there; the best 1/reduction_factor of those compared go on.
+struct SelectionSettings {
+  std::string method;                 // "" (none), successive-halving or asha
+  std::string metric = "val_loss";    // the only metric: the validation loss at the rung's step
+  std::int64_t min_steps = 0;         // the first rung's step (0: not given, the jobs' eval_every)
+  std::int64_t reduction_factor = 3;  // keep the best 1/reduction_factor at each rung (>= 2)
+  std::int64_t max_rungs = 3;         // rungs (decision points) at most (>= 1)
+  std::string where;                  // "FILE:LINE:COL" of `selection:`, for errors
+  bool enabled() const { return !method.empty(); }
+  // The rungs' steps, ascending: min_steps * reduction_factor^k, k < max_rungs.
+  std::vector<std::int64_t> rung_steps() const;
+};
+
 struct Workload {
   std::string name;                  // `name:`, or the file's stem
   std::filesystem::path source;      // the YAML file, as given
@@ -78,6 +93,7 @@ struct Workload {
   // `export: hf`: every finished job also writes its final weights as a Hugging Face model
   // directory, jobs/<id>/hf (docs/checkpoints.md, "Hugging Face models"). "": no export.
   std::string export_format;
+  SelectionSettings selection;
 };
 
 struct LoadOptions {

@@ -1,0 +1,70 @@
+// `saturn cancel RUN_DIR JOB_ID...`: asks the batch in RUN_DIR to cancel jobs. The request is a
+// file in RUN_DIR/spool (runtime/exec/spool.hpp) that rank 0 takes within a second while the
+// run goes on, or at `saturn run --resume`. The ids are checked against the run's workload
+// first: an unknown one is exit 2 and nothing is written. No MPI.
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "runtime/cli/commands.hpp"
+#include "runtime/core/error.hpp"
+#include "runtime/exec/spool.hpp"
+#include "runtime/workload/workload.hpp"
+
+namespace saturn::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CancelArgs {
+  std::string run_dir;
+  std::vector<std::string> jobs;
+};
+
+int run_cancel(const CancelArgs& a) {
+  const fs::path dir = a.run_dir;
+  if (!fs::exists(dir / "timeline.jsonl") || !fs::exists(dir / "workload.yaml"))
+    throw InputError(
+        fmt::format("{} holds no run of `saturn run` (no timeline.jsonl and "
+                    "workload.yaml)",
+                    dir.string()));
+  // The run's copy of the workload; its `from` directories as the run recorded them.
+  LoadOptions lo;
+  lo.check_data_files = false;
+  std::ifstream in(dir / "run_state.json");
+  const auto state = in ? nlohmann::json::parse(in, nullptr, false) : nlohmann::json();
+  if (state.is_object() && state.contains("model_dirs") && state["model_dirs"].is_object())
+    for (const auto& [model, d] : state["model_dirs"].items())
+      if (d.is_string()) lo.model_dirs[model] = d.get<std::string>();
+  const Workload w = load_workload(dir / "workload.yaml", lo);
+  for (const auto& id : a.jobs) find_job(w, id);  // InputError naming the valid ids
+  const fs::path file = exec::write_cancel_request(dir, a.jobs);
+  std::printf(
+      "cancel requested for %zu job(s): %s\n  a running batch takes it within a second; "
+      "otherwise `saturn run --resume %s` does\n",
+      a.jobs.size(), file.string().c_str(), dir.string().c_str());
+  return kExitOk;
+}
+
+}  // namespace
+
+void add_cancel_command(CLI::App& root, Action* action) {
+  auto args = std::make_shared<CancelArgs>();
+  CLI::App* cmd = root.add_subcommand(
+      "cancel",
+      "Cancel jobs of a batch while it runs: a job not running ends at once, a running one at "
+      "its next step (with a checkpoint); status `cancelled` in summary.json.");
+  cmd->add_option("run_dir", args->run_dir, "Run directory of `saturn run`")->required();
+  cmd->add_option("job_ids", args->jobs, "Ids of the jobs to cancel")->required();
+  cmd->callback([args, action] { *action = [args] { return run_cancel(*args); }; });
+}
+
+}  // namespace saturn::cli

@@ -1,0 +1,120 @@
+#include "runtime/exec/job_table.hpp"
+
+#include <algorithm>
+
+namespace saturn::exec {
+
+const char* status_name(JobStatus s) {
+  switch (s) {
+    case JobStatus::kPending:
+      return "pending";
+    case JobStatus::kRunning:
+      return "running";
+    case JobStatus::kStopping:
+      return "stopping";
+    case JobStatus::kFinished:
+      return "finished";
+    case JobStatus::kFailed:
+      return "failed";
+    case JobStatus::kStopped:
+      return "stopped";
+    case JobStatus::kCancelled:
+      return "cancelled";
+  }
+  return "?";
+}
+
+JobTable::JobTable(const Workload& workload, const PlanningInput& planning,
+                   const std::vector<std::int64_t>& steps_done, const std::vector<bool>& finished)
+    : planning_(&planning) {
+  const auto& wj = workload.jobs;
+  jobs.resize(wj.size());
+  for (std::size_t j = 0; j < wj.size(); ++j) {
+    jobs[j].spec = &wj[j];
+    jobs[j].index = static_cast<int>(j);
+    jobs[j].steps_done = steps_done.empty() ? 0 : steps_done[j];
+    if (!finished.empty() && finished[j]) jobs[j].status = JobStatus::kFinished;
+  }
+  for (std::size_t p = 0; p < planning.jobs.size(); ++p) {
+    for (std::size_t j = 0; j < wj.size(); ++j)
+      if (wj[j].id == planning.jobs[p].id) jobs[j].planning_index = static_cast<int>(p);
+  }
+  // A job left out of planning could never start, and the batch would wait for it forever:
+  // it fails instead, with the reason, and the others go on.
+  for (auto& js : jobs)
+    if (js.status == JobStatus::kPending && js.planning_index < 0) {
+      js.status = JobStatus::kFailed;
+      js.reason = "left out of the plan (no steps left to run, yet no final.h5)";
+    }
+}
+
+JobState* JobTable::find(const std::string& id) {
+  for (auto& js : jobs)
+    if (js.spec->id == id) return &js;
+  return nullptr;
+}
+
+bool JobTable::active(const JobState& js) {
+  return (js.status == JobStatus::kPending && !js.held) || js.status == JobStatus::kRunning ||
+         js.status == JobStatus::kStopping;
+}
+
+std::int64_t JobTable::remaining_steps(const JobState& js) const {
+  const std::int64_t end =
+      js.pause_step > 0 ? std::min(js.pause_step, js.spec->train.steps) : js.spec->train.steps;
+  return std::max<std::int64_t>(0, end - js.steps_done);
+}
+
+double JobTable::step_time(const JobState& js, int c) const {
+  const auto& sj = planning_->jobs[static_cast<std::size_t>(js.planning_index)];
+  const auto& cfg = sj.configs[static_cast<std::size_t>(c)];
+  const double base = sj.steps > 0 ? cfg.time_s / static_cast<double>(sj.steps) : cfg.time_s;
+  return base * js.correction;
+}
+
+double JobTable::step_time_unscaled(const JobState& js) const {
+  if (js.planning_index < 0 || js.config < 0) return 0;
+  const auto& sj = planning_->jobs[static_cast<std::size_t>(js.planning_index)];
+  const auto& cfg = sj.configs[static_cast<std::size_t>(js.config)];
+  return sj.steps > 0 ? cfg.time_s / static_cast<double>(sj.steps) : 0;
+}
+
+const ConfigDetail& JobTable::detail(const JobState& js, int config) const {
+  return planning_
+      ->details[static_cast<std::size_t>(js.planning_index)][static_cast<std::size_t>(config)];
+}
+
+void JobTable::record_progress(JobState& js, const nlohmann::json& m) {
+  js.steps_done = m.at("step").get<std::int64_t>();
+  js.loss = m.value("loss", js.loss);
+  if (m.contains("val_loss")) js.val_loss = m["val_loss"].get<double>();
+  js.tokens_per_s = m.value("tokens_per_s", js.tokens_per_s);
+  const double st = m.value("step_time_s", 0.0);
+  if (st > 0) {
+    js.step_time_s = js.step_time_s > 0 ? 0.7 * js.step_time_s + 0.3 * st : st;
+    const double est = step_time_unscaled(js);
+    if (est > 0) js.correction = js.step_time_s / est;
+  }
+}
+
+bool JobTable::all_done(bool stopping) const {
+  for (const auto& js : jobs)
+    if (js.status == JobStatus::kRunning || js.status == JobStatus::kStopping) return false;
+  if (stopping) return true;
+  for (const auto& js : jobs)
+    if (js.status == JobStatus::kPending) return false;
+  return true;
+}
+
+int JobTable::exit_code() const {
+  bool failed = false, unfinished = false;
+  for (const auto& js : jobs) {
+    if (js.status == JobStatus::kFailed) failed = true;
+    if (js.status == JobStatus::kPending || (js.status == JobStatus::kStopped && !js.selected_out))
+      unfinished = true;
+  }
+  if (unfinished) return 99;
+  return failed ? 1 : 0;
+}
+
+}  // namespace saturn::exec

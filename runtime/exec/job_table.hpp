@@ -1,0 +1,92 @@
+// The coordinator's job table: what it knows of every workload job in this run (status, steps,
+// the configuration and devices the adopted plan gives it, its segments, its last metrics).
+// Plain state with the few questions every part asks of it; no MPI, no files.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "runtime/exec/coordinator.hpp"
+
+namespace saturn::exec {
+
+// kCancelled: by `saturn cancel` (its work is not wanted; the batch does not wait for it).
+enum class JobStatus { kPending, kRunning, kStopping, kFinished, kFailed, kStopped, kCancelled };
+
+const char* status_name(JobStatus s);
+
+// One launch of a job on a group of ranks, in this run.
+struct Segment {
+  int config = -1;
+  std::vector<int> ranks;
+  double start_s = 0, end_s = -1;
+  std::int64_t start_step = 0, end_step = 0;
+  std::string end_status;
+};
+
+struct JobState {
+  const JobSpec* spec = nullptr;
+  int index = -1;           // in the workload (and the table)
+  int planning_index = -1;  // into setup.planning.jobs (-1: finished before this run)
+  JobStatus status = JobStatus::kPending;
+  std::int64_t steps_done = 0;
+  // Current assignment from the adopted plan.
+  int config = -1;
+  std::vector<int> devices;
+  double planned_start_s = 0, planned_end_s = 0;
+  double predicted_s = 0;  // first plan's duration for this job in this run
+  std::vector<Segment> segments;
+  // Segments of earlier, interrupted runs of this directory (from timeline.jsonl), as they go
+  // into summary.json; segment numbers continue after them.
+  nlohmann::json past_segments = nlohmann::json::array();
+  std::string reason;
+  // Progress.
+  double loss = NAN, val_loss = NAN, tokens_per_s = 0;
+  double step_time_s = 0;  // measured, smoothed
+  // measured / estimated step time of the running configuration: scales re-plan estimates.
+  double correction = 1.0;
+  bool stop_sent = false;
+  bool move_after_stop = false;
+  // Selection (workload `selection:`): the step of the job's next rung (0: none), whether it
+  // waits at a rung for its decision (pending, not planned, not dispatched), and whether the
+  // rule stopped it (status stopped, its work done as far as the batch is concerned).
+  std::int64_t pause_step = 0;
+  bool held = false;
+  bool selected_out = false;
+  bool cancel_requested = false;  // `saturn cancel` while it ran: cancelled once it has stopped
+};
+
+class JobTable {
+ public:
+  // Every workload job; steps_done and finished (per workload job, empty: none) come from a
+  // resumed run's checkpoints.
+  JobTable(const Workload& workload, const PlanningInput& planning,
+           const std::vector<std::int64_t>& steps_done, const std::vector<bool>& finished);
+
+  std::vector<JobState> jobs;  // in workload order
+
+  JobState* find(const std::string& id);
+  // Pending (not held at a rung), running or stopping: work the plan still covers.
+  static bool active(const JobState& js);
+  // Steps until the job's next stop: its next rung, else its last step.
+  std::int64_t remaining_steps(const JobState& js) const;
+  // Step time of config c of the job: the estimate (or trial) scaled by what the job measured.
+  double step_time(const JobState& js, int c) const;
+  double step_time_unscaled(const JobState& js) const;
+  const ConfigDetail& detail(const JobState& js, int config) const;
+  // A progress message of the job's leader: steps, losses, the measured step time.
+  void record_progress(JobState& js, const nlohmann::json& message);
+  // Nothing runs any more and, unless the batch is stopping, nothing is left to start.
+  bool all_done(bool stopping) const;
+  // 0 all finished (or stopped by selection), 1 some job failed, 99 work left (stopped or
+  // pending).
+  int exit_code() const;
+
+ private:
+  const PlanningInput* planning_;
+};
+
+}  // namespace saturn::exec

@@ -1,0 +1,194 @@
+#include "runtime/exec/run_files.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "runtime/core/atomic_file.hpp"
+#include "runtime/core/error.hpp"
+#include "runtime/core/log.hpp"
+
+namespace saturn::exec {
+
+namespace fs = std::filesystem;
+
+void write_run_file(const fs::path& path, const std::string& text) {
+  try {
+    write_file_atomic(path, text);
+  } catch (const IoError& e) {
+    log::warn("{}", e.what());
+  }
+}
+
+RunFiles::RunFiles(const CoordinatorSetup& setup) : setup_(&setup) {
+  timeline_.open(setup.run_dir / "timeline.jsonl", std::ios::app);
+}
+
+void RunFiles::event(nlohmann::json e, double t) {
+  e["t"] = t;
+  timeline_ << e.dump() << '\n';
+  timeline_.flush();
+}
+
+void RunFiles::read_history(JobTable& table) const {
+  std::ifstream in(setup_->run_dir / "timeline.jsonl");
+  std::string line;
+  double last_t = 0;
+  auto& jobs = table.jobs;
+  // Segments still open when their run ended had no report: the run was killed (SIGKILL, a
+  // lost node, an MPI abort) with them, by its last event.
+  auto close_killed = [&] {
+    for (auto& js : jobs)
+      if (!js.past_segments.empty() && js.past_segments.back()["end_s"].is_null()) {
+        auto& seg = js.past_segments.back();
+        seg["end_s"] = std::max(last_t, seg["start_s"].get<double>());
+        seg["status"] = "interrupted";
+      }
+  };
+  while (std::getline(in, line)) {
+    nlohmann::json e;
+    try {
+      e = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception&) {
+      continue;  // the half-written last line of a run that was killed
+    }
+    const std::string kind = e.value("event", "");
+    if (kind == "plan") close_killed();  // each run's first event: the previous run is over
+    last_t = std::max(last_t, e.value("t", 0.0));
+    JobState* js = e.contains("job") ? table.find(e["job"].get<std::string>()) : nullptr;
+    if (js == nullptr) continue;
+    if (kind == "job_start") {
+      js->past_segments.push_back({{"strategy", e.value("strategy", "")},
+                                   {"knobs", e.value("knobs", nlohmann::json::array())},
+                                   {"devices", e.value("devices", 0)},
+                                   {"ranks", e.value("ranks", nlohmann::json::array())},
+                                   {"start_s", e.value("t", 0.0)},
+                                   {"end_s", nullptr},
+                                   {"start_step", e.value("step", 0)},
+                                   {"end_step", nullptr},
+                                   {"status", ""}});
+      continue;
+    }
+    if (js->past_segments.empty()) continue;
+    auto& seg = js->past_segments.back();
+    if (kind == "job_end" || kind == "failure" || kind == "job_stop") {
+      seg["end_s"] = e.value("t", 0.0);
+      seg["end_step"] = e.value("step", 0);
+      seg["status"] = kind == "job_end" ? "finished" : kind == "failure" ? "failed" : "stopped";
+      if (kind == "job_end" && e.contains("val_loss")) js->val_loss = e["val_loss"].get<double>();
+    }
+  }
+  close_killed();
+  // What a killed segment kept is its job's checkpoint at the time: the step the job's next
+  // segment started from, or for its last one the newest checkpoint this run resumes from.
+  // A failed or stopped segment reports the step its job had reported when the outcome
+  // came; a job whose rank was killed can fail (its peer gone) before its last progress
+  // reached the coordinator, so that step may be stale. Its next segment started from a
+  // checkpoint this segment wrote, so the job got at least that far.
+  for (auto& js : jobs)
+    for (std::size_t k = 0; k < js.past_segments.size(); ++k) {
+      auto& seg = js.past_segments[k];
+      const bool has_next = k + 1 < js.past_segments.size();
+      if (seg["status"] == "interrupted") {
+        seg["end_step"] =
+            has_next ? js.past_segments[k + 1].value("start_step", js.steps_done) : js.steps_done;
+      } else if (has_next && seg["status"] != "finished" && seg["end_step"].is_number()) {
+        const std::int64_t next = js.past_segments[k + 1].value("start_step", std::int64_t{0});
+        if (seg["end_step"].get<std::int64_t>() < next) seg["end_step"] = next;
+      }
+    }
+}
+
+void RunFiles::write_plan(int index, const nlohmann::json& plan) {
+  const fs::path dir = setup_->run_dir / "plans";
+  fs::create_directories(dir);
+  write_run_file(dir / fmt::format("plan-{:03}.json", index), plan.dump(2));
+}
+
+// What `--resume` needs besides checkpoints: wall time so far, the next plan number, the data
+// files as absolute paths (the run directory's workload copy has relative ones), and the
+// memory per rank the run was given.
+void RunFiles::write_run_state(double elapsed_s, int next_plan, const nlohmann::json& extra) {
+  const auto& w = *setup_->workload;
+  // Models that start from a Hugging Face directory (`from`), absolute, by model name.
+  nlohmann::json model_dirs = nlohmann::json::object();
+  for (const auto& j : w.jobs)
+    if (!j.init_from.empty()) model_dirs[j.model_name] = fs::absolute(j.init_from).string();
+  nlohmann::json state = {{"elapsed_s", elapsed_s},
+                          {"next_plan", next_plan},
+                          {"train_data", fs::absolute(w.train_data).string()},
+                          {"val_data", fs::absolute(w.val_data).string()},
+                          {"model_dirs", model_dirs},
+                          {"device_memory_bytes", setup_->device_capacity},
+                          {"host_memory_bytes", setup_->host_capacity}};
+  for (const auto& [k, v] : extra.items()) state[k] = v;
+  write_run_file(setup_->run_dir / "run_state.json", state.dump(2));
+}
+
+nlohmann::json RunFiles::job_entry(const JobTable& table, const JobState& js, double now) const {
+  nlohmann::json segs = js.past_segments;
+  double actual = 0;
+  for (const auto& s : segs) actual += s["end_s"].get<double>() - s["start_s"].get<double>();
+  for (const auto& s : js.segments) {
+    const auto& d = table.detail(js, s.config);
+    const double end = s.end_s >= 0 ? s.end_s : now;
+    actual += end - s.start_s;
+    segs.push_back({{"strategy", d.strategy},
+                    {"knobs", d.knobs},
+                    {"devices", static_cast<int>(s.ranks.size())},
+                    {"ranks", s.ranks},
+                    {"start_s", s.start_s},
+                    {"end_s", end},
+                    {"start_step", s.start_step},
+                    {"end_step", s.end_step},
+                    {"status", s.end_status}});
+  }
+  nlohmann::json j = {{"id", js.spec->id},
+                      {"model", js.spec->model_name},
+                      {"lr", js.spec->train.optimizer.lr},
+                      {"batch_size", js.spec->train.batch_size},
+                      {"steps", js.spec->train.steps},
+                      {"steps_done", js.steps_done},
+                      {"status", status_name(js.status)},
+                      {"segments", segs},
+                      {"predicted_s", js.predicted_s},
+                      {"actual_s", actual}};
+  if (!js.reason.empty()) j["reason"] = js.reason;
+  if (!std::isnan(js.val_loss)) j["final_val_loss"] = js.val_loss;
+  return j;
+}
+
+void RunFiles::write_summary_file(const JobTable& table, const BatchFacts& facts,
+                                  nlohmann::json jobs) {
+  double best = INFINITY;
+  std::string best_id;
+  for (const auto& js : table.jobs)
+    if (!std::isnan(js.val_loss) && js.status == JobStatus::kFinished && js.val_loss < best) {
+      best = js.val_loss;
+      best_id = js.spec->id;
+    }
+  const double makespan = facts.makespan_s;
+  nlohmann::json s = {{"workload", setup_->workload->name},
+                      {"policy", setup_->policy},
+                      {"replan", setup_->replan},
+                      {"makespan_s", makespan},
+                      {"predicted_makespan_s", facts.predicted_makespan_s},
+                      {"solve_time_s", facts.solve_time_s},
+                      // Not part of the makespan: the batch's clock starts at the first plan.
+                      {"profiling_s", setup_->profiling_s},
+                      {"predicted_baselines_s", facts.predicted_baselines},
+                      {"prediction_error",
+                       facts.predicted_makespan_s > 0
+                           ? (makespan - facts.predicted_makespan_s) / facts.predicted_makespan_s
+                           : 0.0},
+                      {"lower_bound_s", facts.lower_bound_s},
+                      {"exit_code", facts.exit_code},
+                      {"plans", facts.plans},
+                      {"devices", setup_->ranks.cluster.total_devices()},
+                      {"jobs", std::move(jobs)}};
+  if (!best_id.empty()) s["best_job"] = {{"id", best_id}, {"val_loss", best}};
+  for (const auto& [k, v] : facts.extra.items()) s[k] = v;
+  write_run_file(setup_->run_dir / "summary.json", s.dump(2));
+}
+
+}  // namespace saturn::exec
