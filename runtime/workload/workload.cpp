@@ -39,9 +39,9 @@ const Keys kTopKeys = {"name",       "data",    "defaults", "models", "jobs",
 const Keys kDataKeys = {"train", "val"};
 const Keys kOptimizerKeys = {"type", "lr", "betas", "eps", "weight_decay", "grad_clip"};
 const Keys kScheduleKeys = {"warmup", "decay", "min_lr_ratio"};
-const Keys kModelKeys = {"arch",       "n_layer",  "n_head",     "n_kv_head",      "d_model",
-                         "d_ff",       "vocab_size", "norm_eps", "rope_theta", "tie_embeddings",
-                         "from"};
+const Keys kModelKeys = {"arch",       "n_layer",        "n_head",     "n_kv_head",
+                         "d_model",    "d_ff",           "vocab_size", "norm_eps",
+                         "rope_theta", "tie_embeddings", "from"};
 const Keys kSolverKeys = {"backend", "time_limit", "introspection"};
 const Keys kIntrospectionKeys = {"interval", "threshold"};
 const Keys kDecays = {"cosine", "linear", "constant"};
@@ -677,10 +677,10 @@ void Parser::parse_models(const Entry& e) {
     shape_key("d_ff", mc.d_ff, 1, limits::kDff, "", false);
     if (const Entry* x = m.find("tie_embeddings")) {
       // YAML 1.2's booleans only, as for `reproducible`.
-      const YAML::Node& v = x->value;
-      if (!v.IsScalar() || v.Tag() == "!" || (v.Scalar() != "true" && v.Scalar() != "false"))
-        fail(x->mark(), x->path, fmt::format("expected true or false, got {}", describe(v)));
-      const bool tie = v.Scalar() == "true";
+      const YAML::Node& b = x->value;
+      if (!b.IsScalar() || b.Tag() == "!" || (b.Scalar() != "true" && b.Scalar() != "false"))
+        fail(x->mark(), x->path, fmt::format("expected true or false, got {}", describe(b)));
+      const bool tie = b.Scalar() == "true";
       if (mc.arch == Arch::kGpt2 && !tie)
         fail(x->mark(), x->path,
              "gpt2's head is always its token embedding (valid: true, or leave it out)");

@@ -499,8 +499,7 @@ void check_attention(int B, int T, int H, int hd, std::uint64_t seed, int Hkv = 
   Vec out(static_cast<std::size_t>(B) * T * C), att(TT, 7.0f);  // att: garbage in
   attention_forward(out.data(), att.data(), q, k, v, stride, B, T, H, Hkv, hd);
   DVec probs;
-  const DVec want =
-      attention_ref(to_double(qkv), 0, C, C + KV, stride, B, T, H, hd, &probs, Hkv);
+  const DVec want = attention_ref(to_double(qkv), 0, C, C + KV, stride, B, T, H, hd, &probs, Hkv);
   EXPECT_LT(rel_err(out, want), kFwdTol);
   EXPECT_LT(rel_err(att, probs), kFwdTol);
   for (int bh = 0; bh < B * H; ++bh)
@@ -548,8 +547,8 @@ TEST(CpuOps, GroupedQueryAttentionGradients) {
   const int B = 1, T = 3, H = 4, hd = 2, stride = H * hd * 3;
   Vec qkv(static_cast<std::size_t>(B) * T * stride), out(static_cast<std::size_t>(B) * T * H * hd),
       att(static_cast<std::size_t>(B) * H * T * T);
-  EXPECT_THROW(attention_forward(out.data(), att.data(), qkv.data(), qkv.data(), qkv.data(),
-                                 stride, B, T, H, 3, hd),
+  EXPECT_THROW(attention_forward(out.data(), att.data(), qkv.data(), qkv.data(), qkv.data(), stride,
+                                 B, T, H, 3, hd),
                InputError);
 }
 

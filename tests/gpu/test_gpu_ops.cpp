@@ -567,8 +567,8 @@ void attention_case(GpuOps& t, int B, int T, int H, int hd, const Vec* given_qkv
   const std::size_t N = static_cast<std::size_t>(B) * T;
   const Vec qkv = given_qkv != nullptr ? *given_qkv : t.random_bf16(N * stride, -2.0f, 2.0f);
   Vec out(N * C), att(static_cast<std::size_t>(B) * H * T * T);
-  cpu::attention_forward(out.data(), att.data(), qkv.data(), qkv.data() + C,
-                         qkv.data() + C + KV, stride, B, T, H, Hkv, hd);
+  cpu::attention_forward(out.data(), att.data(), qkv.data(), qkv.data() + C, qkv.data() + C + KV,
+                         stride, B, T, H, Hkv, hd);
   const bf16* d_qkv = t.upload_bf16(qkv);
   bf16* d_out = t.poisoned_bf16(N * C);
   float* d_lse = t.poisoned_f32(static_cast<std::size_t>(B) * H * T);
@@ -587,9 +587,9 @@ void attention_case(GpuOps& t, int B, int T, int H, int hd, const Vec* given_qkv
                           dout.data(), qkv.data(), qkv.data() + C, qkv.data() + C + KV, att.data(),
                           stride, B, T, H, Hkv, hd);
   float* delta = t.poisoned_f32(static_cast<std::size_t>(B) * H * T);
-  cuda::attention_backward(t.ctx(), d_dqkv, d_dqkv + C, d_dqkv + C + KV, delta,
-                           t.upload_bf16(dout), d_out, d_lse, d_qkv, d_qkv + C, d_qkv + C + KV,
-                           stride, B, T, H, Hkv, hd);
+  cuda::attention_backward(t.ctx(), d_dqkv, d_dqkv + C, d_dqkv + C + KV, delta, t.upload_bf16(dout),
+                           d_out, d_lse, d_qkv, d_qkv + C, d_qkv + C + KV, stride, B, T, H, Hkv,
+                           hd);
   const Vec got = t.download(d_dqkv, dqkv.size());
   // Compare q, k and v gradients separately (each has its own scale). dq and dk go through
   // dS = P ⊙ (dP − Δ), Δ = rowsum(dO ⊙ O): the GPU's Δ comes from its bf16 output O (as in the
@@ -648,8 +648,8 @@ TEST_F(GpuOps, GroupedQueryAttentionBackwardIsDeterministic) {
   bf16* d_out = poisoned_bf16(N * C);
   float* lse = poisoned_f32(static_cast<std::size_t>(B) * H * T);
   float* delta = poisoned_f32(static_cast<std::size_t>(B) * H * T);
-  cuda::attention_forward(ctx(), d_out, lse, d_qkv, d_qkv + C, d_qkv + C + KV, stride, B, T, H,
-                          Hkv, hd);
+  cuda::attention_forward(ctx(), d_out, lse, d_qkv, d_qkv + C, d_qkv + C + KV, stride, B, T, H, Hkv,
+                          hd);
   const bf16* d_dout = upload_bf16(random_bf16(N * C));
   Vec first;
   for (int run = 0; run < 2; ++run) {

@@ -1,7 +1,8 @@
 // Every strategy at the world's degree (2 or 4; hybrids on 4) reproduces single-device training
-// of the tiny gpt2 and llama models (and a llama with grouped-query attention and a tied head): the losses of 20 steps (and the val losses) within 1e-5
-// relative, and every final parameter tensor within 1e-5 relative, where relative means
-// max|x - ref| / max|ref| over the tensor (per step for losses).
+// of the tiny gpt2 and llama models (and a llama with grouped-query attention and a tied head): the
+// losses of 20 steps (and the val losses) within 1e-5 relative, and every final parameter tensor
+// within 1e-5 relative, where relative means max|x - ref| / max|ref| over the tensor (per step for
+// losses).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 

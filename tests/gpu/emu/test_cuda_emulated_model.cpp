@@ -106,8 +106,7 @@ TEST_P(EmulatedModel, BackwardIsBitRepeatable) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Arch, EmulatedModel,
-                         ::testing::Values("gpt2", "llama", "llama_gqa_tied"),
+INSTANTIATE_TEST_SUITE_P(Arch, EmulatedModel, ::testing::Values("gpt2", "llama", "llama_gqa_tied"),
                          [](const auto& p) { return p.param; });
 
 // What estimates add for the backend itself is what a CUDA device takes before any model.

@@ -1,10 +1,10 @@
 // Every strategy on the emulated CUDA backend (the real kernels, device memory the host cannot
 // touch, the data communicator staged through host memory over MPI), at the world's degree
 // (1, 2 or 4; hybrids at 4), for GPT-2 and LLaMA (and a LLaMA with grouped-query attention and a
-// tied head under the strategies whose code differs for those): 3 training steps through the training loop
-// must match the emulated single-device run, and the CPU (fp32) run more loosely; and a
-// reproducible job must end bit-identical to the emulated single device (EmulatedReproducible,
-// at the end).
+// tied head under the strategies whose code differs for those): 3 training steps through the
+// training loop must match the emulated single-device run, and the CPU (fp32) run more loosely; and
+// a reproducible job must end bit-identical to the emulated single device (EmulatedReproducible, at
+// the end).
 //
 // Tolerances:
 //  - against the emulated single device: losses within 1e-4 relative, parameters within 1e-4 in
