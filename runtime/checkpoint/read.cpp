@@ -87,14 +87,15 @@ CheckpointMeta read_checkpoint(MPI_Comm comm, const fs::path& path, const SliceS
     for (std::size_t i = 0; same && i < want.tensors().size(); ++i)
       same = want.tensors()[i].name == have.tensors()[i].name &&
              want.tensors()[i].shape == have.tensors()[i].shape;
-    if (!same)
-      throw InputError(fmt::format(
-          "checkpoint {} holds a {} model (n_layer {}, n_head {}, d_model {}, vocab {}), not "
-          "this job's {} model (n_layer {}, n_head {}, d_model {}, vocab {})",
-          path.string(), arch_name(oc.meta.model.arch), oc.meta.model.n_layer, oc.meta.model.n_head,
-          oc.meta.model.d_model, oc.meta.model.vocab_size, arch_name(options.expect_model->arch),
-          options.expect_model->n_layer, options.expect_model->n_head,
-          options.expect_model->d_model, options.expect_model->vocab_size));
+    if (!same) {
+      const auto shape = [](const ModelConfig& m) {
+        return fmt::format("{} model (n_layer {}, n_head {}, n_kv_head {}, d_model {}, vocab {}{})",
+                           arch_name(m.arch), m.n_layer, m.n_head, m.kv_heads(), m.d_model,
+                           m.vocab_size, m.tied() ? ", tied head" : "");
+      };
+      throw InputError(fmt::format("checkpoint {} holds a {}, not this job's {}", path.string(),
+                                   shape(oc.meta.model), shape(*options.expect_model)));
+    }
   }
   Status st;
   h5::Handle dxpl;

@@ -48,9 +48,11 @@ std::string format_inspection(const fs::path& file, const CheckpointInfo& info) 
   line(fmt::format("strategy:      {} on {} device{}", m.strategy, m.devices,
                    m.devices == 1 ? "" : "s"));
   line(fmt::format("created:       {}", m.created_utc));
-  line(fmt::format("model:         {} n_layer {} n_head {} d_model {} vocab {} ({} parameters)",
-                   arch_name(m.model.arch), m.model.n_layer, m.model.n_head, m.model.d_model,
-                   m.model.vocab_size, layout.total()));
+  line(fmt::format(
+      "model:         {} n_layer {} n_head {} n_kv_head {} d_model {} vocab {}{} ({} "
+      "parameters)",
+      arch_name(m.model.arch), m.model.n_layer, m.model.n_head, m.model.kv_heads(), m.model.d_model,
+      m.model.vocab_size, m.model.tied() ? " tied" : "", layout.total()));
   line(fmt::format("data position: {}", m.data_position));
   line(fmt::format("rng state:     {}", m.rng_state));
   line(fmt::format("metadata:      {}", m.meta_verified

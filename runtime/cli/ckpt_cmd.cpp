@@ -104,10 +104,12 @@ int run_import(const CkptArgs& a) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   const ckpt::CheckpointMeta meta = ckpt::import_hf(MPI_COMM_WORLD, a.file, a.output);
   if (rank == 0)
-    log::info("wrote {} ({} n_layer {} n_head {} d_model {} d_ff {} vocab {}, {} positions)",
-              a.output, arch_name(meta.model.arch), meta.model.n_layer, meta.model.n_head,
-              meta.model.d_model, meta.model.ffn_dim(), meta.model.vocab_size,
-              meta.model.max_seq_len);
+    log::info(
+        "wrote {} ({} n_layer {} n_head {} n_kv_head {} d_model {} d_ff {} vocab {}, {} "
+        "positions{})",
+        a.output, arch_name(meta.model.arch), meta.model.n_layer, meta.model.n_head,
+        meta.model.kv_heads(), meta.model.d_model, meta.model.ffn_dim(), meta.model.vocab_size,
+        meta.model.max_seq_len, meta.model.tied() ? ", tied head" : "");
   return kExitOk;
 }
 

@@ -146,6 +146,8 @@ HfModel read_config(const fs::path& dir) {
     names = {{"arch", "architectures"},
              {"n_layer", "n_layer"},
              {"n_head", "n_head"},
+             {"n_kv_head", "n_head"},
+             {"tie_embeddings", "tie_word_embeddings"},
              {"d_model", "n_embd"},
              {"d_ff", "n_inner"},
              {"vocab_size", "vocab_size"},
@@ -155,6 +157,8 @@ HfModel read_config(const fs::path& dir) {
     m.d_model = r.integer("n_embd", 1, kIntMax);
     m.n_layer = r.integer("n_layer", 1, kIntMax);
     m.n_head = r.integer("n_head", 1, kIntMax);
+    m.n_kv_head = m.n_head;
+    m.tie_embeddings = true;
     m.max_seq_len = r.integer("n_positions", 1, kIntMax);
     m.d_ff = r.integer_or("n_inner", 4 * m.d_model, 1, kIntMax);
     m.norm_eps = static_cast<float>(r.number_or("layer_norm_epsilon", 1e-5));
@@ -174,6 +178,8 @@ HfModel read_config(const fs::path& dir) {
     names = {{"arch", "architectures"},
              {"n_layer", "num_hidden_layers"},
              {"n_head", "num_attention_heads"},
+             {"n_kv_head", "num_key_value_heads"},
+             {"tie_embeddings", "tie_word_embeddings"},
              {"d_model", "hidden_size"},
              {"d_ff", "intermediate_size"},
              {"vocab_size", "vocab_size"},
@@ -188,13 +194,13 @@ HfModel read_config(const fs::path& dir) {
     m.max_seq_len = r.integer_or("max_position_embeddings", 2048, 1, kIntMax);
     m.norm_eps = static_cast<float>(r.number_or("rms_norm_eps", 1e-6));
     m.rope_theta = static_cast<float>(r.number_or("rope_theta", 10000.0));
-    const int kv = r.integer_or("num_key_value_heads", m.n_head, 1, kIntMax);
-    if (kv != m.n_head)
+    // Grouped-query attention: any divisor of the query heads (transformers' default: equal).
+    m.n_kv_head = r.integer_or("num_key_value_heads", m.n_head, 1, kIntMax);
+    if (m.n_head % m.n_kv_head != 0)
       r.fail("num_key_value_heads",
-             fmt::format("{} key/value heads for {} query heads is grouped-query attention, which "
-                         "the engine does not implement yet (valid: {}, equal to "
-                         "num_attention_heads)",
-                         kv, m.n_head, m.n_head));
+             fmt::format("{} does not divide num_attention_heads {} (valid: a divisor of it; each "
+                         "key/value head serves an equal group of query heads)",
+                         m.n_kv_head, m.n_head));
     if (r.has("head_dim") && m.d_model % m.n_head == 0) {
       const int hd = r.integer("head_dim", 1, kIntMax);
       if (hd != m.d_model / m.n_head)
@@ -217,8 +223,8 @@ HfModel read_config(const fs::path& dir) {
       r.fail("hidden_act", fmt::format("'{}' is not implemented by the engine (valid: silu)", act));
     r.require_bool("attention_bias", false, false, "LLaMA attention has no biases");
     r.require_bool("mlp_bias", false, false, "LLaMA's MLP has no biases");
-    r.require_bool("tie_word_embeddings", false, false,
-                   "the engine's LLaMA has a separate lm_head; a tied head is not implemented yet");
+    // transformers' LlamaConfig default: untied.
+    m.tie_embeddings = r.boolean_or("tie_word_embeddings", false);
   }
   try {
     m.validate();
@@ -259,7 +265,7 @@ ordered_json config_json(const ModelConfig& m) {
     j["intermediate_size"] = m.ffn_dim();
     j["num_hidden_layers"] = m.n_layer;
     j["num_attention_heads"] = m.n_head;
-    j["num_key_value_heads"] = m.n_head;
+    j["num_key_value_heads"] = m.kv_heads();
     j["head_dim"] = m.head_dim();
     j["hidden_act"] = "silu";
     j["max_position_embeddings"] = m.max_seq_len;
@@ -271,7 +277,7 @@ ordered_json config_json(const ModelConfig& m) {
     j["mlp_bias"] = false;
     j["pretraining_tp"] = 1;
     j["initializer_range"] = 0.02;
-    j["tie_word_embeddings"] = false;
+    j["tie_word_embeddings"] = m.tie_embeddings;
   }
   // Saturn does not know the tokenizer's special tokens: none rather than transformers'
   // defaults (GPT-2's 50256, LLaMA's 1 and 2), which may lie outside this vocabulary.
@@ -352,8 +358,7 @@ HfWeights::HfWeights(const fs::path& dir, const ModelConfig& model) : set_(dir) 
                                  missing.size() == 1 ? "" : "s", first_few(missing)));
   std::vector<std::string> unexpected;
   for (const auto& n : set_.names())
-    if (!used.count(n) && !ignorable_buffer(n) &&
-        !(model.arch == Arch::kGpt2 && n == "lm_head.weight"))
+    if (!used.count(n) && !ignorable_buffer(n) && !(model.tied() && n == "lm_head.weight"))
       unexpected.push_back(n);
   if (!unexpected.empty())
     throw InputError(fmt::format("{}: {} tensor{} the engine's {} model has no place for: {}", src,

@@ -4,8 +4,8 @@
 // rank reads only the slices it holds.
 //
 // The engine implements exactly what it accepts: a config field whose value the engine does
-// not compute (grouped-query attention, rope_scaling, biases in LLaMA, another activation, a
-// tied LLaMA head, ...) is an InputError naming the file, the field and what is valid; it is
+// not compute (rope_scaling, biases in LLaMA, another activation, key/value heads that do not
+// divide the query heads, ...) is an InputError naming the file, the field and what is valid; it is
 // never ignored.
 #pragma once
 
@@ -45,8 +45,9 @@ nlohmann::ordered_json generation_config_json(const ModelConfig& model);
 // GPT-2's position table may have more rows than model.max_seq_len: the first rows are read).
 // Checked on opening, from the headers only: every tensor present with its shape and a float
 // dtype (F32, F16, BF16); a tensor the engine has no place for is an InputError too, except
-// the buffers transformers itself does not load (attention masks, rotary inv_freq) and GPT-2's
-// lm_head.weight, which is tied to the embedding (transformers ignores it as well).
+// the buffers transformers itself does not load (attention masks, rotary inv_freq) and a tied
+// model's lm_head.weight (GPT-2, LLaMA with tie_word_embeddings), which is its embedding
+// (transformers ignores it as well).
 class HfWeights {
  public:
   HfWeights(const std::filesystem::path& dir, const ModelConfig& model);

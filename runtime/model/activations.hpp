@@ -23,7 +23,7 @@ struct TransformerActivations {
   struct Layer {
     Buffer<Act> ln1;
     Buffer<float> ln1_mean, ln1_rstd;  // gpt2 uses mean; llama only rstd
-    Buffer<Act> qkv;                   // [N, 3C/tp] (llama: after rotary)
+    Buffer<Act> qkv;                   // [N, (C + 2·KV)/tp] (llama: after rotary)
     Buffer<Saved> att;                 // what attention keeps (B::attention_saved)
     Buffer<Act> atty;                  // [N, C/tp] attention output before projection
     Buffer<Act> res2;                  // [N, C] residual after attention
@@ -63,7 +63,8 @@ void build_activations(TransformerActivations<B>& a, const ModelConfig& c, const
   const std::size_t N = static_cast<std::size_t>(Bsz) * T, C = c.d_model,
                     Cl = static_cast<std::size_t>(c.d_model / tp),
                     F = static_cast<std::size_t>(c.ffn_dim() / tp), V = c.vocab_size,
-                    H = static_cast<std::size_t>(c.n_head / tp);
+                    H = static_cast<std::size_t>(c.n_head / tp),
+                    W = Cl + 2 * static_cast<std::size_t>(c.kv_dim() / tp);  // a row of q|k|v
   const std::size_t saved =
       B::attention_saved(static_cast<std::size_t>(Bsz), H, static_cast<std::size_t>(T));
   const std::size_t scratch =
@@ -76,7 +77,7 @@ void build_activations(TransformerActivations<B>& a, const ModelConfig& c, const
     alloc(L.ln1, N * C, tag);
     if (gpt2) alloc(L.ln1_mean, N, tag);
     alloc(L.ln1_rstd, N, tag);
-    alloc(L.qkv, N * 3 * Cl, tag);
+    alloc(L.qkv, N * W, tag);
     alloc(L.att, saved, tag);
     alloc(L.atty, N * Cl, tag);
     alloc(L.res2, N * C, tag);
@@ -116,11 +117,11 @@ void build_activations(TransformerActivations<B>& a, const ModelConfig& c, const
   alloc(a.dln, N * C, stag);
   if (blocks) {
     alloc(a.datty, N * Cl, stag);
-    alloc(a.dqkv, N * 3 * Cl, stag);
+    alloc(a.dqkv, N * W, stag);
     alloc(a.datt, scratch, stag);
     alloc(a.dfc, N * F, stag);
     if (!gpt2) alloc(a.dup, N * F, stag);
-    if (!gpt2) alloc(a.dqkv_pre, N * 3 * Cl, stag);
+    if (!gpt2) alloc(a.dqkv_pre, N * W, stag);
     alloc(a.dact, N * F, stag);
   }
 }

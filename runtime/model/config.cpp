@@ -39,6 +39,17 @@ void ModelConfig::validate() const {
         fmt::format("llama needs an even head dimension for rotary positions (d_model/n_head = "
                     "{})",
                     head_dim()));
+  if (n_kv_head < 0) bad(fmt::format("n_kv_head must be >= 1 (got {})", n_kv_head));
+  if (n_head % kv_heads() != 0)
+    bad(
+        fmt::format("n_kv_head ({}) must divide n_head ({}): each key/value head serves an equal "
+                    "group of query heads",
+                    kv_heads(), n_head));
+  if (arch == Arch::kGpt2 && kv_heads() != n_head)
+    bad(
+        fmt::format("gpt2 has as many key/value heads as query heads (n_kv_head {} != n_head {}); "
+                    "grouped-query attention is llama's",
+                    kv_heads(), n_head));
   if (d_ff < 0) bad(fmt::format("d_ff must be > 0 (got {})", d_ff));
   if (vocab_size < 2) bad(fmt::format("vocab_size must be >= 2 (got {})", vocab_size));
   if (max_seq_len < 1) bad(fmt::format("seq_len must be >= 1 (got {})", max_seq_len));
@@ -67,8 +78,9 @@ std::int64_t ModelConfig::num_parameters() const {
         2 * C + (C * 3 * C + 3 * C) + (C * C + C) + 2 * C + (C * F + F) + (F * C + C);
     return V * C + static_cast<std::int64_t>(max_seq_len) * C + L * per_layer + 2 * C;
   }
-  const std::int64_t per_layer = C + 4 * C * C + C + 3 * C * F;
-  return V * C + L * per_layer + C + V * C;
+  const std::int64_t KV = kv_dim();
+  const std::int64_t per_layer = C + 2 * C * C + 2 * C * KV + C + 3 * C * F;
+  return V * C + L * per_layer + C + (tied() ? 0 : V * C);
 }
 
 }  // namespace saturn

@@ -8,21 +8,31 @@ namespace saturn {
 
 enum class Arch {
   kGpt2,   // LayerNorm, GELU (tanh), learned positions, tied embeddings, biases
-  kLlama,  // RMSNorm, SwiGLU, rotary positions, untied head, no biases
+  kLlama,  // RMSNorm, SwiGLU, rotary positions, grouped-query attention, head tied or not,
+           // no biases
 };
 
 struct ModelConfig {
   Arch arch = Arch::kGpt2;
   int n_layer = 4;
   int n_head = 4;
+  // Key/value heads (grouped-query attention: query head h reads kv head h / (n_head /
+  // n_kv_head)); 0 means n_head. gpt2 has n_head of each.
+  int n_kv_head = 0;
   int d_model = 256;
   int d_ff = 0;           // 0: 4*d_model (gpt2); llama needs it given or uses 8/3*d_model rounded
   int vocab_size = 256;   // byte tokenizer
   int max_seq_len = 128;  // positions (gpt2 wpe rows); rotary needs no table
   float norm_eps = 1e-5f;
   float rope_theta = 10000.0f;
+  // llama: the head reads model.embed_tokens.weight (no lm_head.weight tensor). gpt2 is always
+  // tied, whatever this says (tied() is what the engine asks).
+  bool tie_embeddings = false;
 
   int head_dim() const { return d_model / n_head; }
+  int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
+  int kv_dim() const { return kv_heads() * head_dim(); }  // width of k (and of v)
+  bool tied() const { return arch == Arch::kGpt2 || tie_embeddings; }
   int ffn_dim() const;  // d_ff resolved
   // Throws InputError naming the field when the shape is impossible (what is valid, too).
   void validate() const;

@@ -16,6 +16,11 @@ ParameterLayout::ParameterLayout(const ModelConfig& c, int tp_size, std::size_t 
     throw InputError(fmt::format(
         "tensor-parallel degree {} must divide n_head ({}): attention heads are split across ranks",
         tp_size, c.n_head));
+  if (c.kv_heads() % tp_size != 0)
+    throw InputError(fmt::format(
+        "tensor-parallel degree {} must divide n_kv_head ({}): key/value heads are split across "
+        "ranks (each rank keeps the key/value heads of its query heads)",
+        tp_size, c.kv_heads()));
   if (c.ffn_dim() % tp_size != 0)
     throw InputError(
         fmt::format("tensor-parallel degree {} must divide the MLP width d_ff ({}): MLP columns "
@@ -23,6 +28,7 @@ ParameterLayout::ParameterLayout(const ModelConfig& c, int tp_size, std::size_t 
                     tp_size, c.ffn_dim()));
   const std::int64_t C = c.d_model, V = c.vocab_size, L = c.n_layer;
   const std::int64_t Cl = C / tp_size, Fl = c.ffn_dim() / tp_size;  // local widths
+  const std::int64_t KVl = static_cast<std::int64_t>(c.kv_dim()) / tp_size;
   group_begin_.push_back(0);
   group_tensor_.push_back(0);
   if (c.arch == Arch::kGpt2) {
@@ -56,11 +62,12 @@ ParameterLayout::ParameterLayout(const ModelConfig& c, int tp_size, std::size_t 
       close_group();
       const std::string p = fmt::format("model.layers.{}.", l);
       add(p + "input_layernorm.weight", {C}, false, l);
-      // q, k, v are adjacent: together they are one [3C, C] nn.Linear weight (one GEMM); with
-      // tensor parallelism each holds its local heads' rows, still adjacent.
+      // q, k, v are adjacent: together they are one [C + 2·KV, C] nn.Linear weight (one GEMM;
+      // KV = n_kv_head·head_dim); with tensor parallelism each holds its local heads' rows,
+      // still adjacent.
       add(p + "self_attn.q_proj.weight", {Cl, C}, true, l, 0);
-      add(p + "self_attn.k_proj.weight", {Cl, C}, true, l, 0);
-      add(p + "self_attn.v_proj.weight", {Cl, C}, true, l, 0);
+      add(p + "self_attn.k_proj.weight", {KVl, C}, true, l, 0);
+      add(p + "self_attn.v_proj.weight", {KVl, C}, true, l, 0);
       add(p + "self_attn.o_proj.weight", {C, Cl}, true, l, 1);
       add(p + "post_attention_layernorm.weight", {C}, false, l);
       add(p + "mlp.gate_proj.weight", {Fl, C}, true, l, 0);
@@ -69,7 +76,8 @@ ParameterLayout::ParameterLayout(const ModelConfig& c, int tp_size, std::size_t 
     }
     close_group();
     add("model.norm.weight", {C}, false, static_cast<int>(L));
-    add("lm_head.weight", {V, C}, true, static_cast<int>(L));
+    // Tied: the head reads model.embed_tokens.weight, as GPT-2's does (no tensor of its own).
+    if (!c.tie_embeddings) add("lm_head.weight", {V, C}, true, static_cast<int>(L));
   }
   close_group();
 }
@@ -185,7 +193,7 @@ BlockTensors ParameterLayout::block(int l) const {
     b.fcprojb = &t[11];
   } else {
     b.ln1w = &t[0];
-    b.qkvw = &t[1];  // q_proj, k_proj, v_proj adjacent: one [3C, C] weight
+    b.qkvw = &t[1];  // q_proj, k_proj, v_proj adjacent: one [C + 2·KV, C] weight
     b.projw = &t[4];
     b.ln2w = &t[5];
     b.gatew = &t[6];

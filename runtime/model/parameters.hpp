@@ -48,8 +48,8 @@ struct BlockTensors {
 
 class ParameterLayout {
  public:
-  // tp_size > 1: the local layout of one tensor-parallel rank; n_head and ffn_dim() must be
-  // divisible by tp_size (InputError otherwise). align: elements each group starts at a
+  // tp_size > 1: the local layout of one tensor-parallel rank; n_head, kv_heads() and ffn_dim()
+  // must be divisible by tp_size (InputError otherwise). align: elements each group starts at a
   // multiple of (1: no padding, the canonical flat layout).
   explicit ParameterLayout(const ModelConfig& config, int tp_size = 1, std::size_t align = 1);
 

@@ -189,9 +189,9 @@ class Transformer final : public Model {
                            p(lnb), N, C, config_.norm_eps);
       head_w = p(t[0]);  // tied to the token embedding
     } else {
-      B::rmsnorm_forward(*ctx_, s.lnf.data(), s.lnf_rstd.data(), x, p(t[t.size() - 2]), N, C,
+      B::rmsnorm_forward(*ctx_, s.lnf.data(), s.lnf_rstd.data(), x, p(final_norm()), N, C,
                          config_.norm_eps);
-      head_w = p(t[t.size() - 1]);
+      head_w = p(head_weight());
     }
     B::linear_forward(*ctx_, s.logits.data(), s.lnf.data(), head_w, nullptr, N, C, V, false);
     if (targets == nullptr) return;
@@ -224,8 +224,8 @@ class Transformer final : public Model {
       B::layernorm_backward(*ctx_, a.dres.data(), g(lnw), g(lnb), a.dln.data(), x, p(lnw),
                             s.lnf_mean.data(), s.lnf_rstd.data(), N, C);
     } else {
-      const auto& head = t[t.size() - 1];
-      const auto& nw = t[t.size() - 2];
+      const auto& head = head_weight();
+      const auto& nw = final_norm();
       B::linear_backward(*ctx_, a.dln.data(), g(head), nullptr, dlogits, s.lnf.data(), p(head), N,
                          C, V, false, /*overwrite_dinp=*/true);
       B::rmsnorm_backward(*ctx_, a.dres.data(), g(nw), a.dln.data(), x, p(nw), s.lnf_rstd.data(),
@@ -243,9 +243,11 @@ class Transformer final : public Model {
     const BlockTensors w = layout_.block(l);
     const int tp = options_.shard.tp_size;
     const int N = B_n_ * T_n_, C = config_.d_model, Cl = C / tp, F = config_.ffn_dim() / tp,
-              H = config_.n_head / tp, hd = config_.head_dim();
+              H = config_.n_head / tp, Hkv = config_.kv_heads() / tp, hd = config_.head_dim();
+    // A row of qkv: the local query heads (Cl), then key and value heads (KVl each).
+    const int KVl = Hkv * hd, W = Cl + 2 * KVl;
     const std::size_t NC = static_cast<std::size_t>(N) * C, NF = static_cast<std::size_t>(N) * F,
-                      NCl = static_cast<std::size_t>(N) * Cl;
+                      NW = static_cast<std::size_t>(N) * W;
     const Act* x = resid(l);
     Act* dres = a.dres.data();  // holds d(out); becomes d(res2), then d(x)
     const Act* q = L.qkv.data();
@@ -270,12 +272,12 @@ class Transformer final : public Model {
       // Attention branch: res2 = x + proj(attn(qkv(ln1(x))))
       B::linear_backward(c, a.datty.data(), g(*w.projw), g(*w.projb), dres, L.atty.data(),
                          p(*w.projw), N, Cl, C, true, /*overwrite_dinp=*/true);
-      B::zero(c, a.dqkv.data(), 3 * NCl);
-      B::attention_backward(c, dq, dq + Cl, dq + 2 * Cl, a.datt.data(), a.datty.data(),
-                            L.atty.data(), L.att.data(), q, q + Cl, q + 2 * Cl, 3 * Cl, B_n_, T_n_,
-                            H, hd);
+      B::zero(c, a.dqkv.data(), NW);
+      B::attention_backward(c, dq, dq + Cl, dq + Cl + KVl, a.datt.data(), a.datty.data(),
+                            L.atty.data(), L.att.data(), q, q + Cl, q + Cl + KVl, W, B_n_, T_n_, H,
+                            Hkv, hd);
       B::linear_backward(c, a.dln.data(), g(*w.qkvw), g(*w.qkvb), dq, L.ln1.data(), p(*w.qkvw), N,
-                         C, 3 * Cl, true, /*overwrite_dinp=*/true);
+                         C, W, true, /*overwrite_dinp=*/true);
       // The key bias shifts every score of a query row by the same amount, which softmax
       // ignores: its gradient is exactly zero. Computed, it is rounding noise that Adam's
       // normalisation would turn into real steps that differ with any change of summation
@@ -300,21 +302,22 @@ class Transformer final : public Model {
                           L.ln2_rstd.data(), N, C);
       B::linear_backward(c, a.datty.data(), g(*w.projw), nullptr, dres, L.atty.data(),
                          p(*w.projw), N, Cl, C, false, /*overwrite_dinp=*/true);
-      B::zero(c, a.dqkv.data(), 3 * NCl);
-      B::attention_backward(c, dq, dq + Cl, dq + 2 * Cl, a.datt.data(), a.datty.data(),
-                            L.atty.data(), L.att.data(), q, q + Cl, q + 2 * Cl, 3 * Cl, B_n_, T_n_,
-                            H, hd);
+      B::zero(c, a.dqkv.data(), NW);
+      // Grouped-query attention: a key/value head's gradient sums over its group's query heads.
+      B::attention_backward(c, dq, dq + Cl, dq + Cl + KVl, a.datt.data(), a.datty.data(),
+                            L.atty.data(), L.att.data(), q, q + Cl, q + Cl + KVl, W, B_n_, T_n_, H,
+                            Hkv, hd);
       // Rotary is linear: gradients w.r.t. the pre-rotary q and k need only the incoming
-      // gradient. v has no rotary, so its third of each row is copied.
-      B::zero(c, a.dqkv_pre.data(), 3 * NCl);
-      B::rotary_backward(c, a.dqkv_pre.data(), dq, B_n_, T_n_, H, hd, 3 * Cl, config_.rope_theta);
-      B::rotary_backward(c, a.dqkv_pre.data() + Cl, dq + Cl, B_n_, T_n_, H, hd, 3 * Cl,
+      // gradient. v has no rotary, so its part of each row is copied.
+      B::zero(c, a.dqkv_pre.data(), NW);
+      B::rotary_backward(c, a.dqkv_pre.data(), dq, B_n_, T_n_, H, hd, W, config_.rope_theta);
+      B::rotary_backward(c, a.dqkv_pre.data() + Cl, dq + Cl, B_n_, T_n_, Hkv, hd, W,
                          config_.rope_theta);
-      const std::size_t W = 3 * static_cast<std::size_t>(Cl);
-      B::copy_rows(c, a.dqkv_pre.data() + 2 * Cl, W, dq + 2 * Cl, W, static_cast<std::size_t>(Cl),
-                   static_cast<std::size_t>(N));
+      const std::size_t pitch = static_cast<std::size_t>(W);
+      B::copy_rows(c, a.dqkv_pre.data() + Cl + KVl, pitch, dq + Cl + KVl, pitch,
+                   static_cast<std::size_t>(KVl), static_cast<std::size_t>(N));
       B::linear_backward(c, a.dln.data(), g(*w.qkvw), nullptr, a.dqkv_pre.data(), L.ln1.data(),
-                         p(*w.qkvw), N, C, 3 * Cl, false, /*overwrite_dinp=*/true);
+                         p(*w.qkvw), N, C, W, false, /*overwrite_dinp=*/true);
       column_parallel_done(a.dln.data());
       B::rmsnorm_backward(c, dres, g(*w.ln1w), a.dln.data(), x, p(*w.ln1w), L.ln1_rstd.data(), N,
                           C);
@@ -356,6 +359,16 @@ class Transformer final : public Model {
     return cur().layers[static_cast<std::size_t>(l - first_)];
   }
   Act* resid(int l) { return cur().resid[static_cast<std::size_t>(l - first_)].data(); }
+  // LLaMA's final norm and head weight: lm_head.weight is the last tensor, or, tied, the token
+  // embedding (the first), and then the norm is the last.
+  const ParamTensor& final_norm() const {
+    const auto& t = layout_.tensors();
+    return config_.tie_embeddings ? t[t.size() - 1] : t[t.size() - 2];
+  }
+  const ParamTensor& head_weight() const {
+    const auto& t = layout_.tensors();
+    return config_.tie_embeddings ? t[0] : t[t.size() - 1];
+  }
 
   const Weight* p(const ParamTensor& t) const {
     const Weight* base = group_weights_[static_cast<std::size_t>(t.layer + 1)];
@@ -380,7 +393,9 @@ class Transformer final : public Model {
     const BlockTensors w = layout_.block(l);
     const int tp = options_.shard.tp_size;
     const int N = B_n_ * T_n_, C = config_.d_model, Cl = C / tp, F = config_.ffn_dim() / tp,
-              H = config_.n_head / tp, hd = config_.head_dim();
+              H = config_.n_head / tp, Hkv = config_.kv_heads() / tp, hd = config_.head_dim();
+    // A row of qkv: the local query heads (Cl), then key and value heads (KVl each).
+    const int KVl = Hkv * hd, W = Cl + 2 * KVl;
     const std::size_t NC = static_cast<std::size_t>(N) * C, NF = static_cast<std::size_t>(N) * F;
     const float eps = config_.norm_eps;
     const Act* x = resid(l);
@@ -396,9 +411,9 @@ class Transformer final : public Model {
     if (config_.arch == Arch::kGpt2) {
       B::layernorm_forward(c, L.ln1.data(), L.ln1_mean.data(), L.ln1_rstd.data(), x, p(*w.ln1w),
                            p(*w.ln1b), N, C, eps);
-      B::linear_forward(c, q, L.ln1.data(), p(*w.qkvw), p(*w.qkvb), N, C, 3 * Cl, true);
-      B::attention_forward(c, L.atty.data(), L.att.data(), q, q + Cl, q + 2 * Cl, 3 * Cl, B_n_,
-                           T_n_, H, hd);
+      B::linear_forward(c, q, L.ln1.data(), p(*w.qkvw), p(*w.qkvb), N, C, W, true);
+      B::attention_forward(c, L.atty.data(), L.att.data(), q, q + Cl, q + Cl + KVl, W, B_n_, T_n_,
+                           H, Hkv, hd);
       // res2 = x + proj(atty): the projection lands in res2, then x is added.
       B::linear_forward(c, L.res2.data(), L.atty.data(), p(*w.projw),
                         tp == 1 ? p(*w.projb) : nullptr, N, Cl, C, true);
@@ -415,11 +430,11 @@ class Transformer final : public Model {
       row_parallel_done(out, p(*w.fcprojb));
     } else {
       B::rmsnorm_forward(c, L.ln1.data(), L.ln1_rstd.data(), x, p(*w.ln1w), N, C, eps);
-      B::linear_forward(c, q, L.ln1.data(), p(*w.qkvw), nullptr, N, C, 3 * Cl, false);
-      B::rotary_forward(c, q, q, B_n_, T_n_, H, hd, 3 * Cl, config_.rope_theta);
-      B::rotary_forward(c, q + Cl, q + Cl, B_n_, T_n_, H, hd, 3 * Cl, config_.rope_theta);
-      B::attention_forward(c, L.atty.data(), L.att.data(), q, q + Cl, q + 2 * Cl, 3 * Cl, B_n_,
-                           T_n_, H, hd);
+      B::linear_forward(c, q, L.ln1.data(), p(*w.qkvw), nullptr, N, C, W, false);
+      B::rotary_forward(c, q, q, B_n_, T_n_, H, hd, W, config_.rope_theta);
+      B::rotary_forward(c, q + Cl, q + Cl, B_n_, T_n_, Hkv, hd, W, config_.rope_theta);
+      B::attention_forward(c, L.atty.data(), L.att.data(), q, q + Cl, q + Cl + KVl, W, B_n_, T_n_,
+                           H, Hkv, hd);
       B::linear_forward(c, L.res2.data(), L.atty.data(), p(*w.projw), nullptr, N, Cl, C, false);
       row_parallel_done(L.res2.data(), nullptr);
       B::residual_rmsnorm_forward(c, L.res2.data(), L.ln2.data(), L.ln2_rstd.data(),

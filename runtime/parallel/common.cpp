@@ -201,8 +201,10 @@ double DeviceSum::read() {
 }
 
 double block_flops_per_token(const ModelConfig& c, int seq_len) {
-  const double C = c.d_model, F = c.ffn_dim(), T = seq_len;
-  const double matmul = c.arch == Arch::kGpt2 ? 4 * C * C + 2 * C * F : 4 * C * C + 3 * C * F;
+  const double C = c.d_model, F = c.ffn_dim(), T = seq_len, KV = c.kv_dim();
+  // llama: q and o are C x C, k and v C x KV (fewer with grouped-query attention).
+  const double matmul =
+      c.arch == Arch::kGpt2 ? 4 * C * C + 2 * C * F : 2 * C * C + 2 * C * KV + 3 * C * F;
   // forward 2 FLOPs per multiply-add, backward twice the forward; attention scores and values
   // cost 2·T·C multiply-adds per token (causal: about half, counted whole as PaLM does).
   return 3.0 * (2.0 * matmul + 4.0 * T * C);

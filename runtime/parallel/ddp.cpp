@@ -40,6 +40,10 @@ Estimate DdpStrategy::estimate() const {
     return infeasible(e, fmt::format("{}: tensor-parallel degree {} does not divide n_head {} "
                                      "(attention heads are split across ranks)",
                                      name_, tp_, c.n_head));
+  if (c.kv_heads() % tp_ != 0)
+    return infeasible(e, fmt::format("{}: tensor-parallel degree {} does not divide n_kv_head {} "
+                                     "(key/value heads are split across ranks)",
+                                     name_, tp_, c.kv_heads()));
   if (c.ffn_dim() % tp_ != 0)
     return infeasible(e, fmt::format("{}: tensor-parallel degree {} does not divide d_ff {} (MLP "
                                      "columns are split across ranks)",

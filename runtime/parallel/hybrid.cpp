@@ -45,7 +45,8 @@ int hybrid_stages(const StrategySpec& spec) {
 int hybrid_tensor_degree(const StrategySpec& spec) {
   if (spec.knobs.tensor_degree > 0) return spec.knobs.tensor_degree;
   for (int t = spec.degree - 1; t >= 2; --t)
-    if (spec.degree % t == 0 && spec.model.n_head % t == 0 && spec.model.ffn_dim() % t == 0)
+    if (spec.degree % t == 0 && spec.model.n_head % t == 0 && spec.model.kv_heads() % t == 0 &&
+        spec.model.ffn_dim() % t == 0)
       return t;
   return 0;
 }
@@ -66,9 +67,9 @@ std::unique_ptr<Strategy> make_ddp_tensor(const StrategySpec& spec) {
   if (t == 0)
     return std::make_unique<UnformedHybrid>(
         spec, "ddp+tensor",
-        fmt::format("ddp+tensor: degree {} has no proper divisor t >= 2 dividing n_head {} and "
-                    "d_ff {} (set --knob tensor_degree=T)",
-                    spec.degree, spec.model.n_head, spec.model.ffn_dim()));
+        fmt::format("ddp+tensor: degree {} has no proper divisor t >= 2 dividing n_head {}, "
+                    "n_kv_head {} and d_ff {} (set --knob tensor_degree=T)",
+                    spec.degree, spec.model.n_head, spec.model.kv_heads(), spec.model.ffn_dim()));
   return std::make_unique<DdpStrategy>(spec, "ddp+tensor", t);
 }
 

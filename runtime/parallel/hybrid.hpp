@@ -1,8 +1,8 @@
 // Hybrids on a 2-D grid of ranks: data parallelism across replicas of a pipeline (ddp+pipeline,
 // ranks r = replica·p + stage) or of a tensor-parallel group (ddp+tensor, r = replica·t + i).
 // The inner degree comes from the knobs (stages, tensor_degree) or is chosen: the largest
-// proper divisor of the degree that fits the model (stages <= n_layer; t dividing n_head and
-// d_ff), so degree 4 runs 2 replicas of 2.
+// proper divisor of the degree that fits the model (stages <= n_layer; t dividing n_head,
+// n_kv_head and d_ff), so degree 4 runs 2 replicas of 2.
 #pragma once
 
 #include <memory>

@@ -4,8 +4,9 @@
 // output projection and MLP down-projection are row-parallel (each rank multiplies its part and
 // the partial sums are allreduced). Per block that is one allreduce after attention and one
 // after the MLP in forward, and one for each input gradient in backward. Embedding, norms and
-// head are replicated (identical inputs give identical results on every rank). n_head and d_ff
-// must be divisible by the degree.
+// head are replicated (identical inputs give identical results on every rank). n_head, n_kv_head
+// and d_ff must be divisible by the degree: a rank keeps the key/value heads its query heads
+// read (grouped-query attention).
 //
 // "tensor" uses all ranks as one group; "ddp+tensor" (hybrid.hpp) replicates the group.
 #pragma once

@@ -75,9 +75,9 @@ namespace {
 
 // Local (in, out) of each linear of a block; tensor parallelism splits heads and MLP columns.
 std::vector<std::pair<double, double>> block_linears(const ModelConfig& m, int tp) {
-  const double C = m.d_model, F = m.ffn_dim(), t = std::max(tp, 1);
+  const double C = m.d_model, F = m.ffn_dim(), KV = m.kv_dim(), t = std::max(tp, 1);
   if (m.arch == Arch::kGpt2) return {{C, 3 * C / t}, {C / t, C}, {C, F / t}, {F / t, C}};
-  return {{C, C / t}, {C, C / t}, {C, C / t}, {C / t, C}, {C, F / t}, {C, F / t}, {F / t, C}};
+  return {{C, C / t}, {C, KV / t}, {C, KV / t}, {C / t, C}, {C, F / t}, {C, F / t}, {F / t, C}};
 }
 
 GemmShape shape_of(double n, double in, double out) {

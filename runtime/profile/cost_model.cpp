@@ -127,7 +127,7 @@ CostEstimate estimate_cost(const ModelConfig& model, const TrainConfig& train,
                 cal.sync_seconds(dp, inter, 1);  // replicas meet once, at the last bucket
   } else if (name == "fsdp") {
     const int n = config.degree;
-    const double tied = model.arch == Arch::kGpt2 ? 1 : 0;
+    const double tied = model.tied() ? 1 : 0;
     // Per micro-batch every group is gathered for forward and backward (the head once) and its
     // gradients reduce-scattered: gathers move 2 shards per group, reductions N shards.
     const double ag_bytes = bytes * 2.0 / (n + 2.0);
@@ -147,8 +147,8 @@ CostEstimate estimate_cost(const ModelConfig& model, const TrainConfig& train,
                 cal.sync_seconds(2, inter, p2p_calls);
     const double rest = bytes - p2p_bytes;
     if (rest > 0) {
-      const double calls = (model.arch == Arch::kGpt2 ? 1.0 : 0.0) +
-                           (dp > 1 ? std::ceil(static_cast<double>(L) / pp) + 1 : 0.0);
+      const double calls =
+          (model.tied() ? 1.0 : 0.0) + (dp > 1 ? std::ceil(static_cast<double>(L) / pp) + 1 : 0.0);
       c.comm_s +=
           cal.comm_seconds(CollOp::kAllreduce, std::max(dp, 2), inter, std::max(calls, 1.0), rest);
     }

@@ -4,6 +4,7 @@
 #include <hdf5.h>
 #include <unistd.h>
 
+#include <string>
 #include <system_error>
 
 #include "runtime/checkpoint/h5.hpp"
@@ -16,10 +17,16 @@ namespace h5 = saturn::ckpt::h5;
 
 std::string signature_of(const ModelConfig& m, const TrainConfig& t) {
   // Reproducible jobs run other micro-batches and an fp64 pass: profiled apart (the suffix
-  // leaves the signatures of existing stores unchanged).
-  return fmt::format("{} L{} H{} d{} ff{} V{} T{} B{} mb{} {}{}", arch_name(m.arch), m.n_layer,
+  // leaves the signatures of existing stores unchanged). So are grouped-query attention and a
+  // tied LLaMA head (other shapes and another parameter count), with suffixes for the same
+  // reason.
+  const std::string kv =
+      m.kv_heads() != m.n_head ? fmt::format(" kv{}", m.kv_heads()) : std::string();
+  const char* tied = m.arch == Arch::kLlama && m.tied() ? " tied" : "";
+  return fmt::format("{} L{} H{} d{} ff{} V{} T{} B{} mb{} {}{}{}{}", arch_name(m.arch), m.n_layer,
                      m.n_head, m.d_model, m.ffn_dim(), m.vocab_size, t.seq_len, t.batch_size,
-                     t.micro_batch_size, t.optimizer.type, t.reproducible ? " repro" : "");
+                     t.micro_batch_size, t.optimizer.type, t.reproducible ? " repro" : "", kv,
+                     tied);
 }
 
 std::string ProfileKey::text() const {

@@ -41,7 +41,8 @@ void require_object(const json& j, const char* what) {
 void to_json(json& j, const ModelConfig& m) {
   j = json{{"arch", arch_name(m.arch)},    {"n_layer", m.n_layer},   {"n_head", m.n_head},
            {"d_model", m.d_model},         {"d_ff", m.d_ff},         {"vocab_size", m.vocab_size},
-           {"max_seq_len", m.max_seq_len}, {"norm_eps", m.norm_eps}, {"rope_theta", m.rope_theta}};
+           {"max_seq_len", m.max_seq_len}, {"norm_eps", m.norm_eps}, {"rope_theta", m.rope_theta},
+           {"n_kv_head", m.kv_heads()},    {"tie_embeddings", m.tied()}};
 }
 
 void from_json(const json& j, ModelConfig& m) {
@@ -63,6 +64,19 @@ void from_json(const json& j, ModelConfig& m) {
   read(j, "max_seq_len", m.max_seq_len, what);
   read(j, "norm_eps", m.norm_eps, what);
   read(j, "rope_theta", m.rope_theta, what);
+  // Absent in files written before grouped-query attention and tied LLaMA heads: n_head
+  // key/value heads, an untied LLaMA (GPT-2 is tied whatever the file says).
+  read(j, "n_kv_head", m.n_kv_head, what);
+  if (j.contains("tie_embeddings")) {
+    if (!j.at("tie_embeddings").is_boolean())
+      throw InputError(fmt::format("{}.tie_embeddings: expected true or false, got {}", what,
+                                   j.at("tie_embeddings").dump()));
+    m.tie_embeddings = j.at("tie_embeddings").get<bool>();
+    if (m.arch == Arch::kGpt2 && !m.tie_embeddings)
+      throw InputError(fmt::format("{}.tie_embeddings: false, but gpt2's head is always its token "
+                                   "embedding (valid: true)",
+                                   what));
+  }
 }
 
 void to_json(json& j, const TrainConfig& t) {

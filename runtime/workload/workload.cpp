@@ -40,8 +40,9 @@ const Keys kTopKeys = {"name",       "data",    "defaults", "models", "jobs",
 const Keys kDataKeys = {"train", "val"};
 const Keys kOptimizerKeys = {"type", "lr", "betas", "eps", "weight_decay", "grad_clip"};
 const Keys kScheduleKeys = {"warmup", "decay", "min_lr_ratio"};
-const Keys kModelKeys = {"arch",       "n_layer",  "n_head",     "d_model", "d_ff",
-                         "vocab_size", "norm_eps", "rope_theta", "from"};
+const Keys kModelKeys = {"arch",       "n_layer",        "n_head",     "n_kv_head",
+                         "d_model",    "d_ff",           "vocab_size", "norm_eps",
+                         "rope_theta", "tie_embeddings", "from"};
 const Keys kSolverKeys = {"backend", "time_limit", "introspection"};
 const Keys kIntrospectionKeys = {"interval", "threshold"};
 const Keys kDecays = {"cosine", "linear", "constant"};
@@ -732,14 +733,31 @@ void Parser::parse_models(const Entry& e) {
       const int n = int_in(*x, lo, hi, note);
       if (pre)
         agree(*x, std::to_string(n),
-              std::to_string(std::string(k) == "d_ff" ? mc.ffn_dim() : field));
+              std::to_string(std::string(k) == "d_ff"        ? mc.ffn_dim()
+                             : std::string(k) == "n_kv_head" ? mc.kv_heads()
+                                                             : field));
       else
         field = n;
     };
     shape_key("n_layer", mc.n_layer, 1, limits::kLayers, "", true);
     shape_key("n_head", mc.n_head, 1, limits::kDModel, ", dividing d_model", true);
     shape_key("d_model", mc.d_model, 1, limits::kDModel, "", true);
+    shape_key("n_kv_head", mc.n_kv_head, 1, limits::kDModel, ", dividing n_head", false);
     shape_key("d_ff", mc.d_ff, 1, limits::kDff, "", false);
+    if (const Entry* x = m.find("tie_embeddings")) {
+      // YAML 1.2's booleans only, as for `reproducible`.
+      const YAML::Node& b = x->value;
+      if (!b.IsScalar() || b.Tag() == "!" || (b.Scalar() != "true" && b.Scalar() != "false"))
+        fail(x->mark(), x->path, fmt::format("expected true or false, got {}", describe(b)));
+      const bool tie = b.Scalar() == "true";
+      if (mc.arch == Arch::kGpt2 && !tie)
+        fail(x->mark(), x->path,
+             "gpt2's head is always its token embedding (valid: true, or leave it out)");
+      if (pre)
+        agree(*x, tie ? "true" : "false", mc.tied() ? "true" : "false");
+      else
+        mc.tie_embeddings = tie;
+    }
     shape_key("vocab_size", mc.vocab_size, 2, limits::kVocab, "; 256 for byte data", false);
     for (const auto& [f, hi] :
          {std::pair<const char*, double>{"norm_eps", 1.0}, {"rope_theta", 1e12}}) {

@@ -175,9 +175,10 @@ DVec rotary_ref(const DVec& x, int B, int T, int H, int hd, int stride, double t
 }
 
 // Causal attention over a buffer holding q, k, v at offsets qo, ko, vo of rows of `stride`.
+// Grouped-query attention when 0 < Hkv < H: query head h reads kv head h / (H / Hkv).
 DVec attention_ref(const DVec& buf, std::size_t qo, std::size_t ko, std::size_t vo, int stride,
-                   int B, int T, int H, int hd, DVec* probs = nullptr) {
-  const int C = H * hd;
+                   int B, int T, int H, int hd, DVec* probs = nullptr, int Hkv = 0) {
+  const int C = H * hd, group = Hkv > 0 ? H / Hkv : 1;
   DVec out(static_cast<std::size_t>(B) * T * C, 0.0);
   if (probs) probs->assign(static_cast<std::size_t>(B) * H * T * T, 0.0);
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
@@ -188,7 +189,8 @@ DVec attention_ref(const DVec& buf, std::size_t qo, std::size_t ko, std::size_t 
         const std::size_t qr = (static_cast<std::size_t>(b) * T + t) * stride + h * hd + qo;
         double mx = -1e300;
         for (int j = 0; j <= t; ++j) {
-          const std::size_t kr = (static_cast<std::size_t>(b) * T + j) * stride + h * hd + ko;
+          const std::size_t kr =
+              (static_cast<std::size_t>(b) * T + j) * stride + h / group * hd + ko;
           double d = 0;
           for (int i = 0; i < hd; ++i) d += buf[qr + i] * buf[kr + i];
           s[j] = d * scale;
@@ -199,7 +201,8 @@ DVec attention_ref(const DVec& buf, std::size_t qo, std::size_t ko, std::size_t 
         for (int j = 0; j <= t; ++j) {
           const double p = s[j] / z;
           if (probs) (*probs)[((static_cast<std::size_t>(b) * H + h) * T + t) * T + j] = p;
-          const std::size_t vr = (static_cast<std::size_t>(b) * T + j) * stride + h * hd + vo;
+          const std::size_t vr =
+              (static_cast<std::size_t>(b) * T + j) * stride + h / group * hd + vo;
           for (int i = 0; i < hd; ++i)
             out[(static_cast<std::size_t>(b) * T + t) * C + h * hd + i] += p * buf[vr + i];
         }
@@ -478,20 +481,25 @@ TEST(CpuOps, RotaryForwardBackwardInPlace) {
 
 // ---- attention ------------------------------------------------------------------------------
 
-// Packed qkv [B, T, 3C] as the models use it: q = qkv, k = qkv + C, v = qkv + 2C, stride 3C.
-void check_attention(int B, int T, int H, int hd, std::uint64_t seed) {
-  SCOPED_TRACE("B=" + std::to_string(B) + " T=" + std::to_string(T));
-  const int C = H * hd, stride = 3 * C;
+// Packed qkv [B, T, C + 2·KV] as the models use it: q = qkv, k = qkv + C, v = qkv + C + KV,
+// KV = Hkv·hd (Hkv = H: plain multi-head attention, stride 3C; Hkv < H: grouped-query).
+void check_attention(int B, int T, int H, int hd, std::uint64_t seed, int Hkv = 0) {
+  if (Hkv == 0) Hkv = H;
+  SCOPED_TRACE("B=" + std::to_string(B) + " T=" + std::to_string(T) + " H=" + std::to_string(H) +
+               " Hkv=" + std::to_string(Hkv));
+  const int C = H * hd, KV = Hkv * hd, stride = C + 2 * KV;
   Random rng(seed);
   const Vec qkv = rng.vec(static_cast<std::size_t>(B) * T * stride, -1.5, 1.5);
   const DVec R = to_double(rng.vec(static_cast<std::size_t>(B) * T * C));
   const std::size_t TT = static_cast<std::size_t>(B) * H * T * T;
+  const float* q = qkv.data();
+  const float* k = q + C;
+  const float* v = q + C + KV;
 
   Vec out(static_cast<std::size_t>(B) * T * C), att(TT, 7.0f);  // att: garbage in
-  attention_forward(out.data(), att.data(), qkv.data(), qkv.data() + C, qkv.data() + 2 * C, stride,
-                    B, T, H, hd);
+  attention_forward(out.data(), att.data(), q, k, v, stride, B, T, H, Hkv, hd);
   DVec probs;
-  const DVec want = attention_ref(to_double(qkv), 0, C, 2 * C, stride, B, T, H, hd, &probs);
+  const DVec want = attention_ref(to_double(qkv), 0, C, C + KV, stride, B, T, H, hd, &probs, Hkv);
   EXPECT_LT(rel_err(out, want), kFwdTol);
   EXPECT_LT(rel_err(att, probs), kFwdTol);
   for (int bh = 0; bh < B * H; ++bh)
@@ -499,30 +507,29 @@ void check_attention(int B, int T, int H, int hd, std::uint64_t seed) {
       for (int j = t + 1; j < T; ++j)
         ASSERT_EQ(att[(static_cast<std::size_t>(bh) * T + t) * T + j], 0.0f);
 
+  // Against finite differences of the double reference: with Hkv < H, a kv head's dk and dv
+  // are the sums over its group's query heads.
   Vec dqkv(qkv.size(), 0.0f), scratch(TT, 5.0f);
   const Vec dout(R.begin(), R.end());
-  attention_backward(dqkv.data(), dqkv.data() + C, dqkv.data() + 2 * C, scratch.data(), dout.data(),
-                     qkv.data(), qkv.data() + C, qkv.data() + 2 * C, att.data(), stride, B, T, H,
-                     hd);
-  const DVec g = numeric_grad(qkv, [&](const DVec& v) {
-    return dot(attention_ref(v, 0, C, 2 * C, stride, B, T, H, hd), R);
+  attention_backward(dqkv.data(), dqkv.data() + C, dqkv.data() + C + KV, scratch.data(),
+                     dout.data(), q, k, v, att.data(), stride, B, T, H, Hkv, hd);
+  const DVec g = numeric_grad(qkv, [&](const DVec& x) {
+    return dot(attention_ref(x, 0, C, C + KV, stride, B, T, H, hd, nullptr, Hkv), R);
   });
   EXPECT_LT(rel_err(dqkv, g), kGradTol);
 
   const Vec d1 = dqkv;
-  attention_backward(dqkv.data(), dqkv.data() + C, dqkv.data() + 2 * C, scratch.data(), dout.data(),
-                     qkv.data(), qkv.data() + C, qkv.data() + 2 * C, att.data(), stride, B, T, H,
-                     hd);
+  attention_backward(dqkv.data(), dqkv.data() + C, dqkv.data() + C + KV, scratch.data(),
+                     dout.data(), q, k, v, att.data(), stride, B, T, H, Hkv, hd);
   expect_doubled(d1, dqkv);
 
   // Only dv requested: dq and dk slots stay zero, dv equals the full call's.
   Vec dv_only(qkv.size(), 0.0f);
-  attention_backward(nullptr, nullptr, dv_only.data() + 2 * C, scratch.data(), dout.data(),
-                     qkv.data(), qkv.data() + C, qkv.data() + 2 * C, att.data(), stride, B, T, H,
-                     hd);
+  attention_backward(nullptr, nullptr, dv_only.data() + C + KV, scratch.data(), dout.data(), q, k,
+                     v, att.data(), stride, B, T, H, Hkv, hd);
   for (std::size_t n = 0; n < static_cast<std::size_t>(B) * T; ++n)
     for (int c = 0; c < stride; ++c) {
-      const float expect = c < 2 * C ? 0.0f : d1[n * stride + c];
+      const float expect = c < C + KV ? 0.0f : d1[n * stride + c];
       ASSERT_EQ(dv_only[n * stride + c], expect) << "row " << n << " col " << c;
     }
 }
@@ -532,6 +539,19 @@ TEST(CpuOps, AttentionPackedQkvGradients) {
   check_attention(1, 70, 2, 4, 7);  // T > the kernel's row block: crosses block boundaries
 }
 
+TEST(CpuOps, GroupedQueryAttentionGradients) {
+  check_attention(2, 5, 4, 4, 16, /*Hkv=*/2);
+  check_attention(1, 70, 4, 2, 17, /*Hkv=*/1);  // multi-query, across row blocks
+  check_attention(2, 6, 6, 2, 18, /*Hkv=*/3);
+  // Hkv must divide H.
+  const int B = 1, T = 3, H = 4, hd = 2, stride = H * hd * 3;
+  Vec qkv(static_cast<std::size_t>(B) * T * stride), out(static_cast<std::size_t>(B) * T * H * hd),
+      att(static_cast<std::size_t>(B) * H * T * T);
+  EXPECT_THROW(attention_forward(out.data(), att.data(), qkv.data(), qkv.data(), qkv.data(), stride,
+                                 B, T, H, 3, hd),
+               InputError);
+}
+
 TEST(CpuOps, AttentionSeparateBuffersUnitStride) {
   // q, k, v in separate [B, T, C] buffers (stride = C).
   const int B = 2, T = 4, H = 3, hd = 2, C = H * hd;
@@ -539,7 +559,7 @@ TEST(CpuOps, AttentionSeparateBuffersUnitStride) {
   const Vec q = rng.vec(static_cast<std::size_t>(B) * T * C), k = rng.vec(q.size()),
             v = rng.vec(q.size());
   Vec out(q.size()), att(static_cast<std::size_t>(B) * H * T * T);
-  attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), C, B, T, H, hd);
+  attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), C, B, T, H, H, hd);
   DVec buf = to_double(q);
   buf.insert(buf.end(), k.begin(), k.end());
   buf.insert(buf.end(), v.begin(), v.end());
@@ -552,14 +572,14 @@ TEST(CpuOps, AttentionIsCausal) {
   const Vec qkv = rng.vec(static_cast<std::size_t>(B) * T * stride);
   Vec out(static_cast<std::size_t>(B) * T * C), att(static_cast<std::size_t>(B) * H * T * T);
   attention_forward(out.data(), att.data(), qkv.data(), qkv.data() + C, qkv.data() + 2 * C, stride,
-                    B, T, H, hd);
+                    B, T, H, H, hd);
   for (int t0 : {0, 37, 63, 64, 78}) {
     Vec changed = qkv;  // every input at positions after t0 (q, k and v) replaced
     for (std::size_t i = static_cast<std::size_t>(t0 + 1) * stride; i < changed.size(); ++i)
       changed[i] = changed[i] * -3.0f + 0.5f;
     Vec out2(out.size()), att2(att.size());
     attention_forward(out2.data(), att2.data(), changed.data(), changed.data() + C,
-                      changed.data() + 2 * C, stride, B, T, H, hd);
+                      changed.data() + 2 * C, stride, B, T, H, H, hd);
     for (std::size_t i = 0; i < static_cast<std::size_t>(t0 + 1) * C; ++i)
       ASSERT_EQ(out2[i], out[i]) << "t0=" << t0 << " element " << i;
   }
@@ -883,10 +903,11 @@ TEST(CpuOps, DeterministicForAnyThreadCount) {
     Vec out(x.size()), att(static_cast<std::size_t>(B) * H * T * T), scratch(att.size());
     rotary_forward(qkv.data(), qkv.data(), B, T, H, hd, OC, 10000.0f);
     attention_forward(out.data(), att.data(), qkv.data(), qkv.data() + C, qkv.data() + 2 * C, OC, B,
-                      T, H, hd);
+                      T, H, H, hd);
     Vec dqkv(qkv.size(), 0.0f);
     attention_backward(dqkv.data(), dqkv.data() + C, dqkv.data() + 2 * C, scratch.data(), dc.data(),
-                       qkv.data(), qkv.data() + C, qkv.data() + 2 * C, att.data(), OC, B, T, H, hd);
+                       qkv.data(), qkv.data() + C, qkv.data() + 2 * C, att.data(), OC, B, T, H, H,
+                       hd);
     Vec ln(x.size()), mean(N), rstd(N), dln(x.size(), 0.0f), dlnw(C, 0.0f), dlnb(C, 0.0f);
     layernorm_forward(ln.data(), mean.data(), rstd.data(), x.data(), lnw.data(), lnw.data(), N, C,
                       1e-5f);

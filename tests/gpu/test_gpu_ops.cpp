@@ -556,21 +556,24 @@ TEST_F(GpuOps, RotaryStridedAndInPlace) {
   SATURN_EXPECT_CLOSE(download(d_dinp, n), dinp, kTolBf16);
 }
 
-// qkv: rows of q, k, v (stride 3*H*hd), random in [-2, 2) unless given.
-void attention_case(GpuOps& t, int B, int T, int H, int hd, const Vec* given_qkv = nullptr) {
+// qkv: rows of q, k, v (stride (H + 2·Hkv)·hd), random in [-2, 2) unless given. Hkv < H:
+// grouped-query attention (0: Hkv = H).
+void attention_case(GpuOps& t, int B, int T, int H, int hd, const Vec* given_qkv = nullptr,
+                    int Hkv = 0) {
+  if (Hkv == 0) Hkv = H;
   SCOPED_TRACE("B=" + std::to_string(B) + " T=" + std::to_string(T) + " H=" + std::to_string(H) +
-               " hd=" + std::to_string(hd));
-  const int C = H * hd, stride = 3 * C;
+               " Hkv=" + std::to_string(Hkv) + " hd=" + std::to_string(hd));
+  const int C = H * hd, KV = Hkv * hd, stride = C + 2 * KV;
   const std::size_t N = static_cast<std::size_t>(B) * T;
   const Vec qkv = given_qkv != nullptr ? *given_qkv : t.random_bf16(N * stride, -2.0f, 2.0f);
   Vec out(N * C), att(static_cast<std::size_t>(B) * H * T * T);
-  cpu::attention_forward(out.data(), att.data(), qkv.data(), qkv.data() + C, qkv.data() + 2 * C,
-                         stride, B, T, H, hd);
+  cpu::attention_forward(out.data(), att.data(), qkv.data(), qkv.data() + C, qkv.data() + C + KV,
+                         stride, B, T, H, Hkv, hd);
   const bf16* d_qkv = t.upload_bf16(qkv);
   bf16* d_out = t.poisoned_bf16(N * C);
   float* d_lse = t.poisoned_f32(static_cast<std::size_t>(B) * H * T);
-  cuda::attention_forward(t.ctx(), d_out, d_lse, d_qkv, d_qkv + C, d_qkv + 2 * C, stride, B, T, H,
-                          hd);
+  cuda::attention_forward(t.ctx(), d_out, d_lse, d_qkv, d_qkv + C, d_qkv + C + KV, stride, B, T, H,
+                          Hkv, hd);
   SATURN_EXPECT_CLOSE(t.download(d_out, out.size()), out, kTolBf16);
   EXPECT_EQ(first_non_finite(t.download(d_lse, static_cast<std::size_t>(B) * H * T)), -1);
 
@@ -580,24 +583,26 @@ void attention_case(GpuOps& t, int B, int T, int H, int hd, const Vec* given_qkv
   Vec dqkv = t.random_bf16(N * stride);
   Vec scratch(att.size());
   bf16* d_dqkv = t.upload_bf16(dqkv);
-  cpu::attention_backward(dqkv.data(), dqkv.data() + C, dqkv.data() + 2 * C, scratch.data(),
-                          dout.data(), qkv.data(), qkv.data() + C, qkv.data() + 2 * C, att.data(),
-                          stride, B, T, H, hd);
+  cpu::attention_backward(dqkv.data(), dqkv.data() + C, dqkv.data() + C + KV, scratch.data(),
+                          dout.data(), qkv.data(), qkv.data() + C, qkv.data() + C + KV, att.data(),
+                          stride, B, T, H, Hkv, hd);
   float* delta = t.poisoned_f32(static_cast<std::size_t>(B) * H * T);
-  cuda::attention_backward(t.ctx(), d_dqkv, d_dqkv + C, d_dqkv + 2 * C, delta, t.upload_bf16(dout),
-                           d_out, d_lse, d_qkv, d_qkv + C, d_qkv + 2 * C, stride, B, T, H, hd);
+  cuda::attention_backward(t.ctx(), d_dqkv, d_dqkv + C, d_dqkv + C + KV, delta, t.upload_bf16(dout),
+                           d_out, d_lse, d_qkv, d_qkv + C, d_qkv + C + KV, stride, B, T, H, Hkv,
+                           hd);
   const Vec got = t.download(d_dqkv, dqkv.size());
   // Compare q, k and v gradients separately (each has its own scale). dq and dk go through
   // dS = P ⊙ (dP − Δ), Δ = rowsum(dO ⊙ O): the GPU's Δ comes from its bf16 output O (as in the
   // model), the CPU's from fp32, and where dP ≈ Δ the difference cancels down to ~2^-9·|dP|:
   // an absolute error, so for these two the bound keeps bf16's relative part (2^-7·|want|) and
   // doubles only the absolute one (2^-6·rms).
+  const int part_begin[3] = {0, C, C + KV}, part_width[3] = {C, KV, KV};
   for (int part = 0; part < 3; ++part) {
     Vec g, w;
     for (std::size_t r = 0; r < N; ++r)
-      for (int c = 0; c < C; ++c) {
-        g.push_back(got[r * stride + part * C + c]);
-        w.push_back(dqkv[r * stride + part * C + c]);
+      for (int c = 0; c < part_width[part]; ++c) {
+        g.push_back(got[r * stride + part_begin[part] + c]);
+        w.push_back(dqkv[r * stride + part_begin[part] + c]);
       }
     SCOPED_TRACE(part == 0 ? "dq" : part == 1 ? "dk" : "dv");
     if (part == 2) {
@@ -622,6 +627,41 @@ TEST_F(GpuOps, AttentionForwardBackward) {
   attention_case(*this, 1, 70, 2, 20);    // hd not a multiple of 8: element-wise tile loads
   attention_case(*this, 1, 1, 1, 128);    // one token
   attention_case(*this, 1, 1, 2, 64);
+}
+
+// Grouped-query attention: query head h reads kv head h / (H / Hkv); the dk/dv kernel sums a kv
+// head's query heads in its fragments (each element still written once, no atomics).
+TEST_F(GpuOps, GroupedQueryAttentionForwardBackward) {
+  attention_case(*this, 2, 67, 4, 64, nullptr, 2);   // groups of 2, a partial second tile
+  attention_case(*this, 1, 130, 4, 16, nullptr, 1);  // multi-query: one kv head, three tiles
+  attention_case(*this, 2, 37, 6, 40, nullptr, 3);   // hd padded to 48
+  attention_case(*this, 1, 70, 4, 128, nullptr, 2);  // the largest head dim (K, V from shared)
+}
+
+// The dk/dv kernel's order over a group's query heads is fixed: the same inputs give the same
+// bits on every run.
+TEST_F(GpuOps, GroupedQueryAttentionBackwardIsDeterministic) {
+  const int B = 1, T = 100, H = 4, Hkv = 2, hd = 32, C = H * hd, KV = Hkv * hd, stride = C + 2 * KV;
+  const std::size_t N = static_cast<std::size_t>(B) * T;
+  const Vec qkv = random_bf16(N * stride, -2.0f, 2.0f);
+  const bf16* d_qkv = upload_bf16(qkv);
+  bf16* d_out = poisoned_bf16(N * C);
+  float* lse = poisoned_f32(static_cast<std::size_t>(B) * H * T);
+  float* delta = poisoned_f32(static_cast<std::size_t>(B) * H * T);
+  cuda::attention_forward(ctx(), d_out, lse, d_qkv, d_qkv + C, d_qkv + C + KV, stride, B, T, H, Hkv,
+                          hd);
+  const bf16* d_dout = upload_bf16(random_bf16(N * C));
+  Vec first;
+  for (int run = 0; run < 2; ++run) {
+    bf16* d = upload_bf16(Vec(N * stride, 0.0f));
+    cuda::attention_backward(ctx(), d, d + C, d + C + KV, delta, d_dout, d_out, lse, d_qkv,
+                             d_qkv + C, d_qkv + C + KV, stride, B, T, H, Hkv, hd);
+    const Vec got = download(d, N * stride);
+    if (run == 0)
+      first = got;
+    else
+      for (std::size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], first[i]) << i;
+  }
 }
 
 // Scores that grow along the keys by 0.4 per key (25.6 per 64-key tile): the forward's online
@@ -650,11 +690,11 @@ TEST_F(GpuOps, AttentionIsCausal) {
   bf16* d_out = poisoned_bf16(static_cast<std::size_t>(T) * C);
   float* lse = alloc<float>(static_cast<std::size_t>(H) * T);
   const bf16* d1 = upload_bf16(qkv);
-  cuda::attention_forward(ctx(), d_out, lse, d1, d1 + C, d1 + 2 * C, stride, B, T, H, hd);
+  cuda::attention_forward(ctx(), d_out, lse, d1, d1 + C, d1 + 2 * C, stride, B, T, H, H, hd);
   const Vec a = download(d_out, static_cast<std::size_t>(T) * C);
   for (int c = C; c < 3 * C; ++c) qkv[static_cast<std::size_t>(T - 1) * stride + c] += 0.5f;
   const bf16* d2 = upload_bf16(qkv);
-  cuda::attention_forward(ctx(), d_out, lse, d2, d2 + C, d2 + 2 * C, stride, B, T, H, hd);
+  cuda::attention_forward(ctx(), d_out, lse, d2, d2 + C, d2 + 2 * C, stride, B, T, H, H, hd);
   const Vec b = download(d_out, static_cast<std::size_t>(T) * C);
   for (std::size_t i = 0; i < static_cast<std::size_t>(T - 1) * C; ++i) ASSERT_EQ(a[i], b[i]) << i;
   bool last_changed = false;
@@ -949,7 +989,7 @@ TEST_F(GpuOps, ErrorsNameTheCall) {
   cudaGetLastError();
   SATURN_CUDA_CHECK(cudaSetDevice(0));
   try {
-    cuda::attention_forward(ctx(), nullptr, nullptr, nullptr, nullptr, nullptr, 3 * 256, 1, 4, 1,
+    cuda::attention_forward(ctx(), nullptr, nullptr, nullptr, nullptr, nullptr, 3 * 256, 1, 4, 1, 1,
                             256);
     FAIL() << "expected InputError";
   } catch (const InputError& e) {

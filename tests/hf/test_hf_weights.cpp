@@ -16,11 +16,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// Grouped-query attention: 4 query heads share 2 key/value heads (one per tensor-parallel rank
+// at degree 2).
 ModelConfig tiny_llama() {
   ModelConfig m;
   m.arch = Arch::kLlama;
   m.n_layer = 2;
   m.n_head = 4;
+  m.n_kv_head = 2;
   m.d_model = 32;
   m.d_ff = 48;
   m.vocab_size = 64;
@@ -58,6 +61,8 @@ TEST(HfWeights, ConfigRoundTripsAndAnFsdpShardReadsItsHalfOnly) {
   EXPECT_EQ(hm.model.norm_eps, m.norm_eps);
   EXPECT_EQ(hm.model.max_seq_len, 16);
   EXPECT_EQ(hm.model.num_parameters(), m.num_parameters());
+  EXPECT_EQ(hm.model.kv_heads(), 2);
+  EXPECT_FALSE(hm.model.tied());
 
   const ParameterLayout layout(m);
   const std::size_t half = layout.total() / 2;
@@ -110,6 +115,31 @@ TEST(HfWeights, ATensorParallelRankReadsItsBlocksOnly) {
           ASSERT_EQ(s.data[r * ncols + k], flat[c.offset + static_cast<std::size_t>(at)]) << s.name;
         }
     }
+  }
+  fs::remove_all(dir);
+}
+
+// A tied LLaMA: config.json says so, the files have no lm_head.weight, and one that has it (some
+// exporters write the shared tensor twice) is read as transformers does, ignoring it.
+TEST(HfWeights, TiedLlamaHasNoHeadTensor) {
+  ModelConfig m = tiny_llama();
+  m.tie_embeddings = true;
+  std::vector<float> flat;
+  const fs::path dir = write_model(m, flat);
+  const HfModel hm = read_config(dir);
+  EXPECT_TRUE(hm.model.tie_embeddings);
+  EXPECT_EQ(config_json(hm.model)["tie_word_embeddings"], true);
+  EXPECT_EQ(config_json(hm.model)["num_key_value_heads"], 2);
+  const HfWeights w(dir, hm.model);
+  EXPECT_THROW(w.file_name("lm_head.weight"), Error);
+  // The untied model of the same files misses its head.
+  ModelConfig untied = m;
+  untied.tie_embeddings = false;
+  try {
+    const HfWeights u(dir, untied);
+    ADD_FAILURE() << "an untied LLaMA accepted files without lm_head.weight";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("lm_head.weight"), std::string::npos) << e.what();
   }
   fs::remove_all(dir);
 }

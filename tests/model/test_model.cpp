@@ -1,9 +1,11 @@
-// Whole-model tests: finite-difference gradients for both architectures, gradient
+// Whole-model tests: finite-difference gradients for both architectures (and a LLaMA with
+// grouped-query attention and a tied head), gradient
 // accumulation, bit-exact determinism, and out-of-memory as a clean error.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "runtime/core/error.hpp"
@@ -33,11 +35,17 @@ std::vector<std::int32_t> random_tokens(std::size_t n, int vocab, std::uint64_t 
   return t;
 }
 
-class ModelGradient : public ::testing::TestWithParam<Arch> {};
+// LLaMA with 4 query heads sharing 2 key/value heads, its head tied to the token embedding.
+ModelConfig tiny_gqa_tied() {
+  ModelConfig c = tiny(Arch::kLlama);
+  c.n_head = 4;
+  c.n_kv_head = 2;
+  c.tie_embeddings = true;
+  return c;
+}
 
 // Central differences of the loss against the analytic gradient, on a sample of every tensor.
-TEST_P(ModelGradient, MatchesFiniteDifferences) {
-  const ModelConfig c = tiny(GetParam());
+void check_gradients(const ModelConfig& c) {
   MemoryPool pool("cpu:0");
   CpuModel model(c, pool);
   model.init_weights(3);
@@ -73,8 +81,20 @@ TEST_P(ModelGradient, MatchesFiniteDifferences) {
   EXPECT_GT(checked, 50);
 }
 
+class ModelGradient : public ::testing::TestWithParam<Arch> {};
+
+TEST_P(ModelGradient, MatchesFiniteDifferences) {
+  check_gradients(tiny(GetParam()));
+}
+
 INSTANTIATE_TEST_SUITE_P(BothArchs, ModelGradient, ::testing::Values(Arch::kGpt2, Arch::kLlama),
                          [](const auto& p) { return std::string(arch_name(p.param)); });
+
+// A key/value head's gradient sums its query heads'; the tied head's gradient adds to the
+// embedding's.
+TEST(ModelGradient, GroupedQueryAttentionAndTiedHeadMatchFiniteDifferences) {
+  check_gradients(tiny_gqa_tied());
+}
 
 TEST(Model, GradientAccumulationEqualsOneBigBatch) {
   for (Arch arch : {Arch::kGpt2, Arch::kLlama}) {
@@ -151,6 +171,39 @@ TEST(Model, LayoutMatchesParameterCountAndHuggingFaceNames) {
   EXPECT_EQ(lay.group_end(g.n_layer), lay.total());
 }
 
+TEST(Model, GroupedQueryAttentionAndTiedHeadLayout) {
+  const ModelConfig c = tiny_gqa_tied();  // d_model 16, 4 heads of 4, 2 kv heads
+  const ParameterLayout lay(c);
+  EXPECT_EQ(static_cast<std::int64_t>(lay.total()), c.num_parameters());
+  EXPECT_EQ(lay.find("model.layers.0.self_attn.q_proj.weight").shape,
+            (std::vector<std::int64_t>{16, 16}));
+  EXPECT_EQ(lay.find("model.layers.0.self_attn.k_proj.weight").shape,
+            (std::vector<std::int64_t>{8, 16}));
+  EXPECT_EQ(lay.find("model.layers.0.self_attn.v_proj.weight").shape,
+            (std::vector<std::int64_t>{8, 16}));
+  EXPECT_THROW(lay.find("lm_head.weight"), Error);  // tied: the head is the embedding
+  EXPECT_EQ(lay.tensors().back().name, "model.norm.weight");
+  // Untied: the same plus lm_head.weight.
+  ModelConfig untied = c;
+  untied.tie_embeddings = false;
+  EXPECT_EQ(untied.num_parameters(), c.num_parameters() + 32 * 16);
+  EXPECT_EQ(static_cast<std::int64_t>(ParameterLayout(untied).total()), untied.num_parameters());
+  // Tensor parallelism splits the key/value heads: one per rank at degree 2.
+  const ParameterLayout tp2(c, 2);
+  EXPECT_EQ(tp2.find("model.layers.1.self_attn.k_proj.weight").shape,
+            (std::vector<std::int64_t>{4, 16}));
+  EXPECT_EQ(tp2.find("model.layers.1.self_attn.q_proj.weight").shape,
+            (std::vector<std::int64_t>{8, 16}));
+  // Degree 4 would split 2 key/value heads four ways.
+  try {
+    const ParameterLayout tp4(c, 4);
+    ADD_FAILURE() << "tensor-parallel degree 4 accepted for 2 key/value heads";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("n_kv_head (2)"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("degree 4"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Model, OutOfMemoryIsACleanErrorAtTheFirstAllocationThatExceeds) {
   const ModelConfig c = tiny(Arch::kGpt2);
   const std::size_t weights = ParameterLayout(c).total() * sizeof(float);
@@ -211,6 +264,13 @@ TEST(Model, InvalidShapesAreInputErrors) {
   c.n_head = 3;  // does not divide 16
   MemoryPool pool("cpu:0");
   EXPECT_THROW(CpuModel(c, pool), InputError);
+  // Key/value heads must divide the query heads; gpt2 has no grouped-query attention.
+  ModelConfig l = tiny_gqa_tied();
+  l.n_kv_head = 3;
+  EXPECT_THROW(CpuModel(l, pool), InputError);
+  ModelConfig g = tiny(Arch::kGpt2);
+  g.n_kv_head = 1;
+  EXPECT_THROW(g.validate(), InputError);
 }
 
 }  // namespace

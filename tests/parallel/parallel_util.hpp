@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,25 @@ inline ModelConfig tiny_model(Arch arch) {
   c.vocab_size = 64;
   c.max_seq_len = 16;
   return c;
+}
+
+// A LLaMA with grouped-query attention, 8 query heads sharing 4 key/value heads (tensor
+// parallelism at degree 4 gives a rank two query heads and their one key/value head), and its
+// head tied to the token embedding (pipelines: on the first and the last stage).
+inline ModelConfig tiny_llama_gqa_tied() {
+  ModelConfig c = tiny_model(Arch::kLlama);
+  c.n_head = 8;
+  c.n_kv_head = 4;
+  c.tie_embeddings = true;
+  return c;
+}
+
+// The tiny models by name, for parameterised tests: gpt2, llama, llama_gqa_tied.
+inline ModelConfig tiny_model_named(const std::string& name) {
+  if (name == "gpt2") return tiny_model(Arch::kGpt2);
+  if (name == "llama") return tiny_model(Arch::kLlama);
+  if (name == "llama_gqa_tied") return tiny_llama_gqa_tied();
+  throw std::invalid_argument("no tiny model named " + name);
 }
 
 inline TrainConfig tiny_train() {

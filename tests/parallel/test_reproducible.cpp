@@ -97,21 +97,22 @@ std::filesystem::path run_root() {
                      core ? std::string("-") + core : std::string());
 }
 
-// Single-device reference on rank 0, cached per architecture; every rank gets its final.h5 path.
-std::filesystem::path reference(Arch arch, const SharedData& data) {
-  static std::map<Arch, std::filesystem::path> cache;
-  if (auto it = cache.find(arch); it != cache.end()) return it->second;
-  const std::filesystem::path dir = run_root() / fmt::format("ref-{}", arch_name(arch));
+// Single-device reference on rank 0, cached per tiny model (tiny_model_named: gpt2, llama,
+// llama_gqa_tied); every rank gets its final.h5 path.
+std::filesystem::path reference(const std::string& name, const SharedData& data) {
+  static std::map<std::string, std::filesystem::path> cache;
+  if (auto it = cache.find(name); it != cache.end()) return it->second;
+  const std::filesystem::path dir = run_root() / fmt::format("ref-{}", name);
   if (world().rank() == 0) {
     std::filesystem::remove_all(dir);
-    TrainJob job{"ref", tiny_model(arch), repro_train(), data.train(), data.val()};
+    TrainJob job{"ref", tiny_model_named(name), repro_train(), data.train(), data.val()};
     TrainOptions opt;
     opt.quiet = true;
     opt.job_dir = dir;
     train_single_device(job, opt);
   }
   world().barrier();
-  return cache.emplace(arch, dir / "final.h5").first->second;
+  return cache.emplace(name, dir / "final.h5").first->second;
 }
 
 struct Config {
@@ -128,19 +129,19 @@ void on_first_ranks(int n, const std::function<void(comm::Communicator&)>& fn) {
   world().barrier();
 }
 
-class Reproducible : public ::testing::TestWithParam<std::tuple<Arch, Config>> {};
+class Reproducible : public ::testing::TestWithParam<std::tuple<std::string, Config>> {};
 
 TEST_P(Reproducible, BitIdenticalToOneDevice) {
-  const auto& [arch, c] = GetParam();
+  const auto& [name, c] = GetParam();
   static SharedData data(tiny_model(Arch::kGpt2).vocab_size);
   const int degree = c.degree > 0 ? c.degree : world().size();
   if (degree > world().size()) GTEST_SKIP() << "needs " << degree << " ranks";
-  const std::filesystem::path ref = reference(arch, data);
-  const std::filesystem::path dir = run_root() / fmt::format("{}-{}", arch_name(arch), c.label);
+  const std::filesystem::path ref = reference(name, data);
+  const std::filesystem::path dir = run_root() / fmt::format("{}-{}", name, c.label);
   if (world().rank() == 0) std::filesystem::remove_all(dir);
   world().barrier();
   on_first_ranks(degree, [&](comm::Communicator& comm) {
-    TrainJob job{"rep", tiny_model(arch), repro_train(), data.train(), data.val()};
+    TrainJob job{"rep", tiny_model_named(name), repro_train(), data.train(), data.val()};
     TrainOptions opt;
     opt.quiet = true;
     opt.job_dir = dir;
@@ -151,9 +152,9 @@ TEST_P(Reproducible, BitIdenticalToOneDevice) {
     train_with_strategy(job, opt, par, comm);
   });
   if (world().rank() == 0) {
-    const ModelConfig model = tiny_model(arch);
+    const ModelConfig model = tiny_model_named(name);
     expect_identical(model, read_final(model, dir / "final.h5"), read_final(model, ref),
-                     fmt::format("{} {} x{}", arch_name(arch), c.label, degree));
+                     fmt::format("{} {} x{}", name, c.label, degree));
   }
 }
 
@@ -173,12 +174,13 @@ const std::vector<Config> kConfigs = {
     {"ddp+pipeline", 4, {"schedule=gpipe"}, "ddp_pipeline_x4_gpipe"},
 };
 
+// A tied LLaMA's embedding takes two gradient terms (classifier, embedding) as GPT-2's does,
+// and its key/value heads sum their query heads' gradients: bit-identical too.
 INSTANTIATE_TEST_SUITE_P(Strategies, Reproducible,
-                         ::testing::Combine(::testing::Values(Arch::kGpt2, Arch::kLlama),
+                         ::testing::Combine(::testing::Values("gpt2", "llama", "llama_gqa_tied"),
                                             ::testing::ValuesIn(kConfigs)),
                          [](const auto& p) {
-                           return std::string(arch_name(std::get<0>(p.param))) + "_" +
-                                  std::get<1>(p.param).label;
+                           return std::get<0>(p.param) + "_" + std::get<1>(p.param).label;
                          });
 
 // A job moved between configurations through checkpoints (stop at a step boundary, resume under
@@ -187,7 +189,7 @@ TEST(ReproducibleResume, ChangedConfigurationsEndBitIdentical) {
   static SharedData data(tiny_model(Arch::kGpt2).vocab_size);
   const int n = world().size();
   for (const Arch arch : {Arch::kGpt2, Arch::kLlama}) {
-    const std::filesystem::path ref = reference(arch, data);
+    const std::filesystem::path ref = reference(arch_name(arch), data);
     const std::filesystem::path dir = run_root() / fmt::format("resume-{}", arch_name(arch));
     if (world().rank() == 0) std::filesystem::remove_all(dir);
     world().barrier();

@@ -49,6 +49,10 @@ TEST(Infeasible, ReportedWithTheReason) {
   s = spec_for(Arch::kLlama, 4);
   s.model.d_ff = 66;
   EXPECT_TRUE(contains(reason("tensor", s), "d_ff 66"));
+  // Key/value heads not divisible (grouped-query attention: 4 query heads, 2 kv heads).
+  s = spec_for(Arch::kLlama, 4);
+  s.model.n_kv_head = 2;
+  EXPECT_TRUE(contains(reason("tensor", s), "n_kv_head 2")) << reason("tensor", s);
   // More stages than layers.
   s = spec_for(Arch::kGpt2, 4);
   s.model.n_layer = 3;

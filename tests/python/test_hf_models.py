@@ -1,12 +1,15 @@
 #!/usr/bin/python3
 """Hugging Face models in and out (issue 19), against `transformers` itself.
 
-For a GPT-2 (tied embeddings) and a LLaMA (untied head, rope_theta != 10000, multi-head
-attention) made by transformers with random weights and saved with save_pretrained:
+For a GPT-2 (tied embeddings) and two LLaMAs with grouped-query attention (4 query heads, 2
+key/value heads, rope_theta != 10000), one with an untied head and one tied to its embedding
+(no lm_head.weight in its files), made by transformers with random weights and saved with
+save_pretrained:
   - import: a workload model `from:` the directory trains its first step from those weights:
     Saturn's loss on the batch equals transformers' within 1e-5 (relative) and its gradient norm
     within 1e-4, and its step-0 val loss equals transformers' loss, on one device and under
-    fsdp x2, tensor x2 and pipeline x2 (mpirun);
+    fsdp x2, tensor x2 (which splits the key/value heads) and pipeline x2 (mpirun; a tied
+    head on the last stage);
   - export: `saturn ckpt export --format hf` of the trained final.h5 (and the workload's
     `export: hf`, the same files) loads with from_pretrained
     with no missing, unexpected or mismatched keys and no warning, and its logits equal Saturn's
@@ -14,8 +17,8 @@ attention) made by transformers with random weights and saved with save_pretrain
   - round trip: `saturn ckpt import` -> export -> import gives bit-identical tensors and the same
     model config; a sharded export (index + shards) loads and imports the same;
   - bf16 weights import exactly (widened), and bad input is exit 2 naming the file and field:
-    grouped-query attention, rope_scaling, a workload key that disagrees with config.json, a
-    truncated safetensors file, a missing tensor.
+    key/value heads that do not divide the query heads, rope_scaling, a workload key that
+    disagrees with config.json, a truncated safetensors file, a missing tensor.
 
 Usage: test_hf_models.py --saturn SATURN --probe HF_PROBE --venv VENV
 transformers and safetensors come from VENV (scripts/install-deps.sh --tests makes it). Without
@@ -38,7 +41,7 @@ ARGS = argparse.ArgumentParser()
 ARGS.add_argument("--saturn", required=True)
 ARGS.add_argument("--probe", required=True)
 ARGS.add_argument("--venv", required=True)
-ARGS.add_argument("--only", default="", help="gpt2 or llama (default: both)")
+ARGS.add_argument("--only", default="", help="gpt2, llama or llama-tied (default: all)")
 ARGS.add_argument("--no-mpi", action="store_true", help="skip the fsdp/tensor runs")
 args = ARGS.parse_args()
 
@@ -99,6 +102,7 @@ def run(cmd, expect_rc=0, env=None):
 
 
 def make_model(arch, seed):
+    """gpt2, llama (GQA, untied head) or llama-tied (GQA, head tied to the embedding)."""
     torch.manual_seed(seed)
     if arch == "gpt2":
         cfg = transformers.GPT2Config(vocab_size=VOCAB, n_positions=32, n_embd=64, n_layer=2,
@@ -108,9 +112,10 @@ def make_model(arch, seed):
     else:
         cfg = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=96,
                                        num_hidden_layers=2, num_attention_heads=4,
-                                       num_key_value_heads=4, max_position_embeddings=64,
+                                       num_key_value_heads=2, max_position_embeddings=64,
                                        rope_theta=50000.0, rms_norm_eps=1e-5,
-                                       tie_word_embeddings=False, initializer_range=0.1)
+                                       tie_word_embeddings=arch == "llama-tied",
+                                       initializer_range=0.1)
         model = transformers.LlamaForCausalLM(cfg)
     # Norm weights and biases away from 1 and 0, so that every tensor matters.
     with torch.no_grad():
@@ -203,7 +208,7 @@ def metrics(run_dir):
 
 def check_family(arch, tmp):
     print(f"{arch}:", flush=True)
-    model = make_model(arch, seed=1 if arch == "gpt2" else 2)
+    model = make_model(arch, seed={"gpt2": 1, "llama": 2, "llama-tied": 3}[arch])
     src = os.path.join(tmp, f"{arch}-hf")
     model.save_pretrained(src, safe_serialization=True)
 
@@ -219,8 +224,9 @@ def check_family(arch, tmp):
     workload(wl, src, data)
     runs = [("single", ["--strategy", "single"], [])]
     if not args.no_mpi:
-        # Each rank reads only what it holds: an FSDP shard, tensor-parallel blocks, a pipeline
-        # stage's layers (GPT-2's tied embedding on both ends).
+        # Each rank reads only what it holds: an FSDP shard, tensor-parallel blocks (a rank's
+        # query heads and their key/value head), a pipeline stage's layers (a tied embedding on
+        # both ends).
         runs += [("fsdp x2", ["--strategy", "fsdp"], MPI), ("tensor x2", ["--strategy", "tensor"], MPI),
                  ("pipeline x2", ["--strategy", "pipeline"], MPI)]
     final = None
@@ -272,12 +278,19 @@ def check_family(arch, tmp):
         err = rel_err(ours, hf_logits) if ours is not None else 1.0
         expect("exported model's logits = Saturn's", err <= 1e-5, f"rel err {err:.2e}")
         cfg = json.load(open(os.path.join(exp, "config.json")))
-        if arch == "llama":
-            expect("config.json: rope_theta, intermediate_size, rms_norm_eps, untied",
+        if arch.startswith("llama"):
+            tied = arch == "llama-tied"
+            expect(f"config.json: rope_theta, intermediate_size, rms_norm_eps, 2 key/value heads, "
+                   f"{'tied' if tied else 'untied'}",
                    cfg["rope_theta"] == 50000.0 and cfg["intermediate_size"] == 96 and
-                   cfg["rms_norm_eps"] == 1e-5 and cfg["tie_word_embeddings"] is False and
-                   cfg["num_key_value_heads"] == 4 and
+                   cfg["rms_norm_eps"] == 1e-5 and cfg["tie_word_embeddings"] is tied and
+                   cfg["num_key_value_heads"] == 2 and cfg["num_attention_heads"] == 4 and
                    cfg["max_position_embeddings"] == 64, json.dumps(cfg))
+            with open(os.path.join(exp, "model.safetensors"), "rb") as f:
+                n = struct.unpack("<Q", f.read(8))[0]
+                names = set(json.loads(f.read(n))) - {"__metadata__"}
+            expect(f"export {'omits' if tied else 'writes'} lm_head.weight",
+                   ("lm_head.weight" in names) != tied, str(sorted(names))[:200])
         else:
             # The job trained 16 positions; the export has the model's 32 (rows 16..31 as
             # imported, but for weight decay).
@@ -426,10 +439,10 @@ def check_errors(src, data, tmp):
         expect(f"{what}: exit 2 naming {', '.join(needles)}", ok,
                f"rc {p.returncode}: {p.stderr.strip()[-400:]}")
 
-    def gqa(c):
-        c["num_key_value_heads"] = 2
-    refused("grouped-query attention", variant("gqa", gqa), "config.json", "num_key_value_heads",
-            "grouped-query")
+    def kv3(c):
+        c["num_key_value_heads"] = 3
+    refused("3 key/value heads for 4 query heads", variant("kv3", kv3), "config.json",
+            "num_key_value_heads", "does not divide")
 
     def scaling(c):
         c["rope_scaling"] = {"type": "linear", "factor": 2.0}
@@ -486,13 +499,28 @@ def check_errors(src, data, tmp):
     ok = (p.returncode == 2 and "disagree.yaml:" in p.stderr and "n_head" in p.stderr and
           "8 disagrees with num_attention_heads = 4" in p.stderr)
     expect("workload n_head 8 vs config.json 4: exit 2 naming both", ok, p.stderr.strip()[-400:])
-    wl = os.path.join(tmp, "gqa.yaml")
-    workload(wl, os.path.join(tmp, "gqa"), data)
+    wl = os.path.join(tmp, "kv3.yaml")
+    workload(wl, os.path.join(tmp, "kv3"), data)
     p = run([args.saturn, "train", wl, "--device", "cpu", "--run-dir", os.path.join(tmp, "r-y")],
             expect_rc=None)
-    expect("workload from a GQA directory: exit 2 at `from`",
-           p.returncode == 2 and "gqa.yaml:" in p.stderr and "models.m.from" in p.stderr and
+    expect("workload from a directory with 3 key/value heads for 4: exit 2 at `from`",
+           p.returncode == 2 and "kv3.yaml:" in p.stderr and "models.m.from" in p.stderr and
            "num_key_value_heads" in p.stderr, p.stderr.strip()[-400:])
+    # n_kv_head and tie_embeddings given beside `from`: they must agree with config.json.
+    wl = os.path.join(tmp, "kv-disagree.yaml")
+    workload(wl, src, data, extra_model=", n_kv_head: 4")
+    p = run([args.saturn, "train", wl, "--device", "cpu", "--run-dir", os.path.join(tmp, "r-w")],
+            expect_rc=None)
+    expect("workload n_kv_head 4 vs config.json 2: exit 2 naming both",
+           p.returncode == 2 and "4 disagrees with num_key_value_heads = 2" in p.stderr,
+           p.stderr.strip()[-400:])
+    wl = os.path.join(tmp, "tie-disagree.yaml")
+    workload(wl, src, data, extra_model=", tie_embeddings: true")
+    p = run([args.saturn, "train", wl, "--device", "cpu", "--run-dir", os.path.join(tmp, "r-v")],
+            expect_rc=None)
+    expect("workload tie_embeddings true vs an untied config.json: exit 2 naming both",
+           p.returncode == 2 and "true disagrees with tie_word_embeddings = false" in p.stderr,
+           p.stderr.strip()[-400:])
 
 
 def main():
@@ -501,6 +529,8 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         if args.only in ("", "gpt2"):
             check_family("gpt2", tmp)
+        if args.only in ("", "llama-tied"):
+            check_family("llama-tied", tmp)
         if args.only in ("", "llama"):
             src, data = check_family("llama", tmp)
             check_bf16(src, tmp)

@@ -534,6 +534,58 @@ TEST_F(WorkloadTest, ImpossibleModelShapes) {
   msg = error(head + "  small/x: {arch: gpt2, n_layer: 2, n_head: 4, d_model: 64}\n" + jobs, 3, 3,
               "models");
   EXPECT_CONTAINS(msg, "not a plain name");
+  // Grouped-query attention: key/value heads divide the query heads; gpt2 has none.
+  msg = error(
+      head + "  small: {arch: llama, n_layer: 1, n_head: 4, n_kv_head: 3, d_model: 64}\n" + jobs, 3,
+      10, "models.small");
+  EXPECT_CONTAINS(msg, "n_kv_head (3) must divide n_head (4)");
+  msg = error(
+      head + "  small: {arch: gpt2, n_layer: 1, n_head: 4, d_model: 64, n_kv_head: 2}\n" + jobs, 3,
+      10, "models.small");
+  EXPECT_CONTAINS(msg, "grouped-query attention is llama's");
+  // gpt2's head is always tied; tie_embeddings takes YAML 1.2 booleans only.
+  msg = error(head +
+                  "  small: {arch: gpt2, n_layer: 1, n_head: 4, d_model: 64, tie_embeddings: "
+                  "false}\n" +
+                  jobs,
+              3, 75, "models.small.tie_embeddings");
+  EXPECT_CONTAINS(msg, "gpt2's head is always its token embedding");
+  msg = error(head +
+                  "  small: {arch: llama, n_layer: 1, n_head: 4, d_model: 64, tie_embeddings: "
+                  "yes}\n" +
+                  jobs,
+              3, 76, "models.small.tie_embeddings");
+  EXPECT_CONTAINS(msg, "expected true or false");
+}
+
+TEST_F(WorkloadTest, GroupedQueryAttentionAndTiedHead) {
+  const Workload w = load(
+      "data: {train: data/train.bin, val: data/val.bin}\nmodels:\n"
+      "  g: {arch: llama, n_layer: 2, n_head: 4, n_kv_head: 2, d_model: 32, tie_embeddings: "
+      "true}\n"
+      "  u: {arch: llama, n_layer: 2, n_head: 4, d_model: 32}\n"
+      "jobs: [{model: g, batch_size: 1}, {model: u, batch_size: 1}]\n");
+  ASSERT_EQ(w.jobs.size(), 2u);
+  EXPECT_EQ(w.jobs[0].model.kv_heads(), 2);
+  EXPECT_TRUE(w.jobs[0].model.tied());
+  EXPECT_EQ(w.jobs[1].model.kv_heads(), 4);  // absent: n_head
+  EXPECT_FALSE(w.jobs[1].model.tied());
+  // Both survive the JSON of checkpoint metadata; a file without them (written before they
+  // existed) means n_head key/value heads and an untied llama.
+  const ModelConfig back = model_config_from_json(to_json(w.jobs[0].model));
+  EXPECT_EQ(back.kv_heads(), 2);
+  EXPECT_TRUE(back.tie_embeddings);
+  nlohmann::json old = to_json(w.jobs[0].model);
+  old.erase("n_kv_head");
+  old.erase("tie_embeddings");
+  const ModelConfig legacy = model_config_from_json(old);
+  EXPECT_EQ(legacy.kv_heads(), 4);
+  EXPECT_FALSE(legacy.tied());
+  EXPECT_CONTAINS(
+      error_of<InputError>([] {
+        model_config_from_json(nlohmann::json{{"arch", "gpt2"}, {"tie_embeddings", false}});
+      }),
+      "model_config.tie_embeddings: false");
 }
 
 TEST_F(WorkloadTest, UnknownModelReferenced) {
@@ -883,14 +935,29 @@ TEST_F(WorkloadTest, ModelFromErrorsNameFileLineFieldAndBothValues) {
   EXPECT_CONTAINS(msg, "gpt2 disagrees with architectures = llama");
   msg = error(std::string(kFromHead) + "  m: {from: hf/nowhere}\n" + jobs, 4, 13, "models.m.from");
   EXPECT_CONTAINS(msg, "is not a directory");
-  // Grouped-query attention in config.json: refused at `from`, naming the field.
+  // Key/value heads that do not divide the query heads: refused at `from`, naming the field.
+  ModelConfig bad_kv = hf_llama();
+  write_hf_model(dir_ / "hf/kv3", bad_kv);
+  auto cfg = hf::config_json(bad_kv);
+  cfg["num_key_value_heads"] = 3;
+  write_file(dir_ / "hf/kv3/config.json", cfg.dump());
+  msg = error(std::string(kFromHead) + "  m: {from: hf/kv3}\n" + jobs, 4, 13, "models.m.from");
+  EXPECT_CONTAINS(msg, "num_key_value_heads: 3 does not divide num_attention_heads 4");
+  // Grouped-query attention and a tied head are config.json's: keys beside `from` must agree.
   ModelConfig gqa = hf_llama();
+  gqa.n_kv_head = 2;
+  gqa.tie_embeddings = true;
   write_hf_model(dir_ / "hf/gqa", gqa);
-  auto cfg = hf::config_json(gqa);
-  cfg["num_key_value_heads"] = 2;
-  write_file(dir_ / "hf/gqa/config.json", cfg.dump());
-  msg = error(std::string(kFromHead) + "  m: {from: hf/gqa}\n" + jobs, 4, 13, "models.m.from");
-  EXPECT_CONTAINS(msg, "num_key_value_heads: 2 key/value heads for 4 query heads is grouped-query");
+  msg = error(std::string(kFromHead) + "  m: {from: hf/gqa, n_kv_head: 4}\n" + jobs, 4, 32,
+              "models.m.n_kv_head");
+  EXPECT_CONTAINS(msg, "4 disagrees with num_key_value_heads = 2");
+  msg = error(std::string(kFromHead) + "  m: {from: hf/gqa, tie_embeddings: false}\n" + jobs, 4, 37,
+              "models.m.tie_embeddings");
+  EXPECT_CONTAINS(msg, "false disagrees with tie_word_embeddings = true");
+  const Workload ok = load(std::string(kFromHead) +
+                           "  m: {from: hf/gqa, n_kv_head: 2, tie_embeddings: true}\n" + jobs);
+  EXPECT_EQ(ok.jobs[0].model.kv_heads(), 2);
+  EXPECT_TRUE(ok.jobs[0].model.tie_embeddings);
   // A job longer than the model's positions: at the seq_len that made it so.
   msg = error(std::string(kFromHead) + "  m: {from: hf/llama}\n" +
                   "jobs:\n  - {model: m, batch_size: 4, seq_len: 65}\n",

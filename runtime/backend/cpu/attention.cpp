@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
 
 #include "runtime/backend/cpu/ops.hpp"
 #include "runtime/backend/cpu/parallel.hpp"
 #include "runtime/backend/cpu/vecmath.hpp"
+#include "runtime/core/error.hpp"
 
 namespace saturn::cpu {
 namespace {
@@ -15,6 +17,12 @@ namespace {
 // against keys 0..end of the block, which skips most of the masked upper triangle (10/16 of
 // the dense work at T = 256) while keeping each GEMM large enough for OpenBLAS to be efficient.
 constexpr int kBlock = 64;
+
+void check_heads(int H, int Hkv) {
+  if (Hkv < 1 || H % Hkv != 0)
+    throw InputError("attention: " + std::to_string(Hkv) + " key/value heads do not divide " +
+                     std::to_string(H) + " query heads");
+}
 
 // Rows r0..r1-1 of a [T, T] score matrix become causal softmax probabilities: row t over
 // columns 0..t, zeros after. The masked columns up to the next multiple of kLanes are set to
@@ -54,8 +62,9 @@ SATURN_CPU_MULTIVERSION void softmax_backward_rows(float* D, const float* P, int
 }  // namespace
 
 void attention_forward(float* out, float* att, const float* q, const float* k, const float* v,
-                       int stride, int B, int T, int H, int hd) {
-  const int C = H * hd;
+                       int stride, int B, int T, int H, int Hkv, int hd) {
+  check_heads(H, Hkv);
+  const int C = H * hd, group = H / Hkv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const std::size_t TT = static_cast<std::size_t>(T) * T;
   // One (batch, head) pair per task; the GEMMs inside run single-threaded (OpenBLAS's OpenMP
@@ -63,11 +72,11 @@ void attention_forward(float* out, float* att, const float* q, const float* k, c
 #pragma omp parallel for schedule(static)
   for (int bh = 0; bh < B * H; ++bh) {
     const int b = bh / H, h = bh % H;
-    const std::size_t in_off =
-        static_cast<std::size_t>(b) * T * stride + static_cast<std::size_t>(h) * hd;
-    const float* Q = q + in_off;
-    const float* K = k + in_off;
-    const float* V = v + in_off;
+    const std::size_t row_off = static_cast<std::size_t>(b) * T * stride;
+    const float* Q = q + row_off + static_cast<std::size_t>(h) * hd;
+    const std::size_t kv_off = row_off + static_cast<std::size_t>(h / group) * hd;
+    const float* K = k + kv_off;
+    const float* V = v + kv_off;
     float* O = out + static_cast<std::size_t>(b) * T * C + static_cast<std::size_t>(h) * hd;
     float* A = att + static_cast<std::size_t>(bh) * TT;
     for (int r0 = 0; r0 < T; r0 += kBlock) {
@@ -85,50 +94,58 @@ void attention_forward(float* out, float* att, const float* q, const float* k, c
 
 void attention_backward(float* dq, float* dk, float* dv, float* datt_scratch, const float* dout,
                         const float* q, const float* k, const float* v, const float* att,
-                        int stride, int B, int T, int H, int hd) {
-  const int C = H * hd;
+                        int stride, int B, int T, int H, int Hkv, int hd) {
+  check_heads(H, Hkv);
+  const int C = H * hd, group = H / Hkv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const std::size_t TT = static_cast<std::size_t>(T) * T;
   const bool need_ds = dq != nullptr || dk != nullptr;
+  // One (batch, key/value head) pair per task: the task owns that head's dk and dv rows and
+  // adds its query heads' parts in head order, so the sums are race-free and deterministic.
 #pragma omp parallel for schedule(static)
-  for (int bh = 0; bh < B * H; ++bh) {
-    const int b = bh / H, h = bh % H;
-    const std::size_t in_off =
-        static_cast<std::size_t>(b) * T * stride + static_cast<std::size_t>(h) * hd;
-    const float* Q = q + in_off;
-    const float* K = k + in_off;
-    const float* V = v + in_off;
-    const float* dO = dout + static_cast<std::size_t>(b) * T * C + static_cast<std::size_t>(h) * hd;
-    const float* P = att + static_cast<std::size_t>(bh) * TT;
-    float* D = datt_scratch + static_cast<std::size_t>(bh) * TT;
-    if (need_ds) {
-      for (int r0 = 0; r0 < T; r0 += kBlock) {
-        const int r1 = std::min(T, r0 + kBlock);
-        const int rows = r1 - r0;
-        float* Db = D + static_cast<std::size_t>(r0) * T;
-        // dP = dO · Vᵀ
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, r1, hd, 1.0f,
-                    dO + static_cast<std::size_t>(r0) * C, C, V, stride, 0.0f, Db, T);
-        softmax_backward_rows(D, P, T, r0, r1, scale);
-        if (dq != nullptr) {
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, r1, 1.0f, Db, T, K,
-                      stride, 1.0f, dq + in_off + static_cast<std::size_t>(r0) * stride, stride);
+  for (int bg = 0; bg < B * Hkv; ++bg) {
+    const int b = bg / Hkv, g = bg % Hkv;
+    const std::size_t row_off = static_cast<std::size_t>(b) * T * stride;
+    const std::size_t kv_off = row_off + static_cast<std::size_t>(g) * hd;
+    const float* K = k + kv_off;
+    const float* V = v + kv_off;
+    for (int h = g * group; h < (g + 1) * group; ++h) {
+      const std::size_t bh = static_cast<std::size_t>(b) * H + h;
+      const std::size_t q_off = row_off + static_cast<std::size_t>(h) * hd;
+      const float* Q = q + q_off;
+      const float* dO =
+          dout + static_cast<std::size_t>(b) * T * C + static_cast<std::size_t>(h) * hd;
+      const float* P = att + bh * TT;
+      float* D = datt_scratch + bh * TT;
+      if (need_ds) {
+        for (int r0 = 0; r0 < T; r0 += kBlock) {
+          const int r1 = std::min(T, r0 + kBlock);
+          const int rows = r1 - r0;
+          float* Db = D + static_cast<std::size_t>(r0) * T;
+          // dP = dO · Vᵀ
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, r1, hd, 1.0f,
+                      dO + static_cast<std::size_t>(r0) * C, C, V, stride, 0.0f, Db, T);
+          softmax_backward_rows(D, P, T, r0, r1, scale);
+          if (dq != nullptr) {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, r1, 1.0f, Db, T, K,
+                        stride, 1.0f, dq + q_off + static_cast<std::size_t>(r0) * stride, stride);
+          }
         }
       }
-    }
-    // Key/value gradients gather over queries t >= key j: column block c needs rows c0..T-1.
-    for (int c0 = 0; c0 < T; c0 += kBlock) {
-      const int cols = std::min(T, c0 + kBlock) - c0;
-      const std::size_t off = static_cast<std::size_t>(c0) * T + c0;
-      if (dv != nullptr) {
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hd, T - c0, 1.0f, P + off, T,
-                    dO + static_cast<std::size_t>(c0) * C, C, 1.0f,
-                    dv + in_off + static_cast<std::size_t>(c0) * stride, stride);
-      }
-      if (dk != nullptr) {
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hd, T - c0, 1.0f, D + off, T,
-                    Q + static_cast<std::size_t>(c0) * stride, stride, 1.0f,
-                    dk + in_off + static_cast<std::size_t>(c0) * stride, stride);
+      // Key/value gradients gather over queries t >= key j: column block c needs rows c0..T-1.
+      for (int c0 = 0; c0 < T; c0 += kBlock) {
+        const int cols = std::min(T, c0 + kBlock) - c0;
+        const std::size_t off = static_cast<std::size_t>(c0) * T + c0;
+        if (dv != nullptr) {
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hd, T - c0, 1.0f, P + off, T,
+                      dO + static_cast<std::size_t>(c0) * C, C, 1.0f,
+                      dv + kv_off + static_cast<std::size_t>(c0) * stride, stride);
+        }
+        if (dk != nullptr) {
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hd, T - c0, 1.0f, D + off, T,
+                      Q + static_cast<std::size_t>(c0) * stride, stride, 1.0f,
+                      dk + kv_off + static_cast<std::size_t>(c0) * stride, stride);
+        }
       }
     }
   }

@@ -139,14 +139,14 @@ struct Backend {
   }
   static void attention_forward(Context&, float* out, AttnSaved* saved, const float* q,
                                 const float* k, const float* v, int stride, int B, int T, int H,
-                                int hd) {
-    cpu::attention_forward(out, saved, q, k, v, stride, B, T, H, hd);
+                                int Hkv, int hd) {
+    cpu::attention_forward(out, saved, q, k, v, stride, B, T, H, Hkv, hd);
   }
   static void attention_backward(Context&, float* dq, float* dk, float* dv, AttnSaved* scratch,
                                  const float* dout, const float* /*out*/, const AttnSaved* saved,
                                  const float* q, const float* k, const float* v, int stride, int B,
-                                 int T, int H, int hd) {
-    cpu::attention_backward(dq, dk, dv, scratch, dout, q, k, v, saved, stride, B, T, H, hd);
+                                 int T, int H, int Hkv, int hd) {
+    cpu::attention_backward(dq, dk, dv, scratch, dout, q, k, v, saved, stride, B, T, H, Hkv, hd);
   }
   static void gelu_forward(Context&, float* out, const float* inp, std::size_t n) {
     cpu::gelu_forward(out, inp, n);

@@ -78,16 +78,19 @@ void rotary_backward(float* dinp, const float* dout, int B, int T, int H, int hd
                      float theta_base);
 
 // ---- attention.cpp ---------------------------------------------------------------------------
-// Causal multi-head attention. q, k, v: rows of `stride` floats ([B,T,stride]); head h of the
-// query is q[b,t, h*hd .. h*hd+hd), likewise k and v (so a packed [B,T,3C] qkv buffer passes
-// q=qkv, k=qkv+C, v=qkv+2C, stride=3C). att[B,H,T,T] saves the softmax probabilities
-// (row-max subtracted) for backward. out is [B,T,H*hd].
+// Causal multi-head attention with grouped-query attention: H query heads, Hkv key/value heads
+// (Hkv divides H; query head h reads kv head h / (H / Hkv); Hkv = H is plain multi-head). q, k,
+// v: rows of `stride` floats ([B,T,stride]); query head h is q[b,t, h*hd .. h*hd+hd), kv head g
+// is k[b,t, g*hd ..] and v[b,t, g*hd ..] (so a packed [B,T,C + 2·KV] qkv buffer passes q=qkv,
+// k=qkv+C, v=qkv+C+KV, stride=C+2·KV). att[B,H,T,T] saves the softmax probabilities (row-max
+// subtracted) for backward. out is [B,T,H*hd].
 void attention_forward(float* out, float* att, const float* q, const float* k, const float* v,
-                       int stride, int B, int T, int H, int hd);
-// datt_scratch: [B,H,T,T] workspace, overwritten.
+                       int stride, int B, int T, int H, int Hkv, int hd);
+// dq, dk, dv += gradients (null: not wanted); a kv head's dk and dv sum over its group's query
+// heads, in head order (deterministic). datt_scratch: [B,H,T,T] workspace, overwritten.
 void attention_backward(float* dq, float* dk, float* dv, float* datt_scratch, const float* dout,
                         const float* q, const float* k, const float* v, const float* att,
-                        int stride, int B, int T, int H, int hd);
+                        int stride, int B, int T, int H, int Hkv, int hd);
 
 // ---- gelu.cpp --------------------------------------------------------------------------------
 // GELU, tanh approximation (GPT-2's "gelu_new").

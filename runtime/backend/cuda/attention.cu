@@ -24,6 +24,12 @@
 //
 // Deterministic: no atomics. dq is owned by query tiles (attention_dq_kernel), dk and dv by key
 // tiles (attention_dkv_kernel), each element written once by one warp.
+//
+// Grouped-query attention: H query heads share Hkv key/value heads in groups of H / Hkv (query
+// head h reads kv head h / group). The forward and dq kernels run per query head and read their
+// group's K and V; the dk/dv kernel runs per key/value head and walks the query tiles of each of
+// its group's query heads in turn, accumulating in the same fragments: a kv head's gradient is
+// the sum over its query heads, still written once, by one warp, in a fixed order.
 #include <fmt/format.h>
 
 #include "runtime/backend/cuda/common.cuh"
@@ -241,7 +247,7 @@ constexpr float kRescaleThreshold = 8.0f;
 template <int kHdChunks>
 __global__ __launch_bounds__(kThreadsPerBlock) void attention_forward_kernel(
     bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, int stride, int T, int H,
-    int hd, float scale) {
+    int group, int hd, float scale) {
   extern __shared__ __align__(128) float smem[];
   const ForwardShared sh(reinterpret_cast<char*>(smem), hd);
   const int bh = blockIdx.y, b = bh / H, h = bh % H;
@@ -252,6 +258,8 @@ __global__ __launch_bounds__(kThreadsPerBlock) void attention_forward_kernel(
   const int w_last = min(w0 + kRows, T) - 1;  // and last (< w0: the warp has none)
   const std::size_t base =
       static_cast<std::size_t>(b) * T * stride + static_cast<std::size_t>(h) * hd;
+  const std::size_t kv_base =
+      static_cast<std::size_t>(b) * T * stride + static_cast<std::size_t>(h / group) * hd;
   load_tile(sh.q, sh.ld, q + base, stride, q0, T, hd);
   __syncthreads();
 
@@ -272,8 +280,8 @@ __global__ __launch_bounds__(kThreadsPerBlock) void attention_forward_kernel(
   const int key_end = min(T, q0 + kTile);  // the block's last query sees keys < key_end
   for (int j0 = 0; j0 < key_end; j0 += kTile) {
     __syncthreads();  // the previous tile is consumed
-    load_tile(sh.k, sh.ld, k + base, stride, j0, T, hd);
-    load_tile(sh.v, sh.ld, v + base, stride, j0, T, hd);
+    load_tile(sh.k, sh.ld, k + kv_base, stride, j0, T, hd);
+    load_tile(sh.v, sh.ld, v + kv_base, stride, j0, T, hd);
     __syncthreads();
     if (w0 >= T || j0 > w_last) continue;  // warp-uniform: no row of the warp sees this tile
     const int key_chunks = min(kChunks, (w_last - j0) / kMma + 1);  // the rest is masked
@@ -376,7 +384,7 @@ __device__ void load_row_stats(float* lse_s, float* delta_s, const float* lse, c
 template <int kHdChunks>
 __global__ __launch_bounds__(kThreadsPerBlock) void attention_dq_kernel(
     bf16* dq, const bf16* dout, const float* lse, const float* delta, const bf16* q, const bf16* k,
-    const bf16* v, int stride, int T, int H, int hd, float scale) {
+    const bf16* v, int stride, int T, int H, int group, int hd, float scale) {
   extern __shared__ __align__(128) float smem[];
   const BackwardShared sh(reinterpret_cast<char*>(smem), hd);
   const int bh = blockIdx.y, b = bh / H, h = bh % H;
@@ -387,6 +395,8 @@ __global__ __launch_bounds__(kThreadsPerBlock) void attention_dq_kernel(
   const int C = H * hd;
   const std::size_t base =
       static_cast<std::size_t>(b) * T * stride + static_cast<std::size_t>(h) * hd;
+  const std::size_t kv_base =
+      static_cast<std::size_t>(b) * T * stride + static_cast<std::size_t>(h / group) * hd;
   const std::size_t obase = static_cast<std::size_t>(b) * T * C + static_cast<std::size_t>(h) * hd;
   load_tile(sh.a, sh.ld, q + base, stride, q0, T, hd);
   load_tile(sh.b, sh.ld, dout + obase, C, q0, T, hd);
@@ -408,8 +418,8 @@ __global__ __launch_bounds__(kThreadsPerBlock) void attention_dq_kernel(
   const int key_end = min(T, q0 + kTile);
   for (int j0 = 0; j0 < key_end; j0 += kTile) {
     __syncthreads();
-    load_tile(sh.c, sh.ld, k + base, stride, j0, T, hd);
-    load_tile(sh.d, sh.ld, v + base, stride, j0, T, hd);
+    load_tile(sh.c, sh.ld, k + kv_base, stride, j0, T, hd);
+    load_tile(sh.d, sh.ld, v + kv_base, stride, j0, T, hd);
     __syncthreads();
     if (w0 >= T || j0 > w_last) continue;  // warp-uniform
     const int key_chunks = min(kChunks, (w_last - j0) / kMma + 1);
@@ -438,26 +448,27 @@ __global__ __launch_bounds__(kThreadsPerBlock) void attention_dq_kernel(
   if (w0 < T) add_rows(dq + base, stride, acc, sh.stage + warp * kMma * kMma, w0, T, hd, scale);
 }
 
-// dv[j] += sum_{i>=j} P_ij dO_i; dk[j] += scale * sum_{i>=j} P_ij (dP_ij - delta_i) Q_i. grid
-// (key tiles of kTile rows, B*H); shared BackwardShared with a = K, b = V of the block's keys,
-// c = Q, d = dO tiles. The warp's scores are transposed: 16 keys x 64 queries.
+// dv[j] += sum_{i>=j} P_ij dO_i; dk[j] += scale * sum_{i>=j} P_ij (dP_ij - delta_i) Q_i, summed
+// over the query heads of the kv head's group. grid (key tiles of kTile rows, B*Hkv); shared
+// BackwardShared with a = K, b = V of the block's keys, c = Q, d = dO tiles. The warp's scores
+// are transposed: 16 keys x 64 queries.
 template <int kHdChunks>
 __global__ __launch_bounds__(kThreadsPerBlock) void attention_dkv_kernel(
     bf16* dk, bf16* dv, const bf16* dout, const float* lse, const float* delta, const bf16* q,
-    const bf16* k, const bf16* v, int stride, int T, int H, int hd, float scale) {
+    const bf16* k, const bf16* v, int stride, int T, int H, int group, int hd, float scale) {
   extern __shared__ __align__(128) float smem[];
   const BackwardShared sh(reinterpret_cast<char*>(smem), hd);
-  const int bh = blockIdx.y, b = bh / H, h = bh % H;
+  const int Hkv = H / group;
+  const int bg = blockIdx.y, b = bg / Hkv, g = bg % Hkv;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int hd_chunks = padded_head_dim(hd) / kMma;
   const int k0 = blockIdx.x * kTile;
   const int w0 = k0 + warp * kRows;  // the warp's first key
   const int C = H * hd;
-  const std::size_t base =
-      static_cast<std::size_t>(b) * T * stride + static_cast<std::size_t>(h) * hd;
-  const std::size_t obase = static_cast<std::size_t>(b) * T * C + static_cast<std::size_t>(h) * hd;
-  load_tile(sh.a, sh.ld, k + base, stride, k0, T, hd);
-  load_tile(sh.b, sh.ld, v + base, stride, k0, T, hd);
+  const std::size_t kv_base =
+      static_cast<std::size_t>(b) * T * stride + static_cast<std::size_t>(g) * hd;
+  load_tile(sh.a, sh.ld, k + kv_base, stride, k0, T, hd);
+  load_tile(sh.b, sh.ld, v + kv_base, stride, k0, T, hd);
 
   __syncthreads();
   // The warp's K and V rows stay in fragments only for hd <= 64: at hd 128 they with dk and dv
@@ -481,59 +492,70 @@ __global__ __launch_bounds__(kThreadsPerBlock) void attention_dkv_kernel(
     wmma::fill_fragment(acc_v[c], 0.0f);
   }
 
-  // Queries i >= k0 see at least one of this block's keys.
-  for (int i0 = k0; i0 < T; i0 += kTile) {
-    __syncthreads();
-    load_tile(sh.c, sh.ld, q + base, stride, i0, T, hd);
-    load_tile(sh.d, sh.ld, dout + obase, C, i0, T, hd);
-    load_row_stats(sh.lse, sh.delta, lse, delta, static_cast<std::size_t>(bh) * T, i0, T);
-    __syncthreads();
-    if (w0 >= T) continue;  // warp-uniform
-    // Query chunks the warp's keys can see: from its first key on, up to T.
-    const int n_begin = w0 > i0 ? (w0 - i0) / kMma : 0;
-    const int n_end = min(kChunks, (T - i0 + kMma - 1) / kMma);
-    if constexpr (kKeep == kHdChunks) {
-      scores(SDw, kf, sh.c, sh.ld, hd_chunks, n_begin, n_end);
-    } else {
-      scores(SDw, Kw, sh.ld, sh.c, sh.ld, hd_chunks, n_begin, n_end);
-    }
-    __syncwarp();
-    float p[kPerLane];
+  // The group's query heads in order, each over the queries i >= k0 (they see at least one of
+  // this block's keys).
+  for (int h = g * group; h < (g + 1) * group; ++h) {
+    const int bh = b * H + h;
+    const std::size_t base =
+        static_cast<std::size_t>(b) * T * stride + static_cast<std::size_t>(h) * hd;
+    const std::size_t obase =
+        static_cast<std::size_t>(b) * T * C + static_cast<std::size_t>(h) * hd;
+    for (int i0 = k0; i0 < T; i0 += kTile) {
+      __syncthreads();
+      load_tile(sh.c, sh.ld, q + base, stride, i0, T, hd);
+      load_tile(sh.d, sh.ld, dout + obase, C, i0, T, hd);
+      load_row_stats(sh.lse, sh.delta, lse, delta, static_cast<std::size_t>(bh) * T, i0, T);
+      __syncthreads();
+      if (w0 >= T) continue;  // warp-uniform
+      // Query chunks the warp's keys can see: from its first key on, up to T.
+      const int n_begin = w0 > i0 ? (w0 - i0) / kMma : 0;
+      const int n_end = min(kChunks, (T - i0 + kMma - 1) / kMma);
+      if constexpr (kKeep == kHdChunks) {
+        scores(SDw, kf, sh.c, sh.ld, hd_chunks, n_begin, n_end);
+      } else {
+        scores(SDw, Kw, sh.ld, sh.c, sh.ld, hd_chunks, n_begin, n_end);
+      }
+      __syncwarp();
+      float p[kPerLane];
 #pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-      const int col = half * kPerLane + i, qi = i0 + col;
-      const bool seen =
-          col >= n_begin * kMma && col < n_end * kMma && qi >= key && qi < T && key < T;
-      p[i] = seen ? expf(SDw[r * kLdS + col] * scale - sh.lse[col]) : 0.0f;
-      Pw[r * kLdP + col] = to_bf(p[i]);
-    }
-    __syncwarp();  // the scores are read before dPᵀ overwrites them
-    if constexpr (kKeep == kHdChunks) {
-      scores(SDw, vf, sh.d, sh.ld, hd_chunks, n_begin, n_end);
-    } else {
-      scores(SDw, Vw, sh.ld, sh.d, sh.ld, hd_chunks, n_begin, n_end);
-    }
-    __syncwarp();
+      for (int i = 0; i < kPerLane; ++i) {
+        const int col = half * kPerLane + i, qi = i0 + col;
+        const bool seen =
+            col >= n_begin * kMma && col < n_end * kMma && qi >= key && qi < T && key < T;
+        p[i] = seen ? expf(SDw[r * kLdS + col] * scale - sh.lse[col]) : 0.0f;
+        Pw[r * kLdP + col] = to_bf(p[i]);
+      }
+      __syncwarp();  // the scores are read before dPᵀ overwrites them
+      if constexpr (kKeep == kHdChunks) {
+        scores(SDw, vf, sh.d, sh.ld, hd_chunks, n_begin, n_end);
+      } else {
+        scores(SDw, Vw, sh.ld, sh.d, sh.ld, hd_chunks, n_begin, n_end);
+      }
+      __syncwarp();
 #pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-      const int col = half * kPerLane + i;
-      dSw[r * kLdP + col] = to_bf(p[i] * (SDw[r * kLdS + col] - sh.delta[col]));
+      for (int i = 0; i < kPerLane; ++i) {
+        const int col = half * kPerLane + i;
+        dSw[r * kLdP + col] = to_bf(p[i] * (SDw[r * kLdS + col] - sh.delta[col]));
+      }
+      __syncwarp();
+      accumulate_product(acc_v, Pw, sh.d, sh.ld, hd_chunks, n_begin, n_end);
+      accumulate_product(acc_k, dSw, sh.c, sh.ld, hd_chunks, n_begin, n_end);
     }
-    __syncwarp();
-    accumulate_product(acc_v, Pw, sh.d, sh.ld, hd_chunks, n_begin, n_end);
-    accumulate_product(acc_k, dSw, sh.c, sh.ld, hd_chunks, n_begin, n_end);
   }
   if (w0 < T) {
     float* stage = sh.stage + warp * kMma * kMma;
-    if (dk != nullptr) add_rows(dk + base, stride, acc_k, stage, w0, T, hd, scale);
-    if (dv != nullptr) add_rows(dv + base, stride, acc_v, stage, w0, T, hd, 1.0f);
+    if (dk != nullptr) add_rows(dk + kv_base, stride, acc_k, stage, w0, T, hd, scale);
+    if (dv != nullptr) add_rows(dv + kv_base, stride, acc_v, stage, w0, T, hd, 1.0f);
   }
 }
 
-void check_shape(int B, int H, int hd) {
+void check_shape(int B, int H, int Hkv, int hd) {
   if (hd <= 0 || hd > kAttentionMaxHeadDim)
     throw InputError(fmt::format("CUDA attention supports head dimensions 1..{}, got {}",
                                  kAttentionMaxHeadDim, hd));
+  if (Hkv < 1 || H % Hkv != 0)
+    throw InputError(
+        fmt::format("CUDA attention: {} key/value heads do not divide {} query heads", Hkv, H));
   if (static_cast<long long>(B) * H > 65535)
     throw InputError(fmt::format("CUDA attention: batch*heads {}*{} exceeds 65535", B, H));
 }
@@ -563,19 +585,19 @@ void allow_smem(Kernel kernel, std::size_t bytes) {
 template <int kHdChunks>
 void launch_backward(Context& ctx, bf16* dq, bf16* dk, bf16* dv, const float* delta,
                      const bf16* dout, const float* lse, const bf16* q, const bf16* k,
-                     const bf16* v, int stride, int B, int T, int H, int hd, float scale) {
-  const dim3 grid((T + kTile - 1) / kTile, B * H);
+                     const bf16* v, int stride, int B, int T, int H, int Hkv, int hd, float scale) {
+  const int tiles = (T + kTile - 1) / kTile, group = H / Hkv;
   const std::size_t smem = backward_smem(hd);
   if (dq != nullptr) {
     allow_smem(attention_dq_kernel<kHdChunks>, smem);
-    attention_dq_kernel<kHdChunks><<<grid, kThreadsPerBlock, smem, ctx.stream()>>>(
-        dq, dout, lse, delta, q, k, v, stride, T, H, hd, scale);
+    attention_dq_kernel<kHdChunks><<<dim3(tiles, B * H), kThreadsPerBlock, smem, ctx.stream()>>>(
+        dq, dout, lse, delta, q, k, v, stride, T, H, group, hd, scale);
     SATURN_CUDA_LAUNCH_CHECK("attention_dq_kernel");
   }
   if (dk != nullptr || dv != nullptr) {
     allow_smem(attention_dkv_kernel<kHdChunks>, smem);
-    attention_dkv_kernel<kHdChunks><<<grid, kThreadsPerBlock, smem, ctx.stream()>>>(
-        dk, dv, dout, lse, delta, q, k, v, stride, T, H, hd, scale);
+    attention_dkv_kernel<kHdChunks><<<dim3(tiles, B * Hkv), kThreadsPerBlock, smem, ctx.stream()>>>(
+        dk, dv, dout, lse, delta, q, k, v, stride, T, H, group, hd, scale);
     SATURN_CUDA_LAUNCH_CHECK("attention_dkv_kernel");
   }
 }
@@ -583,8 +605,9 @@ void launch_backward(Context& ctx, bf16* dq, bf16* dk, bf16* dv, const float* de
 }  // namespace
 
 void attention_forward(Context& ctx, bf16* out, float* lse, const bf16* q, const bf16* k,
-                       const bf16* v, int stride, int B, int T, int H, int hd) {
-  check_shape(B, H, hd);
+                       const bf16* v, int stride, int B, int T, int H, int Hkv, int hd) {
+  check_shape(B, H, Hkv, hd);
+  const int group = H / Hkv;
   if (B == 0 || T == 0 || H == 0) return;
   const float scale = 1.0f / sqrtf(static_cast<float>(hd));
   const dim3 grid((T + kTile - 1) / kTile, B * H);
@@ -593,19 +616,20 @@ void attention_forward(Context& ctx, bf16* out, float* lse, const bf16* q, const
   if (padded_head_dim(hd) <= 64) {
     allow_smem(attention_forward_kernel<4>, smem);
     attention_forward_kernel<4><<<grid, kThreadsPerBlock, smem, ctx.stream()>>>(
-        out, lse, q, k, v, stride, T, H, hd, scale);
+        out, lse, q, k, v, stride, T, H, group, hd, scale);
   } else {
     allow_smem(attention_forward_kernel<kMaxHdChunks>, smem);
     attention_forward_kernel<kMaxHdChunks><<<grid, kThreadsPerBlock, smem, ctx.stream()>>>(
-        out, lse, q, k, v, stride, T, H, hd, scale);
+        out, lse, q, k, v, stride, T, H, group, hd, scale);
   }
   SATURN_CUDA_LAUNCH_CHECK("attention_forward_kernel");
 }
 
 void attention_backward(Context& ctx, bf16* dq, bf16* dk, bf16* dv, float* delta_scratch,
                         const bf16* dout, const bf16* out, const float* lse, const bf16* q,
-                        const bf16* k, const bf16* v, int stride, int B, int T, int H, int hd) {
-  check_shape(B, H, hd);
+                        const bf16* k, const bf16* v, int stride, int B, int T, int H, int Hkv,
+                        int hd) {
+  check_shape(B, H, Hkv, hd);
   if (B == 0 || T == 0 || H == 0) return;
   const float scale = 1.0f / sqrtf(static_cast<float>(hd));
   const dim3 delta_grid((T + kDeltaWarps - 1) / kDeltaWarps, B * H);
@@ -614,11 +638,11 @@ void attention_backward(Context& ctx, bf16* dq, bf16* dk, bf16* dv, float* delta
   SATURN_CUDA_LAUNCH_CHECK("attention_delta_kernel");
   // The fragment arrays are sized at compile time (registers on a GPU): two sizes cover hd.
   if (padded_head_dim(hd) <= 64)
-    launch_backward<4>(ctx, dq, dk, dv, delta_scratch, dout, lse, q, k, v, stride, B, T, H, hd,
+    launch_backward<4>(ctx, dq, dk, dv, delta_scratch, dout, lse, q, k, v, stride, B, T, H, Hkv, hd,
                        scale);
   else
     launch_backward<kMaxHdChunks>(ctx, dq, dk, dv, delta_scratch, dout, lse, q, k, v, stride, B, T,
-                                  H, hd, scale);
+                                  H, Hkv, hd, scale);
 }
 
 }  // namespace saturn::cuda

@@ -141,15 +141,15 @@ struct Backend : BackendTypes {
   }
   static void attention_forward(Context& ctx, Act* out, AttnSaved* lse, const Act* q,
                                 const Act* k, const Act* v, int stride, int B, int T, int H,
-                                int hd) {
-    cuda::attention_forward(ctx, b(out), lse, b(q), b(k), b(v), stride, B, T, H, hd);
+                                int Hkv, int hd) {
+    cuda::attention_forward(ctx, b(out), lse, b(q), b(k), b(v), stride, B, T, H, Hkv, hd);
   }
   static void attention_backward(Context& ctx, Act* dq, Act* dk, Act* dv, AttnSaved* delta,
                                  const Act* dout, const Act* out, const AttnSaved* lse,
                                  const Act* q, const Act* k, const Act* v, int stride, int B,
-                                 int T, int H, int hd) {
+                                 int T, int H, int Hkv, int hd) {
     cuda::attention_backward(ctx, b(dq), b(dk), b(dv), delta, b(dout), b(out), lse, b(q), b(k),
-                             b(v), stride, B, T, H, hd);
+                             b(v), stride, B, T, H, Hkv, hd);
   }
   static void gelu_forward(Context& ctx, Act* out, const Act* inp, std::size_t n) {
     cuda::gelu_forward(ctx, b(out), b(inp), n);

@@ -100,13 +100,17 @@ void rotary_backward(Context& ctx, bf16* dinp, const bf16* dout, int B, int T, i
 // `stride` elements as in cpu::attention_forward; out is [B, T, H*hd]; lse [B, H, T] (fp32)
 // saves each query row's log-sum-exp of the scaled scores for backward. hd <= 128.
 constexpr int kAttentionMaxHeadDim = 128;
+// Grouped-query attention as cpu::attention_forward: Hkv key/value heads (dividing H), query
+// head h reads kv head h / (H / Hkv).
 void attention_forward(Context& ctx, bf16* out, float* lse, const bf16* q, const bf16* k,
-                       const bf16* v, int stride, int B, int T, int H, int hd);
-// dq, dk, dv (rows of `stride`, may share one packed buffer) += gradients. out and lse are the
-// forward's; delta_scratch is [B, H, T] fp32 workspace, overwritten.
+                       const bf16* v, int stride, int B, int T, int H, int Hkv, int hd);
+// dq, dk, dv (rows of `stride`, may share one packed buffer) += gradients; a kv head's dk, dv
+// sum its group's query heads inside one block (deterministic, no atomics). out and lse are
+// the forward's; delta_scratch is [B, H, T] fp32 workspace, overwritten.
 void attention_backward(Context& ctx, bf16* dq, bf16* dk, bf16* dv, float* delta_scratch,
                         const bf16* dout, const bf16* out, const float* lse, const bf16* q,
-                        const bf16* k, const bf16* v, int stride, int B, int T, int H, int hd);
+                        const bf16* k, const bf16* v, int stride, int B, int T, int H, int Hkv,
+                        int hd);
 
 // ---- gelu.cu ---------------------------------------------------------------------------------
 void gelu_forward(Context& ctx, bf16* out, const bf16* inp, std::size_t n);

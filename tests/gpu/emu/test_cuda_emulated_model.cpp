@@ -2,12 +2,14 @@
 // The model program on the emulated CUDA backend (the real kernels through the emulator, GEMMs
 // through the backend's cuBLASLt code on the emulated cuBLASLt, device memory the host cannot
 // touch) against the CPU backend: forward, backward and a few training steps, on sequences longer
-// than one attention tile (64 rows) and not a multiple of it, for both architectures.
+// than one attention tile (64 rows) and not a multiple of it, for both architectures and a LLaMA
+// with grouped-query attention (4 query heads sharing 2 key/value heads) and a tied head.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "runtime/backend/device.hpp"
@@ -18,18 +20,24 @@
 namespace saturn {
 namespace {
 
-ModelConfig tiny(Arch arch) {
+// gpt2, llama or llama_gqa_tied.
+ModelConfig tiny(const std::string& name) {
   ModelConfig c;
-  c.arch = arch;
+  c.arch = name == "gpt2" ? Arch::kGpt2 : Arch::kLlama;
   c.n_layer = 2;
   c.n_head = 2;
   c.d_model = 64;
   c.vocab_size = 64;
   c.max_seq_len = 80;
+  if (name == "llama_gqa_tied") {
+    c.n_head = 4;
+    c.n_kv_head = 2;
+    c.tie_embeddings = true;
+  }
   return c;
 }
 
-class EmulatedModel : public ::testing::TestWithParam<Arch> {};
+class EmulatedModel : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(EmulatedModel, ForwardBackwardMatchCpu) {
   auto device = make_device(DeviceKind::kCuda, 0, 0);
@@ -57,7 +65,7 @@ TEST_P(EmulatedModel, BlockBackwardMemsets) {
     tokens[i] = static_cast<std::int32_t>((i * 7 + 3) % static_cast<std::size_t>(cfg.vocab_size));
   m.forward(tokens, tokens, B, T);
   m.model().head_backward(1.0f / static_cast<float>(B * T));
-  const std::uint64_t want = GetParam() == Arch::kGpt2 ? 2 : 4;
+  const std::uint64_t want = GetParam() == "gpt2" ? 2 : 4;
   for (int l = cfg.n_layer - 1; l >= 0; --l) {
     const std::uint64_t before = emu::memset_async_calls();
     m.model().block_backward(l);
@@ -98,8 +106,8 @@ TEST_P(EmulatedModel, BackwardIsBitRepeatable) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Arch, EmulatedModel, ::testing::Values(Arch::kGpt2, Arch::kLlama),
-                         [](const auto& p) { return std::string(arch_name(p.param)); });
+INSTANTIATE_TEST_SUITE_P(Arch, EmulatedModel, ::testing::Values("gpt2", "llama", "llama_gqa_tied"),
+                         [](const auto& p) { return p.param; });
 
 // What estimates add for the backend itself is what a CUDA device takes before any model.
 TEST(EmulatedDevice, WorkspaceIsWhatTheTraitsSay) {

@@ -1,9 +1,10 @@
 // Every strategy on the emulated CUDA backend (the real kernels, device memory the host cannot
 // touch, the data communicator staged through host memory over MPI), at the world's degree
-// (1, 2 or 4; hybrids at 4), for GPT-2 and LLaMA: 3 training steps through the training loop
-// must match the emulated single-device run, and the CPU (fp32) run more loosely; and a
-// reproducible job must end bit-identical to the emulated single device (EmulatedReproducible,
-// at the end).
+// (1, 2 or 4; hybrids at 4), for GPT-2 and LLaMA (and a LLaMA with grouped-query attention and a
+// tied head under the strategies whose code differs for those): 3 training steps through the
+// training loop must match the emulated single-device run, and the CPU (fp32) run more loosely; and
+// a reproducible job must end bit-identical to the emulated single device (EmulatedReproducible, at
+// the end).
 //
 // Tolerances:
 //  - against the emulated single device: losses within 1e-4 relative, parameters within 1e-4 in
@@ -77,15 +78,15 @@ struct Reference {
 
 // One device on `kind`, trained on rank 0 and broadcast (each rank training it would only
 // repeat the work).
-const Reference& reference(Arch arch, DeviceKind kind, const SharedData& data) {
-  static std::map<std::pair<Arch, DeviceKind>, Reference> cache;
-  auto it = cache.find({arch, kind});
+const Reference& reference(const std::string& model, DeviceKind kind, const SharedData& data) {
+  static std::map<std::pair<std::string, DeviceKind>, Reference> cache;
+  auto it = cache.find({model, kind});
   if (it != cache.end()) return it->second;
   Reference ref;
   comm::Communicator& w = world();
   std::int64_t n = 0;
   if (w.rank() == 0) {
-    TrainJob job{"ref", tiny_model(arch), three_steps(), data.train(), data.val()};
+    TrainJob job{"ref", tiny_model_named(model), three_steps(), data.train(), data.val()};
     TrainOptions opt;
     opt.quiet = true;
     opt.device = kind;
@@ -101,7 +102,7 @@ const Reference& reference(Arch arch, DeviceKind kind, const SharedData& data) {
   w.broadcast(ref.params.data(), ref.params.size(), 0);
   w.broadcast(ref.losses.data(), ref.losses.size(), 0);
   w.broadcast(&ref.val_loss, 1, 0);
-  return cache.emplace(std::pair{arch, kind}, std::move(ref)).first->second;
+  return cache.emplace(std::pair{model, kind}, std::move(ref)).first->second;
 }
 
 struct Case {
@@ -112,17 +113,17 @@ struct Case {
   bool tensor_parallel = false;
 };
 
-class EmulatedStrategy : public ::testing::TestWithParam<std::tuple<Arch, Case>> {};
+class EmulatedStrategy : public ::testing::TestWithParam<std::tuple<std::string, Case>> {};
 
 TEST_P(EmulatedStrategy, MatchesTheEmulatedSingleDeviceAndTheCpu) {
-  const auto& [arch, c] = GetParam();
+  const auto& [model, c] = GetParam();
   comm::Communicator& w = world();
   if (w.size() < c.min_ranks) GTEST_SKIP() << c.strategy << " needs " << c.min_ranks << " ranks";
   static SharedData data(tiny_model(Arch::kGpt2).vocab_size);
-  const Reference& emu = reference(arch, DeviceKind::kCuda, data);
-  const Reference& cpu = reference(arch, DeviceKind::kCpu, data);
+  const Reference& emu = reference(model, DeviceKind::kCuda, data);
+  const Reference& cpu = reference(model, DeviceKind::kCpu, data);
 
-  TrainJob job{"emu", tiny_model(arch), three_steps(), data.train(), data.val()};
+  TrainJob job{"emu", tiny_model_named(model), three_steps(), data.train(), data.val()};
   TrainOptions opt;
   opt.quiet = true;
   opt.device = DeviceKind::kCuda;
@@ -167,7 +168,7 @@ TEST_P(EmulatedStrategy, MatchesTheEmulatedSingleDeviceAndTheCpu) {
         "[ emulated ] %s %s x%d: vs emulated one device: loss %.2e, params %.2e (L2), worst "
         "tensor %.2e (%s); vs CPU: loss %.2e, params %.2e (L2); device memory estimate %.0f vs "
         "measured %.0f B (%+.1f%%)\n",
-        arch_name(arch), c.label.c_str(), w.size(), loss_vs_emu, l2_emu, d_emu, t_emu.c_str(),
+        model.c_str(), c.label.c_str(), w.size(), loss_vs_emu, l2_emu, d_emu, t_emu.c_str(),
         loss_vs_cpu, d_cpu, estimated, measured, 100.0 * (estimated - measured) / measured);
   }
 }
@@ -183,13 +184,26 @@ const std::vector<Case> kCases = {
     {"ddp+tensor", {}, 4, "ddp_tensor", true},
 };
 
+std::string strategy_name(const ::testing::TestParamInfo<std::tuple<std::string, Case>>& p) {
+  return std::get<0>(p.param) + "_" + std::get<1>(p.param).label;
+}
 INSTANTIATE_TEST_SUITE_P(Strategies, EmulatedStrategy,
-                         ::testing::Combine(::testing::Values(Arch::kGpt2, Arch::kLlama),
+                         ::testing::Combine(::testing::Values("gpt2", "llama"),
                                             ::testing::ValuesIn(kCases)),
-                         [](const auto& p) {
-                           return std::string(arch_name(std::get<0>(p.param))) + "_" +
-                                  std::get<1>(p.param).label;
-                         });
+                         strategy_name);
+// Grouped-query attention (the kv heads split by tensor parallelism) and a tied LLaMA head (the
+// token embedding gathered for the head by fsdp, brought back by offload, copied to a
+// pipeline's last stage): the strategies whose code differs for those.
+const std::vector<Case> kGqaTiedCases = {
+    {"fsdp", {}, 1, "fsdp", false},
+    {"pipeline", {}, 1, "pipeline_1f1b", false},
+    {"tensor", {}, 1, "tensor", true},
+    {"offload", {}, 1, "offload", false},
+};
+INSTANTIATE_TEST_SUITE_P(GqaTied, EmulatedStrategy,
+                         ::testing::Combine(::testing::Values("llama_gqa_tied"),
+                                            ::testing::ValuesIn(kGqaTiedCases)),
+                         strategy_name);
 
 // Reproducible mode on the GPU (docs/cuda.md, "Deterministic kernels"): with no atomics in the
 // kernels, a reproducible job's final weights under each strategy at the world's degree are
