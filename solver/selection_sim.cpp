@@ -64,6 +64,7 @@ SelectionSimResult simulate_outside(const Problem& p, const SelectionSimOptions&
   SelectionSimResult res;
   res.stopped_rung.assign(J, -1);
   res.reports.resize(static_cast<size_t>(R));
+  res.report_times.resize(static_cast<size_t>(R));
   std::vector<int> alive(J);
   for (size_t j = 0; j < J; ++j) alive[j] = static_cast<int>(j);
   double now = 0.0;
@@ -97,7 +98,11 @@ SelectionSimResult simulate_outside(const Problem& p, const SelectionSimOptions&
     now += plan.makespan_s;  // run times are the estimates: the batch runs as planned
     if (s == R) break;
     auto& reported = res.reports[static_cast<size_t>(s)];
-    for (size_t i : finish_order) reported.push_back(alive[i]);
+    for (size_t i : finish_order) {
+      reported.push_back(alive[i]);
+      res.report_times[static_cast<size_t>(s)].push_back(now - plan.makespan_s +
+                                                         plan.jobs[i].end_s);
+    }
     // The tuner sees the whole rung: the best rung_keep(n) continue.
     std::vector<int> ranked = alive;
     std::sort(ranked.begin(), ranked.end(), RankAt{o.metric_seed, s});
@@ -132,6 +137,7 @@ class InsideSim {
         reported_(static_cast<size_t>(R_), std::vector<char>(J_, 0)) {
     res_.stopped_rung.assign(J_, -1);
     res_.reports.resize(static_cast<size_t>(R_));
+    res_.report_times.resize(static_cast<size_t>(R_));
     reaching_.push_back(static_cast<int>(J_));
     for (int k = 1; k < R_; ++k) reaching_.push_back(rung_keep(rule_, reaching_.back()));
   }
@@ -170,6 +176,7 @@ class InsideSim {
           r.at_rung = true;
           reported_[static_cast<size_t>(r.passed)][j] = 1;
           res_.reports[static_cast<size_t>(r.passed)].push_back(static_cast<int>(j));
+          res_.report_times[static_cast<size_t>(r.passed)].push_back(now_);
         }
       }
       changed = decide() || changed;

@@ -60,8 +60,9 @@ struct SelectionDecision {
 struct SelectionSimResult {
   double selection_time_s = 0.0;  // the last surviving job completes its full steps
   std::vector<int> stopped_rung;  // per job: the rung it stopped at, -1 when it ran to the end
-  std::vector<SelectionDecision> decisions;  // in time order
-  std::vector<std::vector<int>> reports;     // per rung: jobs in the order they reported
+  std::vector<SelectionDecision> decisions;       // in time order
+  std::vector<std::vector<int>> reports;          // per rung: jobs in the order they reported
+  std::vector<std::vector<double>> report_times;  // per rung: when each of those reported
   int plans = 0, restarts = 0;
   double solve_time_s = 0.0;
   double busy_device_s = 0.0;  // device-seconds held by jobs (restart cost included)
