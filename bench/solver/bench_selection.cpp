@@ -107,12 +107,14 @@ int main(int argc, char** argv) {
       "Times in hours. inside: re-plans see expected work (selection.hpp); inside-full: full "
       "steps; inside-next: the steps to each job's next rung. x_out = outside / inside; "
       "x_out_next = outside / inside-next; x_full = inside-full / inside. same = outside and "
-      "inside stop the same jobs. re-plans, restarts: inside's.\n\n",
+      "inside stop the same jobs. re-plans, restarts: inside's. idle%%: device time not held by a "
+      "job, outside and inside.\n\n",
       limit, eta, rungs, seeds);
   std::printf(
       "| method | family | cluster | jobs | seed | outside h | inside h | inside-full h | "
-      "inside-next h | x_out | x_out_next | x_full | same | re-plans | restarts |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "inside-next h | x_out | x_out_next | x_full | same | re-plans | restarts | idle%% out | "
+      "idle%% in |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   try {
     for (SelectionMethod method : methods) {
       std::vector<double> x_out, x_full, x_next;
@@ -120,6 +122,7 @@ int main(int argc, char** argv) {
         if (!only.empty() && std::find(only.begin(), only.end(), c.key) == only.end()) continue;
         const Problem p = synthetic::family(
             c.family, parse_cluster_spec(std::string(c.cluster) + ":40GiB"), c.jobs, 1);
+        const double devices = p.cluster.total_devices();
         long long shortest = p.jobs.front().steps;
         for (const Job& j : p.jobs) shortest = std::min(shortest, j.steps);
         SelectionSimOptions o;
@@ -150,11 +153,13 @@ int main(int argc, char** argv) {
           x_next.push_back(xn);
           std::printf(
               "| %s | %s | %s | %zu | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %s | "
-              "%d | %d |\n",
+              "%d | %d | %.0f | %.0f |\n",
               to_string(method), c.key.c_str(), c.cluster, p.jobs.size(), seed,
               out.selection_time_s / 3600, in.selection_time_s / 3600, full.selection_time_s / 3600,
               next.selection_time_s / 3600, xo, xn, xf,
-              out.stopped_rung == in.stopped_rung ? "yes" : "no", in.plans, in.restarts);
+              out.stopped_rung == in.stopped_rung ? "yes" : "no", in.plans, in.restarts,
+              100 * (1 - out.busy_device_s / (devices * out.selection_time_s)),
+              100 * (1 - in.busy_device_s / (devices * in.selection_time_s)));
           if (verbose)
             for (const auto* r : {&out, &in, &full, &next}) {
               std::printf("   decisions:");
@@ -166,7 +171,7 @@ int main(int argc, char** argv) {
           std::fflush(stdout);
         }
       }
-      std::printf("| **%s median** | | | | | | | | | **%.2f** | **%.2f** | **%.2f** | | | |\n",
+      std::printf("| **%s median** | | | | | | | | | **%.2f** | **%.2f** | **%.2f** | | | | | |\n",
                   to_string(method), median(x_out), median(x_next), median(x_full));
     }
   } catch (const SolverError& e) {
