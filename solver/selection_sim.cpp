@@ -24,8 +24,11 @@ struct Run {
   double steps_done = 0.0;
   int passed = 0;        // rungs it has been promoted past
   bool at_rung = false;  // running, has just reported at rung `passed`, decision pending
-  double last = 0.0;     // busy time and progress are accounted up to here
-  double resume = 0.0;   // restart cost ends here
+  // Reported at rung `passed`, decision pending, and training on toward the next boundary
+  // meanwhile (SelectionSimOptions::speculate); paused if it gets there still undecided.
+  bool speculating = false;
+  double last = 0.0;    // busy time and progress are accounted up to here
+  double resume = 0.0;  // restart cost ends here
   double pending_penalty = 0.0;
   double end = 0.0;
 };
@@ -167,7 +170,11 @@ class InsideSim {
         if (r.phase != Phase::running || reach_time(j) > now_ + 1e-9 * std::max(1.0, now_))
           continue;
         r.steps_done = static_cast<double>(target(j));
-        if (r.passed == R_) {
+        if (r.speculating) {  // at the next boundary, still undecided: wait there
+          r.phase = Phase::paused;
+          release(j);
+          changed = true;
+        } else if (r.passed == R_) {
           r.phase = Phase::done;
           r.end = now_;
           release(j);
@@ -181,15 +188,21 @@ class InsideSim {
       }
       changed = decide() || changed;
       for (size_t j = 0; j < J_; ++j)
-        if (run_[j].at_rung) {  // undecided: checkpoint and free the devices until decided
+        if (run_[j].at_rung) {
           run_[j].at_rung = false;
+          if (o_.speculate) {  // train on in place while the decision is pending
+            run_[j].speculating = true;
+            continue;
+          }
+          // Undecided: checkpoint and free the devices until decided.
           run_[j].phase = Phase::paused;
           release(j);
           changed = true;
         }
       if (changed && unfinished() > 0) replan();
     }
-    for (const Run& r : run_) res_.selection_time_s = std::max(res_.selection_time_s, r.end);
+    for (const Run& r : run_)
+      if (r.phase == Phase::done) res_.selection_time_s = std::max(res_.selection_time_s, r.end);
     return res_;
   }
 
@@ -213,7 +226,8 @@ class InsideSim {
   }
   long long target(size_t j) const {
     const Run& r = run_[j];
-    return r.passed < R_ ? rungs_[j][static_cast<size_t>(r.passed)] : p_.jobs[j].steps;
+    const int next = r.passed + (r.speculating ? 1 : 0);
+    return next < R_ ? rungs_[j][static_cast<size_t>(next)] : p_.jobs[j].steps;
   }
   double step_time(size_t j) const {
     return p_.jobs[j].configs[static_cast<size_t>(run_[j].config)].time_s /
@@ -307,6 +321,7 @@ class InsideSim {
                               static_cast<int>(res_.reports[static_cast<size_t>(k)].size())});
     const bool was_paused = r.phase == Phase::paused;
     r.at_rung = false;
+    r.speculating = false;
     if (promote) {
       r.passed = k + 1;
       if (!was_paused) return false;
@@ -387,7 +402,9 @@ class InsideSim {
         s.phase = JobState::Phase::done;  // stopped, finished, or paused until decided
         continue;
       }
-      const double f = work_fraction(j);
+      // A job promoted while it waited at the boundary it had already trained to has no steps
+      // left before its next report, but must still start (and reload) to make it.
+      const double f = std::max(1e-6, work_fraction(j));
       const double left = std::max(1e-9, 1.0 - s.progress);
       s.config_scale.assign(job.configs.size(), f);
       if (r.phase == Phase::waiting && r.pending_penalty > 0)  // reload from the checkpoint

@@ -12,12 +12,12 @@
 //   rung k (N_0 = all, N_k = rung_keep(N_{k-1})): a job that has reported is a certain winner
 //   once its worst possible rank is within the keep, a certain loser once its best possible
 //   rank is beyond it. Winners continue in place, losers stop at once, undecided jobs pause
-//   (checkpoint, devices freed) until decided; promoted paused jobs resume paying
-//   restart_cost_s. ASHA promotes a job at rung k when it is in the top floor(n/eta) of the n
-//   results at rung k so far (also later, when more results come in); when no more job can
-//   reach rung k, the best max(1, floor(n/eta)) not yet promoted are, and the rest stop.
-//   Every event that changes who runs re-plans with replan() (restart cost, threshold), the
-//   remaining work planned as expected work (selection.hpp) or as full steps.
+//   (checkpoint, devices freed) until decided, or train on speculatively (speculate);
+//   promoted paused jobs resume paying restart_cost_s. ASHA promotes a job at rung k when it is in
+//   the top floor(n/eta) of the n results at rung k so far (also later, when more results come in);
+//   when no more job can reach rung k, the best max(1, floor(n/eta)) not yet promoted are, and the
+//   rest stop. Every event that changes who runs re-plans with replan() (restart cost, threshold),
+//   the remaining work planned as expected work (selection.hpp) or as full steps.
 // outside: batch s runs every surviving job from rung s-1 to rung s (the last batch to the
 //   full steps), planned by solve() and executed as planned; after a batch the tuner applies
 //   the rule to all its results (for ASHA that is successive halving: all results are in);
@@ -45,6 +45,10 @@ struct SelectionSimOptions {
   // stopped; next_rung: the steps to its next decision (its next rung, or its end).
   enum class Planning { expected_work, full_steps, next_rung };
   Planning planning = Planning::expected_work;
+  // inside: a job whose decision is pending trains on in place (to its next boundary at
+  // most) instead of checkpointing and freeing its devices; wasted steps if it loses, no
+  // restart and no idle wait if it wins. Re-plans may still move it (restart cost).
+  bool speculate = false;
   unsigned metric_seed = 1;
   ReplanOptions replan;  // restart cost, threshold and the solver settings of every (re-)plan
 };

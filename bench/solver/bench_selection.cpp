@@ -9,7 +9,8 @@
 // markdown table; never passes or fails on time.
 //
 //   bench_selection [--method sh|asha|both] [--eta 2] [--rungs 3] [--seeds N] [--limit 0.3]
-//                   [--only txt,img,mixed50]
+//                   [--only txt,img,mixed50] [--speculate] [--verbose]
+// --speculate: inside, jobs whose decision is pending train on instead of pausing.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -55,7 +56,7 @@ int main(int argc, char** argv) {
   double eta = 2.0, limit = 0.3;
   int rungs = 3, seeds = 3;
   std::vector<std::string> only;
-  bool verbose = false;
+  bool verbose = false, speculate = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -84,14 +85,17 @@ int main(int argc, char** argv) {
       seeds = std::atoi(next().c_str());
     else if (a == "--limit")
       limit = std::atof(next().c_str());
+    else if (a == "--speculate")
+      speculate = true;
     else if (a == "--verbose")
       verbose = true;
     else if (a == "--only")
       only = split(next());
     else {
-      std::fprintf(stderr,
-                   "usage: bench_selection [--method sh|asha|both] [--eta 2] [--rungs 3] "
-                   "[--seeds N] [--limit 0.3] [--only txt,img,mixed50]\n");
+      std::fprintf(
+          stderr,
+          "usage: bench_selection [--method sh|asha|both] [--eta 2] [--rungs 3] "
+          "[--seeds N] [--limit 0.3] [--only txt,img,mixed50] [--speculate] [--verbose]\n");
       return 2;
     }
   }
@@ -102,14 +106,15 @@ int main(int argc, char** argv) {
                         {"mixed50", "mixed", 50, "4x8"}};
   std::printf(
       "Selection inside vs outside the batch (simulated; run times = estimates; restart cost "
-      "120 s; re-plan/plan time limit %.2f s, no MILP; eta %.3g, %d rungs, min_steps = "
+      "120 s; re-plan/plan time limit %.2f s, no MILP; pending decisions: %s; eta %.3g, %d rungs, "
+      "min_steps = "
       "floor(shortest job's steps / eta^rungs); metric seeds 1..%d).\n"
       "Times in hours. inside: re-plans see expected work (selection.hpp); inside-full: full "
       "steps; inside-next: the steps to each job's next rung. x_out = outside / inside; "
       "x_out_next = outside / inside-next; x_full = inside-full / inside. same = outside and "
       "inside stop the same jobs. re-plans, restarts: inside's. idle%%: device time not held by a "
       "job, outside and inside.\n\n",
-      limit, eta, rungs, seeds);
+      limit, speculate ? "train on (--speculate)" : "pause", eta, rungs, seeds);
   std::printf(
       "| method | family | cluster | jobs | seed | outside h | inside h | inside-full h | "
       "inside-next h | x_out | x_out_next | x_full | same | re-plans | restarts | idle%% out | "
@@ -134,6 +139,7 @@ int main(int argc, char** argv) {
         o.replan.solve.time_limit_s = limit;
         o.replan.solve.use_milp = false;
         o.replan.threshold = 0.02;
+        o.speculate = speculate;
         for (int seed = 1; seed <= seeds; ++seed) {
           o.metric_seed = static_cast<unsigned>(seed);
           o.policy = SelectionSimOptions::Policy::outside;

@@ -129,6 +129,10 @@ TEST(SelectionSim, HalvingInsideAndOutsideStopWhatTheRuleSays) {
     const SelectionSimResult out = simulate_selection(p, o);
     EXPECT_EQ(out.stopped_rung, expect) << "outside, seed " << seed;
     o.policy = SelectionSimOptions::Policy::inside;
+    o.speculate = true;  // pending decisions train on: the same decisions
+    EXPECT_EQ(simulate_selection(p, o).stopped_rung, expect) << "speculating, seed " << seed;
+    o.speculate = false;
+    o.policy = SelectionSimOptions::Policy::inside;
     for (auto planning :
          {SelectionSimOptions::Planning::expected_work, SelectionSimOptions::Planning::full_steps,
           SelectionSimOptions::Planning::next_rung}) {
