@@ -201,8 +201,9 @@ class InsideSim {
         }
       if (changed && unfinished() > 0) replan();
     }
-    for (const Run& r : run_)
-      if (r.phase == Phase::done) res_.selection_time_s = std::max(res_.selection_time_s, r.end);
+    // Selection ends when every job has stopped or finished: under ASHA a job still below the
+    // top rung when the first survivors finish may yet be promoted.
+    for (const Run& r : run_) res_.selection_time_s = std::max(res_.selection_time_s, r.end);
     return res_;
   }
 

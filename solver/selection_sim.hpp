@@ -62,7 +62,9 @@ struct SelectionDecision {
 };
 
 struct SelectionSimResult {
-  double selection_time_s = 0.0;  // the last surviving job completes its full steps
+  // Every job has stopped or completed its full steps (under successive halving: the last
+  // survivor completes).
+  double selection_time_s = 0.0;
   std::vector<int> stopped_rung;  // per job: the rung it stopped at, -1 when it ran to the end
   std::vector<SelectionDecision> decisions;       // in time order
   std::vector<std::vector<int>> reports;          // per rung: jobs in the order they reported
