@@ -73,8 +73,8 @@ def main():
         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=eos, eos_token_id=eos))
     llama = transformers.LlamaForCausalLM(transformers.LlamaConfig(
         vocab_size=V, hidden_size=128, intermediate_size=344, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=128,
-        rope_theta=10000.0, tie_word_embeddings=False, bos_token_id=eos, eos_token_id=eos))
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+        rope_theta=50000.0, tie_word_embeddings=True, bos_token_id=eos, eos_token_id=eos))
     # Pre-training text: the files encoded one by one, as `saturn data prepare` does, minus the
     # last 10% of the ids, so that the example's val split (prepare's default) stays unseen.
     ids = []
