@@ -37,6 +37,8 @@ import sys
 import tempfile
 import warnings
 
+import venv_peers
+
 ARGS = argparse.ArgumentParser()
 ARGS.add_argument("--saturn", required=True)
 ARGS.add_argument("--probe", required=True)
@@ -45,31 +47,11 @@ ARGS.add_argument("--only", default="", help="gpt2, llama or llama-tied (default
 ARGS.add_argument("--no-mpi", action="store_true", help="skip the fsdp/tensor runs")
 args = ARGS.parse_args()
 
-
-def ensure_hf():
-    try:
-        import safetensors  # noqa: F401
-        import transformers  # noqa: F401
-        return
-    except ImportError as e:
-        missing = str(e)
-    py = os.path.join(args.venv, "bin", "python")
-    if os.path.exists(py) and not os.environ.get("SATURN_HF_REEXEC"):
-        os.environ["SATURN_HF_REEXEC"] = "1"
-        os.execv(py, [py] + sys.argv)
-    msg = (f"transformers/safetensors not importable ({missing}) by {sys.executable} nor by "
-           f"{py}: run `scripts/install-deps.sh --tests` (it makes the venv {args.venv})")
-    if os.environ.get("SATURN_ALLOW_MISSING_HF") == "1":
-        print("SKIPPED: " + msg)
-        sys.exit(77)
-    print("FAILED: " + msg)
-    sys.exit(1)
-
-
-ensure_hf()
+venv_peers.require(args.venv, ["safetensors", "transformers"])
 
 import h5py  # noqa: E402
 import numpy as np  # noqa: E402
+import safetensors.numpy  # noqa: E402
 import safetensors.torch  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -145,6 +127,32 @@ def hf_loss_and_grad_norm(model, windows):
     return float(loss), float(norm)
 
 
+def probe_gradients(model, hf_dir, windows, tmp):
+    """Per tensor, Saturn's gradient of the mean loss (hf_probe, the CPU model) against
+    transformers' on the same windows: the worst relative L2 error and its tensor."""
+    spec = os.path.join(tmp, "probe-grad.json")
+    json.dump({"B": int(windows.shape[0]), "T": int(windows.shape[1] - 1),
+               "tokens": windows[:, :-1].reshape(-1).tolist(),
+               "targets": windows[:, 1:].reshape(-1).tolist()}, open(spec, "w"))
+    grads_file = os.path.join(tmp, "probe-grads.safetensors")
+    p = run([args.probe, hf_dir, spec, os.path.join(tmp, "probe-grad-logits.bin"), grads_file])
+    if p.returncode != 0:
+        return None, p.stderr[-300:]
+    ours = safetensors.numpy.load_file(grads_file)
+    x = torch.tensor(windows[:, :-1], dtype=torch.int64)
+    y = torch.tensor(windows[:, 1:], dtype=torch.int64)
+    model.zero_grad()
+    logits = model(x, use_cache=False).logits
+    F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1)).backward()
+    theirs = {n: q.grad.double().numpy() for n, q in model.named_parameters()}
+    model.zero_grad()
+    if set(ours) != set(theirs):
+        return None, f"tensors differ: {sorted(set(ours) ^ set(theirs))[:6]}"
+    worst = max((float(np.linalg.norm(ours[n] - theirs[n]) / max(np.linalg.norm(theirs[n]), 1e-30)),
+                 n) for n in theirs)
+    return worst, ""
+
+
 def probe_logits(hf_dir, tokens, tmp):
     spec = os.path.join(tmp, "probe.json")
     out = os.path.join(tmp, "probe.bin")
@@ -218,6 +226,12 @@ def check_family(arch, tmp):
     write_tokens(data, tokens)
     windows = np.stack([tokens[w * T:w * T + T + 1] for w in range(B)])
     ref_loss, ref_norm = hf_loss_and_grad_norm(model, windows)
+    # Every tensor's gradient on one device; the strategies' gradients equal one device's per
+    # tensor (tests/parallel test_equivalence), and their norms are checked below.
+    worst, why = probe_gradients(model, src, windows, tmp)
+    expect(f"one device: every tensor's gradient = transformers' (worst relative L2 "
+           f"{worst[0] if worst else float('nan'):.1e}, {worst[1] if worst else why})",
+           worst is not None and worst[0] <= 1e-4, why)
 
     # Import: the first step of a job that starts from the directory.
     wl = os.path.join(tmp, f"{arch}.yaml")
