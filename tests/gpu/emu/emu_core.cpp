@@ -169,8 +169,7 @@ class Arena {
     const std::size_t want = (end + page - 1) / page * page;
     if (want > high_) {
       // The newly used range takes the protection the rest of the arena has right now.
-      if (open_ > 0 &&
-          mprotect(base_ + high_, want - high_, PROT_READ | PROT_WRITE) != 0) {
+      if (open_ > 0 && mprotect(base_ + high_, want - high_, PROT_READ | PROT_WRITE) != 0) {
         std::perror("CUDA emulator: mprotect");
         std::abort();
       }
@@ -219,8 +218,9 @@ void on_fault(int sig, siginfo_t* info, void* /*context*/) {
     abort();
   }
   if (in_fiber_guard(addr)) {
-    write_str("\nCUDA emulator: a kernel thread overflowed its emulated stack (128 KiB): a "
-              "kernel with large local arrays or deep recursion (a GPU thread has far less)\n");
+    write_str(
+        "\nCUDA emulator: a kernel thread overflowed its emulated stack (128 KiB): a "
+        "kernel with large local arrays or deep recursion (a GPU thread has far less)\n");
     signal(SIGABRT, SIG_DFL);
     abort();
   }
@@ -305,6 +305,10 @@ namespace emu {
 namespace {
 
 constexpr std::size_t kStackBytes = std::size_t{128} << 10;  // per thread of a block
+// Inaccessible bytes below each stack. Wider than any one frame a kernel could push (a page
+// would not be: a frame larger than it steps over the guard into the mapping below, another
+// thread's stack, and the overflow shows as corruption or an unexplained fault elsewhere).
+constexpr std::size_t kGuardBytes = std::size_t{256} << 10;
 
 enum class Wait { kNone, kBlock, kWarp };
 
@@ -326,9 +330,7 @@ struct FastRng {
     return s * 0x2545F4914F6CDD1DULL;
   }
   // Lemire's multiply-shift: no division in the scheduler's hot loop.
-  unsigned below(unsigned n) {
-    return static_cast<unsigned>(((next() >> 32) * n) >> 32);
-  }
+  unsigned below(unsigned n) { return static_cast<unsigned>(((next() >> 32) * n) >> 32); }
 };
 
 struct Runner {
@@ -377,12 +379,11 @@ struct Runner {
   void ensure(unsigned threads) {
     while (fibers.size() < threads) {
       Fiber f;
-      const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
-      void* p = mmap(nullptr, kStackBytes + page, PROT_READ | PROT_WRITE,
+      void* p = mmap(nullptr, kStackBytes + kGuardBytes, PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
       if (p == MAP_FAILED) throw std::runtime_error("CUDA emulator: cannot map a thread stack");
-      mprotect(p, page, PROT_NONE);  // guard: a kernel thread overflowing its stack faults
-      f.stack = static_cast<char*>(p) + page;
+      mprotect(p, kGuardBytes, PROT_NONE);  // guard: a kernel thread overflowing its stack faults
+      f.stack = static_cast<char*>(p) + kGuardBytes;
       fibers.push_back(f);
     }
     slots[0].assign(threads, 0.0);
@@ -415,9 +416,10 @@ struct Stats {
                      v[i].second.c_str());
     }
     if (on)
-      std::fprintf(stderr, "CUDA emulator: %llu launches, %llu blocks, %llu phases, %llu switches\n",
-                   static_cast<unsigned long long>(launches), static_cast<unsigned long long>(blocks),
-                   static_cast<unsigned long long>(phases), static_cast<unsigned long long>(switches));
+      std::fprintf(
+          stderr, "CUDA emulator: %llu launches, %llu blocks, %llu phases, %llu switches\n",
+          static_cast<unsigned long long>(launches), static_cast<unsigned long long>(blocks),
+          static_cast<unsigned long long>(phases), static_cast<unsigned long long>(switches));
   }
 };
 Stats g_stats;
@@ -432,9 +434,8 @@ Runner& runner() {
 bool in_fiber_guard(const char* addr) {
   const Runner* r = g_runner;
   if (r == nullptr) return false;
-  const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
   for (const Fiber& f : r->fibers)
-    if (addr >= f.stack - page && addr < f.stack) return true;
+    if (addr >= f.stack - kGuardBytes && addr < f.stack) return true;
   return false;
 }
 
@@ -457,7 +458,7 @@ void start(Fiber& f, unsigned t) {
   char* top = f.stack + kStackBytes - (t % 512) * 80;
   top -= reinterpret_cast<std::uintptr_t>(top) % 16;
   auto* sp = reinterpret_cast<std::uint64_t*>(top);
-  *--sp = 0;                                              // fiber_main's caller (none)
+  *--sp = 0;                                             // fiber_main's caller (none)
   *--sp = reinterpret_cast<std::uint64_t>(&fiber_main);  // popped by ret
   for (int i = 0; i < 6; ++i) *--sp = 0;                 // rbp rbx r12 r13 r14 r15
   f.sp = sp;
@@ -468,7 +469,8 @@ void start(Fiber& f, unsigned t) {
 
 void yield(Wait w) {
   Runner* r = g_runner;
-  if (r == nullptr || !r->running) throw std::logic_error("CUDA emulator: a barrier outside a kernel");
+  if (r == nullptr || !r->running)
+    throw std::logic_error("CUDA emulator: a barrier outside a kernel");
   Fiber& f = *r->current;
   f.wait = w;
   if (w == Wait::kBlock)
@@ -602,11 +604,12 @@ void* dynamic_smem() {
 void launch(Dim3 grid, Dim3 block, std::size_t smem_bytes, const std::function<void()>& body) {
   const unsigned threads = block.x * block.y * block.z;
   if (threads == 0 || threads % 32 != 0 || threads > 1024 || block.y != 1 || block.z != 1)
-    throw std::runtime_error("CUDA emulator: blocks must be 1-D, a multiple of 32 threads, at "
-                             "most 1024; got " +
-                             std::to_string(block.x) + "x" + std::to_string(block.y) + "x" +
-                             std::to_string(block.z));
-  if (grid.x == 0 || grid.y == 0 || grid.z == 0) throw std::runtime_error("CUDA emulator: empty grid");
+    throw std::runtime_error(
+        "CUDA emulator: blocks must be 1-D, a multiple of 32 threads, at "
+        "most 1024; got " +
+        std::to_string(block.x) + "x" + std::to_string(block.y) + "x" + std::to_string(block.z));
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0)
+    throw std::runtime_error("CUDA emulator: empty grid");
   if (grid.y > 65535 || grid.z > 65535)
     throw std::runtime_error("CUDA emulator: grid y/z beyond 65535 (a launch error on a GPU)");
   Runner& r = runner();
@@ -618,8 +621,7 @@ void launch(Dim3 grid, Dim3 block, std::size_t smem_bytes, const std::function<v
   const std::size_t blocks = static_cast<std::size_t>(grid.x) * grid.y * grid.z;
   std::vector<std::size_t> order(blocks);
   std::iota(order.begin(), order.end(), std::size_t{0});
-  for (std::size_t i = blocks - 1; i > 0; --i)
-    std::swap(order[i], order[r.rng.next() % (i + 1)]);
+  for (std::size_t i = blocks - 1; i > 0; --i) std::swap(order[i], order[r.rng.next() % (i + 1)]);
   r.order.resize(threads);
   std::iota(r.order.begin(), r.order.end(), 0u);
   DeviceAccess access;
@@ -628,8 +630,7 @@ void launch(Dim3 grid, Dim3 block, std::size_t smem_bytes, const std::function<v
   g_runner = &r;
   r.running = true;
   for (std::size_t b : order) {
-    blockIdx = uint3{static_cast<unsigned>(b % grid.x),
-                     static_cast<unsigned>(b / grid.x % grid.y),
+    blockIdx = uint3{static_cast<unsigned>(b % grid.x), static_cast<unsigned>(b / grid.x % grid.y),
                      static_cast<unsigned>(b / (static_cast<std::size_t>(grid.x) * grid.y))};
     r.smem.assign(smem_bytes + 128 + 16, 0xFF);  // garbage, as on a GPU; room to align
     ++g_stats.blocks;
