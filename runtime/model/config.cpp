@@ -39,7 +39,8 @@ void ModelConfig::validate() const {
         fmt::format("llama needs an even head dimension for rotary positions (d_model/n_head = "
                     "{})",
                     head_dim()));
-  if (n_kv_head < 0) bad(fmt::format("n_kv_head must be >= 1 (got {})", n_kv_head));
+  if (n_kv_head < 0)
+    bad(fmt::format("n_kv_head must be >= 1, or 0 for n_head (got {})", n_kv_head));
   if (n_head % kv_heads() != 0)
     bad(
         fmt::format("n_kv_head ({}) must divide n_head ({}): each key/value head serves an equal "
