@@ -169,6 +169,9 @@ struct Coordinator::Impl {
            {"step", js.steps_done},
            {selection.settings().metric,
             std::isnan(metric) ? nlohmann::json() : nlohmann::json(metric)}});
+    // At once, not at the next timer: a hard kill before it would make --resume count this
+    // job's metric as missing and decide the rung differently.
+    write_run_state();
   }
 
   // Applies what the rule decides now: losers stop (status stopped, their ranks are already
@@ -215,8 +218,11 @@ struct Coordinator::Impl {
     nlohmann::json extra = nlohmann::json::object();
     if (selection.enabled()) extra["selection"] = selection.to_json();
     nlohmann::json cancelled = nlohmann::json::array();
+    // A cancel still waiting for its job's stop counts: its spool request is already taken.
     for (const auto& js : jobs)
-      if (js.status == JobStatus::kCancelled) cancelled.push_back(js.spec->id);
+      if (js.status == JobStatus::kCancelled ||
+          (js.cancel_requested && js.status != JobStatus::kFinished))
+        cancelled.push_back(js.spec->id);
     if (!cancelled.empty()) extra["cancelled"] = cancelled;
     files.write_run_state(now(), plan_index, extra);
   }
@@ -349,7 +355,10 @@ struct Coordinator::Impl {
 
   void request_stop(JobState& js, const std::string& why) {
     if (js.status != JobStatus::kRunning || js.stop_sent) return;
-    send_json(control, js.segments.back().ranks.front(), kTagStop, {{"reason", why}});
+    // Addressed to this segment: if it has just ended, the leader's next segment drops it.
+    const int segment = static_cast<int>(js.past_segments.size() + js.segments.size()) - 1;
+    send_json(control, js.segments.back().ranks.front(), kTagStop,
+              {{"reason", why}, {"job", js.spec->id}, {"segment", segment}});
     js.stop_sent = true;
     js.status = JobStatus::kStopping;
   }
@@ -531,6 +540,12 @@ struct Coordinator::Impl {
     e["event"] = "failure";
     e["reason"] = js.reason;
     event(e);
+    if (js.cancel_requested) {  // the user asked for it to end: cancelled, failure noted
+      const std::string failure = js.reason;
+      cancel(js);
+      js.reason = "cancelled (saturn cancel); its last segment failed: " + failure;
+      return;
+    }
     log::error("job {} failed: {}", js.spec->id, js.reason);
     request_replan("job " + js.spec->id + " failed");
   }
@@ -560,9 +575,14 @@ struct Coordinator::Impl {
       js.cancel_requested = true;
       request_stop(js, "cancelled");
       log::info("job {}: cancel requested, stopping it at its next step", js.spec->id);
+      write_run_state();  // durable before the stop lands: --resume then cancels it
       return;
     }
-    if (js.status != JobStatus::kPending) {
+    // A job stopped by a signal or failed would run again on --resume: cancel it now. One
+    // stopped by selection, finished or already cancelled has nothing left to cancel.
+    const bool resumable =
+        (js.status == JobStatus::kStopped && !js.selected_out) || js.status == JobStatus::kFailed;
+    if (js.status != JobStatus::kPending && !resumable) {
       log::warn("job {}: cancel ignored, the job is {}", js.spec->id, status_name(js.status));
       return;
     }

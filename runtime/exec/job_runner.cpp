@@ -95,10 +95,16 @@ SegmentOutcome run_segment(const RunContext& ctx, const SegmentLaunch& launch, M
     // some rank received (the job's ranks learn its number, so the report names it).
     std::int32_t flags[2] = {0, 0};
     if (leader) {
-      if (auto m = try_recv_json(ctx.control, 0, kTagStop)) {
-        flags[0] |= 1;
+      // A stop sent as an earlier segment of this leader ended (a re-plan or cancel racing
+      // its finish or rung) is stale: dropped, or it would stop this segment after one step.
+      while (auto m = try_recv_json(ctx.control, 0, kTagStop)) {
         const nlohmann::json& stop = *m;
+        if (stop.value("job", launch.job_id) != launch.job_id ||
+            stop.value("segment", launch.segment) != launch.segment)
+          continue;
+        flags[0] |= 1;
         stop_reason = stop.contains("reason") ? stop["reason"].get<std::string>() : "re-plan";
+        break;
       }
       if (r.has_val || r.step == job.train.steps ||
           std::chrono::duration<double>(now - last_progress).count() >= ctx.progress_interval_s) {

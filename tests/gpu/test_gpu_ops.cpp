@@ -605,7 +605,10 @@ void attention_case(GpuOps& t, int B, int T, int H, int hd, const Vec* given_qkv
         w.push_back(dqkv[r * stride + part_begin[part] + c]);
       }
     SCOPED_TRACE(part == 0 ? "dq" : part == 1 ? "dk" : "dv");
-    if (part == 2) {
+    // With Hkv < H, dv sums the group's H/Hkv terms P_h^T·dO_h, each with P rounded to bf16;
+    // where the terms cancel, their errors are absolute like dq's and dk's (one element of
+    // 17920 over the single-head bound, seed 15664336447355901200), so dv takes their bound.
+    if (part == 2 && Hkv == H) {
       SATURN_EXPECT_CLOSE(g, w, kTolBf16);
     } else {
       EXPECT_EQ(first_non_finite(g), -1);
