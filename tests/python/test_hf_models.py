@@ -494,48 +494,39 @@ def check_errors(src, data, tmp):
     refused("a tensor the engine has no place for", d, "model.safetensors",
             "model.layers.0.extra.weight", "no place")
 
+    def refused(name, model_dir, extra_model="", edit=None):
+        """`saturn train` of a workload NAME.yaml from model_dir: its exit status and stderr."""
+        wl = os.path.join(tmp, f"{name}.yaml")
+        workload(wl, model_dir, data, extra_model=extra_model)
+        if edit:
+            text = edit(open(wl).read())
+            open(wl, "w").write(text)
+        p = run([args.saturn, "train", wl, "--device", "cpu", "--run-dir",
+                 os.path.join(tmp, f"r-{name}")], expect_rc=None)
+        return p.returncode, p.stderr
+
     # A job longer than the model's positions.
-    wl = os.path.join(tmp, "long.yaml")
-    workload(wl, src, data)
-    text = open(wl).read().replace(f"seq_len: {T}", "seq_len: 65")
-    open(wl, "w").write(text)
-    p = run([args.saturn, "train", wl, "--device", "cpu", "--run-dir", os.path.join(tmp, "r-z")],
-            expect_rc=None)
+    rc, err = refused("long", src, edit=lambda t: t.replace(f"seq_len: {T}", "seq_len: 65"))
     expect("seq_len 65 > max_position_embeddings 64: exit 2",
-           p.returncode == 2 and "long.yaml:" in p.stderr and "max_position_embeddings" in p.stderr,
-           p.stderr.strip()[-400:])
+           rc == 2 and "long.yaml:" in err and "max_position_embeddings" in err, err.strip()[-400:])
 
     # A workload key that disagrees with config.json: exit 2, file:line, both values.
-    wl = os.path.join(tmp, "disagree.yaml")
-    workload(wl, src, data, extra_model=", n_head: 8")
-    p = run([args.saturn, "train", wl, "--device", "cpu", "--run-dir", os.path.join(tmp, "r-x")],
-            expect_rc=None)
-    ok = (p.returncode == 2 and "disagree.yaml:" in p.stderr and "n_head" in p.stderr and
-          "8 disagrees with num_attention_heads = 4" in p.stderr)
-    expect("workload n_head 8 vs config.json 4: exit 2 naming both", ok, p.stderr.strip()[-400:])
-    wl = os.path.join(tmp, "kv3.yaml")
-    workload(wl, os.path.join(tmp, "kv3"), data)
-    p = run([args.saturn, "train", wl, "--device", "cpu", "--run-dir", os.path.join(tmp, "r-y")],
-            expect_rc=None)
+    rc, err = refused("disagree", src, ", n_head: 8")
+    expect("workload n_head 8 vs config.json 4: exit 2 naming both",
+           rc == 2 and "disagree.yaml:" in err and "n_head" in err and
+           "8 disagrees with num_attention_heads = 4" in err, err.strip()[-400:])
+    rc, err = refused("kv3", os.path.join(tmp, "kv3"))
     expect("workload from a directory with 3 key/value heads for 4: exit 2 at `from`",
-           p.returncode == 2 and "kv3.yaml:" in p.stderr and "models.m.from" in p.stderr and
-           "num_key_value_heads" in p.stderr, p.stderr.strip()[-400:])
+           rc == 2 and "kv3.yaml:" in err and "models.m.from" in err and
+           "num_key_value_heads" in err, err.strip()[-400:])
     # n_kv_head and tie_embeddings given beside `from`: they must agree with config.json.
-    wl = os.path.join(tmp, "kv-disagree.yaml")
-    workload(wl, src, data, extra_model=", n_kv_head: 4")
-    p = run([args.saturn, "train", wl, "--device", "cpu", "--run-dir", os.path.join(tmp, "r-w")],
-            expect_rc=None)
+    rc, err = refused("kv-disagree", src, ", n_kv_head: 4")
     expect("workload n_kv_head 4 vs config.json 2: exit 2 naming both",
-           p.returncode == 2 and "4 disagrees with num_key_value_heads = 2" in p.stderr,
-           p.stderr.strip()[-400:])
-    wl = os.path.join(tmp, "tie-disagree.yaml")
-    workload(wl, src, data, extra_model=", tie_embeddings: true")
-    p = run([args.saturn, "train", wl, "--device", "cpu", "--run-dir", os.path.join(tmp, "r-v")],
-            expect_rc=None)
+           rc == 2 and "4 disagrees with num_key_value_heads = 2" in err, err.strip()[-400:])
+    rc, err = refused("tie-disagree", src, ", tie_embeddings: true")
     expect("workload tie_embeddings true vs an untied config.json: exit 2 naming both",
-           p.returncode == 2 and "true disagrees with tie_word_embeddings = false" in p.stderr,
-           p.stderr.strip()[-400:])
-
+           rc == 2 and "true disagrees with tie_word_embeddings = false" in err,
+           err.strip()[-400:])
 
 def main():
     print(f"transformers {transformers.__version__}, safetensors {safetensors.__version__}, "
