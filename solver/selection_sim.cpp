@@ -488,6 +488,57 @@ const char* to_string(SelectionSimOptions::Planning planning) {
   return "?";
 }
 
+double selection_time_lower_bound(const Problem& problem, const SelectionRule& rule,
+                                  const std::vector<int>& stopped_rung) {
+  check_problem(problem);
+  check_rule(rule);
+  if (rule.method != SelectionMethod::successive_halving)
+    throw SolverError("selection bound: only successive halving's decisions are bounded here");
+  const auto rungs = all_rungs(problem, rule);
+  const size_t J = problem.jobs.size();
+  if (stopped_rung.size() != J)
+    throw SolverError(
+        fmt::format("selection bound: {} stop rungs for {} jobs", stopped_rung.size(), J));
+  const int R = rule.max_rungs;
+  // Per job, the fewest device-seconds and the shortest time per step over its eligible
+  // configurations (a multi-node configuration holds its nodes' devices, at least `devices`).
+  std::vector<double> area_per_step(J, kInfinity), time_per_step(J, kInfinity);
+  for (size_t j = 0; j < J; ++j) {
+    const Job& job = problem.jobs[j];
+    for (const Config& c : job.configs) {
+      if (eligible_nodes(problem.cluster, c).empty()) continue;
+      const double per_step = c.time_s / static_cast<double>(job.steps);
+      area_per_step[j] = std::min(area_per_step[j], per_step * c.devices);
+      time_per_step[j] = std::min(time_per_step[j], per_step);
+    }
+  }
+  double area = 0.0, longest = 0.0;
+  std::vector<double> to_last_rung;  // fastest arrival at the last rung of the jobs reaching it
+  double after_last_rung = 0.0;      // the slowest survivor's fastest rest after it
+  for (size_t j = 0; j < J; ++j) {
+    const int s = stopped_rung[j];
+    if (s < -1 || s >= R)
+      throw SolverError(fmt::format("selection bound: job '{}' stops at rung {} of {}",
+                                    problem.jobs[j].id, s, R));
+    const long long steps = s < 0 ? problem.jobs[j].steps : rungs[j][static_cast<size_t>(s)];
+    area += area_per_step[j] * static_cast<double>(steps);
+    longest = std::max(longest, time_per_step[j] * static_cast<double>(steps));
+    const long long last = rungs[j][static_cast<size_t>(R - 1)];
+    if (s < 0 || s == R - 1) to_last_rung.push_back(time_per_step[j] * static_cast<double>(last));
+    if (s < 0)
+      after_last_rung = std::max(
+          after_last_rung, time_per_step[j] * static_cast<double>(problem.jobs[j].steps - last));
+  }
+  double decision = 0.0;
+  if (!to_last_rung.empty()) {
+    std::sort(to_last_rung.begin(), to_last_rung.end());
+    const int n = static_cast<int>(to_last_rung.size());
+    const int reports = n - rung_keep(rule, n) + 1;  // before the first winner is certain
+    decision = to_last_rung[static_cast<size_t>(std::clamp(reports, 1, n) - 1)] + after_last_rung;
+  }
+  return std::max({area / static_cast<double>(problem.cluster.total_devices()), longest, decision});
+}
+
 SelectionSimResult simulate_selection(const Problem& problem, const SelectionSimOptions& options) {
   check_problem(problem);
   check_rule(options.rule);

@@ -81,4 +81,19 @@ const char* to_string(SelectionSimOptions::Planning planning);
 // below its steps (every job must reach every rung before it ends).
 SelectionSimResult simulate_selection(const Problem& problem, const SelectionSimOptions& options);
 
+// A lower bound on the time any policy needs to finish successive halving on `problem` when the
+// jobs stop where `stopped_rung` says (-1: runs to its full steps; e.g. a simulated result's),
+// restart costs and solve times left out. The larger of:
+//  - area: every job's work up to its stop, each in its configuration with the fewest
+//    device-seconds (eligible on the cluster), over the cluster's devices;
+//  - each job's own work in its fastest eligible configuration;
+//  - the last decision: a job runs past the last rung only once successive halving has
+//    determined it a winner there, which takes at least N - keep + 1 of the N jobs reaching
+//    that rung to have reported; none can report sooner than its fastest time to the rung, and
+//    the survivor's rest takes at least its fastest time after that.
+// What no inside policy can beat, so outside / bound is the most selection inside the batch
+// could gain. Throws SolverError as simulate_selection does.
+double selection_time_lower_bound(const Problem& problem, const SelectionRule& rule,
+                                  const std::vector<int>& stopped_rung);
+
 }  // namespace saturn::solver

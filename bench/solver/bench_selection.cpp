@@ -113,16 +113,19 @@ int main(int argc, char** argv) {
       "steps; inside-next: the steps to each job's next rung. x_out = outside / inside; "
       "x_out_next = outside / inside-next; x_full = inside-full / inside. same = outside and "
       "inside stop the same jobs. re-plans, restarts: inside's. idle%%: device time not held by a "
-      "job, outside and inside.\n\n",
+      "job, outside and inside. bound: successive halving only, a lower bound on the time of any "
+      "policy that stops the jobs outside stops (area, each job's fastest run, the last "
+      "decision; selection_sim.hpp); x_max = outside / bound, the most that selection inside "
+      "the batch could gain.\n\n",
       limit, speculate ? "train on (--speculate)" : "pause", eta, rungs, seeds);
   std::printf(
       "| method | family | cluster | jobs | seed | outside h | inside h | inside-full h | "
       "inside-next h | x_out | x_out_next | x_full | same | re-plans | restarts | idle%% out | "
-      "idle%% in |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "idle%% in | bound h | x_max |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   try {
     for (SelectionMethod method : methods) {
-      std::vector<double> x_out, x_full, x_next;
+      std::vector<double> x_out, x_full, x_next, x_max;
       for (const Case& c : cases) {
         if (!only.empty() && std::find(only.begin(), only.end(), c.key) == only.end()) continue;
         const Problem p = synthetic::family(
@@ -157,15 +160,23 @@ int main(int argc, char** argv) {
           x_out.push_back(xo);
           x_full.push_back(xf);
           x_next.push_back(xn);
+          // What no inside policy can beat, for the jobs successive halving stops outside.
+          const double bound = method == SelectionMethod::successive_halving
+                                   ? selection_time_lower_bound(p, o.rule, out.stopped_rung)
+                                   : 0.0;
+          if (bound > 0) x_max.push_back(out.selection_time_s / bound);
+          const std::string bound_cells =
+              bound > 0 ? fmt::format("{:.2f} | {:.2f}", bound / 3600, out.selection_time_s / bound)
+                        : std::string("- | -");
           std::printf(
               "| %s | %s | %s | %zu | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %s | "
-              "%d | %d | %.0f | %.0f |\n",
+              "%d | %d | %.0f | %.0f | %s |\n",
               to_string(method), c.key.c_str(), c.cluster, p.jobs.size(), seed,
               out.selection_time_s / 3600, in.selection_time_s / 3600, full.selection_time_s / 3600,
               next.selection_time_s / 3600, xo, xn, xf,
               out.stopped_rung == in.stopped_rung ? "yes" : "no", in.plans, in.restarts,
               100 * (1 - out.busy_device_s / (devices * out.selection_time_s)),
-              100 * (1 - in.busy_device_s / (devices * in.selection_time_s)));
+              100 * (1 - in.busy_device_s / (devices * in.selection_time_s)), bound_cells.c_str());
           if (verbose)
             for (const auto* r : {&out, &in, &full, &next}) {
               std::printf("   decisions:");
@@ -177,8 +188,10 @@ int main(int argc, char** argv) {
           std::fflush(stdout);
         }
       }
-      std::printf("| **%s median** | | | | | | | | | **%.2f** | **%.2f** | **%.2f** | | | | | |\n",
-                  to_string(method), median(x_out), median(x_next), median(x_full));
+      std::printf(
+          "| **%s median** | | | | | | | | | **%.2f** | **%.2f** | **%.2f** | | | | | | | %s |\n",
+          to_string(method), median(x_out), median(x_next), median(x_full),
+          x_max.empty() ? "-" : fmt::format("**{:.2f}**", median(x_max)).c_str());
     }
   } catch (const SolverError& e) {
     std::fprintf(stderr, "bench_selection: %s\n", e.what());

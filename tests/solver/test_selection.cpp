@@ -216,3 +216,45 @@ TEST(SelectionSim, RejectsRungsPastAJobsEnd) {
   SelectionSimOptions o = sim_options(SelectionMethod::successive_halving, 1);
   EXPECT_THROW(simulate_selection(p, o), SolverError);
 }
+
+// The bound on sweep() for a stop pattern worked by hand (rungs at 50, 100, 200 of 800 steps;
+// even jobs 5000 s, odd 8000 s on one device; the fewest device-seconds per step are ddp x1's
+// t/800, the fastest fsdp x4's 0.3 t/800): jobs 0-3 stop at rung 0, 4-5 at rung 1, 6 at rung 2,
+// 7 runs to the end.
+//  area: (50 (5000 + 8000 + 5000 + 8000) + 100 (5000 + 8000) + 200 * 5000 + 800 * 8000) / 800
+//        = 12500 device-seconds over 4 devices = 3125 s;
+//  longest: job 7, 0.3 * 8000 = 2400 s;
+//  last decision: jobs 6 and 7 reach rung 2, keep 1, so both must report: job 7 gets there in
+//  0.3 * 8000 / 4 = 600 s at the soonest, then runs 600 steps, 1800 s: 2400 s.
+TEST(SelectionSim, LowerBoundWorkedByHand) {
+  const Problem p = sweep();
+  const SelectionRule rule = halving(50, 2, 3);
+  EXPECT_NEAR(selection_time_lower_bound(p, rule, {0, 0, 0, 0, 1, 1, 2, -1}), 3125.0, 1e-9);
+  // On two devices (fsdp x4 gone, the fastest is fsdp x2's 0.55 t/800 per step): area
+  // 12500 / 2 = 6250 s; job 7's whole run 4400 s; the decision at 1100 s, then 3300 s.
+  Problem two = p;
+  two.cluster = parse_cluster_spec("1x2");
+  for (Job& j : two.jobs) j.configs.pop_back();
+  EXPECT_NEAR(selection_time_lower_bound(two, rule, {0, 0, 0, 0, 1, 1, 2, -1}), 6250.0, 1e-9);
+  EXPECT_THROW(selection_time_lower_bound(p, rule, {0, 0, 0}), SolverError);
+  EXPECT_THROW(selection_time_lower_bound(p, rule, {0, 0, 0, 0, 1, 1, 3, -1}), SolverError);
+  SelectionRule asha = rule;
+  asha.method = SelectionMethod::asha;
+  EXPECT_THROW(selection_time_lower_bound(p, asha, {0, 0, 0, 0, 1, 1, 2, -1}), SolverError);
+}
+
+// No simulated policy beats the bound (the bound leaves out restarts and solve time).
+TEST(SelectionSim, LowerBoundHoldsForBothPolicies) {
+  const Problem p = sweep();
+  for (unsigned seed : {1u, 2u, 3u}) {
+    SelectionSimOptions o = sim_options(SelectionMethod::successive_halving, seed);
+    for (auto policy :
+         {SelectionSimOptions::Policy::outside, SelectionSimOptions::Policy::inside}) {
+      o.policy = policy;
+      const SelectionSimResult r = simulate_selection(p, o);
+      const double bound = selection_time_lower_bound(p, o.rule, r.stopped_rung);
+      EXPECT_GT(bound, 0.0);
+      EXPECT_LE(bound, r.selection_time_s * (1 + 1e-12)) << to_string(policy) << ", seed " << seed;
+    }
+  }
+}
