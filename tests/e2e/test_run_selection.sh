@@ -191,6 +191,25 @@ PY
 then ok "asha: decisions kept across SIGUSR1 and --resume, each by the rule at its time"
 else bad "asha: decisions not kept or rule broken"; fi
 
+# A corrupt saved selection state is an input error (exit 2) naming the file and the field,
+# found before any rank trains.
+cp -r "$work/asha" "$work/asha-corrupt"
+$py - "$work/asha-corrupt/run_state.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+job = sorted(s["selection"]["jobs"])[0]
+s["selection"]["jobs"][job]["level"] = "two"
+json.dump(s, open(sys.argv[1], "w"))
+print(job)
+PY
+out=$("$saturn" run --resume "$work/asha-corrupt" --np 1 2>&1)
+rc=$?
+if [ $rc -eq 2 ] && grep -q "asha-corrupt/run_state.json: selection.jobs.*level must be" <<<"$out"; then
+  ok "corrupt selection state in run_state.json: exit 2 naming the file and the field"
+else
+  bad "corrupt selection state: rc=$rc"; echo "$out" | tail -5
+fi
+
 # Selection needs re-planning: a baseline policy is refused with the reason.
 if out=$("$saturn" run "$work/sha.yaml" --np 1 --run-dir "$work/nope" --policy min 2>&1); then
   bad "selection with --policy min: exit 0"
