@@ -140,7 +140,7 @@ svg text{font-family:inherit}
 .bar.actual.ended-selection,.bar.actual.ended-early_stop{fill-opacity:.55;stroke:#8a5a00;stroke-width:1.2;stroke-dasharray:3 2}
 .bar.actual.ended-cancel{fill-opacity:.3;stroke:#4b5563;stroke-width:1.2;stroke-dasharray:2 2}
 .stop-mark{fill:#8a5a00;stroke:#fff;stroke-width:.8}.stop-mark.cancel{fill:#4b5563}
-.stop-label{font-size:10px;fill:#8a5a00;font-weight:600}.stop-label.cancel{fill:#4b5563}
+.stop-label{font-size:10px;fill:#8a5a00;font-weight:600;paint-order:stroke;stroke:#fff;stroke-width:3px}.stop-label.cancel{fill:#4b5563}
 .rung-mark{stroke:#7c3aed;stroke-width:1;stroke-dasharray:5 3}
 .rung-label{font-size:10px;fill:#6d28d9}
 .curve-end{stroke:#fff;stroke-width:.8}
@@ -184,11 +184,12 @@ std::string state_badge(const RunData& run) {
 }
 
 std::string totals(const RunData& run) {
-  int finished = 0, failed = 0, running = 0;
+  int finished = 0, failed = 0, running = 0, stopped_for_good = 0;
   for (const auto& j : run.jobs) {
     finished += j.status == "finished";
     failed += j.status == "failed";
     running += j.status == "running";
+    stopped_for_good += !j.stopped_by.empty();
   }
   std::vector<Card> cards;
   // Until every job finished or failed, the time so far is no makespan to compare.
@@ -214,7 +215,10 @@ std::string totals(const RunData& run) {
                    fmt::format("busy device time / ({} devices x {})", run.devices,
                                done ? "makespan" : "elapsed")});
   cards.push_back({"jobs", fmt::format("{} / {} finished", finished, run.jobs.size()),
-                   fmt::format("{} failed, {} running", failed, running)});
+                   fmt::format("{} failed, {} running{}", failed, running,
+                               stopped_for_good > 0 ? fmt::format(", {} stopped early or cancelled",
+                                                                  stopped_for_good)
+                                                    : "")});
   cards.push_back({"plans", fmt::format("{}", run.plans.size()),
                    fmt::format("{} re-plan{}; {} run{}", run.replans, run.replans == 1 ? "" : "s",
                                run.runs, run.runs == 1 ? "" : "s (resumed)")});
@@ -296,8 +300,10 @@ std::string gantt(const RunData& run, const std::map<std::string, std::size_t>& 
             format_seconds(pj.start_s), format_seconds(pj.end_s));
     }
   o += "</g>";
-  // Actual bars.
+  // Actual bars; the marks and labels of stops after all of them, so that no later bar hides
+  // them.
   o += R"(<g id="gantt-actual">)";
+  std::string stops;
   for (const auto& j : run.jobs) {
     const std::size_t k = index.at(j.id);
     const std::string color = job_color(k);
@@ -317,11 +323,12 @@ std::string gantt(const RunData& run, const std::map<std::string, std::size_t>& 
             esc(describe_segment(j, s, seg)));
         if (stopped_here) {
           const std::string kind = j.stopped_by == "cancel" ? " cancel" : "";
-          o += fmt::format(R"(<path class="stop-mark{}" data-job="{}" data-stopped-by="{}" )"
-                           R"(d="M{} {}l6 -5v10z"><title>{}: {} at step {}</title></path>)",
-                           kind, esc(j.id), esc(j.stopped_by), num(b), num(y + act_h / 2),
-                           esc(j.id), esc(j.reason.empty() ? j.stop_label : j.reason), j.stop_step);
-          o +=
+          stops +=
+              fmt::format(R"(<path class="stop-mark{}" data-job="{}" data-stopped-by="{}" )"
+                          R"(d="M{} {}l6 -5v10z"><title>{}: {} at step {}</title></path>)",
+                          kind, esc(j.id), esc(j.stopped_by), num(b), num(y + act_h / 2), esc(j.id),
+                          esc(j.reason.empty() ? j.stop_label : j.reason), j.stop_step);
+          stops +=
               fmt::format(R"(<text class="stop-label{}" data-job="{}" x="{}" y="{}">{}</text>)",
                           kind, esc(j.id), num(b + 8), num(y + act_h / 2 + 3.5), esc(j.stop_label));
         }
@@ -335,6 +342,7 @@ std::string gantt(const RunData& run, const std::map<std::string, std::size_t>& 
     }
   }
   o += "</g>";
+  o += R"(<g id="gantt-stops">)" + stops + "</g>";
   // Markers: re-plans, resumes, signals, failures, and "now" for a run still going.
   std::vector<Marker> markers = run.markers;
   if (run.started && !run.ended) markers.push_back({run.now_s, "now", "now", ""});
@@ -569,6 +577,14 @@ std::string render_html(const RunData& run) {
        "run</span><span style=\"color:#4b5563\">- - signal</span><span style=\"color:#991b1b\">"
        "&#10005; failure</span>";
   if (!run.ended) o += "<span style=\"color:#047857\">| now</span>";
+  bool any_stop = false;
+  for (const auto& j : run.jobs) any_stop |= !j.stopped_by.empty();
+  if (any_stop)
+    o += "<span id=\"legend-stop\" style=\"color:#8a5a00\">&#9664; stopped for good: by "
+         "selection (rung K) or early_stop (diverged, patience); grey: cancelled</span>";
+  if (!run.rung_steps.empty())
+    o += "<span id=\"legend-rung\" style=\"color:#6d28d9\">- - rung (loss charts): where "
+         "selection compares the jobs</span>";
   o += "</div>\n";
   o += "<h2>Loss by step (same axes for all jobs and both charts)</h2>\n";
   o += curves(run, index);

@@ -309,6 +309,8 @@ selection: {method: successive-halving, min_steps: 4, reduction_factor: 2, max_r
             std::string::npos);
   EXPECT_NE(html.find(R"(<rect class="curve-end train" data-job="c")"), std::string::npos);
   EXPECT_EQ(html.find(R"(class="curve-end train" data-job="a")"), std::string::npos);
+  EXPECT_NE(html.find(R"(id="legend-stop")"), std::string::npos);
+  EXPECT_NE(html.find(R"(id="legend-rung")"), std::string::npos);
 }
 
 // Without selection: no rung marks anywhere.
@@ -316,6 +318,7 @@ TEST_F(ReportTest, HtmlHasNoRungMarksWithoutSelection) {
   const std::string html = saturn::report::render_html(read_run(dir));
   EXPECT_EQ(html.find("<line class=\"rung-mark"), std::string::npos);
   EXPECT_EQ(html.find("class=\"stop-mark"), std::string::npos);
+  EXPECT_EQ(html.find("legend-rung"), std::string::npos);
 }
 
 TEST_F(ReportTest, StatusShowsLiveProgressPerJob) {
