@@ -11,7 +11,9 @@
 #  3. asha, interrupted by SIGUSR1 once some decisions are made and resumed on 2 ranks: every
 #     decision made before the signal stands after the resume, and each decision follows the
 #     rule at its time (a promoted job was among the best floor(n / 2) of the n jobs at its rung
-#     then; a stopped one was not among the best max(1, floor(n / 2)) when the rung completed).
+#     then; a stopped one was not among the best max(1, floor(n / 2)) when the rung completed);
+#  4. a job failing under selection stays withdrawn (and failed) across --resume; a corrupt
+#     saved selection state is exit 2 naming run_state.json and the field.
 # Usage: test_run_selection.sh SATURN_EXE
 set -uo pipefail
 saturn="$1"
@@ -190,6 +192,43 @@ print(f"asha: {n_before} decisions before SIGUSR1 kept after --resume on 2 ranks
 PY
 then ok "asha: decisions kept across SIGUSR1 and --resume, each by the rule at its time"
 else bad "asha: decisions not kept or rule broken"; fi
+
+# A job that fails under selection is withdrawn from it, and --resume keeps it out: it stays
+# failed (its rungs were decided without it) and nothing of it runs again.
+cat > "$work/fail.yaml" <<YAML
+name: e2e-select-fail
+data: {train: data/train.bin, val: data/val.bin}
+defaults: {seq_len: 32, steps: 16, eval_every: 4, eval_batches: 1, batch_size: 4, seed: 5}
+models:
+  a: {arch: gpt2, n_layer: 1, n_head: 2, d_model: 16}
+jobs:
+  - sweep: {model: a, lr: [1e-3, 3e-3, 1e-2]}
+strategies: [ddp]
+solver: {time_limit: 1}
+selection: {method: successive-halving, min_steps: 4, reduction_factor: 2, max_rungs: 2}
+YAML
+SATURN_FAIL_JOB=a-lr3e-3-bs4:2 "$saturn" run "$work/fail.yaml" --np 2 --run-dir "$work/fail" \
+  --progress-interval 30 > "$work/fail1.log" 2>&1
+rc1=$?
+"$saturn" run --resume "$work/fail" --np 2 --progress-interval 30 > "$work/fail2.log" 2>&1
+rc2=$?
+if [ $rc1 -eq 1 ] && [ $rc2 -eq 1 ] && $py - "$work/fail" <<'PY'
+import json, os, sys
+run = sys.argv[1]
+s = json.load(open(os.path.join(run, "summary.json")))
+jobs = {j["id"]: j for j in s["jobs"]}
+f = jobs["a-lr3e-3-bs4"]
+assert f["status"] == "failed" and "withdrawn from selection" in f["reason"], f
+starts = [json.loads(l) for l in open(os.path.join(run, "timeline.jsonl"))]
+starts = [e for e in starts if e.get("event") == "job_start" and e["job"] == "a-lr3e-3-bs4"]
+assert len(starts) == 1, starts  # not run again by --resume
+state = json.load(open(os.path.join(run, "run_state.json")))
+assert state["selection"]["jobs"]["a-lr3e-3-bs4"]["withdrawn"] is True, state["selection"]
+others = [j for i, j in jobs.items() if i != "a-lr3e-3-bs4"]
+assert sorted(j["status"] for j in others) == ["finished", "stopped"], others
+PY
+then ok "a failed job stays withdrawn from selection across --resume (exit 1 both times)"
+else bad "failed job under selection: rc=$rc1/$rc2"; tail -5 "$work/fail2.log"; fi
 
 # A corrupt saved selection state is an input error (exit 2) naming the file and the field,
 # found before any rank trains.
