@@ -109,6 +109,24 @@ assert s["exit_code"] == 0, s["exit_code"]
 full_best = min((j for j in f["jobs"] if j["status"] == "finished"), key=lambda j: j["final_val_loss"])
 assert s["best_job"]["id"] == full_best["id"], (s["best_job"], full_best["id"])
 assert abs(s["best_job"]["val_loss"] - full_best["final_val_loss"]) < 1e-12
+# A promoted job goes on only where a plan adopted after its promotion placed it: never on the
+# devices of the plan made before its rung.
+events = [json.loads(l) for l in open(os.path.join(run, "timeline.jsonl"))]
+plans = {}
+for name in os.listdir(os.path.join(run, "plans")):
+    p = json.load(open(os.path.join(run, "plans", name)))
+    plans[int(name[5:8])] = {j["id"]: sorted(j["ranks"]) for j in p["jobs"]}
+checked = 0
+for i, e in enumerate(events):
+    if e.get("event") != "promote":
+        continue
+    later = events[i + 1:]
+    start = next(x for x in later if x.get("event") == "job_start" and x["job"] == e["job"])
+    placing = [x for x in later[:later.index(start)] if x.get("event") == "replan"]
+    assert placing, f"{e['job']} restarted after its rung {e['rung']} without a plan placing it"
+    assert plans[placing[-1]["plan"]][e["job"]] == sorted(start["ranks"]), (e, start, placing[-1])
+    checked += 1
+assert checked > 0
 ratio = s["makespan_s"] / f["makespan_s"]
 print(f"successive-halving: stopped {len(stopped)} of 16 as the rule says; best {full_best['id']} "
       f"(the full run's best); makespan {s['makespan_s']:.2f} s vs {f['makespan_s']:.2f} s "
