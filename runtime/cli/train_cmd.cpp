@@ -78,6 +78,11 @@ int run_job(const TrainArgs& a) {
       w = load_workload(a.workload, lo);
       const JobSpec& spec = pick_job(w, a);
       job = TrainJob{spec.id, spec.model, spec.train, w.train_data, w.val_data, spec.init_from};
+      if (spec.train.early_stop.enabled() && rank == 0)
+        log::warn(
+            "job {}: early_stop applies under `saturn run`; saturn train trains to the last "
+            "step",
+            spec.id);
       // On a GPU the capacity is the device's (less a reserve); --memory may only lower it.
       opt.device_capacity =
           device_capacity_for(opt.device, std::max(0, comm::launcher_local_rank()),

@@ -12,6 +12,7 @@
 
 #include "runtime/core/error.hpp"
 #include "runtime/core/log.hpp"
+#include "runtime/exec/early_stop.hpp"
 #include "runtime/exec/job_runner.hpp"
 #include "runtime/exec/job_table.hpp"
 #include "runtime/exec/messages.hpp"
@@ -99,13 +100,23 @@ struct Coordinator::Impl {
         selection(setup.workload->selection, job_ids(*setup.workload)) {
     plan_index = setup.next_plan_index;
     if (setup.elapsed_before_s > 0) files.read_history(table);
-    restore_selection();
+    // Stopped by their early_stop in an earlier run: they stay stopped.
+    if (setup.early_stopped.is_object())
+      for (const auto& [id, hit] : setup.early_stopped.items())
+        if (JobState* js = table.find(id); js != nullptr && js->status == JobStatus::kPending) {
+          js->status = JobStatus::kStopped;
+          js->early_stop = hit;
+          js->reason = EarlyStopHit::from_json(hit).describe() + " (before --resume)";
+        }
+    if (selection.enabled() && !setup.selection_state.is_null())
+      selection.restore(setup.selection_state, (setup.run_dir / "run_state.json").string());
     for (const auto& id : setup.cancelled)
       if (JobState* js = table.find(id); js != nullptr && js->status == JobStatus::kPending) {
         js->status = JobStatus::kCancelled;
         js->reason = "cancelled (saturn cancel, before --resume)";
         if (selection.enabled()) selection.withdraw(js->index);
       }
+    restore_selection();
   }
 
   static std::vector<std::string> job_ids(const Workload& w) {
@@ -127,9 +138,12 @@ struct Coordinator::Impl {
   // --resume: every decision of the interrupted run stands (run_state.json's "selection").
   void restore_selection() {
     if (!selection.enabled()) return;
-    if (!setup.selection_state.is_null()) selection.restore(setup.selection_state);
     for (auto& js : jobs) {
       const int j = js.index;
+      if (!js.early_stop.is_null()) {
+        selection.withdraw(j);  // a state saved before its withdrawal was: no rung waits for it
+        continue;
+      }
       if (selection.stopped(j)) {
         js.status = JobStatus::kStopped;
         js.selected_out = true;
@@ -141,6 +155,16 @@ struct Coordinator::Impl {
         continue;
       }
       if (js.status != JobStatus::kPending) continue;
+      // Failed in an earlier run: its rungs were decided without it, so it stays out (a retry
+      // would reach rungs already decided, or make a complete rung wait again).
+      if (selection.withdrawn(j)) {
+        js.status = JobStatus::kFailed;
+        js.reason = fmt::format(
+            "failed before --resume at step {}; withdrawn from selection, which decided its "
+            "rungs without it",
+            js.steps_done);
+        continue;
+      }
       js.held = selection.waiting(j);
       js.pause_step = selection.pause_step(j);
       // A checkpoint at or past the next rung whose arrival the run state does not hold (a
@@ -183,7 +207,6 @@ struct Coordinator::Impl {
     ++version;
     for (const auto& d : decisions) {
       JobState& js = jobs[static_cast<std::size_t>(d.job)];
-      js.held = false;
       nlohmann::json e = {{"event", d.promoted ? "promote" : "selection_stop"},
                           {"job", js.spec->id},
                           {"rung", d.rung},
@@ -195,8 +218,11 @@ struct Coordinator::Impl {
                           {"kept", d.kept}};
       event(e);
       if (d.promoted) {
-        js.pause_step = selection.pause_step(d.job);
+        // Not dispatched on the devices of the plan before its rung: the re-plan requested
+        // below places it.
+        JobTable::promote(js, selection.pause_step(d.job));
       } else {
+        js.held = false;
         js.status = JobStatus::kStopped;
         js.selected_out = true;
         js.pause_step = 0;
@@ -224,6 +250,10 @@ struct Coordinator::Impl {
           (js.cancel_requested && js.status != JobStatus::kFinished))
         cancelled.push_back(js.spec->id);
     if (!cancelled.empty()) extra["cancelled"] = cancelled;
+    nlohmann::json early = nlohmann::json::object();
+    for (const auto& js : jobs)
+      if (!js.early_stop.is_null()) early[js.spec->id] = js.early_stop;
+    if (!early.empty()) extra["early_stopped"] = early;
     files.write_run_state(now(), plan_index, extra);
   }
 
@@ -240,6 +270,10 @@ struct Coordinator::Impl {
     }
     files.write_summary(table, facts, now(), [&](const JobState& js) {
       nlohmann::json j = nlohmann::json::object();
+      if (!js.early_stop.is_null()) {
+        j["stopped_by"] = "early_stop";
+        j["early_stop"] = js.early_stop;
+      }
       if (!selection.enabled()) return j;
       const nlohmann::json rungs = selection.job_json(js.index);
       j["rungs"] = rungs;
@@ -263,11 +297,12 @@ struct Coordinator::Impl {
       const int config = a.map[k].second[static_cast<std::size_t>(sched.config)];
       const bool running = js.status == JobStatus::kRunning;
       const bool moved = running && (config != js.config || sched.devices != js.devices);
-      js.planned_start_s = a.t + sched.start_s;
-      js.planned_end_s = a.t + sched.end_s;
-      if (running && !moved) continue;
-      js.config = config;
-      js.devices = sched.devices;
+      if (running && !moved) {
+        js.planned_start_s = a.t + sched.start_s;
+        js.planned_end_s = a.t + sched.end_s;
+        continue;
+      }
+      JobTable::place(js, config, sched.devices, a.t + sched.start_s, a.t + sched.end_s);
       if (moved) {
         js.move_after_stop = true;
         request_stop(js, "re-plan");
@@ -373,8 +408,7 @@ struct Coordinator::Impl {
     if (stopping) return;
     std::vector<int> order;
     for (std::size_t j = 0; j < jobs.size(); ++j)
-      if (jobs[j].status == JobStatus::kPending && !jobs[j].held && jobs[j].config >= 0)
-        order.push_back(static_cast<int>(j));
+      if (JobTable::dispatchable(jobs[j])) order.push_back(static_cast<int>(j));
     std::sort(order.begin(), order.end(), [&](int a, int b) {
       return jobs[static_cast<std::size_t>(a)].planned_start_s <
              jobs[static_cast<std::size_t>(b)].planned_start_s;
@@ -555,6 +589,12 @@ struct Coordinator::Impl {
     e["event"] = "job_stop";
     e["reason"] = o.value("reason", "");
     event(e);
+    if (o.contains("early_stop")) {
+      stopped_early(js, o.at("early_stop"));
+      const bool by_signal = o.value("signal", 0) != 0;
+      if (by_signal && !stopping) on_signal(o.value("signal", 0));
+      return;
+    }
     if (!js.cancel_requested && js.pause_step > 0 && js.steps_done >= js.pause_step)
       reached_rung(js, o);
     const bool by_signal =
@@ -566,6 +606,26 @@ struct Coordinator::Impl {
       js.status = JobStatus::kPending;
       cancel(js);
     }
+  }
+
+  // The job's early_stop rule stopped it (checkpointed, unless its weights were poisoned by a
+  // non-finite loss): done as far as the batch is concerned, its ranks free, the batch re-plans
+  // at once, as after a selection stop.
+  void stopped_early(JobState& js, const nlohmann::json& hit) {
+    ++version;
+    js.status = JobStatus::kStopped;
+    js.early_stop = hit;
+    js.held = false;
+    js.pause_step = 0;
+    const EarlyStopHit h = EarlyStopHit::from_json(hit);
+    js.reason = h.describe();
+    if (selection.enabled()) selection.withdraw(js.index);
+    nlohmann::json e = {{"event", "early_stop"}, {"job", js.spec->id}};
+    for (const auto& [k, v] : hit.items()) e[k] = v;
+    event(e);
+    if (!setup.quiet) log::info("job {} stopped by {}", js.spec->id, js.reason);
+    request_replan("job " + js.spec->id + " stopped by early_stop");
+    write_run_state();  // --resume keeps it stopped
   }
 
   // `saturn cancel`: a job not running is cancelled at once; a running one stops at its next
@@ -580,8 +640,8 @@ struct Coordinator::Impl {
     }
     // A job stopped by a signal or failed would run again on --resume: cancel it now. One
     // stopped by selection, finished or already cancelled has nothing left to cancel.
-    const bool resumable =
-        (js.status == JobStatus::kStopped && !js.selected_out) || js.status == JobStatus::kFailed;
+    const bool resumable = (js.status == JobStatus::kStopped && !js.stopped_for_good()) ||
+                           js.status == JobStatus::kFailed;
     if (js.status != JobStatus::kPending && !resumable) {
       log::warn("job {}: cancel ignored, the job is {}", js.spec->id, status_name(js.status));
       return;
@@ -619,13 +679,11 @@ struct Coordinator::Impl {
     if (setup.quiet || (!force && t - last_print_s < interval)) return;
     last_print_s = t;
     int done = 0, running = 0, failed = 0;
-    double eta = 0;
+    const double eta = table.eta_s(t);
     for (const auto& js : jobs) {
       if (js.status == JobStatus::kFinished) ++done;
       if (js.status == JobStatus::kRunning || js.status == JobStatus::kStopping) ++running;
       if (js.status == JobStatus::kFailed) ++failed;
-      if (js.status != JobStatus::kFinished && js.status != JobStatus::kFailed)
-        eta = std::max(eta, js.planned_end_s - t);
     }
     std::string out = fmt::format(
         "batch: {}/{} jobs done, {} running{} | elapsed {} | ETA {}\n", done, jobs.size(), running,

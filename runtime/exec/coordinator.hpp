@@ -71,6 +71,9 @@ struct CoordinatorSetup {
   nlohmann::json selection_state;
   // On resume: the jobs `saturn cancel` cancelled in earlier runs (run_state.json "cancelled").
   std::vector<std::string> cancelled;
+  // On resume: the jobs their `early_stop:` stopped in earlier runs (run_state.json
+  // "early_stopped": job id -> the rule's hit), checked by the executor.
+  nlohmann::json early_stopped;
 };
 
 class Coordinator {

@@ -18,10 +18,12 @@
 #include "runtime/core/log.hpp"
 #include "runtime/exec/cluster.hpp"
 #include "runtime/exec/coordinator.hpp"
+#include "runtime/exec/early_stop.hpp"
 #include "runtime/exec/job_runner.hpp"
 #include "runtime/exec/messages.hpp"
 #include "runtime/exec/planning.hpp"
 #include "runtime/exec/run_lock.hpp"
+#include "runtime/exec/selection.hpp"
 #include "runtime/exec/signals.hpp"
 
 namespace saturn::exec {
@@ -38,6 +40,7 @@ struct ResumeState {
   int next_plan = 0;
   nlohmann::json selection;            // run_state.json's "selection" (null: none)
   std::vector<std::string> cancelled;  // run_state.json's "cancelled"
+  nlohmann::json early_stopped;        // run_state.json's "early_stopped" (null: none)
 };
 
 // The absolute `from` directories a run recorded (run_state.json "model_dirs"), by model name.
@@ -67,13 +70,54 @@ ResumeState read_resume_state(const Workload& w, const fs::path& run_dir) {
     s.finished.push_back(done);
     s.steps_done.push_back(step);
   }
-  std::ifstream in(run_dir / "run_state.json");
+  const fs::path state_file = run_dir / "run_state.json";
+  std::ifstream in(state_file);
   if (in) {
     const auto j = nlohmann::json::parse(in, nullptr, false);
+    // Without its selection state a resumed run would decide its rungs again, differently.
+    if (w.selection.enabled() && j.is_discarded())
+      throw InputError(fmt::format(
+          "--resume: {} is not valid JSON: the selection decisions it holds cannot be restored",
+          state_file.string()));
     if (!j.is_discarded()) {
       s.elapsed_s = j.value("elapsed_s", 0.0);
       s.next_plan = j.value("next_plan", 0);
-      if (j.contains("selection")) s.selection = j["selection"];
+      if (j.contains("selection") && w.selection.enabled()) {
+        s.selection = j["selection"];
+        // Checked here, with the input (exit 2 naming the file and the field), not when the
+        // coordinator restores it (its errors end the MPI job).
+        std::vector<std::string> ids;
+        for (const auto& job : w.jobs) ids.push_back(job.id);
+        Selection(w.selection, ids).restore(s.selection, state_file.string());
+      }
+      if (j.contains("early_stopped")) {
+        // Checked like the selection state: a malformed entry is exit 2, file and field.
+        const nlohmann::json& es = j["early_stopped"];
+        if (!es.is_object())
+          throw InputError(
+              fmt::format("--resume: {}: early_stopped must be an object (job id: "
+                          "the early_stop that stopped it), found {}",
+                          state_file.string(), es.dump()));
+        for (const auto& [id, hit] : es.items()) {
+          const bool known = std::any_of(w.jobs.begin(), w.jobs.end(),
+                                         [&](const JobSpec& job) { return job.id == id; });
+          if (!known)
+            throw InputError(
+                fmt::format("--resume: {}: early_stopped.{}: the workload has no job '{}' any more",
+                            state_file.string(), id, id));
+          try {
+            const EarlyStopHit h = EarlyStopHit::from_json(hit);
+            if (h.rule != "diverged" && h.rule != "patience")
+              throw InputError("rule must be diverged or patience");
+          } catch (const std::exception& e) {
+            throw InputError(fmt::format(
+                "--resume: {}: early_stopped.{} is malformed ({}): expected {{rule: diverged | "
+                "patience, step, metric, value, reference}}, found {}",
+                state_file.string(), id, e.what(), hit.dump()));
+          }
+        }
+        s.early_stopped = es;
+      }
       if (j.contains("cancelled") && j["cancelled"].is_array())
         for (const auto& id : j["cancelled"])
           if (id.is_string()) s.cancelled.push_back(id.get<std::string>());
@@ -355,6 +399,7 @@ int run_batch(const RunOptions& options) {
     cs.finished = resume.finished;
     cs.selection_state = resume.selection;
     cs.cancelled = resume.cancelled;
+    cs.early_stopped = resume.early_stopped;
     cs.solve.time_limit_s = w.solver.time_limit_s;
     cs.solve.backend = w.solver.backend == "cbc" ? solver::Backend::cbc : solver::Backend::glpk;
     cs.policy = options.policy;

@@ -4,11 +4,15 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
+#include <optional>
+#include <sstream>
 
 #include "runtime/comm/agree.hpp"
 #include "runtime/comm/mpi_communicator.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/log.hpp"
+#include "runtime/exec/early_stop.hpp"
 #include "runtime/exec/messages.hpp"
 #include "runtime/exec/signals.hpp"
 #include "runtime/parallel/strategy.hpp"
@@ -59,6 +63,7 @@ nlohmann::json SegmentOutcome::to_json() const {
                       {"peak_device_bytes", peak_device_bytes}};
   if (has_val) j["val_loss"] = val_loss;
   if (signal != 0) j["signal"] = signal;
+  if (!early_stop.is_null()) j["early_stop"] = early_stop;
   return j;
 }
 
@@ -82,8 +87,15 @@ SegmentOutcome run_segment(const RunContext& ctx, const SegmentLaunch& launch, M
   ParallelOptions par;
   par.strategy = launch.strategy;
   par.degree = static_cast<int>(launch.ranks.size());
+  par.nonfinite_stops = spec.train.early_stop.diverged;
   SegmentOutcome out;
   std::string stop_reason;
+  // early_stop: the leader runs the rule (the losses are the same on every rank) and the stop
+  // is agreed with the others below. Earlier segments' steps come from metrics.jsonl, read at
+  // the first step (the trainer has cut it back to the checkpoint by then).
+  EarlyStopRule early_stop(spec.train.early_stop);
+  bool early_stop_replayed = false;
+  std::optional<EarlyStopHit> early_hit;
   auto last_progress = Clock::now() - std::chrono::hours(1);
   auto last_step_end = Clock::now();
   par.after_step = [&](const StepRecord& r) {
@@ -93,7 +105,20 @@ SegmentOutcome run_segment(const RunContext& ctx, const SegmentLaunch& launch, M
     last_step_end = now;
     // [0]: 1 stop requested (coordinator or signal), 2 failure injected; [1]: a stop signal
     // some rank received (the job's ranks learn its number, so the report names it).
-    std::int32_t flags[2] = {0, 0};
+    // [2]: 1 the job's early_stop rule fired (on the leader).
+    std::int32_t flags[3] = {0, 0, 0};
+    if (leader && early_stop.enabled()) {
+      if (!early_stop_replayed) {
+        std::ifstream in(opt.job_dir / "metrics.jsonl");
+        std::stringstream text;
+        text << in.rdbuf();
+        early_stop.replay(text.str(), r.step);
+        early_stop_replayed = true;
+      }
+      early_hit = early_stop.observe(r.step, r.loss,
+                                     r.has_val ? std::optional<double>(r.val_loss) : std::nullopt);
+      if (early_hit) flags[2] = 1;
+    }
     if (leader) {
       // A stop sent as an earlier segment of this leader ended (a re-plan or cancel racing
       // its finish or rung) is stale: dropped, or it would stop this segment after one step.
@@ -126,7 +151,7 @@ SegmentOutcome run_segment(const RunContext& ctx, const SegmentLaunch& launch, M
     const bool at_rung = launch.pause_step > 0 && r.step >= launch.pause_step;
     if (at_rung) flags[0] |= 1;
     if (comm.rank() == comm.size() - 1 && injected_failure(job.id, r.step)) flags[0] |= 2;
-    comm.allreduce(flags, 2, comm::ReduceOp::kMax);
+    comm.allreduce(flags, 3, comm::ReduceOp::kMax);
     if (flags[0] & 2)
       throw comm::AgreedFailure(
           fmt::format("injected failure at step {} (SATURN_FAIL_JOB)", r.step), kExitFailure,
@@ -134,6 +159,12 @@ SegmentOutcome run_segment(const RunContext& ctx, const SegmentLaunch& launch, M
     if (flags[1] != 0) {  // a signal outranks a re-plan's stop: the whole batch stops
       out.signal = flags[1];
       stop_reason = describe_signal(flags[1]);
+    }
+    // The job's own early stop outranks a rung (it goes no further) and names the stop; a
+    // signal stays in out.signal, so the batch still stops.
+    if (flags[2] != 0) {
+      flags[0] |= 1;
+      if (early_hit) stop_reason = early_hit->describe();
     }
     if (at_rung && stop_reason.empty())
       stop_reason = fmt::format("selection rung at step {}", launch.pause_step);
@@ -149,9 +180,21 @@ SegmentOutcome run_segment(const RunContext& ctx, const SegmentLaunch& launch, M
       out.has_val = true;
       out.val_loss = result.steps.back().val_loss;
     }
+    if (result.nonfinite_step > 0) {
+      // early_stop.diverged: the trainer stopped at a non-finite loss or gradient norm.
+      const bool loss_bad = !std::isfinite(result.nonfinite_loss);
+      early_hit = EarlyStopHit{"diverged",
+                               result.nonfinite_step,
+                               loss_bad ? "loss" : "grad_norm",
+                               loss_bad ? result.nonfinite_loss : result.nonfinite_grad_norm,
+                               NAN,
+                               0};
+      stop_reason = early_hit->describe();
+    }
     if (result.stopped) {
       out.status = "stopped";
       out.reason = stop_reason;
+      if (leader && early_hit) out.early_stop = early_hit->to_json();
     } else {
       out.status = "finished";
     }

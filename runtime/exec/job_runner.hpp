@@ -38,6 +38,8 @@ struct SegmentOutcome {
   bool has_val = false;
   double val_loss = 0;
   double peak_device_bytes = 0;
+  // Stopped by the job's `early_stop:` rule: EarlyStopHit::to_json(); null otherwise.
+  nlohmann::json early_stop;
 
   nlohmann::json to_json() const;
 };

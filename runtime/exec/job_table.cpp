@@ -59,6 +59,32 @@ bool JobTable::active(const JobState& js) {
          js.status == JobStatus::kStopping;
 }
 
+bool JobTable::dispatchable(const JobState& js) {
+  return js.status == JobStatus::kPending && !js.held && !js.awaiting_plan && js.config >= 0;
+}
+
+void JobTable::promote(JobState& js, std::int64_t next_pause) {
+  js.held = false;
+  js.pause_step = next_pause;
+  js.awaiting_plan = true;
+}
+
+void JobTable::place(JobState& js, int config, const std::vector<int>& devices, double start_s,
+                     double end_s) {
+  js.config = config;
+  js.devices = devices;
+  js.planned_start_s = start_s;
+  js.planned_end_s = end_s;
+  js.awaiting_plan = false;
+}
+
+double JobTable::eta_s(double now) const {
+  double eta = 0;
+  for (const auto& js : jobs)
+    if (active(js) && !js.awaiting_plan) eta = std::max(eta, js.planned_end_s - now);
+  return eta;
+}
+
 std::int64_t JobTable::remaining_steps(const JobState& js) const {
   const std::int64_t end =
       js.pause_step > 0 ? std::min(js.pause_step, js.spec->train.steps) : js.spec->train.steps;
@@ -110,7 +136,8 @@ int JobTable::exit_code() const {
   bool failed = false, unfinished = false;
   for (const auto& js : jobs) {
     if (js.status == JobStatus::kFailed) failed = true;
-    if (js.status == JobStatus::kPending || (js.status == JobStatus::kStopped && !js.selected_out))
+    if (js.status == JobStatus::kPending ||
+        (js.status == JobStatus::kStopped && !js.stopped_for_good()))
       unfinished = true;
   }
   if (unfinished) return 99;

@@ -56,7 +56,17 @@ struct JobState {
   std::int64_t pause_step = 0;
   bool held = false;
   bool selected_out = false;
+  // Promoted at a rung: its devices and planned start are from a plan made before the rung
+  // (which covered it only up to there); it waits for a plan that places it again.
+  bool awaiting_plan = false;
   bool cancel_requested = false;  // `saturn cancel` while it ran: cancelled once it has stopped
+  // Stopped by its `early_stop:` rule: EarlyStopHit::to_json() (null: not).
+  nlohmann::json early_stop;
+  // Stopped and done as far as the batch is concerned (by selection or its early_stop), not
+  // stopped with work left (a signal).
+  bool stopped_for_good() const {
+    return status == JobStatus::kStopped && (selected_out || !early_stop.is_null());
+  }
 };
 
 class JobTable {
@@ -71,6 +81,18 @@ class JobTable {
   JobState* find(const std::string& id);
   // Pending (not held at a rung), running or stopping: work the plan still covers.
   static bool active(const JobState& js);
+  // Pending with a placement from the current plan: dispatch may launch it.
+  static bool dispatchable(const JobState& js);
+  // The rule promoted the job past its rung: it goes on up to `next_pause` (0: its last step)
+  // once a plan places it (place()).
+  static void promote(JobState& js, std::int64_t next_pause);
+  // An adopted plan gives the job this configuration, devices and time span (batch seconds).
+  static void place(JobState& js, int config, const std::vector<int>& devices, double start_s,
+                    double end_s);
+  // Seconds from `now` until the last job that will still run ends by the current plan: pending
+  // (not held at a rung), running or stopping jobs; stopped, cancelled, failed and finished ones
+  // keep planned ends that no longer happen.
+  double eta_s(double now) const;
   // Steps until the job's next stop: its next rung, else its last step.
   std::int64_t remaining_steps(const JobState& js) const;
   // Step time of config c of the job: the estimate (or trial) scaled by what the job measured.
@@ -81,8 +103,8 @@ class JobTable {
   void record_progress(JobState& js, const nlohmann::json& message);
   // Nothing runs any more and, unless the batch is stopping, nothing is left to start.
   bool all_done(bool stopping) const;
-  // 0 all finished (or stopped by selection), 1 some job failed, 99 work left (stopped or
-  // pending).
+  // 0 all finished (or stopped by selection or early_stop), 1 some job failed, 99 work left
+  // (stopped or pending).
   int exit_code() const;
 
  private:

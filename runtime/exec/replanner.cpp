@@ -113,11 +113,14 @@ std::optional<PlanAdoption> Replanner::poll(std::uint64_t version, bool stopping
   const bool better = r.move.makespan_s < r.keep.makespan_s * (1.0 - setup_->replan_threshold);
   if (better) return PlanAdoption{snap.move, r.move, snap.move_map, snap.why, true, snap.t};
   // Re-timed current choices: devices of pending jobs may change (a job that ended early frees
-  // its devices), configurations do not.
+  // its devices), configurations do not. A plan that places a job promoted at a rung is a new
+  // plan file too: it is where that job goes on (the timeline and the report show it).
   bool changed = false;
   for (std::size_t k = 0; k < snap.keep_map.size(); ++k) {
     const JobState& js = table_->jobs[static_cast<std::size_t>(snap.keep_map[k].first)];
-    if (js.status == JobStatus::kPending && r.keep.jobs[k].devices != js.devices) changed = true;
+    if (js.awaiting_plan ||
+        (js.status == JobStatus::kPending && r.keep.jobs[k].devices != js.devices))
+      changed = true;
   }
   return PlanAdoption{snap.keep, r.keep, snap.keep_map, snap.why + " (re-timed)", changed, snap.t};
 }

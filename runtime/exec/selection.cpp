@@ -111,44 +111,91 @@ nlohmann::json Selection::to_json() const {
   nlohmann::json jobs = nlohmann::json::object();
   for (std::size_t j = 0; j < state_.size(); ++j) {
     const JobRungs& s = state_[j];
-    if (s.metrics.empty() && s.level == 0) continue;
+    if (s.metrics.empty() && s.level == 0 && !s.withdrawn) continue;
     nlohmann::json metrics = nlohmann::json::array();
     for (double m : s.metrics) metrics.push_back(metric_json(m));
-    jobs[ids_[j]] = {
-        {"level", s.level}, {"waiting", s.waiting}, {"stopped", s.stopped}, {"metrics", metrics}};
+    jobs[ids_[j]] = {{"level", s.level},
+                     {"waiting", s.waiting},
+                     {"stopped", s.stopped},
+                     {"withdrawn", s.withdrawn},
+                     {"metrics", metrics}};
   }
   return {{"method", settings_.method}, {"rungs", rungs_}, {"jobs", jobs}};
 }
 
-void Selection::restore(const nlohmann::json& state) {
-  if (state.value("method", "") != settings_.method ||
-      state.value("rungs", std::vector<std::int64_t>{}) != rungs_)
+void Selection::restore(const nlohmann::json& state, const std::string& file) {
+  // Every field is checked for its type: a hand-edited or truncated run_state.json is an input
+  // error naming the file and the field, not an exception from deep inside the coordinator.
+  const auto bad = [&](const std::string& field, const std::string& want,
+                       const nlohmann::json& got) {
+    return InputError(fmt::format("--resume: {}: selection.{} must be {}, found {}", file, field,
+                                  want, got.dump()));
+  };
+  if (!state.is_object())
+    throw InputError(
+        fmt::format("--resume: {}: selection must be an object, found {}", file, state.dump()));
+  const auto field = [&](const nlohmann::json& obj, const std::string& key,
+                         const std::string& path) -> const nlohmann::json& {
+    const auto it = obj.find(key);
+    if (it == obj.end())
+      throw InputError(fmt::format("--resume: {}: selection.{} is missing", file, path));
+    return *it;
+  };
+  const nlohmann::json& method = field(state, "method", "method");
+  if (!method.is_string()) throw bad("method", "a string", method);
+  const nlohmann::json& rungs = field(state, "rungs", "rungs");
+  std::vector<std::int64_t> saved_rungs;
+  if (!rungs.is_array()) throw bad("rungs", "an array of steps", rungs);
+  for (const auto& r : rungs) {
+    if (!r.is_number_integer()) throw bad("rungs", "an array of steps", rungs);
+    saved_rungs.push_back(r.get<std::int64_t>());
+  }
+  if (method.get<std::string>() != settings_.method || saved_rungs != rungs_)
     throw InputError(fmt::format(
         "--resume: the run selected with {} at rungs {}, the workload now says {} at rungs {}; "
         "selection cannot change within a run",
-        state.value("method", "?"), state.value("rungs", nlohmann::json::array()).dump(),
-        settings_.method, nlohmann::json(rungs_).dump()));
-  const auto& jobs = state.at("jobs");
+        method.get<std::string>(), rungs.dump(), settings_.method, nlohmann::json(rungs_).dump()));
+  const nlohmann::json& jobs = field(state, "jobs", "jobs");
+  if (!jobs.is_object()) throw bad("jobs", "an object (job id: state)", jobs);
   for (const auto& [id, js] : jobs.items()) {
+    const std::string path = "jobs." + id;
     const auto it = std::find(ids_.begin(), ids_.end(), id);
     if (it == ids_.end())
-      throw InputError(
-          fmt::format("--resume: run_state.json's selection names job '{}', which "
-                      "the workload no longer has",
-                      id));
-    JobRungs& s = state_[static_cast<std::size_t>(it - ids_.begin())];
-    s.level = js.at("level").get<int>();
-    s.waiting = js.at("waiting").get<bool>();
-    s.stopped = js.at("stopped").get<bool>();
-    s.metrics.clear();
-    for (const auto& m : js.at("metrics"))
+      throw InputError(fmt::format(
+          "--resume: {}: selection.{}: the workload has no job '{}' any more", file, path, id));
+    if (!js.is_object()) throw bad(path, "an object", js);
+    JobRungs s;
+    const nlohmann::json& level = field(js, "level", path + ".level");
+    if (!level.is_number_integer() || level.get<std::int64_t>() < 0 ||
+        level.get<std::int64_t>() > static_cast<std::int64_t>(rungs_.size()))
+      throw bad(path + ".level", fmt::format("an integer 0 … {}", rungs_.size()), level);
+    s.level = level.get<int>();
+    const auto flag = [&](const char* key, bool optional) {
+      const auto f = js.find(key);
+      if (f == js.end() && optional) return false;
+      const nlohmann::json& v = field(js, key, path + "." + key);
+      if (!v.is_boolean()) throw bad(path + "." + key, "true or false", v);
+      return v.get<bool>();
+    };
+    s.waiting = flag("waiting", false);
+    s.stopped = flag("stopped", false);
+    s.withdrawn = flag("withdrawn", true);  // absent in files of older versions: false
+    const nlohmann::json& metrics = field(js, "metrics", path + ".metrics");
+    if (!metrics.is_array()) throw bad(path + ".metrics", "an array of numbers or null", metrics);
+    for (const auto& m : metrics) {
+      if (!m.is_number() && !m.is_null())
+        throw bad(path + ".metrics", "an array of numbers or null", metrics);
       s.metrics.push_back(m.is_number() ? m.get<double>() : NAN);
-    if (s.level < 0 || s.level > static_cast<int>(rungs_.size()) ||
-        static_cast<int>(s.metrics.size()) < s.level)
-      throw InputError(
-          fmt::format("--resume: run_state.json's selection state of job '{}' is inconsistent "
-                      "(level {}, {} metrics)",
-                      id, s.level, s.metrics.size()));
+    }
+    // The metrics cover the rungs passed, plus the rung it waits or stopped at (which exists).
+    const bool at_rung = s.waiting || s.stopped;
+    if (s.metrics.size() != static_cast<std::size_t>(s.level) + (at_rung ? 1 : 0) ||
+        (s.waiting && s.stopped) || (at_rung && s.level >= static_cast<int>(rungs_.size())))
+      throw InputError(fmt::format(
+          "--resume: {}: selection.{} is inconsistent: level {}, waiting {}, stopped {} and {} "
+          "metrics (one per rung passed, one more when waiting or stopped at rung `level`)",
+          file, path, s.level, s.waiting, s.stopped, s.metrics.size()));
+    state_[static_cast<std::size_t>(it - ids_.begin())] = std::move(s);
   }
 }
 

@@ -45,6 +45,8 @@ class Selection {
   std::int64_t pause_step(int job) const;
   bool waiting(int job) const { return state_[idx(job)].waiting; }
   bool stopped(int job) const { return state_[idx(job)].stopped; }
+  // Withdrawn (failed or cancelled): no rung waits for it, and --resume keeps it out.
+  bool withdrawn(int job) const { return state_[idx(job)].withdrawn; }
   // The rung the job is at or heading for (0-based); rung_steps().size() past the last.
   int level(int job) const { return state_[idx(job)].level; }
   // The job reached its next rung's step, with the metric measured there (NaN: missing).
@@ -56,9 +58,10 @@ class Selection {
   std::vector<SelectionDecision> decide();
 
   // The state for run_state.json (every decision and metric, by job id), and back: --resume
-  // keeps every decision. restore throws InputError when the state does not fit the workload.
+  // keeps every decision (withdrawals too). restore throws InputError, naming `file` and the
+  // field, when the state is malformed or does not fit the workload.
   nlohmann::json to_json() const;
-  void restore(const nlohmann::json& state);
+  void restore(const nlohmann::json& state, const std::string& file);
   // What summary.json shows for the job: the metric at each rung it reached, its decisions.
   nlohmann::json job_json(int job) const;
 

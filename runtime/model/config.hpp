@@ -56,6 +56,17 @@ struct ScheduleConfig {
 };
 
 // Everything that defines how one job trains (model shape excluded).
+// `early_stop:` of a job (docs/workload.md, "early_stop"): `saturn run` stops a job whose loss
+// diverged, or whose val_loss stopped improving, at that step boundary. Off by default.
+struct EarlyStopConfig {
+  bool diverged = false;      // a non-finite loss, or one past kDivergenceFactor x the first
+  std::int64_t patience = 0;  // evaluations without a new best val_loss; 0: off
+  // A loss (training or validation) above this multiple of the job's first training loss has
+  // diverged.
+  static constexpr double kDivergenceFactor = 2.0;
+  bool enabled() const { return diverged || patience > 0; }
+};
+
 struct TrainConfig {
   std::int64_t batch_size = 16;       // global batch in sequences per optimizer step
   std::int64_t micro_batch_size = 0;  // 0: chosen by the runtime (memory permitting)
@@ -71,6 +82,7 @@ struct TrainConfig {
   bool reproducible = false;
   OptimizerConfig optimizer;
   ScheduleConfig schedule;
+  EarlyStopConfig early_stop;
 };
 
 // Reproducible mode's canonical micro-batch: every configuration processes the global batch as

@@ -137,6 +137,13 @@ svg text{font-family:inherit}
 .marker-label.replan{fill:#b45309}.marker-label.resume{fill:#1d4ed8}
 .marker-label.signal{fill:#4b5563}.marker-label.failure{fill:#991b1b}.marker-label.now{fill:#047857}
 .fail-mark{stroke:#b91c1c;stroke-width:2.2}
+.bar.actual.ended-selection,.bar.actual.ended-early_stop{fill-opacity:.55;stroke:#8a5a00;stroke-width:1.2;stroke-dasharray:3 2}
+.bar.actual.ended-cancel{fill-opacity:.3;stroke:#4b5563;stroke-width:1.2;stroke-dasharray:2 2}
+.stop-mark{fill:#8a5a00;stroke:#fff;stroke-width:.8}.stop-mark.cancel{fill:#4b5563}
+.stop-label{font-size:10px;fill:#8a5a00;font-weight:600;paint-order:stroke;stroke:#fff;stroke-width:3px}.stop-label.cancel{fill:#4b5563}
+.rung-mark{stroke:#7c3aed;stroke-width:1;stroke-dasharray:5 3}
+.rung-label{font-size:10px;fill:#6d28d9}
+.curve-end{stroke:#fff;stroke-width:.8}
 .curves{display:grid;grid-template-columns:1fr 1fr;gap:12px}
 .curve{fill:none;stroke-width:1.4;stroke-opacity:.8;stroke-linejoin:round}
 .curve.best{stroke-width:3.2;stroke-opacity:1}
@@ -177,11 +184,12 @@ std::string state_badge(const RunData& run) {
 }
 
 std::string totals(const RunData& run) {
-  int finished = 0, failed = 0, running = 0;
+  int finished = 0, failed = 0, running = 0, stopped_for_good = 0;
   for (const auto& j : run.jobs) {
     finished += j.status == "finished";
     failed += j.status == "failed";
     running += j.status == "running";
+    stopped_for_good += !j.stopped_by.empty();
   }
   std::vector<Card> cards;
   // Until every job finished or failed, the time so far is no makespan to compare.
@@ -207,7 +215,10 @@ std::string totals(const RunData& run) {
                    fmt::format("busy device time / ({} devices x {})", run.devices,
                                done ? "makespan" : "elapsed")});
   cards.push_back({"jobs", fmt::format("{} / {} finished", finished, run.jobs.size()),
-                   fmt::format("{} failed, {} running", failed, running)});
+                   fmt::format("{} failed, {} running{}", failed, running,
+                               stopped_for_good > 0 ? fmt::format(", {} stopped early or cancelled",
+                                                                  stopped_for_good)
+                                                    : "")});
   cards.push_back({"plans", fmt::format("{}", run.plans.size()),
                    fmt::format("{} re-plan{}; {} run{}", run.replans, run.replans == 1 ? "" : "s",
                                run.runs, run.runs == 1 ? "" : "s (resumed)")});
@@ -289,21 +300,38 @@ std::string gantt(const RunData& run, const std::map<std::string, std::size_t>& 
             format_seconds(pj.start_s), format_seconds(pj.end_s));
     }
   o += "</g>";
-  // Actual bars.
+  // Actual bars; the marks and labels of stops after all of them, so that no later bar hides
+  // them.
   o += R"(<g id="gantt-actual">)";
+  std::string stops;
   for (const auto& j : run.jobs) {
     const std::size_t k = index.at(j.id);
     const std::string color = job_color(k);
     for (std::size_t s = 0; s < j.segments.size(); ++s) {
       const Segment& seg = j.segments[s];
       const double a = x(seg.start_s), b = std::max(x(seg.end_s), a + 1.5);
+      // A job that selection, its early_stop or a cancel ended: its last segment in a style of
+      // its own, with a mark and a label (the rung, the rule) where it stopped.
+      const bool stopped_here = !j.stopped_by.empty() && s + 1 == j.segments.size();
+      const std::string ended = stopped_here ? " ended-" + j.stopped_by : "";
       for (int rank : seg.ranks) {
         const double y = lane_y(rank, false);
         o += fmt::format(
-            R"(<rect class="bar actual {}" data-job="{}" data-segment="{}" x="{}" y="{}" )"
+            R"(<rect class="bar actual {}{}" data-job="{}" data-segment="{}" x="{}" y="{}" )"
             R"(width="{}" height="{}" fill="{}"><title>{}</title></rect>)",
-            esc(seg.end), esc(j.id), s, num(a), num(y), num(b - a), num(act_h), color,
+            esc(seg.end), esc(ended), esc(j.id), s, num(a), num(y), num(b - a), num(act_h), color,
             esc(describe_segment(j, s, seg)));
+        if (stopped_here) {
+          const std::string kind = j.stopped_by == "cancel" ? " cancel" : "";
+          stops +=
+              fmt::format(R"(<path class="stop-mark{}" data-job="{}" data-stopped-by="{}" )"
+                          R"(d="M{} {}l6 -5v10z"><title>{}: {} at step {}</title></path>)",
+                          kind, esc(j.id), esc(j.stopped_by), num(b), num(y + act_h / 2), esc(j.id),
+                          esc(j.reason.empty() ? j.stop_label : j.reason), j.stop_step);
+          stops +=
+              fmt::format(R"(<text class="stop-label{}" data-job="{}" x="{}" y="{}">{}</text>)",
+                          kind, esc(j.id), num(b + 8), num(y + act_h / 2 + 3.5), esc(j.stop_label));
+        }
         if (b - a > 16)
           o += fmt::format(R"(<text class="bar-label" x="{}" y="{}">{}</text>)", num(a + 3),
                            num(y + act_h - 6), k + 1);
@@ -314,6 +342,7 @@ std::string gantt(const RunData& run, const std::map<std::string, std::size_t>& 
     }
   }
   o += "</g>";
+  o += R"(<g id="gantt-stops">)" + stops + "</g>";
   // Markers: re-plans, resumes, signals, failures, and "now" for a run still going.
   std::vector<Marker> markers = run.markers;
   if (run.started && !run.ended) markers.push_back({run.now_s, "now", "now", ""});
@@ -368,6 +397,14 @@ std::string loss_chart(const RunData& run, const std::map<std::string, std::size
   }
   o += fmt::format(R"(<text x="{}" y="{}" text-anchor="middle">step</text></g>)",
                    num(left + pw / 2), num(H - 4));
+  // Selection rungs: where the jobs were compared.
+  for (std::size_t k = 0; k < run.rung_steps.size(); ++k) {
+    const double rx = x(static_cast<double>(run.rung_steps[k]));
+    o += fmt::format(R"(<line class="rung-mark" data-rung="{}" x1="{}" x2="{}" y1="{}" y2="{}"/>)",
+                     k, num(rx), num(rx), num(top), num(top + ph));
+    o += fmt::format(R"(<text class="rung-label" x="{}" y="{}">rung {}</text>)", num(rx + 2),
+                     num(top + 9), k);
+  }
   o += fmt::format(R"x(<g clip-path="url(#{}-clip)">)x", id);
   // The best job last, so that it is drawn on top.
   std::vector<const JobInfo*> order;
@@ -396,6 +433,13 @@ std::string loss_chart(const RunData& run, const std::map<std::string, std::size
     o += fmt::format(
         R"(<polyline class="curve {}{}" data-job="{}" stroke="{}" points="{}"><title>{}</title></polyline>)",
         val ? "val" : "train", j->best ? " best" : "", esc(j->id), color, poly, esc(title));
+    // A stopped or cancelled job's curve ends in a square at its last point.
+    if (!j->stopped_by.empty())
+      o += fmt::format(
+          R"(<rect class="curve-end {}" data-job="{}" data-stopped-by="{}" x="{}" y="{}" )"
+          R"(width="7" height="7" fill="{}"><title>{}: {}</title></rect>)",
+          val ? "val" : "train", esc(j->id), esc(j->stopped_by), num(x(pts.back().first) - 3.5),
+          num(y(pts.back().second) - 3.5), color, esc(j->id), esc(j->reason));
     if (val || pts.size() == 1)
       for (const auto& [s, v] : pts)
         o += fmt::format(
@@ -408,8 +452,9 @@ std::string loss_chart(const RunData& run, const std::map<std::string, std::size
 }
 
 std::string curves(const RunData& run, const std::map<std::string, std::size_t>& index) {
-  // The value axis is fitted to the jobs that did not fail: a diverging job would flatten
-  // everyone else's curves (its own are clipped at the top). All jobs when every one failed.
+  // The value axis is fitted to the jobs that did not fail or diverge: a diverging job would
+  // flatten everyone else's curves (its own are clipped at the top). All jobs when every one
+  // failed.
   std::vector<double> values, failed_values;
   double x_hi = 1;
   for (const auto& j : run.jobs) {
@@ -417,7 +462,11 @@ std::string curves(const RunData& run, const std::map<std::string, std::size_t>&
     for (const auto& m : j.metrics) {
       x_hi = std::max(x_hi, static_cast<double>(m.step));
       for (double v : {m.loss, m.val_loss})
-        if (std::isfinite(v)) (j.status == "failed" ? failed_values : values).push_back(v);
+        if (std::isfinite(v))
+          (j.status == "failed" || (j.stopped_by == "early_stop" && j.stop_label == "diverged")
+               ? failed_values
+               : values)
+              .push_back(v);
     }
   }
   if (values.empty()) values = failed_values;
@@ -528,6 +577,14 @@ std::string render_html(const RunData& run) {
        "run</span><span style=\"color:#4b5563\">- - signal</span><span style=\"color:#991b1b\">"
        "&#10005; failure</span>";
   if (!run.ended) o += "<span style=\"color:#047857\">| now</span>";
+  bool any_stop = false;
+  for (const auto& j : run.jobs) any_stop |= !j.stopped_by.empty();
+  if (any_stop)
+    o += "<span id=\"legend-stop\" style=\"color:#8a5a00\">&#9664; stopped for good: by "
+         "selection (rung K) or early_stop (diverged, patience); grey: cancelled</span>";
+  if (!run.rung_steps.empty())
+    o += "<span id=\"legend-rung\" style=\"color:#6d28d9\">- - rung (loss charts): where "
+         "selection compares the jobs</span>";
   o += "</div>\n";
   o += "<h2>Loss by step (same axes for all jobs and both charts)</h2>\n";
   o += curves(run, index);

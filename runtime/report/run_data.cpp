@@ -232,6 +232,7 @@ RunData read_run(const fs::path& dir) {
   lo.check_data_files = false;  // the copy's relative data paths meant the original's directory
   const Workload w = load_workload(workload_file, lo);
   run.name = w.name;
+  if (w.selection.enabled()) run.rung_steps = w.selection.rung_steps();
   std::map<std::string, std::size_t> index;
   for (const auto& spec : w.jobs) {
     JobInfo j;
@@ -418,13 +419,31 @@ RunData read_run(const fs::path& dir) {
         // done, not waiting for --resume.
         JobInfo& j = job_at(timeline_file, line, we.text(e, "job"));
         j.status = "stopped";
-        j.reason = fmt::format("stopped by selection at rung {} (step {})",
-                               e.contains("rung") ? we.integer(e, "rung") : 0,
-                               e.contains("step") ? we.integer(e, "step") : 0);
+        j.stopped_by = "selection";
+        j.stop_t = t;
+        j.stop_rung = e.contains("rung") ? static_cast<int>(we.integer(e, "rung")) : 0;
+        j.stop_step = e.contains("step") ? we.integer(e, "step") : 0;
+        j.stop_label = fmt::format("rung {}", j.stop_rung);
+        j.reason =
+            fmt::format("stopped by selection at rung {} (step {})", j.stop_rung, j.stop_step);
+      } else if (ev == "early_stop") {
+        // Stopped by its early_stop rule (diverged, patience): done, like a selection stop.
+        JobInfo& j = job_at(timeline_file, line, we.text(e, "job"));
+        j.status = "stopped";
+        j.stopped_by = "early_stop";
+        j.stop_t = t;
+        j.stop_step = e.contains("step") ? we.integer(e, "step") : 0;
+        const std::string rule = we.text_or(e, "rule");
+        j.stop_label = rule.empty() ? "early stop" : rule;
+        j.reason = fmt::format("stopped by early_stop ({}) at step {}", j.stop_label, j.stop_step);
       } else if (ev == "cancel") {
         JobInfo& j = job_at(timeline_file, line, we.text(e, "job"));
         j.status = "cancelled";
         j.reason = "cancelled (saturn cancel)";
+        j.stopped_by = "cancel";
+        j.stop_t = t;
+        j.stop_step = e.contains("step") ? we.integer(e, "step") : 0;
+        j.stop_label = "cancelled";
       } else if (ev == "signal") {
         run.markers.push_back(
             {t, "signal",
@@ -535,7 +554,8 @@ RunData read_run(const fs::path& dir) {
   run.makespan_s = run.now_s;
   run.complete = run.ended;
   for (const auto& j : run.jobs)
-    if (j.status != "finished" && j.status != "failed") run.complete = false;
+    if (j.status != "finished" && j.status != "failed" && j.stopped_by.empty())
+      run.complete = false;  // stopped by selection or early_stop, or cancelled: done too
   if (!run.plans.empty()) {
     run.predicted_makespan_s = run.plans.front().makespan_s;
     run.lower_bound_s = run.plans.front().lower_bound_s;

@@ -95,6 +95,14 @@ struct JobInfo {
   double step_time_s = 0;   // recent seconds per step (0: unknown)
   double eta_s = -1;        // time it still needs (-1: unknown; 0: done)
   bool best = false;
+  // Ended before its last step for good: "selection" (stopped at a rung), "early_stop" (its
+  // early_stop rule), "cancel" (saturn cancel); "" otherwise. When (batch time), at which step,
+  // and for selection the rung (-1: none); stop_label: what the charts write at the stop.
+  std::string stopped_by;
+  double stop_t = -1;
+  std::int64_t stop_step = -1;
+  int stop_rung = -1;
+  std::string stop_label;
 };
 
 struct RunData {
@@ -103,17 +111,20 @@ struct RunData {
   std::vector<JobInfo> jobs;  // in workload order
   std::vector<PlanInfo> plans;
   std::vector<Marker> markers;
+  std::vector<std::int64_t> rung_steps;  // the workload's selection rungs (empty: no selection)
   std::vector<int> ranks;  // every rank any plan or segment used, ascending: the Gantt rows
   std::vector<std::string> rank_labels;  // same order: "n0 r2"
-  int devices = 0;        // devices of the cluster (cluster.json), at least the ranks seen
-  int runs = 0;           // how many times `saturn run` started on this directory
-  int replans = 0;        // plans adopted during a run (not the first plan of each run)
-  bool started = false;   // timeline.jsonl exists (profiling and planning are over)
-  bool ended = false;     // the latest run ended (run_end event)
-  bool complete = false;  // ended, and every job finished or failed: the makespan is final
-  int exit_code = -1;     // of the latest run when it ended
-  double now_s = 0;       // batch time of the newest thing the files show
-  double makespan_s = 0;  // now_s once ended; elapsed so far otherwise
+  int devices = 0;       // devices of the cluster (cluster.json), at least the ranks seen
+  int runs = 0;          // how many times `saturn run` started on this directory
+  int replans = 0;       // plans adopted during a run (not the first plan of each run)
+  bool started = false;  // timeline.jsonl exists (profiling and planning are over)
+  bool ended = false;    // the latest run ended (run_end event)
+  // ended, and every job finished, failed, or stopped for good (selection, early_stop,
+  // cancel): the makespan is final
+  bool complete = false;
+  int exit_code = -1;                // of the latest run when it ended
+  double now_s = 0;                  // batch time of the newest thing the files show
+  double makespan_s = 0;             // now_s once ended; elapsed so far otherwise
   double predicted_makespan_s = -1;  // plan 0's
   double lower_bound_s = -1;         // plan 0's
   double busy_device_s = 0;          // sum over segments of devices x duration

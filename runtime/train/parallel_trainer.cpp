@@ -171,6 +171,13 @@ TrainResult train_with_strategy(const TrainJob& job, const TrainOptions& options
     // The loss and the global gradient norm are reduced over the ranks, so every rank sees the
     // same values: an agreed failure. A non-finite norm poisons the update (the clip scale times
     // an infinite gradient) even while the loss still looks finite.
+    if ((!std::isfinite(sr.loss) || !std::isfinite(sr.grad_norm)) && par.nonfinite_stops) {
+      result.stopped = true;
+      result.nonfinite_step = step + 1;
+      result.nonfinite_loss = sr.loss;
+      result.nonfinite_grad_norm = sr.grad_norm;
+      break;
+    }
     if (!std::isfinite(sr.loss) || !std::isfinite(sr.grad_norm))
       throw comm::AgreedFailure(
           fmt::format("job {}: {} became {} at step {} (lower the learning rate?)", job.id,

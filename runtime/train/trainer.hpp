@@ -52,10 +52,14 @@ struct StepRecord {
 };
 
 struct TrainResult {
-  std::vector<StepRecord> steps;      // the steps this call ran (after a resume: from there on)
-  std::int64_t steps_done = 0;        // optimizer steps of the job done when the call returned
-  bool stopped = false;               // stopped early at a step boundary (checkpointed)
-  std::size_t peak_device_bytes = 0;  // measured, largest over ranks
+  std::vector<StepRecord> steps;  // the steps this call ran (after a resume: from there on)
+  std::int64_t steps_done = 0;    // optimizer steps of the job done when the call returned
+  bool stopped = false;           // stopped early at a step boundary (checkpointed)
+  // ParallelOptions::nonfinite_stops: the step whose loss or gradient norm was not finite
+  // (0: none), and the two values; steps_done is the step before it.
+  std::int64_t nonfinite_step = 0;
+  double nonfinite_loss = 0, nonfinite_grad_norm = 0;
+  std::size_t peak_device_bytes = 0;       // measured, largest over ranks
   std::size_t estimated_device_bytes = 0;  // the strategy's estimate (its busiest rank)
   std::vector<float> final_params;         // canonical flat layout
 };

@@ -39,10 +39,17 @@ void require_object(const json& j, const char* what) {
 }  // namespace
 
 void to_json(json& j, const ModelConfig& m) {
-  j = json{{"arch", arch_name(m.arch)},    {"n_layer", m.n_layer},   {"n_head", m.n_head},
-           {"d_model", m.d_model},         {"d_ff", m.d_ff},         {"vocab_size", m.vocab_size},
-           {"max_seq_len", m.max_seq_len}, {"norm_eps", m.norm_eps}, {"rope_theta", m.rope_theta},
-           {"n_kv_head", m.kv_heads()},    {"tie_embeddings", m.tied()}};
+  j = json{{"arch", arch_name(m.arch)},
+           {"n_layer", m.n_layer},
+           {"n_head", m.n_head},
+           {"d_model", m.d_model},
+           {"d_ff", m.d_ff},
+           {"vocab_size", m.vocab_size},
+           {"max_seq_len", m.max_seq_len},
+           {"norm_eps", m.norm_eps},
+           {"rope_theta", m.rope_theta},
+           {"n_kv_head", m.kv_heads()},
+           {"tie_embeddings", m.tied()}};
 }
 
 void from_json(const json& j, ModelConfig& m) {
@@ -73,9 +80,10 @@ void from_json(const json& j, ModelConfig& m) {
                                    j.at("tie_embeddings").dump()));
     m.tie_embeddings = j.at("tie_embeddings").get<bool>();
     if (m.arch == Arch::kGpt2 && !m.tie_embeddings)
-      throw InputError(fmt::format("{}.tie_embeddings: false, but gpt2's head is always its token "
-                                   "embedding (valid: true)",
-                                   what));
+      throw InputError(
+          fmt::format("{}.tie_embeddings: false, but gpt2's head is always its token "
+                      "embedding (valid: true)",
+                      what));
   }
 }
 
@@ -100,6 +108,9 @@ void to_json(json& j, const TrainConfig& t) {
         {"weight_decay", o.weight_decay},
         {"grad_clip", o.grad_clip}}},
       {"schedule", {{"warmup", s.warmup}, {"decay", s.decay}, {"min_lr_ratio", s.min_lr_ratio}}}};
+  // Only when set: files of jobs without it stay as they were.
+  if (t.early_stop.enabled())
+    j["early_stop"] = {{"diverged", t.early_stop.diverged}, {"patience", t.early_stop.patience}};
 }
 
 void from_json(const json& j, TrainConfig& t) {
@@ -144,6 +155,18 @@ void from_json(const json& j, TrainConfig& t) {
     read(s, "warmup", t.schedule.warmup, sw);
     read(s, "decay", t.schedule.decay, sw);
     read(s, "min_lr_ratio", t.schedule.min_lr_ratio, sw);
+  }
+  if (j.contains("early_stop")) {
+    const json& e = j.at("early_stop");
+    const char* ew = "train_config.early_stop";
+    require_object(e, ew);
+    if (e.contains("diverged")) {
+      if (!e.at("diverged").is_boolean())
+        throw InputError(fmt::format("{}.diverged: expected true or false, got {}", ew,
+                                     e.at("diverged").dump()));
+      t.early_stop.diverged = e.at("diverged").get<bool>();
+    }
+    read(e, "patience", t.early_stop.patience, ew);
   }
 }
 

@@ -58,7 +58,8 @@ Keys concat(std::initializer_list<const Keys*> parts) {
   return out;
 }
 
-const Keys kMapTrainKeys = {"optimizer", "schedule"};
+const Keys kMapTrainKeys = {"optimizer", "schedule", "early_stop"};
+const Keys kEarlyStopKeys = {"diverged", "patience"};
 const Keys kDefaultsKeys = concat({&kScalarTrainKeys, &kMapTrainKeys});
 const Keys kNameModel = {"name", "model"};
 const Keys kModelKey = {"model"};
@@ -470,11 +471,17 @@ void Parser::set_field(const std::string& canon, const YAML::Node& v, const YAML
         int_field(1, limits::kEvalBatches, fmt::format("1..{}", limits::kEvalBatches));
   } else if (canon == "checkpoint_every") {
     tc.checkpoint_every = int_field(0, limits::kSteps, steps_range + ", or 0 for only final.h5");
-  } else if (canon == "reproducible") {
+  } else if (canon == "reproducible" || canon == "early_stop.diverged") {
     // YAML 1.2's booleans only: yes/on/1 are not accepted, so a typo cannot pass as true.
     if (!v.IsScalar() || v.Tag() == "!" || (v.Scalar() != "true" && v.Scalar() != "false"))
       fail(mark, path, fmt::format("expected true or false, got {}", describe(v)));
-    tc.reproducible = v.Scalar() == "true";
+    (canon == "reproducible" ? tc.reproducible : tc.early_stop.diverged) = v.Scalar() == "true";
+  } else if (canon == "early_stop.patience") {
+    tc.early_stop.patience =
+        int_field(0, limits::kSteps,
+                  fmt::format("an integer 1..{} (evaluations without a new best val_loss), or 0 "
+                              "for off",
+                              limits::kSteps));
   } else if (canon == "seed") {
     tc.seed = static_cast<std::uint64_t>(
         int_field(0, std::numeric_limits<std::int64_t>::max(), "an integer in 0..2^63-1"));
@@ -526,9 +533,11 @@ std::string canonical(const std::string& key) {
 // Applies one entry of `defaults:`, a job or a sweep's fixed values to `tc`.
 void Parser::apply_train_entry(const Entry& e, TrainConfig& tc, Provenance& prov,
                                LayerFields& layer) const {
-  if (e.key == "optimizer" || e.key == "schedule") {
-    const bool opt = e.key == "optimizer";
-    const MapView m = map(e.value, e.mark(), e.path, opt ? kOptimizerKeys : kScheduleKeys);
+  if (e.key == "optimizer" || e.key == "schedule" || e.key == "early_stop") {
+    const MapView m = map(e.value, e.mark(), e.path,
+                          e.key == "optimizer"  ? kOptimizerKeys
+                          : e.key == "schedule" ? kScheduleKeys
+                                                : kEarlyStopKeys);
     for (const auto& s : m.entries)
       set_field(e.key + "." + s.key, s.value, s.mark(), s.path, tc, prov, layer);
   } else {
@@ -833,6 +842,13 @@ void Parser::finish_job(JobSpec job, const Provenance& prov, const YAML::Mark& m
     const auto it = prov.find(field);
     return it != prov.end() ? it->second : Where{mark, path};
   };
+  if (t.early_stop.patience > 0 && t.eval_every <= 0) {
+    const Where where = at("early_stop.patience");
+    fail(where.mark, where.path,
+         fmt::format("patience {} counts evaluations, but job '{}' evaluates only at its end "
+                     "(eval_every 0) (valid: give eval_every 1..{}, or patience 0)",
+                     t.early_stop.patience, job.id, limits::kSteps));
+  }
   // Products of fields, each within its range, checked against limits of their own (doubles:
   // exact here, and no overflow).
   const double T = t.seq_len;
@@ -999,7 +1015,7 @@ void Parser::parse_jobs(const Entry& e, const TrainConfig& base, const Provenanc
           const YAML::Mark vmark = v.IsNull() ? x.mark() : v.Mark();
           if (x.key == "model") {
             job.model = model_named(v, vmark, vpath, model_name);
-          } else if (x.key == "optimizer" || x.key == "schedule") {
+          } else if (x.key == "optimizer" || x.key == "schedule" || x.key == "early_stop") {
             fail(vmark, x.path,
                  fmt::format("{} cannot be swept as a whole (valid: a map of fixed values; sweep "
                              "lr, weight_decay or warmup instead)",

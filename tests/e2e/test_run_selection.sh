@@ -11,7 +11,9 @@
 #  3. asha, interrupted by SIGUSR1 once some decisions are made and resumed on 2 ranks: every
 #     decision made before the signal stands after the resume, and each decision follows the
 #     rule at its time (a promoted job was among the best floor(n / 2) of the n jobs at its rung
-#     then; a stopped one was not among the best max(1, floor(n / 2)) when the rung completed).
+#     then; a stopped one was not among the best max(1, floor(n / 2)) when the rung completed);
+#  4. a job failing under selection stays withdrawn (and failed) across --resume; a corrupt
+#     saved selection state is exit 2 naming run_state.json and the field.
 # Usage: test_run_selection.sh SATURN_EXE
 set -uo pipefail
 saturn="$1"
@@ -107,6 +109,24 @@ assert s["exit_code"] == 0, s["exit_code"]
 full_best = min((j for j in f["jobs"] if j["status"] == "finished"), key=lambda j: j["final_val_loss"])
 assert s["best_job"]["id"] == full_best["id"], (s["best_job"], full_best["id"])
 assert abs(s["best_job"]["val_loss"] - full_best["final_val_loss"]) < 1e-12
+# A promoted job goes on only where a plan adopted after its promotion placed it: never on the
+# devices of the plan made before its rung.
+events = [json.loads(l) for l in open(os.path.join(run, "timeline.jsonl"))]
+plans = {}
+for name in os.listdir(os.path.join(run, "plans")):
+    p = json.load(open(os.path.join(run, "plans", name)))
+    plans[int(name[5:8])] = {j["id"]: sorted(j["ranks"]) for j in p["jobs"]}
+checked = 0
+for i, e in enumerate(events):
+    if e.get("event") != "promote":
+        continue
+    later = events[i + 1:]
+    start = next(x for x in later if x.get("event") == "job_start" and x["job"] == e["job"])
+    placing = [x for x in later[:later.index(start)] if x.get("event") == "replan"]
+    assert placing, f"{e['job']} restarted after its rung {e['rung']} without a plan placing it"
+    assert plans[placing[-1]["plan"]][e["job"]] == sorted(start["ranks"]), (e, start, placing[-1])
+    checked += 1
+assert checked > 0
 ratio = s["makespan_s"] / f["makespan_s"]
 print(f"successive-halving: stopped {len(stopped)} of 16 as the rule says; best {full_best['id']} "
       f"(the full run's best); makespan {s['makespan_s']:.2f} s vs {f['makespan_s']:.2f} s "
@@ -190,6 +210,62 @@ print(f"asha: {n_before} decisions before SIGUSR1 kept after --resume on 2 ranks
 PY
 then ok "asha: decisions kept across SIGUSR1 and --resume, each by the rule at its time"
 else bad "asha: decisions not kept or rule broken"; fi
+
+# A job that fails under selection is withdrawn from it, and --resume keeps it out: it stays
+# failed (its rungs were decided without it) and nothing of it runs again.
+cat > "$work/fail.yaml" <<YAML
+name: e2e-select-fail
+data: {train: data/train.bin, val: data/val.bin}
+defaults: {seq_len: 32, steps: 16, eval_every: 4, eval_batches: 1, batch_size: 4, seed: 5}
+models:
+  a: {arch: gpt2, n_layer: 1, n_head: 2, d_model: 16}
+jobs:
+  - sweep: {model: a, lr: [1e-3, 3e-3, 1e-2]}
+strategies: [ddp]
+solver: {time_limit: 1}
+selection: {method: successive-halving, min_steps: 4, reduction_factor: 2, max_rungs: 2}
+YAML
+SATURN_FAIL_JOB=a-lr3e-3-bs4:2 "$saturn" run "$work/fail.yaml" --np 2 --run-dir "$work/fail" \
+  --progress-interval 30 > "$work/fail1.log" 2>&1
+rc1=$?
+"$saturn" run --resume "$work/fail" --np 2 --progress-interval 30 > "$work/fail2.log" 2>&1
+rc2=$?
+if [ $rc1 -eq 1 ] && [ $rc2 -eq 1 ] && $py - "$work/fail" <<'PY'
+import json, os, sys
+run = sys.argv[1]
+s = json.load(open(os.path.join(run, "summary.json")))
+jobs = {j["id"]: j for j in s["jobs"]}
+f = jobs["a-lr3e-3-bs4"]
+assert f["status"] == "failed" and "withdrawn from selection" in f["reason"], f
+starts = [json.loads(l) for l in open(os.path.join(run, "timeline.jsonl"))]
+starts = [e for e in starts if e.get("event") == "job_start" and e["job"] == "a-lr3e-3-bs4"]
+assert len(starts) == 1, starts  # not run again by --resume
+state = json.load(open(os.path.join(run, "run_state.json")))
+assert state["selection"]["jobs"]["a-lr3e-3-bs4"]["withdrawn"] is True, state["selection"]
+others = [j for i, j in jobs.items() if i != "a-lr3e-3-bs4"]
+assert sorted(j["status"] for j in others) == ["finished", "stopped"], others
+PY
+then ok "a failed job stays withdrawn from selection across --resume (exit 1 both times)"
+else bad "failed job under selection: rc=$rc1/$rc2"; tail -5 "$work/fail2.log"; fi
+
+# A corrupt saved selection state is an input error (exit 2) naming the file and the field,
+# found before any rank trains.
+cp -r "$work/asha" "$work/asha-corrupt"
+$py - "$work/asha-corrupt/run_state.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+job = sorted(s["selection"]["jobs"])[0]
+s["selection"]["jobs"][job]["level"] = "two"
+json.dump(s, open(sys.argv[1], "w"))
+print(job)
+PY
+out=$("$saturn" run --resume "$work/asha-corrupt" --np 1 2>&1)
+rc=$?
+if [ $rc -eq 2 ] && grep -q "asha-corrupt/run_state.json: selection.jobs.*level must be" <<<"$out"; then
+  ok "corrupt selection state in run_state.json: exit 2 naming the file and the field"
+else
+  bad "corrupt selection state: rc=$rc"; echo "$out" | tail -5
+fi
 
 # Selection needs re-planning: a baseline policy is refused with the reason.
 if out=$("$saturn" run "$work/sha.yaml" --np 1 --run-dir "$work/nope" --policy min 2>&1); then

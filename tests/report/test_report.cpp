@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "runtime/core/error.hpp"
 #include "runtime/report/run_data.hpp"
@@ -231,6 +232,93 @@ TEST_F(ReportTest, HtmlHasEveryJobsBarsCurvesAndRowAndNoScript) {
   EXPECT_EQ(html.find("<script"), std::string::npos);
   EXPECT_EQ(html.find("http"), std::string::npos);
   EXPECT_EQ(html.find("<img"), std::string::npos);
+}
+
+// A run with selection (rungs at steps 4 and 8): a is promoted and finishes, b is stopped by
+// selection at rung 0, c is stopped by its early_stop (diverged). The Gantt chart marks each
+// stop (style, mark, label), the loss charts mark the rungs, and stopped curves end in a mark.
+TEST_F(ReportTest, HtmlMarksSelectionStopsAndRungs) {
+  std::string workload = kWorkload;
+  workload.replace(workload.find("eval_every: 5"), 13, "eval_every: 2");  // rungs 4 and 8
+  write(dir / "workload.yaml", workload + R"(  - {name: d, model: tiny, lr: 2e-3, batch_size: 4}
+selection: {method: successive-halving, min_steps: 4, reduction_factor: 2, max_rungs: 2}
+)");
+  write(dir / "timeline.jsonl",
+        R"({"event":"plan","plan":0,"reason":"initial","makespan_s":20,"lower_bound_s":15,"t":0.0}
+{"event":"job_start","job":"a","strategy":"ddp","knobs":[],"devices":1,"ranks":[0],"step":0,"segment":0,"t":0.1}
+{"event":"job_start","job":"b","strategy":"ddp","knobs":[],"devices":1,"ranks":[1],"step":0,"segment":0,"t":0.1}
+{"event":"job_start","job":"c","strategy":"ddp","knobs":[],"devices":1,"ranks":[2],"step":0,"segment":0,"t":0.1}
+{"event":"job_stop","job":"c","step":2,"segment":0,"reason":"early_stop: diverged at step 2","t":1.0}
+{"event":"early_stop","job":"c","rule":"diverged","step":2,"metric":"loss","value":60.0,"reference":10.0,"t":1.0}
+{"event":"job_stop","job":"a","step":4,"segment":0,"reason":"selection rung at step 4","t":4.0}
+{"event":"rung","job":"a","rung":0,"step":4,"val_loss":3.2,"t":4.0}
+{"event":"job_stop","job":"b","step":4,"segment":0,"reason":"selection rung at step 4","t":4.1}
+{"event":"rung","job":"b","rung":0,"step":4,"val_loss":3.6,"t":4.1}
+{"event":"promote","job":"a","rung":0,"step":4,"val_loss":3.2,"place":1,"compared":2,"kept":1,"t":4.1}
+{"event":"selection_stop","job":"b","rung":0,"step":4,"val_loss":3.6,"place":2,"compared":2,"kept":1,"t":4.1}
+{"event":"cancel","job":"d","step":0,"t":4.2}
+{"event":"job_start","job":"a","strategy":"ddp","knobs":[],"devices":1,"ranks":[1],"step":4,"segment":1,"t":4.3}
+{"event":"job_end","job":"a","step":10,"segment":1,"val_loss":2.0,"t":10.0}
+{"event":"run_end","exit_code":0,"t":10.1}
+)");
+  std::string b;
+  for (int s = 1; s <= 4; ++s) b += metric(s, 5.0 - 0.1 * s, s * 1.0, s == 4 ? 3.6 : NAN);
+  write(dir / "jobs/b/metrics.jsonl", b);
+  const RunData r = read_run(dir);
+  EXPECT_EQ(r.rung_steps, (std::vector<std::int64_t>{4, 8}));
+  EXPECT_EQ(job(r, "b").stopped_by, "selection");
+  EXPECT_EQ(job(r, "b").stop_rung, 0);
+  EXPECT_EQ(job(r, "b").stop_step, 4);
+  EXPECT_EQ(job(r, "c").stopped_by, "early_stop");
+  EXPECT_EQ(job(r, "c").stop_label, "diverged");
+  EXPECT_EQ(job(r, "d").stopped_by, "cancel");
+  EXPECT_EQ(job(r, "a").stopped_by, "");
+  EXPECT_TRUE(r.complete);  // every job finished or stopped for good: the makespan is final
+  const std::string html = saturn::report::render_html(r);
+  // Gantt: the stopped jobs' last segments in their own style, each with a mark and a label.
+  EXPECT_NE(html.find(R"(class="bar actual stopped ended-selection" data-job="b")"),
+            std::string::npos);
+  EXPECT_NE(html.find(R"(class="bar actual stopped ended-early_stop" data-job="c")"),
+            std::string::npos);
+  EXPECT_NE(html.find(R"(<path class="stop-mark" data-job="b" data-stopped-by="selection")"),
+            std::string::npos);
+  // The label's text: what stopped the job.
+  const auto label_of = [&](const std::string& id) {
+    const auto at = html.find(R"(<text class="stop-label" data-job=")" + id + "\"");
+    if (at == std::string::npos) return std::string("(none)");
+    const auto open = html.find('>', at) + 1;
+    return html.substr(open, html.find("</text>", open) - open);
+  };
+  EXPECT_EQ(label_of("b"), "rung 0");
+  EXPECT_EQ(label_of("c"), "diverged");
+  EXPECT_EQ(label_of("a"), "(none)");
+  EXPECT_NE(html.find(R"(<path class="stop-mark" data-job="c" data-stopped-by="early_stop")"),
+            std::string::npos);
+  // a was promoted, not stopped: no stop mark, its segments in the plain style.
+  EXPECT_EQ(html.find(R"(class="stop-mark" data-job="a")"), std::string::npos);
+  EXPECT_NE(html.find(R"(class="bar actual finished" data-job="a" data-segment="1")"),
+            std::string::npos);
+  // Loss charts: a line per rung in each chart; stopped curves end in a mark, a's does not.
+  std::size_t rung_lines = 0;
+  for (auto at = html.find(R"(<line class="rung-mark")"); at != std::string::npos;
+       at = html.find(R"(<line class="rung-mark")", at + 1))
+    ++rung_lines;
+  EXPECT_EQ(rung_lines, 4u);  // 2 rungs x (train, val)
+  EXPECT_NE(html.find(R"(data-rung="1")"), std::string::npos);
+  EXPECT_NE(html.find(R"(<rect class="curve-end val" data-job="b" data-stopped-by="selection")"),
+            std::string::npos);
+  EXPECT_NE(html.find(R"(<rect class="curve-end train" data-job="c")"), std::string::npos);
+  EXPECT_EQ(html.find(R"(class="curve-end train" data-job="a")"), std::string::npos);
+  EXPECT_NE(html.find(R"(id="legend-stop")"), std::string::npos);
+  EXPECT_NE(html.find(R"(id="legend-rung")"), std::string::npos);
+}
+
+// Without selection: no rung marks anywhere.
+TEST_F(ReportTest, HtmlHasNoRungMarksWithoutSelection) {
+  const std::string html = saturn::report::render_html(read_run(dir));
+  EXPECT_EQ(html.find("<line class=\"rung-mark"), std::string::npos);
+  EXPECT_EQ(html.find("class=\"stop-mark"), std::string::npos);
+  EXPECT_EQ(html.find("legend-rung"), std::string::npos);
 }
 
 TEST_F(ReportTest, StatusShowsLiveProgressPerJob) {
