@@ -35,13 +35,11 @@ struct SubmitArgs {
 int run_submit(const SubmitArgs& a) {
   const fs::path dir = a.run_dir;
   if (!fs::exists(dir / "timeline.jsonl") || !fs::exists(dir / "workload.yaml"))
-    throw InputError(
-        fmt::format("{} holds no run of `saturn run` (no timeline.jsonl and workload.yaml)",
-                    dir.string()));
+    throw InputError(fmt::format(
+        "{} holds no run of `saturn run` (no timeline.jsonl and workload.yaml)", dir.string()));
   const fs::path file = fs::absolute(a.file).lexically_normal();
   std::error_code ec;
-  if (!fs::is_regular_file(file, ec))
-    throw InputError(fmt::format("{}: no such file", a.file));
+  if (!fs::is_regular_file(file, ec)) throw InputError(fmt::format("{}: no such file", a.file));
   if (fs::file_size(file, ec) > limits::kFileBytes)
     throw InputError(fmt::format("{}: larger than {} bytes", file.string(), limits::kFileBytes));
   std::ifstream in(file, std::ios::binary);

@@ -20,6 +20,8 @@
 #include "runtime/exec/selection.hpp"
 #include "runtime/exec/signals.hpp"
 #include "runtime/exec/spool.hpp"
+#include "runtime/exec/submission.hpp"
+#include "runtime/workload/run_workload.hpp"
 #include "solver/gantt.hpp"
 #include "solver/plan_io.hpp"
 #include "solver/validate.hpp"
@@ -49,26 +51,31 @@ std::optional<solver::Baseline> parse_policy(const std::string& name) {
 // the re-planner and dispatch run.
 struct CoordinatorEvent {
   enum class Kind {
-    kRankReady,     // a rank is free for work
-    kProgress,      // a job's leader reported steps and metrics
-    kJobFinished,   // a job ran its last step
-    kJobFailed,     // a job's segment failed
-    kJobStopped,    // a job's segment stopped at a step boundary (checkpointed)
-    kSignal,        // a stop signal on some rank
-    kInterval,      // the re-plan interval passed
-    kJobCancelled,  // `saturn cancel` asked for the job (a request in RUN_DIR/spool)
+    kRankReady,      // a rank is free for work
+    kProgress,       // a job's leader reported steps and metrics
+    kJobFinished,    // a job ran its last step
+    kJobFailed,      // a job's segment failed
+    kJobStopped,     // a job's segment stopped at a step boundary (checkpointed)
+    kSignal,         // a stop signal on some rank
+    kInterval,       // the re-plan interval passed
+    kJobCancelled,   // `saturn cancel` asked for the job (a request in RUN_DIR/spool)
+    kJobsSubmitted,  // `saturn submit` adds jobs (a request in RUN_DIR/spool)
   };
   Kind kind;
   int rank = -1;
   JobState* job = nullptr;
   nlohmann::json message;  // progress: the message; ends: the outcome
   int signal = 0;
+  SpoolRequest request{};  // submitted: the request
 };
 
 struct Coordinator::Impl {
   using Event = CoordinatorEvent;
   using Kind = CoordinatorEvent::Kind;
 
+  // The coordinator's own copy of the batch's workload (rank 0's worker thread has another):
+  // `saturn submit` adds jobs to it.
+  Workload batch;
   CoordinatorSetup setup;
   JobTable table;
   std::vector<JobState>& jobs;
@@ -90,14 +97,25 @@ struct Coordinator::Impl {
   solver::Plan plan;
   BatchFacts facts;  // the first plan's predictions, for summary.json
 
+  std::vector<Submission> accepted;  // the submissions in the batch (RUN_DIR/submitted)
+
+  static CoordinatorSetup with_workload(CoordinatorSetup s, const Workload& w) {
+    s.workload = &w;
+    return s;
+  }
+
   explicit Impl(CoordinatorSetup s)
-      : setup(std::move(s)),
+      : batch(*s.workload),
+        setup(with_workload(std::move(s), batch)),
         table(*setup.workload, setup.planning, setup.steps_done, setup.finished),
         jobs(table.jobs),
         files(setup),
         replanner(setup, table),
         selection(setup.workload->selection, job_ids(*setup.workload)) {
     plan_index = setup.next_plan_index;
+    // Submissions parse against the run directory's copy (the file given may change meanwhile).
+    batch.source = setup.run_dir / "workload.yaml";
+    accepted = accepted_submissions(setup.run_dir);
     if (setup.elapsed_before_s > 0) files.read_history(table);
     restore_selection();
     for (const auto& id : setup.cancelled)
@@ -463,6 +481,10 @@ struct Coordinator::Impl {
           log::warn("request {} rejected: {}", r.file.string(), r.error);
           continue;
         }
+        if (r.kind == "submit") {
+          out.push_back({Kind::kJobsSubmitted, -1, nullptr, {}, 0, r});
+          continue;
+        }
         for (const auto& id : r.jobs) {
           if (JobState* js = table.find(id))
             out.push_back({Kind::kJobCancelled, -1, js, {}, 0});
@@ -499,6 +521,9 @@ struct Coordinator::Impl {
         return;
       case Kind::kJobCancelled:
         on_job_cancelled(*e.job);
+        return;
+      case Kind::kJobsSubmitted:
+        on_jobs_submitted(e.request);
         return;
     }
   }
@@ -599,6 +624,45 @@ struct Coordinator::Impl {
     if (!setup.quiet) log::info("job {} cancelled at step {}", js.spec->id, js.steps_done);
     request_replan("job " + js.spec->id + " cancelled");
     write_run_state();  // --resume keeps it cancelled
+  }
+
+  // `saturn submit` (runtime/exec/submission.hpp): the jobs join every rank's workload (before
+  // any launch of them), then the table, and the batch re-plans at once; a refused request
+  // goes to spool/rejected with its reason, and nothing is added.
+  void on_jobs_submitted(SpoolRequest r) {
+    AcceptedSubmission a;
+    try {
+      a = accept_submission(setup, batch, accepted, r);
+    } catch (const Error& e) {
+      reject_taken_request(r, e.what());
+      event({{"event", "submit_rejected"},
+             {"request", r.file.filename().string()},
+             {"source", r.submission.source.string()},
+             {"reason", e.what()}});
+      log::error("submission {} rejected: {}", r.submission.source.string(), e.what());
+      return;
+    }
+    ++version;
+    accepted.push_back(r.submission);
+    nlohmann::json specs = nlohmann::json::array();
+    for (std::size_t j = batch.jobs.size(); j < a.batch.jobs.size(); ++j)
+      specs.push_back(job_message(a.batch.jobs[j]));
+    for (int rank = 0; rank < world_size; ++rank)
+      send_json(control, rank, kTagCommand, {{"type", "add_jobs"}, {"jobs", specs}});
+    const std::size_t planning_first = setup.planning.jobs.size();
+    for (std::size_t k = 0; k < a.planning.jobs.size(); ++k) {
+      setup.planning.jobs.push_back(a.planning.jobs[k]);
+      setup.planning.details.push_back(a.planning.details[k]);
+    }
+    batch = std::move(a.batch);
+    table.add_jobs(batch, planning_first);
+    event({{"event", "submit"},
+           {"jobs", a.ids},
+           {"request", r.file.filename().string()},
+           {"source", r.submission.source.string()}});
+    if (!setup.quiet) log::info("submission {}: added {}", r.submission.source.string(), a.sources);
+    request_replan(fmt::format("{} job(s) submitted", a.ids.size()));
+    write_run_state();
   }
 
   // A stop signal: checkpoint every running job, then exit 99.

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -71,6 +72,9 @@ struct CoordinatorSetup {
   nlohmann::json selection_state;
   // On resume: the jobs `saturn cancel` cancelled in earlier runs (run_state.json "cancelled").
   std::vector<std::string> cancelled;
+  // Plans jobs `saturn submit` adds (the workload's jobs from `first` on) as this run's profiles
+  // give them; empty: the run takes no submissions.
+  std::function<PlanningInput(const Workload& workload, std::size_t first)> plan_added_jobs;
 };
 
 class Coordinator {

@@ -1,8 +1,8 @@
-// Requests to a batch while it runs (`saturn cancel`, `saturn submit`): one JSON file each in RUN_DIR/spool,
-// written atomically (a temporary name, then a rename), so rank 0's coordinator never reads
-// half of one. The coordinator takes them in name order (their names start with the time they
-// were made) and moves each to spool/done, or spool/rejected when it cannot be read. A request
-// made while no run is going waits there for `saturn run --resume`.
+// Requests to a batch while it runs (`saturn cancel`, `saturn submit`): one JSON file each in
+// RUN_DIR/spool, written atomically (a temporary name, then a rename), so rank 0's coordinator
+// never reads half of one. The coordinator takes them in name order (their names start with the
+// time they were made) and moves each to spool/done, or spool/rejected when it cannot be read. A
+// request made while no run is going waits there for `saturn run --resume`.
 #pragma once
 
 #include <filesystem>
@@ -14,11 +14,11 @@
 namespace saturn::exec {
 
 struct SpoolRequest {
-  std::filesystem::path file;  // where it is now (spool/done or spool/rejected)
-  std::string kind;            // "cancel" or "submit"
+  std::filesystem::path file;     // where it is now (spool/done or spool/rejected)
+  std::string kind;               // "cancel" or "submit"
   std::vector<std::string> jobs;  // cancel: the ids to cancel; submit: the ids it adds
   Submission submission;          // submit: the jobs' YAML and the file it came from
-  std::string error;  // not empty: the request could not be read (it was rejected)
+  std::string error;              // not empty: the request could not be read (it was rejected)
 };
 
 std::filesystem::path spool_dir(const std::filesystem::path& run_dir);

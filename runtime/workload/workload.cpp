@@ -1176,7 +1176,6 @@ Workload Parser::parse(const std::string& text) {
   return w;
 }
 
-
 void Parser::add_submission(const Submission& sub, const LoadOptions& options, Workload& w) {
   // What was parsed so far belongs to earlier files: their errors name them.
   for (const auto& name : model_names_) model_file_.try_emplace(name, file_);
