@@ -47,12 +47,24 @@ int run_submit(const SubmitArgs& a) {
   text << in.rdbuf();
   if (!in && !in.eof()) throw IoError(fmt::format("{}: cannot read", file.string()));
 
-  // The batch as it stands: accepted submissions and those still waiting in the spool.
+  // The batch as it stands: accepted submissions and those still waiting in the spool (one
+  // that rank 0 will reject, e.g. a racing submission that reuses an id, does not count).
   const Workload base = load_batch_base(dir);
   std::vector<Submission> earlier = accepted_submissions(dir);
-  for (auto& s : exec::waiting_submissions(dir)) earlier.push_back(std::move(s));
-  const std::size_t before =
+  std::size_t before =
       earlier.empty() ? base.jobs.size() : add_submissions(base, earlier).jobs.size();
+  for (auto& s : exec::waiting_submissions(dir)) {
+    earlier.push_back(std::move(s));
+    try {
+      LoadOptions checked_when_written;
+      checked_when_written.check_data_files = false;
+      before = add_submissions(base, earlier, checked_when_written).jobs.size();
+    } catch (const InputError& e) {
+      std::fprintf(stderr, "note: a request waiting in %s will be rejected: %s\n",
+                   exec::spool_dir(dir).string().c_str(), e.what());
+      earlier.pop_back();
+    }
+  }
   std::vector<Submission> all = earlier;
   all.push_back({file, text.str()});
   LoadOptions checks;  // the new jobs' data: files exist, tokens fit their models

@@ -1345,8 +1345,10 @@ Workload add_submissions(const Workload& workload, const std::vector<Submission>
   fs::path base = workload.source.parent_path();
   if (base.empty()) base = ".";
   Parser parser(workload.source.string(), base, quiet);
-  parser.parse(text.str());
+  const std::size_t own_jobs = parser.parse(text.str()).jobs.size();
   Workload w = workload;
+  // Its own jobs come first; jobs of submissions it may already hold are made again below.
+  w.jobs.resize(std::min(own_jobs, w.jobs.size()));
   for (std::size_t i = 0; i < submissions.size(); ++i)
     parser.add_submission(submissions[i], i + 1 == submissions.size() ? options : quiet, w);
   return w;

@@ -129,8 +129,9 @@ struct Submission {
   std::string yaml;
 };
 
-// The batch `workload` (as load_workload made it from its file, workload.source) with the jobs
-// of `submissions` appended in order. A submission uses the batch's models, defaults and data
+// The batch `workload` (as load_workload made it from its file, workload.source; jobs of
+// submissions it already holds after its own are dropped) with the jobs of `submissions`
+// appended in order. A submission uses the batch's models, defaults and data
 // unless it brings its own (a model name of its own must be new); every job id must be new to
 // the batch and to the submissions before it. `options` (data checks) apply to the last
 // submission only: earlier ones were checked when they were accepted. A selecting batch

@@ -19,9 +19,9 @@ prepare_data "$saturn" 20 || bad "data prepare"
 cat > "$work/base.yaml" <<YAML
 name: e2e-submit
 data: {train: data/train.bin, val: data/val.bin}
-defaults: {seq_len: 32, steps: 800, eval_every: 100, eval_batches: 1, batch_size: 4, seed: 3}
+defaults: {seq_len: 64, steps: 600, eval_every: 50, eval_batches: 1, batch_size: 4, seed: 3}
 models:
-  a: {arch: gpt2, n_layer: 1, n_head: 2, d_model: 16}
+  a: {arch: gpt2, n_layer: 2, n_head: 2, d_model: 64}
 jobs:
   - {name: first, model: a, lr: 1e-3}
   - {name: second, model: a, lr: 2e-3}
@@ -74,8 +74,8 @@ refused samemodel 2 "model 'a' is already the batch's"
 # The valid submission: two jobs of the batch's model, one of a model of its own.
 cat > "$work/more.yaml" <<YAML
 models:
-  b: {arch: llama, n_layer: 1, n_head: 2, d_model: 16}
-defaults: {steps: 300}
+  b: {arch: llama, n_layer: 2, n_head: 2, d_model: 64}
+defaults: {steps: 150}
 jobs:
   - {name: sub1, model: a, lr: 3e-3}
   - {name: sub2, model: a, lr: 4e-3}
@@ -144,7 +144,7 @@ for j in ("first", "second", "sub1", "sub3", "late"):
     m = [json.loads(l) for l in open(os.path.join(run, "jobs", j, "metrics.jsonl"))]
     assert any("val_loss" in r for r in m), j
     assert os.path.exists(os.path.join(run, "jobs", j, "final.h5")), j
-assert jobs["sub1"]["steps"] == 300 and jobs["late"]["steps"] == 100
+assert jobs["sub1"]["steps"] == 150 and jobs["late"]["steps"] == 100
 assert jobs["sub2"]["status"] == "cancelled", jobs["sub2"]
 ev = [json.loads(l) for l in open(os.path.join(run, "timeline.jsonl"))]
 subs = [e for e in ev if e.get("event") == "submit"]
