@@ -51,15 +51,15 @@ std::optional<solver::Baseline> parse_policy(const std::string& name) {
 // the re-planner and dispatch run.
 struct CoordinatorEvent {
   enum class Kind {
-    kRankReady,      // a rank is free for work
-    kProgress,       // a job's leader reported steps and metrics
-    kJobFinished,    // a job ran its last step
-    kJobFailed,      // a job's segment failed
-    kJobStopped,     // a job's segment stopped at a step boundary (checkpointed)
-    kSignal,         // a stop signal on some rank
-    kInterval,       // the re-plan interval passed
-    kJobCancelled,   // `saturn cancel` asked for the job (a request in RUN_DIR/spool)
-    kJobsSubmitted,  // `saturn submit` adds jobs (a request in RUN_DIR/spool)
+    kRankReady,     // a rank is free for work
+    kProgress,      // a job's leader reported steps and metrics
+    kJobFinished,   // a job ran its last step
+    kJobFailed,     // a job's segment failed
+    kJobStopped,    // a job's segment stopped at a step boundary (checkpointed)
+    kSignal,        // a stop signal on some rank
+    kInterval,      // the re-plan interval passed
+    kJobCancelled,  // `saturn cancel` asked for the job (a request in RUN_DIR/spool)
+    kSubmitted,     // `saturn submit` adds jobs (a request in RUN_DIR/spool)
   };
   Kind kind;
   int rank = -1;
@@ -473,7 +473,7 @@ struct Coordinator::Impl {
                                              : Kind::kJobStopped;
       out.push_back({kind, from, js, o, 0});
     }
-    // Requests in RUN_DIR/spool (saturn cancel), twice a second.
+    // Requests in RUN_DIR/spool (saturn cancel, saturn submit), twice a second.
     if (now() - last_spool_s >= 0.5) {
       last_spool_s = now();
       for (const SpoolRequest& r : take_spool_requests(setup.run_dir)) {
@@ -482,7 +482,7 @@ struct Coordinator::Impl {
           continue;
         }
         if (r.kind == "submit") {
-          out.push_back({Kind::kJobsSubmitted, -1, nullptr, {}, 0, r});
+          out.push_back({Kind::kSubmitted, -1, nullptr, {}, 0, r});
           continue;
         }
         for (const auto& id : r.jobs) {
@@ -522,7 +522,7 @@ struct Coordinator::Impl {
       case Kind::kJobCancelled:
         on_job_cancelled(*e.job);
         return;
-      case Kind::kJobsSubmitted:
+      case Kind::kSubmitted:
         on_jobs_submitted(e.request);
         return;
     }

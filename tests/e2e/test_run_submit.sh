@@ -100,7 +100,7 @@ name = "%020d-1-submit.json" % time.time_ns()
 open(os.path.join(spool, name + ".tmp"), "w").write(json.dumps(req))
 os.rename(os.path.join(spool, name + ".tmp"), os.path.join(spool, name))
 PY
-for _ in $(seq 1 100); do
+for _ in $(seq 1 300); do
   grep -q '"submit_rejected"' "$run/timeline.jsonl" 2>/dev/null && break
   sleep 0.1
 done
