@@ -98,6 +98,7 @@ struct Coordinator::Impl {
   BatchFacts facts;  // the first plan's predictions, for summary.json
 
   std::vector<Submission> accepted;  // the submissions in the batch (RUN_DIR/submitted)
+  PendingSends pending_sends;        // to ranks that may be training (add_jobs)
 
   static CoordinatorSetup with_workload(CoordinatorSetup s, const Workload& w) {
     s.workload = &w;
@@ -648,7 +649,7 @@ struct Coordinator::Impl {
     for (std::size_t j = batch.jobs.size(); j < a.batch.jobs.size(); ++j)
       specs.push_back(job_message(a.batch.jobs[j]));
     for (int rank = 0; rank < world_size; ++rank)
-      send_json(control, rank, kTagCommand, {{"type", "add_jobs"}, {"jobs", specs}});
+      pending_sends.send_json(control, rank, kTagCommand, {{"type", "add_jobs"}, {"jobs", specs}});
     const std::size_t planning_first = setup.planning.jobs.size();
     for (std::size_t k = 0; k < a.planning.jobs.size(); ++k) {
       setup.planning.jobs.push_back(a.planning.jobs[k]);
@@ -725,6 +726,7 @@ struct Coordinator::Impl {
         events.push_back({Kind::kInterval, -1, nullptr, {}, 0});
       for (const Event& e : events) handle(e);
       apply_selection();
+      pending_sends.progress();
       if (auto a = replanner.poll(version, stopping)) adopt(*a);
       dispatch();
       if (!stopping) replanner.start(now(), version);

@@ -149,6 +149,9 @@ assert jobs["sub2"]["status"] == "cancelled", jobs["sub2"]
 ev = [json.loads(l) for l in open(os.path.join(run, "timeline.jsonl"))]
 subs = [e for e in ev if e.get("event") == "submit"]
 assert [e["jobs"] for e in subs] == [["sub1", "sub2", "sub3"], ["late"]], subs
+# Taken while the batch ran: before the batch's own jobs ended (they were running then).
+ends = [e["t"] for e in ev if e.get("event") == "job_end" and e["job"] in ("first", "second")]
+assert subs[0]["t"] < min(ends), (subs[0]["t"], ends)
 # Each submission is planned at once: a plan naming its jobs follows it.
 plans = sorted(os.listdir(os.path.join(run, "plans")))
 named = set()
