@@ -20,7 +20,11 @@ AcceptedSubmission accept_submission(const CoordinatorSetup& setup, const Worklo
   AcceptedSubmission a;
   std::vector<Submission> all = accepted;
   all.push_back(request.submission);
-  a.batch = add_submissions(batch, all);  // the new jobs' data are checked again
+  // Their data files must still exist; their contents (one pass over each file, seconds for a
+  // large corpus, while the coordinator must go on dispatching) `saturn submit` checked.
+  LoadOptions data_exists;
+  data_exists.check_data_contents = false;
+  a.batch = add_submissions(batch, all, data_exists);
   a.planning = setup.plan_added_jobs(a.batch, batch.jobs.size());
   for (std::size_t j = batch.jobs.size(); j < a.batch.jobs.size(); ++j)
     a.ids.push_back(a.batch.jobs[j].id);
