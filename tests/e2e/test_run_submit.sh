@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `saturn submit RUN_DIR MORE.yaml` on a batch of 2 jobs on 2 local ranks:
-#  - mistakes (a duplicate id, bad YAML, an unknown key, an unknown model, missing data) are
+#  - mistakes (an id of the batch or of an earlier submission, bad YAML, an unknown key, an
+#    unknown model, missing data, a model name of the batch) are
 #    exit 2 with FILE:LINE and the field, and write nothing (no request, workload unchanged);
 #  - a valid submission of 3 jobs (one of a model of its own) is taken by rank 0 while the run
 #    goes on; a racing request reusing an id it took is rejected by rank 0 (spool/rejected,
@@ -39,37 +40,6 @@ for _ in $(seq 1 600); do
 done
 grep -q '"job_start"' "$run/timeline.jsonl" 2>/dev/null || bad "the batch did not start"
 sum_before=$(md5sum < "$run/workload.yaml")
-
-# refused NAME LINE PATTERN: submitting $work/NAME.yaml is exit 2 naming NAME.yaml:LINE and
-# PATTERN, and nothing is written.
-refused() {
-  local out rc
-  out=$("$saturn" submit "$run" "$work/$1.yaml" 2>&1)
-  rc=$?
-  if [ $rc -eq 2 ] && grep -q "$1.yaml:$2:" <<<"$out" && grep -q -- "$3" <<<"$out" &&
-     [ -z "$(ls -A "$run/spool" 2>/dev/null)" ] && [ ! -e "$run/submitted" ] &&
-     [ "$(md5sum < "$run/workload.yaml")" = "$sum_before" ]; then
-    ok "$1: exit 2 at line $2 ($3), nothing written"
-  else
-    bad "$1: rc=$rc"; echo "$out" | tail -3; ls -R "$run/spool" "$run/submitted" 2>/dev/null
-  fi
-}
-printf 'jobs:\n  - {name: third, model: a, lr: 3e-3}\n  - {name: first, model: a, lr: 4e-3}\n' \
-  > "$work/dup.yaml"
-refused dup 3 "jobs\[1\]: job id 'first' is already in the batch"
-printf 'jobs:\n  - {name: third, model: a, lr: 3e-3\n  - {name: fourth}\n' > "$work/badyaml.yaml"
-refused badyaml 3 "malformed YAML"
-printf 'jobs:\n  - {name: third, model: a, lr: 3e-3}\n  - {name: fourth, model: a, lrate: 1}\n' \
-  > "$work/badkey.yaml"
-refused badkey 3 "unknown key 'lrate'"
-printf 'jobs:\n  - {name: third, model: zz, lr: 3e-3}\n' > "$work/badmodel.yaml"
-refused badmodel 2 "unknown model 'zz'"
-printf 'data: {train: nope/train.bin, val: data/val.bin}\njobs:\n  - {name: third, model: a}\n' \
-  > "$work/nodata.yaml"
-refused nodata 1 "data.train: data file .*nope/train.bin does not exist"
-printf 'models:\n  a: {arch: gpt2, n_layer: 2, n_head: 2, d_model: 16}\njobs:\n  - {model: a}\n' \
-  > "$work/samemodel.yaml"
-refused samemodel 2 "model 'a' is already the batch's"
 
 # The valid submission: two jobs of the batch's model, one of a model of its own.
 cat > "$work/more.yaml" <<YAML
@@ -113,14 +83,49 @@ else
   bad "submission or race rejection not seen"; tail -5 "$run/timeline.jsonl"; ls -R "$run/spool"
 fi
 "$saturn" cancel "$run" sub2 > "$work/cancel.log" 2>&1 || bad "saturn cancel sub2: rc=$?"
-# Interrupt once a submitted job has run a while (a checkpoint to resume from), then submit
-# while no run goes.
+# refused NAME LINE PATTERN: submitting $work/NAME.yaml is exit 2 naming NAME.yaml:LINE and
+# PATTERN, and nothing is written (no file in spool/ or submitted/, the workload unchanged).
+files() { find "$run/spool" "$run/submitted" -type f 2>/dev/null | sort | md5sum; }
+refused() {
+  local out rc
+  local before
+  before=$(files)
+  out=$("$saturn" submit "$run" "$work/$1.yaml" 2>&1)
+  rc=$?
+  if [ $rc -eq 2 ] && grep -q "$1.yaml:$2:" <<<"$out" && grep -q -- "$3" <<<"$out" &&
+     [ "$(files)" = "$before" ] &&
+     [ "$(md5sum < "$run/workload.yaml")" = "$sum_before" ]; then
+    ok "$1: exit 2 at line $2 ($3), nothing written"
+  else
+    bad "$1: rc=$rc"; echo "$out" | tail -3; ls -R "$run/spool" "$run/submitted" 2>/dev/null
+  fi
+}
+printf 'jobs:\n  - {name: third, model: a, lr: 3e-3}\n  - {name: first, model: a, lr: 4e-3}\n' \
+  > "$work/dup.yaml"
+refused dup 3 "jobs\[1\]: job id 'first' is already in the batch"
+printf 'jobs:\n  - {name: third, model: a, lr: 3e-3}\n  - {name: sub3, model: a, lr: 4e-3}\n' \
+  > "$work/dupsub.yaml"
+refused dupsub 3 "jobs\[1\]: job id 'sub3' is already in the batch (jobs\[2\] at 7:5 of .*more.yaml)"
+printf 'jobs:\n  - {name: third, model: a, lr: 3e-3\n  - {name: fourth}\n' > "$work/badyaml.yaml"
+refused badyaml 3 "malformed YAML"
+printf 'jobs:\n  - {name: third, model: a, lr: 3e-3}\n  - {name: fourth, model: a, lrate: 1}\n' \
+  > "$work/badkey.yaml"
+refused badkey 3 "unknown key 'lrate'"
+printf 'jobs:\n  - {name: third, model: zz, lr: 3e-3}\n' > "$work/badmodel.yaml"
+refused badmodel 2 "unknown model 'zz'"
+printf 'data: {train: nope/train.bin, val: data/val.bin}\njobs:\n  - {name: third, model: a}\n' \
+  > "$work/nodata.yaml"
+refused nodata 1 "data.train: data file .*nope/train.bin does not exist"
+printf 'models:\n  a: {arch: gpt2, n_layer: 2, n_head: 2, d_model: 16}\njobs:\n  - {model: a}\n' \
+  > "$work/samemodel.yaml"
+refused samemodel 2 "model 'a' is already the batch's"
+
+# Interrupt once a submitted job has started, then submit while no run goes.
 for _ in $(seq 1 600); do
   grep -q '"job_start","job":"sub' "$run/timeline.jsonl" 2>/dev/null && break
   kill -0 $pid 2>/dev/null || break
   sleep 0.1
 done
-sleep 1
 kill -USR1 $pid 2>/dev/null
 wait $pid
 rc=$?
