@@ -83,6 +83,11 @@ else
   bad "submission or race rejection not seen"; tail -5 "$run/timeline.jsonl"; ls -R "$run/spool"
 fi
 "$saturn" cancel "$run" sub2 > "$work/cancel.log" 2>&1 || bad "saturn cancel sub2: rc=$?"
+# Taken (spool/ stays as it is while the refusals below are checked).
+for _ in $(seq 1 300); do
+  grep -q '"event":"cancel","job":"sub2"' "$run/timeline.jsonl" && break
+  sleep 0.1
+done
 # refused NAME LINE PATTERN: submitting $work/NAME.yaml is exit 2 naming NAME.yaml:LINE and
 # PATTERN, and nothing is written (no file in spool/ or submitted/, the workload unchanged).
 files() { find "$run/spool" "$run/submitted" -type f 2>/dev/null | sort | md5sum; }
