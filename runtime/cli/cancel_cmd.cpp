@@ -16,6 +16,7 @@
 #include "runtime/cli/commands.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/exec/spool.hpp"
+#include "runtime/workload/run_workload.hpp"
 #include "runtime/workload/workload.hpp"
 
 namespace saturn::cli {
@@ -36,15 +37,8 @@ int run_cancel(const CancelArgs& a) {
         fmt::format("{} holds no run of `saturn run` (no timeline.jsonl and "
                     "workload.yaml)",
                     dir.string()));
-  // The run's copy of the workload; its `from` directories as the run recorded them.
-  LoadOptions lo;
-  lo.check_data_files = false;
-  std::ifstream in(dir / "run_state.json");
-  const auto state = in ? nlohmann::json::parse(in, nullptr, false) : nlohmann::json();
-  if (state.is_object() && state.contains("model_dirs") && state["model_dirs"].is_object())
-    for (const auto& [model, d] : state["model_dirs"].items())
-      if (d.is_string()) lo.model_dirs[model] = d.get<std::string>();
-  const Workload w = load_workload(dir / "workload.yaml", lo);
+  // The batch as it stands: the run's copy of the workload and the accepted submissions.
+  const Workload w = load_batch_workload(dir);
   for (const auto& id : a.jobs) find_job(w, id);  // InputError naming the valid ids
   const fs::path file = exec::write_cancel_request(dir, a.jobs);
   std::printf(

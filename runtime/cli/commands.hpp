@@ -38,6 +38,7 @@ void add_profile_command(CLI::App& root, Action* action);  // profile_cmd.cpp
 void add_report_command(CLI::App& root, Action* action);   // report_cmd.cpp
 void add_status_command(CLI::App& root, Action* action);   // status_cmd.cpp
 void add_cancel_command(CLI::App& root, Action* action);   // cancel_cmd.cpp
+void add_submit_command(CLI::App& root, Action* action);   // submit_cmd.cpp
 
 // The whole program (main.cpp): parses, runs the chosen action, maps errors to exit codes.
 int run_main(int argc, char** argv);

@@ -25,6 +25,7 @@ int saturn::cli::run_main(int argc, char** argv) {
   saturn::cli::add_plan_command(app, &action);
   saturn::cli::add_status_command(app, &action);
   saturn::cli::add_cancel_command(app, &action);
+  saturn::cli::add_submit_command(app, &action);
   saturn::cli::add_report_command(app, &action);
   try {
     app.parse(argc, argv);

@@ -21,6 +21,8 @@
 #include "runtime/exec/selection.hpp"
 #include "runtime/exec/signals.hpp"
 #include "runtime/exec/spool.hpp"
+#include "runtime/exec/submission.hpp"
+#include "runtime/workload/run_workload.hpp"
 #include "solver/gantt.hpp"
 #include "solver/plan_io.hpp"
 #include "solver/validate.hpp"
@@ -58,18 +60,23 @@ struct CoordinatorEvent {
     kSignal,        // a stop signal on some rank
     kInterval,      // the re-plan interval passed
     kJobCancelled,  // `saturn cancel` asked for the job (a request in RUN_DIR/spool)
+    kSubmitted,     // `saturn submit` adds jobs (a request in RUN_DIR/spool)
   };
   Kind kind;
   int rank = -1;
   JobState* job = nullptr;
   nlohmann::json message;  // progress: the message; ends: the outcome
   int signal = 0;
+  SpoolRequest request{};  // submitted: the request
 };
 
 struct Coordinator::Impl {
   using Event = CoordinatorEvent;
   using Kind = CoordinatorEvent::Kind;
 
+  // The coordinator's own copy of the batch's workload (rank 0's worker thread has another):
+  // `saturn submit` adds jobs to it.
+  Workload batch;
   CoordinatorSetup setup;
   JobTable table;
   std::vector<JobState>& jobs;
@@ -91,14 +98,26 @@ struct Coordinator::Impl {
   solver::Plan plan;
   BatchFacts facts;  // the first plan's predictions, for summary.json
 
+  std::vector<Submission> accepted;  // the submissions in the batch (RUN_DIR/submitted)
+  PendingSends pending_sends;        // to ranks that may be training (add_jobs)
+
+  static CoordinatorSetup with_workload(CoordinatorSetup s, const Workload& w) {
+    s.workload = &w;
+    return s;
+  }
+
   explicit Impl(CoordinatorSetup s)
-      : setup(std::move(s)),
+      : batch(*s.workload),
+        setup(with_workload(std::move(s), batch)),
         table(*setup.workload, setup.planning, setup.steps_done, setup.finished),
         jobs(table.jobs),
         files(setup),
         replanner(setup, table),
         selection(setup.workload->selection, job_ids(*setup.workload)) {
     plan_index = setup.next_plan_index;
+    // Submissions parse against the run directory's copy (the file given may change meanwhile).
+    batch.source = setup.run_dir / "workload.yaml";
+    accepted = accepted_submissions(setup.run_dir);
     if (setup.elapsed_before_s > 0) files.read_history(table);
     // Stopped by their early_stop in an earlier run: they stay stopped.
     if (setup.early_stopped.is_object())
@@ -489,12 +508,16 @@ struct Coordinator::Impl {
                                              : Kind::kJobStopped;
       out.push_back({kind, from, js, o, 0});
     }
-    // Requests in RUN_DIR/spool (saturn cancel), twice a second.
+    // Requests in RUN_DIR/spool (saturn cancel, saturn submit), twice a second.
     if (now() - last_spool_s >= 0.5) {
       last_spool_s = now();
       for (const SpoolRequest& r : take_spool_requests(setup.run_dir)) {
         if (!r.error.empty()) {
           log::warn("request {} rejected: {}", r.file.string(), r.error);
+          continue;
+        }
+        if (r.kind == "submit") {
+          out.push_back({Kind::kSubmitted, -1, nullptr, {}, 0, r});
           continue;
         }
         for (const auto& id : r.jobs) {
@@ -533,6 +556,9 @@ struct Coordinator::Impl {
         return;
       case Kind::kJobCancelled:
         on_job_cancelled(*e.job);
+        return;
+      case Kind::kSubmitted:
+        on_jobs_submitted(e.request);
         return;
     }
   }
@@ -661,6 +687,45 @@ struct Coordinator::Impl {
     write_run_state();  // --resume keeps it cancelled
   }
 
+  // `saturn submit` (runtime/exec/submission.hpp): the jobs join every rank's workload (before
+  // any launch of them), then the table, and the batch re-plans at once; a refused request
+  // goes to spool/rejected with its reason, and nothing is added.
+  void on_jobs_submitted(SpoolRequest r) {
+    AcceptedSubmission a;
+    try {
+      a = accept_submission(setup, batch, accepted, r);
+    } catch (const Error& e) {
+      reject_taken_request(r, e.what());
+      event({{"event", "submit_rejected"},
+             {"request", r.file.filename().string()},
+             {"source", r.submission.source.string()},
+             {"reason", e.what()}});
+      log::error("submission {} rejected: {}", r.submission.source.string(), e.what());
+      return;
+    }
+    ++version;
+    accepted.push_back(r.submission);
+    nlohmann::json specs = nlohmann::json::array();
+    for (std::size_t j = batch.jobs.size(); j < a.batch.jobs.size(); ++j)
+      specs.push_back(job_message(a.batch.jobs[j]));
+    for (int rank = 0; rank < world_size; ++rank)
+      pending_sends.send_json(control, rank, kTagCommand, {{"type", "add_jobs"}, {"jobs", specs}});
+    const std::size_t planning_first = setup.planning.jobs.size();
+    for (std::size_t k = 0; k < a.planning.jobs.size(); ++k) {
+      setup.planning.jobs.push_back(a.planning.jobs[k]);
+      setup.planning.details.push_back(a.planning.details[k]);
+    }
+    batch = std::move(a.batch);
+    table.add_jobs(batch, planning_first);
+    event({{"event", "submit"},
+           {"jobs", a.ids},
+           {"request", r.file.filename().string()},
+           {"source", r.submission.source.string()}});
+    if (!setup.quiet) log::info("submission {}: added {}", r.submission.source.string(), a.sources);
+    request_replan(fmt::format("{} job(s) submitted", a.ids.size()));
+    write_run_state();
+  }
+
   // A stop signal: checkpoint every running job, then exit 99.
   void on_signal(int sig) {
     if (stopping) return;
@@ -719,6 +784,7 @@ struct Coordinator::Impl {
         events.push_back({Kind::kInterval, -1, nullptr, {}, 0});
       for (const Event& e : events) handle(e);
       apply_selection();
+      pending_sends.progress();
       if (auto a = replanner.poll(version, stopping)) adopt(*a);
       dispatch();
       if (!stopping) replanner.start(now(), version);

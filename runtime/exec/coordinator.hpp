@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -74,6 +75,9 @@ struct CoordinatorSetup {
   // On resume: the jobs their `early_stop:` stopped in earlier runs (run_state.json
   // "early_stopped": job id -> the rule's hit), checked by the executor.
   nlohmann::json early_stopped;
+  // Plans jobs `saturn submit` adds (the workload's jobs from `first` on) as this run's profiles
+  // give them; empty: the run takes no submissions.
+  std::function<PlanningInput(const Workload& workload, std::size_t first)> plan_added_jobs;
 };
 
 class Coordinator {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
@@ -25,6 +26,8 @@
 #include "runtime/exec/run_lock.hpp"
 #include "runtime/exec/selection.hpp"
 #include "runtime/exec/signals.hpp"
+#include "runtime/exec/submission.hpp"
+#include "runtime/workload/run_workload.hpp"
 
 namespace saturn::exec {
 namespace {
@@ -185,8 +188,9 @@ void check_selection_runs(const Workload& w, const RunOptions& o) {
       o.replan ? fmt::format("--policy {}", o.policy) : std::string("--no-replan")));
 }
 
-// Every rank: ask the coordinator for work, run it, report, until told to exit.
-int worker_loop(const RunContext& ctx) {
+// Every rank: ask the coordinator for work, run it, report, until told to exit. `workload` is
+// ctx.workload, this thread's own: jobs `saturn submit` adds join it.
+int worker_loop(const RunContext& ctx, Workload& workload) {
   const int rank = [&] {
     int r = 0;
     MPI_Comm_rank(ctx.world, &r);
@@ -207,6 +211,10 @@ int worker_loop(const RunContext& ctx) {
       pause = std::min(pause * 2, std::chrono::microseconds(20000));
     }
     if ((*cmd)["type"] == "exit") return (*cmd)["code"].get<int>();
+    if ((*cmd)["type"] == "add_jobs") {  // not a task: the rank stays ready
+      for (const auto& j : (*cmd)["jobs"]) workload.jobs.push_back(job_from_message(j));
+      continue;
+    }
     const SegmentLaunch launch = SegmentLaunch::from_json((*cmd)["launch"]);
     MPI_Group world_group, group;
     MPI_Comm_group(ctx.world, &world_group);
@@ -246,7 +254,8 @@ int run_batch(const RunOptions& options) {
   ResumeState resume;
   RankMap ranks;
   PlanningInput planning;
-  double profiling_s = 0;       // calibration and trials, before the batch's clock starts
+  double profiling_s = 0;  // calibration and trials, before the batch's clock starts
+  std::shared_ptr<const AddedJobPlanner> added_job_planner;  // rank 0: for `saturn submit`
   std::optional<RunLock> lock;  // rank 0's, released when run_batch returns
   fs::path created_dir;         // rank 0: the outermost directory this run made for run_dir, if any
   try {
@@ -278,6 +287,13 @@ int run_batch(const RunOptions& options) {
       }
       check_selection_runs(w, options);
       run_dir = options.run_dir.empty() ? fs::path("runs") / w.name : options.run_dir;
+      // The jobs `saturn submit` added to the interrupted run, after its own.
+      if (options.resume)
+        if (const auto subs = accepted_submissions(run_dir); !subs.empty()) {
+          LoadOptions checked_when_accepted;
+          checked_when_accepted.check_data_files = false;
+          w = add_submissions(w, subs, checked_when_accepted);
+        }
       if (fs::exists(run_dir) && !fs::is_directory(run_dir))
         throw InputError(fmt::format("run directory {} is not a directory", run_dir.string()));
       // One run per directory (run_lock.hpp), from before anything in it is read or written
@@ -359,7 +375,13 @@ int run_batch(const RunOptions& options) {
                                          : std::max<std::int64_t>(1, w.jobs[j].train.steps - did));
     }
     const auto profile_start = std::chrono::steady_clock::now();
-    comm::agree_on(*world, [&] { planning = build_planning_input(req, *world); });
+    profile::ProfileResult startup;
+    comm::agree_on(*world, [&] {
+      planning = build_planning_input(req, *world, &startup);
+      // Before the coordinator and the workers start: the planner reads the store file (HDF5,
+      // which is not thread-safe here).
+      if (rank == 0) added_job_planner = std::make_shared<const AddedJobPlanner>(req, startup);
+    });
     profiling_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - profile_start).count();
   } catch (const comm::AgreedFailure& e) {
@@ -417,6 +439,9 @@ int run_batch(const RunOptions& options) {
     cs.quiet = options.quiet;
     cs.device_capacity = capacity;
     cs.host_capacity = host_capacity;
+    cs.plan_added_jobs = [added_job_planner](const Workload& batch, std::size_t first) {
+      return added_job_planner->plan(batch, first);
+    };
     coordinator = std::thread([&coordinator_code, cs = std::move(cs), control]() mutable {
       try {
         Coordinator c(std::move(cs));
@@ -429,7 +454,7 @@ int run_batch(const RunOptions& options) {
       }
     });
   }
-  const int code = worker_loop(ctx);
+  const int code = worker_loop(ctx, w);
   if (coordinator.joinable()) coordinator.join();
   MPI_Comm_free(&control);
   if (rank == 0 && !options.quiet) {

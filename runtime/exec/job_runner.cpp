@@ -72,9 +72,14 @@ SegmentOutcome run_segment(const RunContext& ctx, const SegmentLaunch& launch, M
   comm::Communicator& comm = *comm_ptr;
   const bool leader = comm.rank() == 0;
   const JobSpec& spec = find_job(*ctx.workload, launch.job_id);
-  TrainJob job{
-      spec.id,       spec.model, spec.train, ctx.workload->train_data, ctx.workload->val_data,
-      spec.init_from};
+  // A job `saturn submit` added with data of its own trains on that.
+  const bool own_data = !spec.train_data.empty();
+  TrainJob job{spec.id,
+               spec.model,
+               spec.train,
+               own_data ? spec.train_data : ctx.workload->train_data,
+               own_data ? spec.val_data : ctx.workload->val_data,
+               spec.init_from};
   TrainOptions opt;
   opt.job_dir = ctx.run_dir / "jobs" / job.id;
   opt.device_capacity = ctx.device_capacity;

@@ -48,6 +48,22 @@ JobTable::JobTable(const Workload& workload, const PlanningInput& planning,
     }
 }
 
+void JobTable::add_jobs(const Workload& workload, std::size_t planning_first) {
+  const std::size_t first = jobs.size();
+  jobs.resize(workload.jobs.size());
+  for (std::size_t j = 0; j < jobs.size(); ++j) jobs[j].spec = &workload.jobs[j];
+  for (std::size_t j = first; j < jobs.size(); ++j) {
+    JobState& js = jobs[j];
+    js.index = static_cast<int>(j);
+    for (std::size_t p = planning_first; p < planning_->jobs.size(); ++p)
+      if (planning_->jobs[p].id == js.spec->id) js.planning_index = static_cast<int>(p);
+    if (js.planning_index < 0) {  // the planner gave it no entry: it could never start
+      js.status = JobStatus::kFailed;
+      js.reason = "left out of the plan (no configuration for it)";
+    }
+  }
+}
+
 JobState* JobTable::find(const std::string& id) {
   for (auto& js : jobs)
     if (js.spec->id == id) return &js;

@@ -78,6 +78,11 @@ class JobTable {
 
   std::vector<JobState> jobs;  // in workload order
 
+  // Jobs `saturn submit` added: workload.jobs from jobs.size() on, pending, with their planning
+  // entries among the planning jobs (by id) from planning_first on. Every job's spec points
+  // into `workload` again (its vector may have moved).
+  void add_jobs(const Workload& workload, std::size_t planning_first);
+
   JobState* find(const std::string& id);
   // Pending (not held at a rung), running or stopping: work the plan still covers.
   static bool active(const JobState& js);

@@ -45,4 +45,24 @@ std::optional<nlohmann::json> try_recv_json(MPI_Comm comm, int source, int tag, 
   return receive_matched(&message, status, from);
 }
 
+PendingSends::~PendingSends() {
+  for (auto& s : sends_) MPI_Wait(&s.request, MPI_STATUS_IGNORE);
+}
+
+void PendingSends::send_json(MPI_Comm comm, int dest, int tag, const nlohmann::json& message) {
+  Send s;
+  s.text = std::make_unique<std::string>(message.dump());
+  MPI_Isend(s.text->data(), static_cast<int>(s.text->size()), MPI_CHAR, dest, tag, comm,
+            &s.request);
+  sends_.push_back(std::move(s));
+}
+
+void PendingSends::progress() {
+  std::erase_if(sends_, [](Send& s) {
+    int done = 0;
+    MPI_Test(&s.request, &done, MPI_STATUS_IGNORE);
+    return done != 0;
+  });
+}
+
 }  // namespace saturn::exec

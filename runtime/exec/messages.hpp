@@ -5,8 +5,11 @@
 
 #include <mpi.h>
 
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <string>
+#include <vector>
 
 namespace saturn::exec {
 
@@ -25,5 +28,27 @@ nlohmann::json recv_json(MPI_Comm comm, int source, int tag, int* from = nullptr
 // Non-blocking: a message with `tag` from `source` if one is waiting.
 std::optional<nlohmann::json> try_recv_json(MPI_Comm comm, int source, int tag,
                                             int* from = nullptr);
+
+// Sends that must not wait for their receiver: a rank that trains reads commands only between
+// segments, and a message above MPI's eager limit (a few KiB on shared memory: the jobs of a
+// `saturn submit`) would hold the coordinator until then. Each is kept until it completed; the
+// destructor waits for the rest. Messages to one rank with one tag still arrive in order,
+// also among blocking send_json ones.
+class PendingSends {
+ public:
+  PendingSends() = default;
+  PendingSends(const PendingSends&) = delete;
+  PendingSends& operator=(const PendingSends&) = delete;
+  ~PendingSends();
+  void send_json(MPI_Comm comm, int dest, int tag, const nlohmann::json& message);
+  void progress();  // forgets those completed
+
+ private:
+  struct Send {
+    std::unique_ptr<std::string> text;  // alive, and in place, until the send completed
+    MPI_Request request = MPI_REQUEST_NULL;
+  };
+  std::vector<Send> sends_;
+};
 
 }  // namespace saturn::exec

@@ -32,6 +32,25 @@ struct PlanningRequest {
 // Collective over `world`: trials run on disjoint rank groups, results land in the store.
 // The result is valid on rank 0 (other ranks get an empty one). Throws InputError when a job
 // fits no configuration on the cluster.
-PlanningInput build_planning_input(const PlanningRequest& request, comm::Communicator& world);
+// `startup` (rank 0, optional): the whole profile result, for AddedJobPlanner.
+PlanningInput build_planning_input(const PlanningRequest& request, comm::Communicator& world,
+                                   profile::ProfileResult* startup = nullptr);
+
+// Plans the jobs `saturn submit` adds while the batch runs (rank 0's coordinator): from the
+// run's profile store, hardware and calibration as build_planning_input left them, with no
+// trials (profile::profile_added_jobs says what that gives a job).
+class AddedJobPlanner {
+ public:
+  // Reads the store file: call before other threads of this process use HDF5.
+  AddedJobPlanner(PlanningRequest request, const profile::ProfileResult& startup);
+  // Workload jobs from `first` on.
+  PlanningInput plan(const Workload& workload, std::size_t first) const;
+
+ private:
+  PlanningRequest request_;
+  profile::ProfileStore store_;
+  profile::Hardware hardware_;
+  profile::Calibration calibration_;
+};
 
 }  // namespace saturn::exec

@@ -20,7 +20,11 @@ fs::path spool_dir(const fs::path& run_dir) {
   return run_dir / "spool";
 }
 
-fs::path write_cancel_request(const fs::path& run_dir, const std::vector<std::string>& job_ids) {
+namespace {
+
+// RUN_DIR/spool/TIME-PID-KIND.json, written atomically and durably.
+fs::path write_request(const fs::path& run_dir, const std::string& kind,
+                       const nlohmann::json& request) {
   const fs::path dir = spool_dir(run_dir);
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -29,14 +33,13 @@ fs::path write_cancel_request(const fs::path& run_dir, const std::vector<std::st
                       std::chrono::system_clock::now().time_since_epoch())
                       .count();
   // The time first: the coordinator takes requests in name order.
-  const fs::path file = dir / fmt::format("{:020}-{}-cancel.json", ns, ::getpid());
-  write_file_atomic(file, nlohmann::json{{"kind", "cancel"}, {"jobs", job_ids}}.dump(),
-                    Durability::kFsync);
+  const fs::path file = dir / fmt::format("{:020}-{}-{}.json", ns, ::getpid(), kind);
+  write_file_atomic(file, request.dump(), Durability::kFsync);
   return file;
 }
 
-std::vector<SpoolRequest> take_spool_requests(const fs::path& run_dir) {
-  const fs::path dir = spool_dir(run_dir);
+// The finished requests in spool/ (not temporaries), in name order.
+std::vector<fs::path> request_files(const fs::path& dir) {
   std::vector<fs::path> files;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
@@ -46,20 +49,72 @@ std::vector<SpoolRequest> take_spool_requests(const fs::path& run_dir) {
       files.push_back(e.path());
   }
   std::sort(files.begin(), files.end());
-  std::vector<SpoolRequest> out;
-  for (const auto& f : files) {
-    SpoolRequest r;
-    std::ifstream in(f);
-    std::stringstream text;
-    text << in.rdbuf();
-    try {
-      const auto j = nlohmann::json::parse(text.str());
-      r.kind = j.at("kind").get<std::string>();
-      r.jobs = j.at("jobs").get<std::vector<std::string>>();
-      if (r.kind != "cancel") r.error = fmt::format("unknown request kind '{}'", r.kind);
-    } catch (const nlohmann::json::exception& e) {
-      r.error = e.what();
+  return files;
+}
+
+SpoolRequest parse_request(const fs::path& f) {
+  SpoolRequest r;
+  std::ifstream in(f);
+  std::stringstream text;
+  text << in.rdbuf();
+  try {
+    const auto j = nlohmann::json::parse(text.str());
+    r.kind = j.at("kind").get<std::string>();
+    r.jobs = j.at("jobs").get<std::vector<std::string>>();
+    if (r.kind == "submit") {
+      r.submission.source = j.at("source").get<std::string>();
+      r.submission.yaml = j.at("yaml").get<std::string>();
+    } else if (r.kind != "cancel") {
+      r.error = fmt::format("unknown request kind '{}'", r.kind);
     }
+  } catch (const nlohmann::json::exception& e) {
+    r.error = e.what();
+  }
+  return r;
+}
+
+}  // namespace
+
+fs::path write_cancel_request(const fs::path& run_dir, const std::vector<std::string>& job_ids) {
+  return write_request(run_dir, "cancel", {{"kind", "cancel"}, {"jobs", job_ids}});
+}
+
+fs::path write_submit_request(const fs::path& run_dir, const Submission& submission,
+                              const std::vector<std::string>& ids) {
+  return write_request(run_dir, "submit",
+                       {{"kind", "submit"},
+                        {"jobs", ids},
+                        {"source", submission.source.string()},
+                        {"yaml", submission.yaml}});
+}
+
+std::vector<Submission> waiting_submissions(const fs::path& run_dir) {
+  std::vector<Submission> out;
+  for (const auto& f : request_files(spool_dir(run_dir))) {
+    const SpoolRequest r = parse_request(f);
+    if (r.error.empty() && r.kind == "submit") out.push_back(r.submission);
+  }
+  return out;
+}
+
+void reject_taken_request(SpoolRequest& request, const std::string& reason) {
+  const fs::path to = request.file.parent_path().parent_path() / "rejected";
+  std::error_code ec;
+  fs::create_directories(to, ec);
+  const fs::path moved = to / request.file.filename();
+  fs::rename(request.file, moved, ec);
+  if (!ec) request.file = moved;
+  request.error = reason;
+  // Best effort: the reason is also in the run's log and timeline.
+  std::ofstream(fs::path(request.file.string() + ".reason")) << reason << '\n';
+}
+
+std::vector<SpoolRequest> take_spool_requests(const fs::path& run_dir) {
+  const fs::path dir = spool_dir(run_dir);
+  std::error_code ec;
+  std::vector<SpoolRequest> out;
+  for (const auto& f : request_files(dir)) {
+    SpoolRequest r = parse_request(f);
     const fs::path to = dir / (r.error.empty() ? "done" : "rejected");
     fs::create_directories(to, ec);
     r.file = to / f.filename();

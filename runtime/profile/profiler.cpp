@@ -784,6 +784,21 @@ ProfileResult profile_from_store(const ProfileRequest& request, const ProfileOpt
   return r;
 }
 
+ProfileResult profile_added_jobs(const ProfileRequest& request, const ProfileOptions& options,
+                                 const ProfileStore& store, const Hardware& hardware,
+                                 const Calibration& calibration) {
+  const auto t0 = Clock::now();
+  const ProfileRequest req = with_cluster(request, hardware);
+  ProfileOptions opt = options;
+  opt.trials = false;
+  Profiler p(req, opt, hardware, calibration, store);
+  p.estimate();
+  p.choose_trials([](const ConfigSpec&) { return false; });
+  ProfileResult r = p.result();
+  r.stats.total_s = seconds_since(t0);
+  return r;
+}
+
 WorkloadProblem problem_from_store(const std::filesystem::path& workload,
                                    const std::string& cluster_spec,
                                    const std::filesystem::path& store,

@@ -141,6 +141,16 @@ ProfileResult profile_workload(const ProfileRequest& request, comm::Communicator
 // options.hardware_id names (or the only one in the store; nominal numbers when it has none).
 ProfileResult profile_from_store(const ProfileRequest& request, const ProfileOptions& options);
 
+// Jobs added while a batch runs (`saturn submit`): what profile_workload gives them from the
+// run's own store and calibration, without trials, MPI or file I/O (rank 0's coordinator
+// thread, while other threads write checkpoints). A shape the store holds measurements of (the
+// usual case: a submission varies learning rate, seed or steps of the batch's models) keeps
+// them; configurations not measured get calibrated estimates, corrected like untried ones at
+// start (source "estimate" in the plans). request.steps leaves the batch's own jobs out.
+ProfileResult profile_added_jobs(const ProfileRequest& request, const ProfileOptions& options,
+                                 const ProfileStore& store, const Hardware& hardware,
+                                 const Calibration& calibration);
+
 // `saturn plan WORKLOAD.yaml`: the workload (its data files need not exist here), the cluster
 // (cluster_spec, else the workload's cluster:, else the stored hardware's layout) and the
 // solver problem from the store (default runs/<name>/profiles.h5 when it exists) and the

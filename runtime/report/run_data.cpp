@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "runtime/core/error.hpp"
+#include "runtime/workload/run_workload.hpp"
 #include "runtime/workload/workload.hpp"
 #include "solver/gantt.hpp"
 
@@ -228,9 +229,8 @@ RunData read_run(const fs::path& dir) {
 
   RunData run;
   run.dir = dir;
-  LoadOptions lo;
-  lo.check_data_files = false;  // the copy's relative data paths meant the original's directory
-  const Workload w = load_workload(workload_file, lo);
+  // The batch as it stands: its copy of the workload and the jobs `saturn submit` added.
+  const Workload w = load_batch_workload(dir);
   run.name = w.name;
   if (w.selection.enabled()) run.rung_steps = w.selection.rung_steps();
   std::map<std::string, std::size_t> index;

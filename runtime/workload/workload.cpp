@@ -12,6 +12,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <system_error>
 
@@ -38,6 +39,7 @@ const Keys kScalarTrainKeys = {"lr",           "batch_size",       "seed",
 const Keys kTopKeys = {"name",       "data",    "defaults", "models", "jobs",
                        "strategies", "cluster", "solver",   "export", "selection"};
 const Keys kDataKeys = {"train", "val"};
+const Keys kSubmissionKeys = {"data", "defaults", "models", "jobs"};
 const Keys kOptimizerKeys = {"type", "lr", "betas", "eps", "weight_decay", "grad_clip"};
 const Keys kScheduleKeys = {"warmup", "decay", "min_lr_ratio"};
 const Keys kModelKeys = {"arch",       "n_layer",        "n_head",     "n_kv_head",
@@ -266,6 +268,9 @@ class Parser {
       : file_(std::move(file)), base_dir_(std::move(base_dir)), options_(options) {}
 
   Workload parse(const std::string& text);
+  // After parse() of the batch's own file: the jobs of one submission (`saturn submit`),
+  // appended to `w`, with `options` for its data checks.
+  void add_submission(const Submission& sub, const LoadOptions& options, Workload& w);
 
  private:
   [[noreturn]] void fail(const YAML::Mark& m, const std::string& field,
@@ -326,6 +331,12 @@ class Parser {
   std::map<std::string, Pretrained> pretrained_;
   Keys model_names_;                              // in file order, for messages
   std::map<std::string, std::string> id_origin_;  // job id -> "jobs[i] at L:C"
+  // The batch's `defaults:` (a submission's jobs start from them) and the file of each model
+  // and of each job id parsed before the current file (submissions).
+  TrainConfig defaults_;
+  Provenance defaults_prov_;
+  std::map<std::string, std::string> model_file_;
+  std::set<std::string> earlier_ids_;
 };
 
 MapView Parser::map(const YAML::Node& n, const YAML::Mark& mark, const std::string& path,
@@ -913,6 +924,11 @@ void Parser::finish_job(JobSpec job, const Provenance& prov, const YAML::Mark& m
                      quote_text(job.id), limits::kJobIdBytes));
   job.where = fmt::format("{}: {}", loc(mark), path);
   const std::string origin = fmt::format("{} at {}", path, line_col(mark));
+  if (auto it = id_origin_.find(job.id); it != id_origin_.end() && earlier_ids_.count(job.id))
+    fail(mark, path,
+         fmt::format("job id '{}' is already in the batch ({}) (valid: an id new to the batch; "
+                     "give the job another `name:`)",
+                     job.id, it->second));
   if (auto it = id_origin_.find(job.id); it != id_origin_.end())
     fail(mark, path,
          fmt::format("job id '{}' is produced twice, by {} and by {} (valid: unique ids; give "
@@ -1096,6 +1112,8 @@ Workload Parser::parse(const std::string& text) {
     LayerFields layer;
     for (const auto& x : m.entries) apply_train_entry(x, base, base_prov, layer);
   }
+  defaults_ = base;
+  defaults_prov_ = base_prov;
 
   parse_models(
       require(top, "models", "models: {NAME: {arch: gpt2|llama, n_layer, n_head, d_model}}"));
@@ -1174,6 +1192,94 @@ Workload Parser::parse(const std::string& text) {
   return w;
 }
 
+void Parser::add_submission(const Submission& sub, const LoadOptions& options, Workload& w) {
+  // What was parsed so far belongs to earlier files: their errors name them.
+  for (const auto& name : model_names_) model_file_.try_emplace(name, file_);
+  for (auto& [id, origin] : id_origin_)
+    if (earlier_ids_.insert(id).second) origin += " of " + file_;
+  for (auto& [field, where] : defaults_prov_) {
+    if (where.mark.line >= 0)
+      where.path = fmt::format("{} (the batch's, {})", where.path, loc(where.mark));
+    where.mark = YAML::Mark::null_mark();
+  }
+  file_ = sub.source.string();
+  base_dir_ = sub.source.parent_path().empty() ? fs::path(".") : sub.source.parent_path();
+  options_ = options;
+  if (sub.yaml.size() > limits::kFileBytes)
+    throw InputError(fmt::format("{}: the file is {} bytes (valid: at most {})", file_,
+                                 sub.yaml.size(), limits::kFileBytes));
+  YAML::Node root;
+  try {
+    root = YAML::Load(sub.yaml);
+  } catch (const YAML::ParserException& e) {
+    throw InputError(fmt::format("{}: malformed YAML: {}", loc(e.mark), e.msg));
+  }
+  const YAML::Mark top_mark = root.Mark().line < 0 ? YAML::Mark() : root.Mark();
+  if (root.IsNull())
+    fail(top_mark, "submission",
+         "the file is empty (required: jobs; optional: models, defaults, data)");
+  const MapView top = map(root, top_mark, "", kSubmissionKeys);
+  const Entry& jobs = require(top, "jobs", "a list of jobs and sweeps to add to the batch");
+  if (w.selection.enabled())
+    fail(jobs.mark(), jobs.path,
+         fmt::format("the batch selects its jobs (selection: {} at {}), and a job added while "
+                     "rungs are being decided has no place in them: adding jobs to a selecting "
+                     "batch is not supported",
+                     w.selection.method, w.selection.where));
+  const Entry* data = top.find("data");
+  fs::path train, val;  // the submission's own data (empty: the batch's)
+  const Entry* train_entry = nullptr;
+  const Entry* val_entry = nullptr;
+  std::optional<MapView> dm;
+  if (data != nullptr) {
+    dm = map(data->value, data->mark(), data->path, kDataKeys);
+    train_entry = &require(*dm, "train", "train and val token files");
+    val_entry = &require(*dm, "val", "train and val token files");
+    train = data_path(*train_entry);
+    val = data_path(*val_entry);
+  }
+  TrainConfig base = defaults_;
+  Provenance base_prov = defaults_prov_;
+  if (const Entry* e = top.find("defaults")) {
+    const MapView m = map(e->value, e->mark(), e->path, kDefaultsKeys);
+    LayerFields layer;
+    for (const auto& x : m.entries) apply_train_entry(x, base, base_prov, layer);
+  }
+  if (const Entry* e = top.find("models")) {
+    if (e->value.IsMap())
+      for (auto it = e->value.begin(); it != e->value.end(); ++it) {
+        const std::string name = it->first.IsScalar() ? it->first.Scalar() : "";
+        if (const auto m = model_file_.find(name); m != model_file_.end())
+          fail(it->first.Mark(), child(e->path, quote_text(name)),
+               fmt::format("model '{}' is already the batch's (defined at {}:{}); use it by "
+                           "name in the jobs, or give this model a new name",
+                           name, m->second, line_col(models_.at(name).second)));
+      }
+    parse_models(*e);
+  }
+  Workload added;
+  parse_jobs(jobs, base, base_prov, added);
+  if (w.jobs.size() + added.jobs.size() > static_cast<std::size_t>(limits::kJobs))
+    fail(jobs.mark(), jobs.path,
+         fmt::format("the batch would have {} jobs (valid: at most {} jobs in a batch)",
+                     w.jobs.size() + added.jobs.size(), limits::kJobs));
+  if (options_.check_data_files && options_.check_data_contents) {
+    if (data != nullptr) {
+      check_data(*train_entry, train, added.jobs);
+      check_data(*val_entry, val, added.jobs);
+    } else {
+      // The batch's data against the new jobs (vocabulary, length), blamed on `jobs:`.
+      check_data(jobs, w.train_data, added.jobs);
+      check_data(jobs, w.val_data, added.jobs);
+    }
+  }
+  for (auto& job : added.jobs) {
+    job.train_data = train;
+    job.val_data = val;
+    w.jobs.push_back(std::move(job));
+  }
+}
+
 }  // namespace
 
 std::vector<std::int64_t> SelectionSettings::rung_steps() const {
@@ -1237,6 +1343,31 @@ Workload load_workload(const fs::path& path, const LoadOptions& options) {
   text << in.rdbuf();
   if (!in && !in.eof()) throw IoError(fmt::format("{}: cannot read workload file", path.string()));
   return parse_workload(text.str(), path, options);
+}
+
+Workload add_submissions(const Workload& workload, const std::vector<Submission>& submissions,
+                         const LoadOptions& options) {
+  // The batch's own file again, for what its Workload does not keep (models by name, defaults,
+  // where each id was defined). Its data and model directories are the batch's as loaded.
+  std::ifstream in(workload.source, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (!in && !in.eof())
+    throw IoError(fmt::format("{}: cannot read the batch's workload", workload.source.string()));
+  LoadOptions quiet;
+  quiet.check_data_files = false;
+  for (const auto& j : workload.jobs)
+    if (!j.init_from.empty()) quiet.model_dirs[j.model_name] = j.init_from;
+  fs::path base = workload.source.parent_path();
+  if (base.empty()) base = ".";
+  Parser parser(workload.source.string(), base, quiet);
+  const std::size_t own_jobs = parser.parse(text.str()).jobs.size();
+  Workload w = workload;
+  // Its own jobs come first; jobs of submissions it may already hold are made again below.
+  w.jobs.resize(std::min(own_jobs, w.jobs.size()));
+  for (std::size_t i = 0; i < submissions.size(); ++i)
+    parser.add_submission(submissions[i], i + 1 == submissions.size() ? options : quiet, w);
+  return w;
 }
 
 const JobSpec& find_job(const Workload& workload, const std::string& id) {

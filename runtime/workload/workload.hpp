@@ -49,6 +49,9 @@ struct JobSpec {
   // empty: the canonical random initialisation.
   std::filesystem::path init_from;
   TrainConfig train;
+  // The job's own token files (absolute), from a `saturn submit` that brought `data:`; empty:
+  // the workload's train_data and val_data.
+  std::filesystem::path train_data, val_data;
   // "FILE:LINE:COL: jobs[i]" (or jobs[i].sweep) of the entry that defines it: errors found
   // after validation (e.g. a job that fits no configuration) start with it.
   std::string where;
@@ -117,6 +120,25 @@ Workload load_workload(const std::filesystem::path& path, const LoadOptions& opt
 // against source's directory).
 Workload parse_workload(const std::string& yaml, const std::filesystem::path& source,
                         const LoadOptions& options = {});
+
+// Jobs added to a running batch by `saturn submit` (docs/workload.md, "Adding jobs to a
+// running batch"): YAML holding `jobs:` and optionally `models:`, `defaults:` and `data:`.
+struct Submission {
+  std::filesystem::path source;  // the file it came from, absolute: its relative paths mean its
+                                 // directory, and its errors name it
+  std::string yaml;
+};
+
+// The batch `workload` (as load_workload made it from its file, workload.source; jobs of
+// submissions it already holds after its own are dropped) with the jobs of `submissions`
+// appended in order. A submission uses the batch's models, defaults and data
+// unless it brings its own (a model name of its own must be new); every job id must be new to
+// the batch and to the submissions before it. `options` (data checks) apply to the last
+// submission only: earlier ones were checked when they were accepted. A selecting batch
+// (`selection:`) takes no submissions. Throws InputError "FILE:LINE:COL: field: what is wrong"
+// naming the submission's file; the returned workload is whole or not made at all.
+Workload add_submissions(const Workload& workload, const std::vector<Submission>& submissions,
+                         const LoadOptions& options = {});
 
 // The job with this id; InputError listing the valid ids (and the closest one) otherwise.
 const JobSpec& find_job(const Workload& workload, const std::string& id);

@@ -967,5 +967,112 @@ TEST_F(WorkloadTest, ModelFromErrorsNameFileLineFieldAndBothValues) {
               "export");
 }
 
+// `saturn submit`: a submission's jobs join the batch; every mistake names the submission's
+// file, line and field, and nothing of a refused one is added.
+class SubmissionTest : public WorkloadTest {
+ protected:
+  Workload batch() {
+    // kHead's 4 lines with a default batch size.
+    return load(
+        "data: {train: data/train.bin, val: data/val.bin}\n"
+        "defaults: {steps: 100, batch_size: 4}\n"
+        "models:\n  small: {arch: gpt2, n_layer: 2, n_head: 4, d_model: 64}\n"
+        "jobs:\n  - {name: one, model: small}\n");
+  }
+  Submission sub(const std::string& name, const std::string& yaml) {
+    const fs::path p = dir_ / name;
+    write_file(p, yaml);
+    return {p, yaml};
+  }
+  // The message for the last of `subs`; it must start with "FILE:LINE:COL: FIELD:".
+  std::string refused(const std::vector<Submission>& subs, int line, int col,
+                      const std::string& field) {
+    const Workload w = batch();
+    const std::string msg = error_of<InputError>([&] { add_submissions(w, subs); });
+    const std::string where = subs.back().source.string() + ":" + std::to_string(line) + ":" +
+                              std::to_string(col) + ": " + field + ":";
+    EXPECT_EQ(msg.rfind(where, 0), 0u) << "expected prefix: " << where << "\nmessage: " << msg;
+    return msg;
+  }
+};
+
+TEST_F(SubmissionTest, JobsJoinWithTheBatchsModelsDefaultsAndData) {
+  const Workload w = batch();
+  const Submission s = sub("more.yaml",
+                           "models:\n  big: {arch: llama, n_layer: 2, n_head: 4, d_model: 64}\n"
+                           "defaults: {batch_size: 8}\n"
+                           "jobs:\n  - {name: two, model: small, lr: 1e-3}\n"
+                           "  - {sweep: {model: big, lr: [1e-3, 2e-3]}}\n");
+  const Workload all = add_submissions(w, {s});
+  ASSERT_EQ(all.jobs.size(), 4u);
+  EXPECT_EQ(all.jobs[0].id, "one");
+  EXPECT_EQ(all.jobs[1].id, "two");
+  EXPECT_EQ(all.jobs[1].train.steps, 100);      // the batch's defaults...
+  EXPECT_EQ(all.jobs[1].train.batch_size, 8);   // ...under the submission's
+  EXPECT_EQ(all.jobs[2].id, "big-lr1e-3-bs8");  // its own model
+  EXPECT_TRUE(all.jobs[1].train_data.empty());  // the batch's data
+  EXPECT_EQ(all.jobs[1].where.rfind(s.source.string() + ":5:5: jobs[0]", 0), 0u)
+      << all.jobs[1].where;
+  // Jobs of submissions the batch already holds are made again, not twice.
+  const Workload again = add_submissions(all, {s});
+  EXPECT_EQ(again.jobs.size(), 4u);
+}
+
+TEST_F(SubmissionTest, OwnData) {
+  const Submission s = sub("more.yaml",
+                           "data: {train: data/train.bin, val: data/val.bin}\n"
+                           "jobs:\n  - {name: two, model: small, batch_size: 4}\n");
+  const Workload all = add_submissions(batch(), {s});
+  EXPECT_EQ(all.jobs[1].train_data, fs::absolute(dir_ / "data/train.bin").lexically_normal());
+  const std::string msg = refused(
+      {sub("nodata.yaml", "data: {train: nope.bin, val: data/val.bin}\njobs: [{model: small}]\n")},
+      1, 15, "data.train");
+  EXPECT_NE(msg.find("does not exist"), std::string::npos) << msg;
+}
+
+TEST_F(SubmissionTest, Mistakes) {
+  std::string msg =
+      refused({sub("dup.yaml", "jobs:\n  - {name: one, model: small}\n")}, 2, 5, "jobs[0]");
+  EXPECT_NE(msg.find("job id 'one' is already in the batch (jobs[0] at 6:5 of "), std::string::npos)
+      << msg;
+  // Against earlier submissions too.
+  const Submission first = sub("first.yaml", "jobs:\n  - {name: two, model: small}\n");
+  msg = refused({first, sub("second.yaml",
+                            "jobs:\n  - {name: three, model: small}\n"
+                            "  - {name: two, model: small}\n")},
+                3, 5, "jobs[1]");
+  EXPECT_NE(msg.find("first.yaml"), std::string::npos) << msg;
+  msg = error_of<InputError>(
+      [&] { add_submissions(batch(), {sub("bad.yaml", "jobs:\n  - {name: x, model: small\n")}); });
+  EXPECT_NE(msg.find("bad.yaml:3:"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("malformed YAML"), std::string::npos) << msg;
+  msg = refused({sub("key.yaml", "jobs:\n  - {name: x, model: small, lrr: 1}\n")}, 2, 29,
+                "jobs[0].lrr");
+  EXPECT_NE(msg.find("unknown key 'lrr'"), std::string::npos) << msg;
+  refused({sub("top.yaml", "strategies: [ddp]\njobs: [{model: small}]\n")}, 1, 1, "strategies");
+  msg = refused({sub("model.yaml", "jobs:\n  - {name: x, model: huge}\n")}, 2, 22, "jobs[0].model");
+  EXPECT_NE(msg.find("unknown model 'huge'"), std::string::npos) << msg;
+  msg = refused({sub("same.yaml",
+                     "models:\n  small: {arch: gpt2, n_layer: 1, n_head: 4, "
+                     "d_model: 64}\njobs: [{model: small}]\n")},
+                2, 3, "models.small");
+  EXPECT_NE(msg.find("already the batch's"), std::string::npos) << msg;
+  refused({sub("empty.yaml", "")}, 1, 1, "submission");
+  refused({sub("nojobs.yaml", "defaults: {steps: 5}\n")}, 1, 1, "jobs");
+}
+
+TEST_F(SubmissionTest, SelectingBatchTakesNone) {
+  const Workload w = load(
+      "data: {train: data/train.bin, val: data/val.bin}\n"
+      "defaults: {steps: 100, eval_every: 10}\n"
+      "models:\n  small: {arch: gpt2, n_layer: 2, n_head: 4, d_model: 64}\n"
+      "jobs:\n  - {name: one, model: small, batch_size: 4}\n"
+      "selection: {method: asha, min_steps: 10, reduction_factor: 2}\n");
+  const std::string msg = error_of<InputError>(
+      [&] { add_submissions(w, {sub("s.yaml", "jobs:\n  - {name: two, model: small}\n")}); });
+  EXPECT_NE(msg.find("adding jobs to a selecting batch is not supported"), std::string::npos)
+      << msg;
+}
+
 }  // namespace
 }  // namespace saturn

@@ -1,0 +1,61 @@
+#include "runtime/exec/submission.hpp"
+
+#include <fmt/format.h>
+
+#include "runtime/core/error.hpp"
+#include "runtime/workload/config_json.hpp"
+#include "runtime/workload/run_workload.hpp"
+
+namespace saturn::exec {
+
+AcceptedSubmission accept_submission(const CoordinatorSetup& setup, const Workload& batch,
+                                     const std::vector<Submission>& accepted,
+                                     const SpoolRequest& request) {
+  // Baselines and --no-replan never re-plan: jobs added to their fixed plan would never start.
+  if (!setup.plan_added_jobs || !setup.replan)
+    throw InputError(fmt::format(
+        "this run executes its first plan as made (policy {}{}): it takes no jobs while it "
+        "runs; add them to the workload before starting it",
+        setup.policy, setup.replan ? "" : ", --no-replan"));
+  AcceptedSubmission a;
+  std::vector<Submission> all = accepted;
+  all.push_back(request.submission);
+  // Their data files must still exist; their contents (one pass over each file, seconds for a
+  // large corpus, while the coordinator must go on dispatching) `saturn submit` checked.
+  LoadOptions data_exists;
+  data_exists.check_data_contents = false;
+  a.batch = add_submissions(batch, all, data_exists);
+  a.planning = setup.plan_added_jobs(a.batch, batch.jobs.size());
+  for (std::size_t j = batch.jobs.size(); j < a.batch.jobs.size(); ++j)
+    a.ids.push_back(a.batch.jobs[j].id);
+  for (std::size_t k = 0; k < a.planning.jobs.size(); ++k) {
+    int measured = 0;
+    for (const auto& d : a.planning.details[k]) measured += d.source == "trial" ? 1 : 0;
+    a.sources += fmt::format("{}{} ({} of {} configurations measured by trials)",
+                             a.sources.empty() ? "" : ", ", a.planning.jobs[k].id, measured,
+                             a.planning.details[k].size());
+  }
+  record_accepted_submission(setup.run_dir, request.file.filename().string(), request.submission,
+                             a.ids);
+  return a;
+}
+
+nlohmann::json job_message(const JobSpec& spec) {
+  nlohmann::json j = spec;
+  j["init_from"] = spec.init_from.string();
+  j["train_data"] = spec.train_data.string();
+  j["val_data"] = spec.val_data.string();
+  j["where"] = spec.where;
+  return j;
+}
+
+JobSpec job_from_message(const nlohmann::json& m) {
+  JobSpec spec = job_spec_from_json(m);
+  spec.init_from = m.at("init_from").get<std::string>();
+  spec.train_data = m.at("train_data").get<std::string>();
+  spec.val_data = m.at("val_data").get<std::string>();
+  spec.where = m.at("where").get<std::string>();
+  return spec;
+}
+
+}  // namespace saturn::exec

@@ -1,0 +1,35 @@
+// A batch's workload as it stands in its run directory: RUN_DIR/workload.yaml (the run's copy)
+// plus every submission (`saturn submit`) rank 0 accepted, kept one file each in
+// RUN_DIR/submitted, named in the order they were accepted. `saturn cancel`, `submit`, `status`,
+// `report` and `run --resume` read it so; the coordinator writes the accepted submissions.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "runtime/workload/workload.hpp"
+
+namespace saturn {
+
+std::filesystem::path submitted_dir(const std::filesystem::path& run_dir);
+
+// RUN_DIR/submitted/NAME: {"source", "yaml", "jobs"} (the ids it added), written atomically and
+// durably (fsync) before its jobs join the batch, so that a resumed run has every job.
+// Throws IoError.
+void record_accepted_submission(const std::filesystem::path& run_dir, const std::string& name,
+                                const Submission& submission, const std::vector<std::string>& ids);
+
+// The accepted submissions in the order they were accepted. Throws InputError naming a file
+// that cannot be read.
+std::vector<Submission> accepted_submissions(const std::filesystem::path& run_dir);
+
+// The workload the batch in run_dir started with: its copy of the workload with the data files
+// and model directories run_state.json recorded (absolute; the copy's relative paths meant the
+// original file's directory), data files not checked.
+Workload load_batch_base(const std::filesystem::path& run_dir);
+
+// The batch as it stands: load_batch_base with the accepted submissions' jobs after its own.
+Workload load_batch_workload(const std::filesystem::path& run_dir);
+
+}  // namespace saturn

@@ -1,0 +1,189 @@
+#!/usr/bin/env bash
+# `saturn submit RUN_DIR MORE.yaml` on a batch of 2 jobs on 2 local ranks:
+#  - mistakes (an id of the batch or of an earlier submission, bad YAML, an unknown key, an
+#    unknown model, missing data, a model name of the batch) are
+#    exit 2 with FILE:LINE and the field, and write nothing (no request, workload unchanged);
+#  - a valid submission of 3 jobs (one of a model of its own) is taken by rank 0 while the run
+#    goes on; a racing request reusing an id it took is rejected by rank 0 (spool/rejected,
+#    timeline submit_rejected); `saturn cancel` of one of the new jobs ends it cancelled;
+#  - SIGUSR1 interrupts the batch, a submission made while no run goes waits in the spool, and
+#    `saturn run --resume` keeps the submitted jobs and takes the waiting one: every job ends
+#    as it should (summary.json, metrics.jsonl), `saturn status` and `saturn report` list them.
+# Usage: test_run_submit.sh SATURN_EXE
+set -uo pipefail
+saturn="$1"
+py=/usr/bin/python3
+source "$(dirname "$0")/../lib.sh"
+export OMP_NUM_THREADS=1
+
+prepare_data "$saturn" 20 || bad "data prepare"
+cat > "$work/base.yaml" <<YAML
+name: e2e-submit
+data: {train: data/train.bin, val: data/val.bin}
+defaults: {seq_len: 64, steps: 600, eval_every: 50, eval_batches: 1, batch_size: 4, seed: 3}
+models:
+  a: {arch: gpt2, n_layer: 2, n_head: 2, d_model: 64}
+jobs:
+  - {name: first, model: a, lr: 1e-3}
+  - {name: second, model: a, lr: 2e-3}
+strategies: [ddp]
+solver: {time_limit: 1, introspection: {interval: 600}}
+YAML
+run="$work/run"
+"$saturn" run "$work/base.yaml" --np 2 --run-dir "$run" --progress-interval 30 \
+  > "$work/run1.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 600); do
+  grep -q '"job_start"' "$run/timeline.jsonl" 2>/dev/null && break
+  kill -0 $pid 2>/dev/null || break
+  sleep 0.1
+done
+grep -q '"job_start"' "$run/timeline.jsonl" 2>/dev/null || bad "the batch did not start"
+sum_before=$(md5sum < "$run/workload.yaml")
+
+# The valid submission: two jobs of the batch's model, one of a model of its own.
+cat > "$work/more.yaml" <<YAML
+models:
+  b: {arch: llama, n_layer: 2, n_head: 2, d_model: 64}
+defaults: {steps: 150}
+jobs:
+  - {name: sub1, model: a, lr: 3e-3}
+  - {name: sub2, model: a, lr: 4e-3}
+  - {name: sub3, model: b, lr: 2e-3}
+YAML
+if out=$("$saturn" submit "$run" "$work/more.yaml" 2>&1) &&
+   grep -q "submitted 3 job(s) to $run: sub1, sub2, sub3" <<<"$out"; then
+  ok "saturn submit: exit 0, 3 jobs"
+else
+  bad "saturn submit: $out"
+fi
+# A racing request (another `saturn submit` that checked before this one was taken) reusing
+# sub1: rank 0 rejects it.
+$py - "$run" "$work" <<'PY'
+import json, os, sys, time
+run, work = sys.argv[1:]
+spool = os.path.join(run, "spool")
+os.makedirs(spool, exist_ok=True)
+req = {"kind": "submit", "jobs": ["sub1"], "source": os.path.join(work, "race.yaml"),
+       "yaml": "jobs:\n  - {name: sub1, model: a, lr: 9e-3}\n"}
+name = "%020d-1-submit.json" % time.time_ns()
+open(os.path.join(spool, name + ".tmp"), "w").write(json.dumps(req))
+os.rename(os.path.join(spool, name + ".tmp"), os.path.join(spool, name))
+PY
+for _ in $(seq 1 300); do
+  grep -q '"submit_rejected"' "$run/timeline.jsonl" 2>/dev/null && break
+  sleep 0.1
+done
+if grep -q '"event":"submit"' "$run/timeline.jsonl" &&
+   grep '"submit_rejected"' "$run/timeline.jsonl" | grep -q "job id 'sub1' is already in the batch" &&
+   ls "$run/spool/rejected/"*-submit.json.reason >/dev/null 2>&1 &&
+   [ "$(ls "$run/submitted" | wc -l)" -eq 1 ]; then
+  ok "rank 0 took the submission and rejected the racing one (spool/rejected, timeline)"
+else
+  bad "submission or race rejection not seen"; tail -5 "$run/timeline.jsonl"; ls -R "$run/spool"
+fi
+"$saturn" cancel "$run" sub2 > "$work/cancel.log" 2>&1 || bad "saturn cancel sub2: rc=$?"
+# Taken (spool/ stays as it is while the refusals below are checked).
+for _ in $(seq 1 300); do
+  grep -q '"event":"cancel","job":"sub2"' "$run/timeline.jsonl" && break
+  sleep 0.1
+done
+# refused NAME LINE PATTERN: submitting $work/NAME.yaml is exit 2 naming NAME.yaml:LINE and
+# PATTERN, and nothing is written (no file in spool/ or submitted/, the workload unchanged).
+files() { find "$run/spool" "$run/submitted" -type f 2>/dev/null | sort | md5sum; }
+refused() {
+  local out rc
+  local before
+  before=$(files)
+  out=$("$saturn" submit "$run" "$work/$1.yaml" 2>&1)
+  rc=$?
+  if [ $rc -eq 2 ] && grep -q "$1.yaml:$2:" <<<"$out" && grep -q -- "$3" <<<"$out" &&
+     [ "$(files)" = "$before" ] &&
+     [ "$(md5sum < "$run/workload.yaml")" = "$sum_before" ]; then
+    ok "$1: exit 2 at line $2 ($3), nothing written"
+  else
+    bad "$1: rc=$rc"; echo "$out" | tail -3; ls -R "$run/spool" "$run/submitted" 2>/dev/null
+  fi
+}
+printf 'jobs:\n  - {name: third, model: a, lr: 3e-3}\n  - {name: first, model: a, lr: 4e-3}\n' \
+  > "$work/dup.yaml"
+refused dup 3 "jobs\[1\]: job id 'first' is already in the batch"
+printf 'jobs:\n  - {name: third, model: a, lr: 3e-3}\n  - {name: sub3, model: a, lr: 4e-3}\n' \
+  > "$work/dupsub.yaml"
+refused dupsub 3 "jobs\[1\]: job id 'sub3' is already in the batch (jobs\[2\] at 7:5 of .*more.yaml)"
+printf 'jobs:\n  - {name: third, model: a, lr: 3e-3\n  - {name: fourth}\n' > "$work/badyaml.yaml"
+refused badyaml 3 "malformed YAML"
+printf 'jobs:\n  - {name: third, model: a, lr: 3e-3}\n  - {name: fourth, model: a, lrate: 1}\n' \
+  > "$work/badkey.yaml"
+refused badkey 3 "unknown key 'lrate'"
+printf 'jobs:\n  - {name: third, model: zz, lr: 3e-3}\n' > "$work/badmodel.yaml"
+refused badmodel 2 "unknown model 'zz'"
+printf 'data: {train: nope/train.bin, val: data/val.bin}\njobs:\n  - {name: third, model: a}\n' \
+  > "$work/nodata.yaml"
+refused nodata 1 "data.train: data file .*nope/train.bin does not exist"
+printf 'models:\n  a: {arch: gpt2, n_layer: 2, n_head: 2, d_model: 16}\njobs:\n  - {model: a}\n' \
+  > "$work/samemodel.yaml"
+refused samemodel 2 "model 'a' is already the batch's"
+
+# Interrupt once a submitted job has started, then submit while no run goes.
+for _ in $(seq 1 600); do
+  grep -q '"job_start","job":"sub' "$run/timeline.jsonl" 2>/dev/null && break
+  kill -0 $pid 2>/dev/null || break
+  sleep 0.1
+done
+kill -USR1 $pid 2>/dev/null
+wait $pid
+rc=$?
+[ $rc -eq 99 ] && ok "SIGUSR1 -> exit 99" || { bad "first run rc=$rc (99 expected)"; tail -20 "$work/run1.log"; }
+printf 'jobs:\n  - {name: late, model: b, lr: 1e-3, steps: 100}\n' > "$work/late.yaml"
+"$saturn" submit "$run" "$work/late.yaml" > "$work/late.log" 2>&1 ||
+  { bad "submit while no run goes: rc=$?"; cat "$work/late.log"; }
+"$saturn" run --resume "$run" --np 2 --progress-interval 30 > "$work/run2.log" 2>&1
+rc=$?
+[ $rc -eq 0 ] && ok "--resume: exit 0" || { bad "resume rc=$rc"; tail -30 "$work/run2.log"; }
+
+if $py - "$run" <<'PY'
+import json, os, sys
+run = sys.argv[1]
+s = json.load(open(os.path.join(run, "summary.json")))
+jobs = {j["id"]: j for j in s["jobs"]}
+assert sorted(jobs) == ["first", "late", "second", "sub1", "sub2", "sub3"], sorted(jobs)
+for j in ("first", "second", "sub1", "sub3", "late"):
+    assert jobs[j]["status"] == "finished", (j, jobs[j]["status"], jobs[j].get("reason"))
+    assert jobs[j]["steps_done"] == jobs[j]["steps"], (j, jobs[j]["steps_done"])
+    m = [json.loads(l) for l in open(os.path.join(run, "jobs", j, "metrics.jsonl"))]
+    assert any("val_loss" in r for r in m), j
+    assert os.path.exists(os.path.join(run, "jobs", j, "final.h5")), j
+assert jobs["sub1"]["steps"] == 150 and jobs["late"]["steps"] == 100
+assert jobs["sub2"]["status"] == "cancelled", jobs["sub2"]
+ev = [json.loads(l) for l in open(os.path.join(run, "timeline.jsonl"))]
+subs = [e for e in ev if e.get("event") == "submit"]
+assert [e["jobs"] for e in subs] == [["sub1", "sub2", "sub3"], ["late"]], subs
+# Taken while the batch ran: before the batch's own jobs ended (they were running then).
+ends = [e["t"] for e in ev if e.get("event") == "job_end" and e["job"] in ("first", "second")]
+assert subs[0]["t"] < min(ends), (subs[0]["t"], ends)
+# Each submission is planned at once: a plan naming its jobs follows it.
+plans = sorted(os.listdir(os.path.join(run, "plans")))
+named = set()
+for p in plans:
+    named |= {j["id"] for j in json.load(open(os.path.join(run, "plans", p)))["jobs"]}
+assert {"sub1", "sub3", "late"} <= named, named
+assert not [f for f in os.listdir(os.path.join(run, "spool")) if f.endswith(".json")]
+assert len(os.listdir(os.path.join(run, "submitted"))) == 2
+print("statuses:", {j: jobs[j]["status"] for j in sorted(jobs)})
+PY
+then ok "summary.json: submitted jobs finished (sub2 cancelled), plans name them"
+else bad "summary.json after submit"; fi
+if out=$("$saturn" status "$run" 2>&1) && grep -q "sub1" <<<"$out" && grep -q "sub3" <<<"$out" &&
+   grep -q "late" <<<"$out"; then
+  ok "saturn status lists the submitted jobs"
+else
+  bad "saturn status: $out"
+fi
+if "$saturn" report "$run" -o "$work/report.html" > "$work/report.log" 2>&1 &&
+   grep -q "sub3" "$work/report.html" && grep -q "late" "$work/report.html"; then
+  ok "saturn report renders the submitted jobs"
+else
+  bad "saturn report"; tail -5 "$work/report.log"
+fi
+finish

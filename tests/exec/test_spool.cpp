@@ -1,0 +1,78 @@
+// RUN_DIR/spool (saturn cancel, saturn submit) and RUN_DIR/submitted, without a run: requests
+// round-trip, are taken in the order they were made, and a refused submission ends in
+// spool/rejected with its reason.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "runtime/core/error.hpp"
+#include "runtime/exec/spool.hpp"
+#include "runtime/workload/run_workload.hpp"
+#include "tests/data/test_util.hpp"
+
+namespace saturn::exec {
+namespace {
+
+namespace fs = std::filesystem;
+using saturn::testing::TempDir;
+
+TEST(Spool, SubmitAndCancelRequestsInOrder) {
+  TempDir dir;
+  const Submission more{dir / "more.yaml", "jobs:\n  - {name: x, model: small}\n"};
+  write_submit_request(dir.path(), more, {"x"});
+  write_cancel_request(dir.path(), {"a", "b"});
+  // Waiting (not taken yet): what a later `saturn submit` is checked against.
+  const auto waiting = waiting_submissions(dir.path());
+  ASSERT_EQ(waiting.size(), 1u);
+  EXPECT_EQ(waiting[0].source, more.source);
+  EXPECT_EQ(waiting[0].yaml, more.yaml);
+  auto taken = take_spool_requests(dir.path());
+  ASSERT_EQ(taken.size(), 2u);
+  EXPECT_EQ(taken[0].kind, "submit");
+  EXPECT_EQ(taken[0].jobs, std::vector<std::string>{"x"});
+  EXPECT_EQ(taken[0].submission.yaml, more.yaml);
+  EXPECT_EQ(taken[0].file.parent_path().filename(), "done");
+  EXPECT_EQ(taken[1].kind, "cancel");
+  EXPECT_EQ(taken[1].jobs, (std::vector<std::string>{"a", "b"}));
+  EXPECT_TRUE(waiting_submissions(dir.path()).empty());
+  EXPECT_TRUE(take_spool_requests(dir.path()).empty());
+
+  reject_taken_request(taken[0], "job id 'x' is already in the batch");
+  EXPECT_EQ(taken[0].file.parent_path().filename(), "rejected");
+  EXPECT_TRUE(fs::exists(taken[0].file));
+  std::ifstream reason(taken[0].file.string() + ".reason");
+  std::stringstream text;
+  text << reason.rdbuf();
+  EXPECT_EQ(text.str(), "job id 'x' is already in the batch\n");
+}
+
+TEST(Spool, UnreadableRequestIsRejected) {
+  TempDir dir;
+  fs::create_directories(spool_dir(dir.path()));
+  std::ofstream(spool_dir(dir.path()) / "1-1-submit.json") << R"({"kind": "submit", "jobs": []})";
+  std::ofstream(spool_dir(dir.path()) / "2-1-submit.json.tmp.7") << "half";
+  const auto taken = take_spool_requests(dir.path());
+  ASSERT_EQ(taken.size(), 1u);  // the temporary is still being written
+  EXPECT_FALSE(taken[0].error.empty());
+  EXPECT_EQ(taken[0].file.parent_path().filename(), "rejected");
+}
+
+TEST(Submitted, AcceptedInOrder) {
+  TempDir dir;
+  EXPECT_TRUE(accepted_submissions(dir.path()).empty());
+  record_accepted_submission(dir.path(), "2-1-submit.json", {"/b.yaml", "jobs: [b]"}, {"b"});
+  record_accepted_submission(dir.path(), "1-1-submit.json", {"/a.yaml", "jobs: [a]"}, {"a"});
+  const auto subs = accepted_submissions(dir.path());
+  ASSERT_EQ(subs.size(), 2u);
+  EXPECT_EQ(subs[0].source, "/a.yaml");
+  EXPECT_EQ(subs[1].yaml, "jobs: [b]");
+  std::ofstream(submitted_dir(dir.path()) / "3-1-submit.json") << "{}";
+  EXPECT_THROW(accepted_submissions(dir.path()), InputError);
+}
+
+}  // namespace
+}  // namespace saturn::exec
