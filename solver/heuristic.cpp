@@ -10,15 +10,13 @@
 #include <numeric>
 #include <random>
 
+#include "solver/clock.hpp"
+
 namespace saturn::solver {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
+using Clock = SolverClock;
 
 const Option& opt(const Prepared& p, size_t j, int o) {
   return p.options[j][static_cast<size_t>(o)];
