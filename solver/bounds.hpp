@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "solver/clock.hpp"
 #include "solver/options.hpp"
 
 namespace saturn::solver {
@@ -69,7 +70,7 @@ double packing_search_bound(const Prepared& prepared, double lower, double upper
 // not be solved by the deadline. Used by the node-packing search to test the jobs it puts on a
 // node.
 double single_node_lp_time(const Prepared& node_problem, double T,
-                           std::chrono::steady_clock::time_point deadline);
+                           SolverClock::time_point deadline);
 
 // Whether jobs, each with its options (devices, time) on one node of `devices` devices, can all
 // run there within `avail` without preemption: an exact search over semi-active schedules

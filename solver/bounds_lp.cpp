@@ -16,6 +16,7 @@
 #include <set>
 
 #include "solver/bounds.hpp"
+#include "solver/clock.hpp"
 #include "solver/schedule.hpp"
 
 namespace saturn::solver {
@@ -59,7 +60,7 @@ class ConfigurationLp {
   }
 
   // v(T), or NaN when out of time or the simplex fails.
-  double value(double T, std::chrono::steady_clock::time_point deadline) {
+  double value(double T, SolverClock::time_point deadline) {
     const int K = p_.num_classes;
     const size_t NT = type_nodes_.size();
     // Items usable at T, per node type.
@@ -130,7 +131,7 @@ class ConfigurationLp {
     smcp.msg_lev = GLP_MSG_OFF;
     double result = std::nan("");
     for (int iter = 0; iter < 5000; ++iter) {
-      if (std::chrono::steady_clock::now() > deadline) break;
+      if (SolverClock::now() > deadline) break;
       if (glp_simplex(lp, &smcp) != 0 || glp_get_status(lp) != GLP_OPT) break;
       const double obj = glp_get_obj_val(lp);
       std::vector<double> mu(NT), pi(static_cast<size_t>(K));
@@ -239,7 +240,7 @@ class ConfigurationLp {
 }  // namespace
 
 double single_node_lp_time(const Prepared& node_problem, double T,
-                           std::chrono::steady_clock::time_point deadline) {
+                           SolverClock::time_point deadline) {
   if (node_problem.cluster().nodes.size() != 1 || T <= 0) return std::nan("");
   glp_term_out(GLP_OFF);
   // Times scaled by T, so options longer than T are those above 1.
@@ -248,8 +249,8 @@ double single_node_lp_time(const Prepared& node_problem, double T,
 }
 
 double configuration_lp_bound(const Prepared& p, double from, double time_limit_s) {
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::microseconds(static_cast<long long>(time_limit_s * 1e6));
+  const auto deadline =
+      SolverClock::now() + std::chrono::microseconds(static_cast<long long>(time_limit_s * 1e6));
   // Scale times to order one for the simplex.
   const double scale = from > 0 ? from : 1.0;
   std::vector<double> breaks;

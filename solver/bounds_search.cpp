@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "solver/bounds.hpp"
+#include "solver/clock.hpp"
 #include "solver/schedule.hpp"
 
 namespace saturn::solver {
@@ -49,7 +50,7 @@ class NodeScheduleSearch {
   };
 
   NodeScheduleSearch(int devices, double avail, std::vector<Class> classes, long budget,
-                     std::chrono::steady_clock::time_point deadline)
+                     SolverClock::time_point deadline)
       : G_(devices),
         limit_(avail * (1 + 1e-9)),
         classes_(std::move(classes)),
@@ -86,8 +87,7 @@ class NodeScheduleSearch {
   };
 
   bool out_of_budget() {
-    if (--budget_ < 0 || ((budget_ & 1023) == 0 && std::chrono::steady_clock::now() > deadline_))
-      aborted_ = true;
+    if (--budget_ < 0 || ((budget_ & 1023) == 0 && SolverClock::now() > deadline_)) aborted_ = true;
     return aborted_;
   }
 
@@ -213,7 +213,7 @@ class NodeScheduleSearch {
   double limit_;
   std::vector<Class> classes_;
   long budget_;
-  std::chrono::steady_clock::time_point deadline_;
+  SolverClock::time_point deadline_;
   bool aborted_ = false;
   std::vector<Run> running_;
   std::vector<Idle> idle_;  // the stretches between decision times, up to the current time
@@ -226,8 +226,8 @@ class NodeScheduleSearch {
 
 class Packing {
  public:
-  Packing(const Prepared& p, double T, std::chrono::steady_clock::time_point deadline,
-          long node_limit, RigidMemo& memo, bool exact_nodes)
+  Packing(const Prepared& p, double T, SolverClock::time_point deadline, long node_limit,
+          RigidMemo& memo, bool exact_nodes)
       : p_(p),
         T_(T),
         deadline_(deadline),
@@ -326,7 +326,7 @@ class Packing {
 
   bool out_of_budget() {
     if (++nodes_ > node_limit_) return true;
-    if ((nodes_ & 1023) == 0 && std::chrono::steady_clock::now() > deadline_) return true;
+    if ((nodes_ & 1023) == 0 && SolverClock::now() > deadline_) return true;
     return false;
   }
 
@@ -532,7 +532,7 @@ class Packing {
     std::vector<Run> placed;
     placed.reserve(m);
     do {
-      if (--budget < 0 || ((budget & 255) == 0 && std::chrono::steady_clock::now() > deadline_)) {
+      if (--budget < 0 || ((budget & 255) == 0 && SolverClock::now() > deadline_)) {
         undecided = true;
         return true;
       }
@@ -615,7 +615,7 @@ class Packing {
 
   const Prepared& p_;
   double T_;
-  std::chrono::steady_clock::time_point deadline_;
+  SolverClock::time_point deadline_;
   long node_limit_;
   long nodes_ = 0;
   bool aborted_ = false;
@@ -640,8 +640,8 @@ class Packing {
 };
 
 // One bisection of packing_search_bound.
-double bisect(const Prepared& p, double lower, double upper,
-              std::chrono::steady_clock::time_point deadline, bool exact_nodes) {
+double bisect(const Prepared& p, double lower, double upper, SolverClock::time_point deadline,
+              bool exact_nodes) {
   constexpr long kNodeLimit = 2000000;
   RigidMemo memo;
   double lo = lower, hi = upper;  // lo: proven bound; hi: not refuted
@@ -665,7 +665,7 @@ double bisect(const Prepared& p, double lower, double upper,
   // Down to 1e-9: a bound a hair below an optimal plan would stop the solve before the MILP
   // proves it (the gap tolerance is 1e-4), short of status optimal.
   for (int it = 0; it < 40 && hi - lo > 1e-9 * hi; ++it) {
-    if (std::chrono::steady_clock::now() > deadline) break;
+    if (SolverClock::now() > deadline) break;
     const double mid = 0.5 * (lo + hi);
     Packing packing(p, mid, deadline, kNodeLimit, memo, exact_nodes);
     const int r = packing.decide();
@@ -680,15 +680,14 @@ double bisect(const Prepared& p, double lower, double upper,
 }  // namespace
 
 double packing_search_bound(const Prepared& p, double lower, double upper, double time_limit_s) {
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::microseconds(static_cast<long long>(time_limit_s * 1e6));
+  const auto deadline =
+      SolverClock::now() + std::chrono::microseconds(static_cast<long long>(time_limit_s * 1e6));
   // Two passes: without, then with the exact test of nodes given more than eight jobs. That
   // test can take a second where the first pass settles a bound to 1e-9 in milliseconds, so the
   // first pass runs alone first (its bound is as strong as before the exact test existed) and
   // the second raises it with the time left.
   const double first = bisect(p, lower, upper, deadline, /*exact_nodes=*/false);
-  if (first >= upper * (1 - 1e-9) * (1 - 1e-12) || std::chrono::steady_clock::now() > deadline)
-    return first;
+  if (first >= upper * (1 - 1e-9) * (1 - 1e-12) || SolverClock::now() > deadline) return first;
   return bisect(p, first, upper, deadline, /*exact_nodes=*/true);
 }
 
@@ -709,8 +708,8 @@ int node_schedule_fits(int devices, double avail,
     }
     classes.push_back(std::move(c));
   }
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::microseconds(static_cast<long long>(time_limit_s * 1e6));
+  const auto deadline =
+      SolverClock::now() + std::chrono::microseconds(static_cast<long long>(time_limit_s * 1e6));
   return NodeScheduleSearch(devices, avail, std::move(classes), budget, deadline).decide();
 }
 

@@ -10,15 +10,13 @@
 #include <numeric>
 #include <random>
 
+#include "solver/clock.hpp"
+
 namespace saturn::solver {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
+using Clock = SolverClock;
 
 const Option& opt(const Prepared& p, size_t j, int o) {
   return p.options[j][static_cast<size_t>(o)];
@@ -350,10 +348,20 @@ HeuristicResult local_search(const Prepared& p, HeuristicResult start,
     }
     return true;
   };
+  // Candidates are listed into reused storage (list_schedule_on_into): allocation took about
+  // 40% of the search's time. On one node the node choice is free (all -1).
+  ClusterState scratch(p);
+  const std::vector<int> any_node(J, -1);
+  auto evaluate_into = [&](const std::vector<int>& option, const std::vector<int>& order,
+                           const std::vector<int>& node, Schedule& out, double cutoff = kInfinity) {
+    ++evaluations;
+    return list_schedule_on_into(p, option, order, N > 1 ? node : any_node, out, scratch, cutoff);
+  };
   auto evaluate = [&](const std::vector<int>& option, const std::vector<int>& order,
                       const std::vector<int>& node) {
-    ++evaluations;
-    return N > 1 ? list_schedule_on(p, option, order, node) : list_schedule(p, option, order);
+    Schedule s;
+    evaluate_into(option, order, node, s);
+    return s;
   };
   // Forward-backward improvement (double justification, as in list-scheduling heuristics for
   // project scheduling): list the jobs again latest end first, which in mirrored time is a
@@ -366,6 +374,7 @@ HeuristicResult local_search(const Prepared& p, HeuristicResult start,
     for (const Option& o : p.options[j]) pinned = pinned || o.pinned;
   const bool justify_on = !pinned;
   std::vector<int> j_order(J), j_node(J);
+  Schedule backward, forward;
   auto by_end_desc = [&](const Schedule& s) {
     std::iota(j_order.begin(), j_order.end(), 0);
     std::stable_sort(j_order.begin(), j_order.end(), [&](int a, int b) {
@@ -378,20 +387,20 @@ HeuristicResult local_search(const Prepared& p, HeuristicResult start,
                      std::vector<int>& node, Schedule& s) {
     if (!justify_on || !std::isfinite(s.makespan)) return;
     by_end_desc(s);
-    const Schedule backward = list_schedule_on(p, option, j_order, j_node);
+    list_schedule_on_into(p, option, j_order, j_node, backward, scratch);
     ++evaluations;
     if (!std::isfinite(backward.makespan)) return;
     by_end_desc(backward);
-    Schedule forward = list_schedule_on(p, option, j_order, j_node);
+    list_schedule_on_into(p, option, j_order, j_node, forward, scratch);
     ++evaluations;
     if (!key_of(forward).better_than(key_of(s))) return;
     order = j_order;
     node = j_node;
-    s = std::move(forward);
+    std::swap(s, forward);
   };
   long stall = 0;
   auto accept = [&](const std::vector<int>& option, const std::vector<int>& order,
-                    const std::vector<int>& node, Schedule s) {
+                    const std::vector<int>& node, Schedule& s) {
     const Key k = key_of(s);
     if (!k.better_than(cur_key)) {
       ++stall;
@@ -401,7 +410,7 @@ HeuristicResult local_search(const Prepared& p, HeuristicResult start,
     cur.option = option;
     cur.order = order;
     cur.node = node;
-    cur.schedule = std::move(s);
+    std::swap(cur.schedule, s);  // s keeps storage for the next candidate
     stall = 0;
     if (cur_key.better_than(epoch_key)) {
       epoch_key = cur_key;
@@ -423,13 +432,14 @@ HeuristicResult local_search(const Prepared& p, HeuristicResult start,
     }
     return true;
   };
+  Schedule candidate;
   auto try_candidate = [&](std::vector<int>& option, std::vector<int>& order,
                            std::vector<int>& node) {
-    Schedule s = evaluate(option, order, node);
-    justify(option, order, node, s);
+    evaluate_into(option, order, node, candidate);
+    justify(option, order, node, candidate);
     ++since_best;
     ++since_epoch_best;
-    return accept(option, order, node, std::move(s));
+    return accept(option, order, node, candidate);
   };
   // Large-neighbourhood steps (resolve_window) from the epoch's best, within a share of the
   // time: a window of 4-5 jobs starting near a critical (or random) job's start, across all
@@ -478,7 +488,7 @@ HeuristicResult local_search(const Prepared& p, HeuristicResult start,
     if (!w.improved) return false;
     cur_key = key_of(epoch_best.schedule);  // compare with the window's start
     stall = 0;
-    return accept(w.option, w.order, w.node, std::move(w.schedule));
+    return accept(w.option, w.order, w.node, w.schedule);
   };
   // Ruin and recreate (list form of large-neighbourhood search): 2-4 related jobs leave the
   // epoch's best list; each goes back, in random order, at the list position, option and node
@@ -490,7 +500,7 @@ HeuristicResult local_search(const Prepared& p, HeuristicResult start,
   std::vector<int> removed, rr_option, rr_order, rr_node, trial_order;
   std::vector<char> is_removed(J);
   std::vector<size_t> positions;
-  Schedule rr_schedule;
+  Schedule rr_schedule, trial;
   // Takes k jobs out of `from` (related or random) and puts each back at its best (position,
   // option, node); the result is in rr_option, rr_order, rr_node, rr_schedule.
   auto ruin_recreate = [&](const HeuristicResult& from, size_t k) {
@@ -503,8 +513,38 @@ HeuristicResult local_search(const Prepared& p, HeuristicResult start,
       is_removed[j] = 1;
       removed.push_back(static_cast<int>(j));
     };
-    const int how = static_cast<int>(rng() % (N > 1 ? 4 : 3));
-    if (how == 0) {
+    const int how = static_cast<int>(rng() % (N > 1 ? 5 : 3));
+    if (how == 4) {
+      // A job ending at the makespan on one node and the jobs of the other nodes that run
+      // while it does (nearest in time first), 2 more than the other ways take: moving a job
+      // to another node pays only with that node repacked at once (2x8-12-j22: five 2-device
+      // jobs of 3837 s wait behind short jobs, and a short job moved across must find room
+      // there), which a single move or a ruin of one node's jobs cannot do.
+      std::vector<size_t> critical;
+      for (size_t j = 0; j < J; ++j)
+        if (base.jobs[j].end >= base.makespan * (1 - 1e-12) && base.jobs[j].nodes.size() == 1)
+          critical.push_back(j);
+      if (critical.empty()) return false;
+      const size_t centre = critical[rng() % critical.size()];
+      const int node_of = base.jobs[centre].nodes[0];
+      const Placement& c = base.jobs[centre];
+      k = std::min(J, k + 2);
+      take(centre);
+      auto distance = [&](int j) {
+        const Placement& pl = base.jobs[static_cast<size_t>(j)];
+        if (pl.end > c.start && pl.start < c.end) return 0.0;  // overlaps it
+        return std::min(std::fabs(pl.start - c.end), std::fabs(c.start - pl.end));
+      };
+      std::iota(by_distance.begin(), by_distance.end(), 0);
+      std::shuffle(by_distance.begin(), by_distance.end(), rng);
+      std::stable_sort(by_distance.begin(), by_distance.end(),
+                       [&](int a, int b) { return distance(a) < distance(b); });
+      for (size_t i = 0; i < J && removed.size() < k; ++i) {
+        const Placement& pl = base.jobs[static_cast<size_t>(by_distance[i])];
+        if (pl.nodes.size() == 1 && pl.nodes[0] != node_of)
+          take(static_cast<size_t>(by_distance[i]));
+      }
+    } else if (how == 0) {
       // Random jobs.
       for (size_t tries = 0; tries < 4 * k && removed.size() < k; ++tries) take(pick(rng));
     } else if (how == 3) {
@@ -575,7 +615,14 @@ HeuristicResult local_search(const Prepared& p, HeuristicResult start,
           for (size_t at : positions) {
             trial_order = rr_order;
             trial_order.insert(trial_order.begin() + static_cast<std::ptrdiff_t>(at), j);
-            const Key key = key_of(evaluate(rr_option, trial_order, rr_node));
+            // A trial that ends a job after the best trial's makespan cannot beat it: stop
+            // listing it there (makespan first in the key).
+            const double cutoff =
+                best_key_here.makespan + 2e-9 * std::max(1.0, std::isfinite(best_key_here.makespan)
+                                                                  ? best_key_here.makespan
+                                                                  : 1.0);
+            if (!evaluate_into(rr_option, trial_order, rr_node, trial, cutoff)) continue;
+            const Key key = key_of(trial);
             if (key.better_than(best_key_here)) {
               best_key_here = key;
               best_o = static_cast<int>(o);
@@ -589,7 +636,7 @@ HeuristicResult local_search(const Prepared& p, HeuristicResult start,
       rr_node[ju] = best_n;
       rr_order.insert(rr_order.begin() + static_cast<std::ptrdiff_t>(best_pos), j);
     }
-    rr_schedule = evaluate(rr_option, rr_order, rr_node);
+    evaluate_into(rr_option, rr_order, rr_node, rr_schedule);
     justify(rr_option, rr_order, rr_node, rr_schedule);
     return true;
   };
@@ -600,9 +647,11 @@ HeuristicResult local_search(const Prepared& p, HeuristicResult start,
     if (!done || !key_of(rr_schedule).better_than(epoch_key)) return false;
     cur_key = epoch_key;  // compare with the step's start
     stall = 0;
-    return accept(rr_option, rr_order, rr_node, std::move(rr_schedule));
+    return accept(rr_option, rr_order, rr_node, rr_schedule);
   };
   std::vector<size_t> pos(J);
+  // The candidate's (option, order, node), storage reused from one candidate to the next.
+  std::vector<int> option, order, node;
   auto at_bound = [&] { return best.schedule.makespan <= opts.stop_at * (1 + 1e-9); };
   while (seconds_since(t0) < opts.time_limit_s && since_best < global_stall && !at_bound()) {
     if (since_epoch_best >= epoch_stall) {
@@ -650,7 +699,9 @@ HeuristicResult local_search(const Prepared& p, HeuristicResult start,
       const size_t ju = static_cast<size_t>(j);
       for (size_t o = 0; o < p.options[ju].size() && !progress; ++o) {
         if (static_cast<int>(o) == cur.option[ju] || too_long(ju, static_cast<int>(o))) continue;
-        std::vector<int> option = cur.option, order = cur.order, node = cur.node;
+        option = cur.option;
+        order = cur.order;
+        node = cur.node;
         option[ju] = static_cast<int>(o);
         progress = try_candidate(option, order, node);
       }
@@ -660,7 +711,9 @@ HeuristicResult local_search(const Prepared& p, HeuristicResult start,
         if (n == cur.node[ju] ||
             (cur.schedule.jobs[ju].nodes.size() == 1 && cur.schedule.jobs[ju].nodes[0] == n))
           continue;
-        std::vector<int> option = cur.option, order = cur.order, node = cur.node;
+        option = cur.option;
+        order = cur.order;
+        node = cur.node;
         node[ju] = n;
         progress = try_candidate(option, order, node);
       }
@@ -668,7 +721,9 @@ HeuristicResult local_search(const Prepared& p, HeuristicResult start,
       const size_t at = pos[ju];
       for (size_t target : {size_t{0}, at / 2, at > 0 ? at - 1 : 0}) {
         if (target >= at) continue;
-        std::vector<int> option = cur.option, order = cur.order, node = cur.node;
+        option = cur.option;
+        order = cur.order;
+        node = cur.node;
         order.erase(order.begin() + static_cast<std::ptrdiff_t>(at));
         order.insert(order.begin() + static_cast<std::ptrdiff_t>(target), j);
         if ((progress = try_candidate(option, order, node))) break;
@@ -677,7 +732,9 @@ HeuristicResult local_search(const Prepared& p, HeuristicResult start,
     }
     // Random moves: change one job's option or node, swap two jobs, or move a job earlier.
     for (int tries = 0; tries < 16 && !progress && stall < local_stall; ++tries) {
-      std::vector<int> option = cur.option, order = cur.order, node = cur.node;
+      option = cur.option;
+      order = cur.order;
+      node = cur.node;
       if (!random_move(option, order, node)) continue;
       progress = try_candidate(option, order, node);
     }

@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "solver/bounds.hpp"
+#include "solver/clock.hpp"
 #include "solver/heuristic.hpp"
 
 namespace saturn::solver {
@@ -39,7 +40,7 @@ bool backend_available(Backend b) {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using Clock = SolverClock;
 
 // Greatest common divisor of all option times in milliseconds, or 0 when some time is not a
 // whole number of milliseconds.

@@ -10,12 +10,14 @@
 #include <cmath>
 #include <numeric>
 
+#include "solver/clock.hpp"
+
 namespace saturn::solver {
 
 #ifdef SATURN_HAVE_CBC
 
 MipResult solve_with_cbc(const LinearModel& m, const MipParams& params) {
-  const auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = SolverClock::now();
   MipResult out;
   const int nc = m.num_cols(), nr = m.num_rows();
   // Column-major (CSC) matrix.
@@ -80,7 +82,7 @@ MipResult solve_with_cbc(const LinearModel& m, const MipParams& params) {
                                                   : "no integer solution";
   }
   Cbc_deleteModel(model);
-  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  out.seconds = std::chrono::duration<double>(SolverClock::now() - t0).count();
   return out;
 }
 

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <limits>
 
+#include "solver/clock.hpp"
 #include "solver/milp.hpp"
 
 namespace saturn::solver {
@@ -16,7 +17,7 @@ namespace saturn::solver {
 namespace {
 
 struct Callback {
-  std::chrono::steady_clock::time_point deadline;
+  SolverClock::time_point deadline;
   const std::vector<double>* warm = nullptr;
   bool warm_given = false;
   double bound = -std::numeric_limits<double>::infinity();
@@ -38,7 +39,7 @@ void on_event(glp_tree* tree, void* info) {
   }
   // GLPK checks its own time limit only between subproblems; check the wall clock at every
   // callback too.
-  if (std::chrono::steady_clock::now() > cb->deadline) {
+  if (SolverClock::now() > cb->deadline) {
     glp_ios_terminate(tree);
     return;
   }
@@ -53,10 +54,8 @@ void on_event(glp_tree* tree, void* info) {
 }  // namespace
 
 MipResult solve_with_glpk(const LinearModel& m, const MipParams& params) {
-  const auto t0 = std::chrono::steady_clock::now();
-  auto elapsed = [&] {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  };
+  const auto t0 = SolverClock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(SolverClock::now() - t0).count(); };
   MipResult out;
   glp_term_out(params.verbose ? GLP_ON : GLP_OFF);
   glp_prob* lp = glp_create_prob();

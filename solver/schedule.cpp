@@ -35,6 +35,11 @@ double Timeline::earliest_fit(int need, double duration, double from) const {
   }
 }
 
+void Timeline::reset() {
+  t_.assign(1, 0.0);
+  used_.assign(1, 0);
+}
+
 int Timeline::used_at(double t) const {
   if (t < 0) return 0;
   const size_t i = static_cast<size_t>(std::upper_bound(t_.begin(), t_.end(), t) - t_.begin()) - 1;
@@ -80,10 +85,22 @@ ClusterState::ClusterState(const Prepared& prepared) : prepared_(&prepared) {
   for (const Node& n : prepared.cluster().nodes) nodes_.emplace_back(n.devices);
 }
 
+void ClusterState::reset() {
+  for (Timeline& t : nodes_) t.reset();
+}
+
 Placement ClusterState::earliest(const Option& o, double duration, double from,
                                  const std::vector<int>* fixed) const {
-  const Cluster& cluster = prepared_->cluster();
   Placement best;
+  earliest_into(o, duration, from, fixed, best);
+  return best;
+}
+
+void ClusterState::earliest_into(const Option& o, double duration, double from,
+                                 const std::vector<int>* fixed, Placement& best) const {
+  const Cluster& cluster = prepared_->cluster();
+  best.option = -1;
+  best.nodes.clear();
   best.start = kInfinity;
   const std::vector<int>& candidates = fixed && !fixed->empty() ? *fixed : o.eligible;
   if (o.pinned || (fixed && !fixed->empty()) || !o.whole_nodes()) {
@@ -102,7 +119,7 @@ Placement ClusterState::earliest(const Option& o, double duration, double from,
         t = next;
       }
       best.start = t;
-      best.nodes = candidates;
+      best.nodes.assign(candidates.begin(), candidates.end());
     } else {
       int best_cap = 0;
       for (int n : candidates) {
@@ -110,7 +127,7 @@ Placement ClusterState::earliest(const Option& o, double duration, double from,
         const int cap = cluster.nodes[static_cast<size_t>(n)].devices;
         if (t < best.start || (t == best.start && cap < best_cap)) {
           best.start = t;
-          best.nodes = {n};
+          best.nodes.assign(1, n);
           best_cap = cap;
         }
       }
@@ -143,7 +160,6 @@ Placement ClusterState::earliest(const Option& o, double duration, double from,
     }
   }
   best.end = best.start + duration;
-  return best;
 }
 
 void ClusterState::reserve(const Option& o, const Placement& p) {
@@ -154,13 +170,21 @@ namespace {
 
 // Places the jobs in `order` one by one at their earliest start, kept (pinned) jobs first since
 // they hold their devices from time 0; nodes_for(j, o) restricts job j to some nodes (nullptr:
-// any it is eligible for). A job that fits nowhere makes the makespan infinite.
+// any it is eligible for). A job that fits nowhere makes the makespan infinite. `state` starts
+// idle; `s` is overwritten (its storage reused). Stops early, returning false, once a job ends
+// after `cutoff`.
 template <class NodesFor>
-Schedule place_in_order(const Prepared& prepared, const std::vector<int>& option,
-                        const std::vector<int>& order, double slot, NodesFor nodes_for) {
-  Schedule s;
+bool place_in_order(const Prepared& prepared, const std::vector<int>& option,
+                    const std::vector<int>& order, double slot, NodesFor nodes_for,
+                    ClusterState& state, Schedule& s, double cutoff) {
   s.jobs.resize(prepared.num_jobs());
-  ClusterState state(prepared);
+  s.makespan = 0.0;
+  // Jobs not in `order` stay unplaced, as in a fresh schedule.
+  for (Placement& p : s.jobs) {
+    p.option = -1;
+    p.nodes.clear();
+    p.start = p.end = 0.0;
+  }
   const auto option_of = [&](int j) -> const Option& {
     const size_t ju = static_cast<size_t>(j);
     return prepared.options[ju][static_cast<size_t>(option[ju])];
@@ -168,22 +192,31 @@ Schedule place_in_order(const Prepared& prepared, const std::vector<int>& option
   const auto place = [&](int j) {
     const size_t ju = static_cast<size_t>(j);
     const Option& o = option_of(j);
-    Placement p = state.earliest(o, duration_of(o, slot), 0.0, nodes_for(ju, o));
+    Placement& p = s.jobs[ju];
+    state.earliest_into(o, duration_of(o, slot), 0.0, nodes_for(ju, o), p);
     p.option = option[ju];
     if (!std::isfinite(p.start)) {
       s.makespan = kInfinity;
-      s.jobs[ju] = p;
-      s.jobs[ju].option = -1;
-      return;
+      p.option = -1;
+      return true;
     }
     state.reserve(o, p);
     s.makespan = std::max(s.makespan, p.end);
-    s.jobs[ju] = std::move(p);
+    return !(p.end > cutoff);
   };
   for (int j : order)
-    if (option_of(j).pinned) place(j);
+    if (option_of(j).pinned && !place(j)) return false;
   for (int j : order)
-    if (!option_of(j).pinned) place(j);
+    if (!option_of(j).pinned && !place(j)) return false;
+  return true;
+}
+
+template <class NodesFor>
+Schedule place_in_order_fresh(const Prepared& prepared, const std::vector<int>& option,
+                              const std::vector<int>& order, double slot, NodesFor nodes_for) {
+  Schedule s;
+  ClusterState state(prepared);
+  place_in_order(prepared, option, order, slot, nodes_for, state, s, kInfinity);
   return s;
 }
 
@@ -192,23 +225,41 @@ Schedule place_in_order(const Prepared& prepared, const std::vector<int>& option
 Schedule list_schedule(const Prepared& prepared, const std::vector<int>& option,
                        const std::vector<int>& order, double slot,
                        const std::vector<std::vector<int>>* fixed_nodes) {
-  return place_in_order(
+  return place_in_order_fresh(
       prepared, option, order, slot, [&](size_t j, const Option&) -> const std::vector<int>* {
         return fixed_nodes && !(*fixed_nodes)[j].empty() ? &(*fixed_nodes)[j] : nullptr;
       });
 }
 
+namespace {
+
+// The node choice of list_schedule_on: node[j] when job j's option may run there alone.
+struct ChosenNode {
+  const std::vector<int>& node;
+  const std::vector<int>* operator()(size_t j, const Option& o) const {
+    if (node[j] < 0 || o.pinned || o.whole_nodes() ||
+        !std::binary_search(o.eligible.begin(), o.eligible.end(), node[j]))
+      return nullptr;
+    // Read at once by earliest_into (copied into the placement); one per thread, so that
+    // listing a candidate allocates nothing.
+    static thread_local std::vector<int> one(1);
+    one[0] = node[j];
+    return &one;
+  }
+};
+
+}  // namespace
+
 Schedule list_schedule_on(const Prepared& prepared, const std::vector<int>& option,
                           const std::vector<int>& order, const std::vector<int>& node) {
-  std::vector<int> one(1);
-  return place_in_order(prepared, option, order, 0.0,
-                        [&](size_t j, const Option& o) -> const std::vector<int>* {
-                          if (node[j] < 0 || o.pinned || o.whole_nodes() ||
-                              !std::binary_search(o.eligible.begin(), o.eligible.end(), node[j]))
-                            return nullptr;
-                          one[0] = node[j];
-                          return &one;
-                        });
+  return place_in_order_fresh(prepared, option, order, 0.0, ChosenNode{node});
+}
+
+bool list_schedule_on_into(const Prepared& prepared, const std::vector<int>& option,
+                           const std::vector<int>& order, const std::vector<int>& node,
+                           Schedule& out, ClusterState& scratch, double cutoff) {
+  scratch.reset();
+  return place_in_order(prepared, option, order, 0.0, ChosenNode{node}, scratch, out, cutoff);
 }
 
 std::vector<int> start_order(const Schedule& schedule) {

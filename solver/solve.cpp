@@ -6,17 +6,19 @@
 #include <chrono>
 #include <cmath>
 
+#include "solver/clock.hpp"
 #include "solver/validate.hpp"
 
 namespace saturn::solver {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using Clock = SolverClock;
 
 }  // namespace
 
 Plan solve(const Problem& problem, const SolveOptions& options, SolveReport* report) {
+  const ScopedClockBasis clock_basis(options.clock);
   const auto t0 = Clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
   SolveReport local;

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "solver/bounds.hpp"
+#include "solver/clock.hpp"
 #include "solver/heuristic.hpp"
 #include "solver/milp.hpp"
 
@@ -28,6 +29,10 @@ struct SolveOptions {
   // "optimal" only for a zero gap).
   double gap_tolerance = 1e-4;
   unsigned seed = 1;
+  // What the time limit (and the log's times) count: the wall clock (default), or the solving
+  // thread's CPU time, a measurement device for shared machines where a wall limit gives a
+  // solve less of a core the more loaded the machine is (solver/clock.hpp).
+  ClockBasis clock = ClockBasis::wall;
 };
 
 // One line of a solve's log: at `time_s` into the solve, the best plan and the best bound.

@@ -10,6 +10,8 @@
 //                Saturn (per seed) on every DIR/NAME.json (or the named ones) against
 //                DIR/NAME.cpsat.json (OR-Tools CP-SAT, from bench/solver/cpsat_reference.py;
 //                bench/solver/reference.sh runs both)
+//   --clock cpu  time limits count the solving thread's CPU time instead of wall time
+//                (SolveOptions::clock): comparable runs on a shared, loaded machine
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -103,8 +105,9 @@ int write_instances(const std::string& dir) {
   return 0;
 }
 
-int reference_table(const std::string& dir, Backend backend, const std::vector<double>& limits,
-                    const std::vector<std::string>& only, const std::vector<unsigned>& seeds) {
+int reference_table(const std::string& dir, Backend backend, ClockBasis clock,
+                    const std::vector<double>& limits, const std::vector<std::string>& only,
+                    const std::vector<unsigned>& seeds) {
   std::vector<std::string> names;
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
     const std::string f = e.path().filename().string();
@@ -116,14 +119,16 @@ int reference_table(const std::string& dir, Backend backend, const std::vector<d
   std::printf(
       "Saturn (%s) against OR-Tools CP-SAT on %s. ratio = Saturn's makespan / CP-SAT's best; "
       "gap%% = Saturn's own (makespan - its bound) / makespan; lb/ref = Saturn's bound / "
-      "CP-SAT's best. Times in hours.%s\n\n",
+      "CP-SAT's best; kevals = schedules listed by local search, thousands. Times in hours. "
+      "Time limits count %s.%s\n\n",
       to_string(backend), dir.c_str(),
+      clock == ClockBasis::wall ? "wall-clock seconds" : "the solving thread's CPU seconds",
       seeds.size() > 1 ? " One row per seed (SolveOptions::seed)." : "");
   std::printf("%-14s %4s %4s %9s %9s %-9s %6s %5s", "instance", "seed", "jobs", "ref", "ref_lb",
               "ref_st", "ref_s", "cpu%");
   for (double l : limits)
-    std::printf("  | %4.0fs: %9s %7s %7s %6s %-9s", l, "makespan", "ratio", "gap%", "lb/ref",
-                "status");
+    std::printf("  | %4.0fs: %9s %7s %7s %6s %-9s %7s", l, "makespan", "ratio", "gap%", "lb/ref",
+                "status", "kevals");
   std::printf("\n");
   std::vector<int> within(limits.size(), 0), proven(limits.size(), 0), rows(limits.size(), 0);
   int ref_optimal = 0;
@@ -149,7 +154,9 @@ int reference_table(const std::string& dir, Backend backend, const std::vector<d
         so.backend = backend;
         so.time_limit_s = limits[i];
         so.seed = seed;
-        const Plan plan = solve(p, so);
+        so.clock = clock;
+        SolveReport rep;
+        const Plan plan = solve(p, so, &rep);
         const double ratio = plan.makespan_s / best;
         ++rows[i];
         within[i] += ratio <= 1.005;
@@ -157,9 +164,9 @@ int reference_table(const std::string& dir, Backend backend, const std::vector<d
         const bool opt = plan.solver.status == SolveStatus::optimal;
         // Acceptance 2 counts the instances CP-SAT proved where Saturn's plan is optimal too.
         if (ref_opt && plan.makespan_s <= best * (1 + 1e-9)) proven[i] += opt ? 1 : 0;
-        std::printf("  | %5s %9.3f %7.4f %7.2f %6.4f %-9s", "", hours(plan.makespan_s), ratio,
-                    100 * plan.solver.gap, plan.lower_bound_s / best,
-                    to_string(plan.solver.status));
+        std::printf("  | %5s %9.3f %7.4f %7.2f %6.4f %-9s %7.0f", "", hours(plan.makespan_s), ratio,
+                    100 * plan.solver.gap, plan.lower_bound_s / best, to_string(plan.solver.status),
+                    static_cast<double>(rep.heuristic_evaluations) / 1000.0);
       }
       std::printf("\n");
       std::fflush(stdout);
@@ -185,6 +192,7 @@ int main(int argc, char** argv) {
   std::string write_dir, reference_dir;
   std::vector<double> limits = {10};
   std::vector<unsigned> seeds = {1};
+  ClockBasis clock = ClockBasis::wall;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -202,6 +210,8 @@ int main(int argc, char** argv) {
       plan_table = false;
     else if (a == "--solver")
       backend = parse_backend(next());
+    else if (a == "--clock")
+      clock = parse_clock_basis(next());
     else if (a == "--only")
       only = split(next());
     else if (a == "--clusters")
@@ -224,22 +234,26 @@ int main(int argc, char** argv) {
           stderr,
           "usage: bench_solver [--quick] [--solver glpk|cbc] [--only txt,img,mixed50,"
           "mixed200,mixed1000] [--clusters 1x8,2x8,4x8,16x8,8+4,2+2+4+8] "
-          "[--sim-seeds N] [--no-sim] [--no-plan]\n"
+          "[--sim-seeds N] [--no-sim] [--no-plan] [--clock wall|cpu]\n"
           "       bench_solver --write-instances DIR\n"
           "       bench_solver --reference DIR [--limits 10,60] [--seeds 1,2,3] [--only NAME,...] "
-          "[--solver glpk|cbc]\n");
+          "[--solver glpk|cbc] [--clock wall|cpu]\n"
+          "  --clock cpu: solve time limits count the solving thread's CPU time, not wall time\n"
+          "               (comparable runs on a shared, loaded machine)\n");
       return 2;
     }
   }
   if (!write_dir.empty()) return write_instances(write_dir);
-  if (!reference_dir.empty()) return reference_table(reference_dir, backend, limits, only, seeds);
+  if (!reference_dir.empty())
+    return reference_table(reference_dir, backend, clock, limits, only, seeds);
   std::printf(
       "SPASE solver benchmark (%s, %s). Synthetic families (solver/synthetic.hpp), "
       "A100-40GB-like devices.\n",
       to_string(backend), quick ? "quick time limits" : "full time limits");
   std::printf(
       "ratio = makespan / proven lower bound; speedup = baseline makespan / ours "
-      "(random: mean of 5 seeds); times in hours.\n\n");
+      "(random: mean of 5 seeds); times in hours; time limits (and solve_s) count %s.\n\n",
+      clock == ClockBasis::wall ? "wall-clock seconds" : "the solving thread's CPU seconds");
   if (plan_table) {
     std::printf("%-9s %-8s %5s %9s %9s %7s %7s %8s %-10s %-22s %6s %6s %6s %6s\n", "family",
                 "cluster", "jobs", "makespan", "bound", "ratio", "gap%", "solve_s", "status",
@@ -253,6 +267,7 @@ int main(int argc, char** argv) {
         SolveOptions so;
         so.backend = backend;
         so.time_limit_s = quick ? f.quick_limit_s : f.time_limit_s;
+        so.clock = clock;
         SolveReport rep;
         const Plan plan = solve(p, so, &rep);
         const auto errors = validate_plan(p, plan);
