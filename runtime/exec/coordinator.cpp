@@ -263,10 +263,11 @@ struct Coordinator::Impl {
     nlohmann::json extra = nlohmann::json::object();
     if (selection.enabled()) extra["selection"] = selection.to_json();
     nlohmann::json cancelled = nlohmann::json::array();
-    // A cancel still waiting for its job's stop counts: its spool request is already taken.
+    // A cancel still waiting for its job's stop counts: its spool request is already taken. A
+    // job its early_stop stopped first is recorded as that, once.
     for (const auto& js : jobs)
       if (js.status == JobStatus::kCancelled ||
-          (js.cancel_requested && js.status != JobStatus::kFinished))
+          (js.cancel_requested && js.status != JobStatus::kFinished && js.early_stop.is_null()))
         cancelled.push_back(js.spec->id);
     if (!cancelled.empty()) extra["cancelled"] = cancelled;
     nlohmann::json early = nlohmann::json::object();
@@ -520,12 +521,11 @@ struct Coordinator::Impl {
           out.push_back({Kind::kSubmitted, -1, nullptr, {}, 0, r});
           continue;
         }
-        for (const auto& id : r.jobs) {
-          if (JobState* js = table.find(id))
-            out.push_back({Kind::kJobCancelled, -1, js, {}, 0});
-          else
-            log::warn("request {}: no job '{}' in this batch", r.file.string(), id);
-        }
+        // By id, looked up when handled: a submission taken earlier in this pass grows the
+        // table (its JobStates move) and may add the very job cancelled here.
+        for (const auto& id : r.jobs)
+          out.push_back(
+              {Kind::kJobCancelled, -1, nullptr, {{"job", id}, {"request", r.file.string()}}, 0});
       }
     }
     return out;
@@ -555,7 +555,12 @@ struct Coordinator::Impl {
         request_replan("interval");
         return;
       case Kind::kJobCancelled:
-        on_job_cancelled(*e.job);
+        if (JobState* js = table.find(e.message.at("job").get<std::string>()))
+          on_job_cancelled(*js);
+        else
+          log::warn("request {}: no job '{}' in this batch",
+                    e.message.at("request").get<std::string>(),
+                    e.message.at("job").get<std::string>());
         return;
       case Kind::kSubmitted:
         on_jobs_submitted(e.request);
@@ -691,6 +696,12 @@ struct Coordinator::Impl {
   // any launch of them), then the table, and the batch re-plans at once; a refused request
   // goes to spool/rejected with its reason, and nothing is added.
   void on_jobs_submitted(SpoolRequest r) {
+    // Recorded by a run that stopped before moving it out of the spool: this run already has
+    // its jobs (added back from RUN_DIR/submitted on --resume).
+    if (std::filesystem::exists(submitted_dir(setup.run_dir) / r.file.filename())) {
+      finish_taken_request(r);
+      return;
+    }
     AcceptedSubmission a;
     try {
       a = accept_submission(setup, batch, accepted, r);
@@ -703,6 +714,7 @@ struct Coordinator::Impl {
       log::error("submission {} rejected: {}", r.submission.source.string(), e.what());
       return;
     }
+    finish_taken_request(r);  // recorded in RUN_DIR/submitted by accept_submission
     ++version;
     accepted.push_back(r.submission);
     nlohmann::json specs = nlohmann::json::array();

@@ -97,8 +97,25 @@ std::vector<Submission> waiting_submissions(const fs::path& run_dir) {
   return out;
 }
 
+void finish_taken_request(SpoolRequest& request) {
+  const fs::path to = request.file.parent_path() / "done";
+  std::error_code ec;
+  fs::create_directories(to, ec);
+  const fs::path moved = to / request.file.filename();
+  fs::rename(request.file, moved, ec);
+  if (!ec) {
+    request.file = moved;
+    return;
+  }
+  // Already recorded in RUN_DIR/submitted: left in the spool it would be taken again.
+  std::error_code ignored;
+  fs::remove(request.file, ignored);
+}
+
 void reject_taken_request(SpoolRequest& request, const std::string& reason) {
-  const fs::path to = request.file.parent_path().parent_path() / "rejected";
+  // A submit request is rejected from the spool itself, any other from spool/done.
+  const fs::path parent = request.file.parent_path();
+  const fs::path to = (parent.filename() == "done" ? parent.parent_path() : parent) / "rejected";
   std::error_code ec;
   fs::create_directories(to, ec);
   const fs::path moved = to / request.file.filename();
@@ -115,6 +132,13 @@ std::vector<SpoolRequest> take_spool_requests(const fs::path& run_dir) {
   std::vector<SpoolRequest> out;
   for (const auto& f : request_files(dir)) {
     SpoolRequest r = parse_request(f);
+    if (r.error.empty() && r.kind == "submit") {
+      // Stays in the spool until rank 0 has recorded it in RUN_DIR/submitted (then
+      // finish_taken_request) or rejected it: a crash in between leaves it to be taken again.
+      r.file = f;
+      out.push_back(std::move(r));
+      continue;
+    }
     const fs::path to = dir / (r.error.empty() ? "done" : "rejected");
     fs::create_directories(to, ec);
     r.file = to / f.filename();

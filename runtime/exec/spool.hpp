@@ -37,11 +37,17 @@ std::filesystem::path write_submit_request(const std::filesystem::path& run_dir,
 // checked against besides the accepted ones).
 std::vector<Submission> waiting_submissions(const std::filesystem::path& run_dir);
 
-// A request the coordinator took (in spool/done) but refuses (a submission whose ids a request
-// accepted meanwhile took): moved to spool/rejected, with the reason beside it (NAME.reason).
+// A submit request the coordinator took and recorded in RUN_DIR/submitted: moved to spool/done.
+void finish_taken_request(SpoolRequest& request);
+
+// A request the coordinator took but refuses (a submission whose ids a request accepted
+// meanwhile took): moved to spool/rejected, with the reason beside it (NAME.reason).
 void reject_taken_request(SpoolRequest& request, const std::string& reason);
 
-// The requests waiting in RUN_DIR/spool, oldest first; each is moved out of the way.
+// The requests waiting in RUN_DIR/spool, oldest first. Each is moved out of the way (to
+// spool/done, or spool/rejected when unreadable), except a readable submit request: it stays
+// in the spool until the coordinator has recorded it (finish_taken_request) or refused it
+// (reject_taken_request), so that a crash between taking and recording loses nothing.
 std::vector<SpoolRequest> take_spool_requests(const std::filesystem::path& run_dir);
 
 }  // namespace saturn::exec

@@ -35,11 +35,24 @@ TEST(Spool, SubmitAndCancelRequestsInOrder) {
   EXPECT_EQ(taken[0].kind, "submit");
   EXPECT_EQ(taken[0].jobs, std::vector<std::string>{"x"});
   EXPECT_EQ(taken[0].submission.yaml, more.yaml);
-  EXPECT_EQ(taken[0].file.parent_path().filename(), "done");
+  // A submit stays in the spool until recorded or refused (a crash in between loses nothing).
+  EXPECT_EQ(taken[0].file.parent_path().filename(), "spool");
   EXPECT_EQ(taken[1].kind, "cancel");
   EXPECT_EQ(taken[1].jobs, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(taken[1].file.parent_path().filename(), "done");
+  EXPECT_EQ(waiting_submissions(dir.path()).size(), 1u);
+  const auto again = take_spool_requests(dir.path());
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].kind, "submit");
+  SpoolRequest recorded = again[0];
+  finish_taken_request(recorded);
+  EXPECT_EQ(recorded.file.parent_path().filename(), "done");
+  EXPECT_TRUE(fs::exists(recorded.file));
   EXPECT_TRUE(waiting_submissions(dir.path()).empty());
   EXPECT_TRUE(take_spool_requests(dir.path()).empty());
+  write_submit_request(dir.path(), more, {"x"});
+  taken = take_spool_requests(dir.path());
+  ASSERT_EQ(taken.size(), 1u);
 
   reject_taken_request(taken[0], "job id 'x' is already in the batch");
   EXPECT_EQ(taken[0].file.parent_path().filename(), "rejected");
