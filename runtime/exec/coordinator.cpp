@@ -698,7 +698,7 @@ struct Coordinator::Impl {
   void on_jobs_submitted(SpoolRequest r) {
     // Recorded by a run that stopped before moving it out of the spool: this run already has
     // its jobs (added back from RUN_DIR/submitted on --resume).
-    if (std::filesystem::exists(submitted_dir(setup.run_dir) / r.file.filename())) {
+    if (submission_recorded(setup.run_dir, r.file.filename().string())) {
       finish_taken_request(r);
       return;
     }

@@ -35,8 +35,11 @@ AcceptedSubmission accept_submission(const CoordinatorSetup& setup, const Worklo
                              a.sources.empty() ? "" : ", ", a.planning.jobs[k].id, measured,
                              a.planning.details[k].size());
   }
-  record_accepted_submission(setup.run_dir, request.file.filename().string(), request.submission,
-                             a.ids);
+  // Named in the order accepted (a resumed run adds them back in name order; a request's own
+  // name carries its submitting host's clock, which may lag another's).
+  record_accepted_submission(setup.run_dir,
+                             accepted_name(accepted.size() + 1, request.file.filename().string()),
+                             request.submission, a.ids);
   return a;
 }
 

@@ -18,6 +18,20 @@ fs::path submitted_dir(const fs::path& run_dir) {
   return run_dir / "submitted";
 }
 
+std::string accepted_name(std::size_t order, const std::string& request_name) {
+  return fmt::format("{:06}-{}", order, request_name);
+}
+
+bool submission_recorded(const fs::path& run_dir, const std::string& request_name) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(submitted_dir(run_dir), ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.size() == request_name.size() + 7 && n.substr(7) == request_name && n[6] == '-')
+      return true;
+  }
+  return false;
+}
+
 void record_accepted_submission(const fs::path& run_dir, const std::string& name,
                                 const Submission& submission, const std::vector<std::string>& ids) {
   const fs::path dir = submitted_dir(run_dir);

@@ -14,6 +14,13 @@ namespace saturn {
 
 std::filesystem::path submitted_dir(const std::filesystem::path& run_dir);
 
+// The name an accepted submission is kept under in RUN_DIR/submitted: its place in the order
+// of acceptance (1, 2, ...), then the name of the spool request it came in.
+std::string accepted_name(std::size_t order, const std::string& request_name);
+
+// Whether the spool request `request_name` is already kept in RUN_DIR/submitted.
+bool submission_recorded(const std::filesystem::path& run_dir, const std::string& request_name);
+
 // RUN_DIR/submitted/NAME: {"source", "yaml", "jobs"} (the ids it added), written atomically and
 // durably (fsync) before its jobs join the batch, so that a resumed run has every job.
 // Throws IoError.

@@ -87,5 +87,24 @@ TEST(Submitted, AcceptedInOrder) {
   EXPECT_THROW(accepted_submissions(dir.path()), InputError);
 }
 
+// Kept in the order rank 0 accepted them, whatever the requests' own (clock-based) names say,
+// and a request once kept is known by its name.
+TEST(Submitted, NamedInTheOrderAccepted) {
+  TempDir dir;
+  // The second request accepted was written on a host whose clock lags: its name sorts first.
+  record_accepted_submission(dir.path(), accepted_name(1, "1700000002-7-submit.json"),
+                             {"/first.yaml", "jobs: [a]"}, {"a"});
+  record_accepted_submission(dir.path(), accepted_name(2, "1700000001-9-submit.json"),
+                             {"/second.yaml", "jobs: [b]"}, {"b"});
+  const auto subs = accepted_submissions(dir.path());
+  ASSERT_EQ(subs.size(), 2u);
+  EXPECT_EQ(subs[0].source, "/first.yaml");
+  EXPECT_EQ(subs[1].source, "/second.yaml");
+  EXPECT_TRUE(submission_recorded(dir.path(), "1700000001-9-submit.json"));
+  EXPECT_TRUE(submission_recorded(dir.path(), "1700000002-7-submit.json"));
+  EXPECT_FALSE(submission_recorded(dir.path(), "1700000003-1-submit.json"));
+  EXPECT_FALSE(submission_recorded(dir.path(), "9-submit.json"));
+}
+
 }  // namespace
 }  // namespace saturn::exec
