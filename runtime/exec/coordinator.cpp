@@ -323,6 +323,8 @@ struct Coordinator::Impl {
         continue;
       }
       JobTable::place(js, config, sched.devices, a.t + sched.start_s, a.t + sched.end_s);
+      // A job `saturn submit` added: its prediction is the first plan that places it.
+      if (js.predicted_s == 0) js.predicted_s = sched.end_s - sched.start_s;
       if (moved) {
         js.move_after_stop = true;
         request_stop(js, "re-plan");

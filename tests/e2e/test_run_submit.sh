@@ -156,6 +156,9 @@ for j in ("first", "second", "sub1", "sub3", "late"):
     assert os.path.exists(os.path.join(run, "jobs", j, "final.h5")), j
 assert jobs["sub1"]["steps"] == 150 and jobs["late"]["steps"] == 100
 assert jobs["sub2"]["status"] == "cancelled", jobs["sub2"]
+# Each submitted job's prediction is the first plan that placed it.
+for j in ("sub1", "sub3", "late"):
+    assert jobs[j]["predicted_s"] > 0, (j, jobs[j]["predicted_s"])
 ev = [json.loads(l) for l in open(os.path.join(run, "timeline.jsonl"))]
 subs = [e for e in ev if e.get("event") == "submit"]
 assert [e["jobs"] for e in subs] == [["sub1", "sub2", "sub3"], ["late"]], subs
