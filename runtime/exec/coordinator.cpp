@@ -136,6 +136,7 @@ struct Coordinator::Impl {
         if (selection.enabled()) selection.withdraw(js->index);
       }
     restore_selection();
+    table.fail_unplanned();
   }
 
   static std::vector<std::string> job_ids(const Workload& w) {

@@ -44,6 +44,9 @@ struct ResumeState {
   nlohmann::json selection;            // run_state.json's "selection" (null: none)
   std::vector<std::string> cancelled;  // run_state.json's "cancelled"
   nlohmann::json early_stopped;        // run_state.json's "early_stopped" (null: none)
+  // Per job: it will not run again (stopped by its early_stop or by selection, cancelled, or
+  // failed and withdrawn from selection), so it is neither profiled nor planned.
+  std::vector<bool> settled;
 };
 
 // The absolute `from` directories a run recorded (run_state.json "model_dirs"), by model name.
@@ -91,7 +94,12 @@ ResumeState read_resume_state(const Workload& w, const fs::path& run_dir) {
         // coordinator restores it (its errors end the MPI job).
         std::vector<std::string> ids;
         for (const auto& job : w.jobs) ids.push_back(job.id);
-        Selection(w.selection, ids).restore(s.selection, state_file.string());
+        Selection restored(w.selection, ids);
+        restored.restore(s.selection, state_file.string());
+        s.settled.resize(w.jobs.size());
+        for (std::size_t k = 0; k < w.jobs.size(); ++k)
+          s.settled[k] =
+              restored.stopped(static_cast<int>(k)) || restored.withdrawn(static_cast<int>(k));
       }
       if (j.contains("early_stopped")) {
         // Checked like the selection state: a malformed entry is exit 2, file and field.
@@ -125,6 +133,13 @@ ResumeState read_resume_state(const Workload& w, const fs::path& run_dir) {
         for (const auto& id : j["cancelled"])
           if (id.is_string()) s.cancelled.push_back(id.get<std::string>());
     }
+  }
+  s.settled.resize(w.jobs.size());
+  for (std::size_t k = 0; k < w.jobs.size(); ++k) {
+    const std::string& id = w.jobs[k].id;
+    if ((s.early_stopped.is_object() && s.early_stopped.contains(id)) ||
+        std::find(s.cancelled.begin(), s.cancelled.end(), id) != s.cancelled.end())
+      s.settled[k] = true;
   }
   return s;
 }
@@ -366,7 +381,8 @@ int run_batch(const RunOptions& options) {
     req.device_index = options.device_index;
     req.current_practice = current_practice_trial(options);
     for (std::size_t j = 0; j < w.jobs.size(); ++j) {
-      const bool done = !resume.finished.empty() && resume.finished[j];
+      const bool done = (!resume.finished.empty() && resume.finished[j]) ||
+                        (!resume.settled.empty() && resume.settled[j]);
       const std::int64_t did = resume.steps_done.empty() ? 0 : resume.steps_done[j];
       // A job checkpointed at its last step without final.h5 (stopped there by an older
       // version) still has its final weights to write: plan it as one step, which resuming

@@ -39,8 +39,9 @@ JobTable::JobTable(const Workload& workload, const PlanningInput& planning,
     for (std::size_t j = 0; j < wj.size(); ++j)
       if (wj[j].id == planning.jobs[p].id) jobs[j].planning_index = static_cast<int>(p);
   }
-  // A job left out of planning could never start, and the batch would wait for it forever:
-  // it fails instead, with the reason, and the others go on.
+}
+
+void JobTable::fail_unplanned() {
   for (auto& js : jobs)
     if (js.status == JobStatus::kPending && js.planning_index < 0) {
       js.status = JobStatus::kFailed;

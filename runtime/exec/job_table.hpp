@@ -76,6 +76,12 @@ class JobTable {
   JobTable(const Workload& workload, const PlanningInput& planning,
            const std::vector<std::int64_t>& steps_done, const std::vector<bool>& finished);
 
+  // A job still pending that planning left out could never start, and the batch would wait
+  // for it forever: it fails instead, with the reason, and the others go on. Called once a
+  // resumed run's stopped and cancelled jobs (left out of planning on purpose) have their
+  // status.
+  void fail_unplanned();
+
   std::vector<JobState> jobs;  // in workload order
 
   // Jobs `saturn submit` added: workload.jobs from jobs.size() on, pending, with their planning

@@ -106,9 +106,11 @@ PY
 if check "$work/run"; then ok "early_stop: rules, summary.json, checkpoint, timeline"
 else bad "early_stop: the run does not match the rules"; fi
 
-# --resume keeps both stopped: nothing starts again.
+# --resume keeps both stopped: nothing starts again. They are not profiled or planned either:
+# with a device memory no model fits, a resume that priced them would fail (exit 2).
 before=$(grep -c '"job_start"' "$work/run/timeline.jsonl")
-if "$saturn" run --resume "$work/run" --np 1 --progress-interval 30 > "$work/resume.log" 2>&1; then
+if "$saturn" run --resume "$work/run" --np 1 --device-memory 4KiB --progress-interval 30 \
+  > "$work/resume.log" 2>&1; then
   after=$(grep -c '"job_start"' "$work/run/timeline.jsonl")
   if [ "$before" -eq "$after" ] && check "$work/run" > /dev/null; then
     ok "--resume keeps the early-stopped jobs stopped"
