@@ -324,7 +324,8 @@ struct Coordinator::Impl {
         continue;
       }
       JobTable::place(js, config, sched.devices, a.t + sched.start_s, a.t + sched.end_s);
-      // A job `saturn submit` added: its prediction is the first plan that places it.
+      // A job's prediction: the first plan that places it (the initial plan, or for a job
+      // `saturn submit` added, the plan after it).
       if (js.predicted_s == 0) js.predicted_s = sched.end_s - sched.start_s;
       if (moved) {
         js.move_after_stop = true;
@@ -391,10 +392,6 @@ struct Coordinator::Impl {
            t});
     facts.predicted_makespan_s = t + np.makespan_s;
     facts.lower_bound_s = t + np.lower_bound_s;
-    for (const auto& [j, cm] : map) {
-      JobState& js = jobs[static_cast<std::size_t>(j)];
-      js.predicted_s = js.planned_end_s - js.planned_start_s;
-    }
     if (!setup.quiet) {
       log::info("plan ({}: {} {}, {:.1f} s): makespan {} , lower bound {}, gap {:.1f}%",
                 setup.policy, np.solver.method, solver::to_string(np.solver.status),

@@ -35,10 +35,13 @@ JobTable::JobTable(const Workload& workload, const PlanningInput& planning,
     jobs[j].steps_done = steps_done.empty() ? 0 : steps_done[j];
     if (!finished.empty() && finished[j]) jobs[j].status = JobStatus::kFinished;
   }
-  for (std::size_t p = 0; p < planning.jobs.size(); ++p) {
-    for (std::size_t j = 0; j < wj.size(); ++j)
-      if (wj[j].id == planning.jobs[p].id) jobs[j].planning_index = static_cast<int>(p);
-  }
+  link_planning(0, 0);
+}
+
+void JobTable::link_planning(std::size_t first_job, std::size_t first_planning) {
+  for (std::size_t j = first_job; j < jobs.size(); ++j)
+    for (std::size_t p = first_planning; p < planning_->jobs.size(); ++p)
+      if (planning_->jobs[p].id == jobs[j].spec->id) jobs[j].planning_index = static_cast<int>(p);
 }
 
 void JobTable::fail_unplanned() {
@@ -53,11 +56,10 @@ void JobTable::add_jobs(const Workload& workload, std::size_t planning_first) {
   const std::size_t first = jobs.size();
   jobs.resize(workload.jobs.size());
   for (std::size_t j = 0; j < jobs.size(); ++j) jobs[j].spec = &workload.jobs[j];
+  for (std::size_t j = first; j < jobs.size(); ++j) jobs[j].index = static_cast<int>(j);
+  link_planning(first, planning_first);
   for (std::size_t j = first; j < jobs.size(); ++j) {
     JobState& js = jobs[j];
-    js.index = static_cast<int>(j);
-    for (std::size_t p = planning_first; p < planning_->jobs.size(); ++p)
-      if (planning_->jobs[p].id == js.spec->id) js.planning_index = static_cast<int>(p);
     if (js.planning_index < 0) {  // the planner gave it no entry: it could never start
       js.status = JobStatus::kFailed;
       js.reason = "left out of the plan (no configuration for it)";

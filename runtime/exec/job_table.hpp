@@ -119,6 +119,9 @@ class JobTable {
   int exit_code() const;
 
  private:
+  // Each job from first_job on gets its entry among the planning jobs from first_planning on
+  // (by id).
+  void link_planning(std::size_t first_job, std::size_t first_planning);
   const PlanningInput* planning_;
 };
 
