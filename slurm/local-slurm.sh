@@ -143,6 +143,32 @@ wait_for_pid_file() {  # the daemons fork into the background and write their PI
   die "no live process in $f after 10 s; see $BASE/log"
 }
 
+# A Slurm client whose controller does not answer retries for ~9 s before it fails, so every
+# client call here has a time limit, and every wait is bounded in seconds, not in iterations.
+client() {  # client SECONDS CMD...: CMD with its output, or a failure after SECONDS
+  timeout --kill-after=2 "$@"
+}
+
+tail_logs() {  # the last lines of every daemon log, for a failure message
+  local f
+  for f in "$BASE"/log/* "$BASE/munge/munged.log"; do
+    [[ -f "$f" ]] || continue
+    log "--- $f (last 15 lines)"
+    tail -n 15 "$f" >&2 || true
+  done
+}
+
+# Ports in the kernel's ephemeral range may be taken at any moment by an outgoing connection
+# (MPI's TCP wire-up of a test running beside us, srun), and slurmctld then cannot listen.
+check_port_range() {
+  local range lo hi
+  range=$(cat /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null) || return 0
+  read -r lo hi <<<"$range"
+  if ((PORT + 299 >= lo && PORT <= hi)); then
+    log "warning: ports $PORT-$((PORT + 299)) overlap the ephemeral range $lo-$hi; an outgoing connection may take one first (choose SATURN_SLURM_PORT below $((lo - 300)))"
+  fi
+}
+
 # munged refuses a socket whose directory or any parent is not world-executable (a+x).
 check_search_permissions() {
   local d
@@ -162,6 +188,7 @@ start() {
     alive "$f" && die "already running ($f); run: $0 stop"
   done
   check_search_permissions
+  check_port_range
   local port
   for port in "$PORT" $((PORT + 1)); do
     if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
@@ -175,7 +202,7 @@ start() {
     --pid-file="$BASE/munge/munged.pid" --log-file="$BASE/munge/munged.log" \
     --seed-file="$BASE/munge/munged.seed"
   wait_for_pid_file "$BASE/munge/munged.pid"
-  munge -S "$BASE/munge/munge.socket" -n | unmunge -S "$BASE/munge/munge.socket" >/dev/null \
+  client 10 munge -S "$BASE/munge/munge.socket" -n | client 10 unmunge -S "$BASE/munge/munge.socket" >/dev/null \
     || die "munge credential round trip failed; see $BASE/munge/munged.log"
   # -c: a fresh cluster every time, no jobs from an earlier run.
   slurmctld -f "$CONF" -c
@@ -188,13 +215,22 @@ start() {
   fi
   for n in $NODES; do wait_for_pid_file "$BASE/run/slurmd-$n.pid"; done
   export SLURM_CONF=$CONF
-  local _ idle
-  for _ in $(seq 1 100); do
-    idle=$(sinfo -h -N -o '%T' 2>/dev/null | grep -cE '^(idle|mixed|allocated)' || true)
+  # Until the controller answers and every node is idle: 60 s at most, and at once when a
+  # daemon has died (slurmctld exits after writing its PID file when it cannot listen).
+  local idle=0 f until=$((SECONDS + 60))
+  while ((SECONDS < until)); do
+    for f in $(pid_files); do
+      alive "$f" || { tail_logs; stop; die "$(basename "$f" .pid) exited during start-up"; }
+    done
+    idle=$(client 5 sinfo -h -N -o '%T' 2>/dev/null | grep -cE '^(idle|mixed|allocated)' || true)
     [[ "$idle" -ge "$NNODES" ]] && break
-    sleep 0.1
+    sleep 0.2
   done
-  [[ "$idle" -ge "$NNODES" ]] || { stop; die "nodes did not become idle; see $BASE/log"; }
+  if [[ "$idle" -lt "$NNODES" ]]; then
+    tail_logs
+    stop
+    die "nodes did not become idle within 60 s (the controller did not answer, or slurmd did not register)"
+  fi
   log "up: $NNODES node(s) $NODESPEC, $NCPUS CPUs and $NGPUS GPUs each; export SLURM_CONF=$CONF"
 }
 
@@ -203,12 +239,14 @@ stop() {
   local _ f pid
   # Jobs first: their slurmstepd processes are not ours by PID file and would outlive slurmd.
   if alive "$BASE/run/slurmctld.pid"; then
-    scancel --quiet --user="$(id -un)" 2>/dev/null || true
-    for _ in $(seq 1 100); do
-      [[ -z "$(squeue -h -o %i 2>/dev/null)" ]] && break
+    client 10 scancel --quiet --user="$(id -un)" 2>/dev/null || true
+    local until=$((SECONDS + 20)) listed=unknown
+    while ((SECONDS < until)); do
+      listed=$(client 5 squeue -h -o %i 2>/dev/null) || listed=unknown
+      [[ -z "$listed" ]] && break
       sleep 0.2
     done
-    [[ -z "$(squeue -h -o %i 2>/dev/null)" ]] || log "warning: jobs still listed after 20 s"
+    [[ -z "$listed" ]] || log "warning: jobs still listed (or squeue did not answer) after 20 s"
   fi
   for f in $(pid_files); do
     alive "$f" || { rm -f "$f"; continue; }
@@ -235,8 +273,8 @@ status() {
     fi
   done
   if alive "$BASE/run/slurmctld.pid"; then
-    SLURM_CONF=$CONF sinfo -N -o '%N %T %c %G' || true
-    SLURM_CONF=$CONF squeue || true
+    SLURM_CONF=$CONF client 10 sinfo -N -o '%N %T %c %G' || true
+    SLURM_CONF=$CONF client 10 squeue || true
   fi
   [[ $running == 1 ]]
 }

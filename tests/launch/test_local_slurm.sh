@@ -46,8 +46,14 @@ work=$(mktemp -d /tmp/saturn-slurm-test.XXXXXX)
 chmod 755 "$work" # munged wants every directory above its socket world-executable
 export SATURN_SLURM_DIR=$work/slurm SATURN_SLURM_GPUS=8 SATURN_SLURM_CPUS=16
 # A port block of our own (controller, slurmd, srun range: PORT..PORT+299), so a cluster someone
-# runs by hand on the default ports does not collide.
-export SATURN_SLURM_PORT=$((30000 + (RANDOM % 100) * 300))
+# runs by hand on the default ports does not collide, and below the kernel's ephemeral range: an
+# outgoing connection (the MPI tests ctest runs beside this one) may take a port in that range
+# at any moment, and slurmctld then cannot listen on it (CI, 2026-12-02: the controller never
+# answered and the test hung until ctest's timeout).
+ephemeral_low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+blocks=$(((ephemeral_low - 20000) / 300 - 1))
+((blocks >= 1)) || blocks=1
+export SATURN_SLURM_PORT=$((20000 + (RANDOM % blocks) * 300))
 export SLURM_CONF=$SATURN_SLURM_DIR/slurm.conf
 # Test-box settings the jobs inherit (sbatch exports the submitting environment): root, more
 # ranks than cores, one BLAS thread per rank.
@@ -56,12 +62,15 @@ export OMPI_MCA_btl=self,vader OMPI_MCA_oob_tcp_if_include=lo OMPI_MCA_rmaps_bas
 export OMP_NUM_THREADS=1
 passed=0
 failed=0
+# Progress with the seconds since the start, so that a slow or stuck step shows in ctest's log.
+note() { echo "[$(printf '%3d' "$SECONDS") s] $*"; }
 ok() { echo "ok: $1"; passed=$((passed + 1)); }
 bad() { echo "FAIL: $1"; failed=$((failed + 1)); }
 
 cleanup() {
   local rc=$?
-  "$harness" stop
+  note "stopping the local Slurm"
+  timeout --kill-after=5 90 "$harness" stop
   # Nothing of the cluster may be left: no daemon, no job step, no rank (all name $work).
   local left
   left=$(ps -eo pid=,args= | grep -F "$work" | grep -v grep || true)
@@ -79,18 +88,29 @@ trap 'echo "FAIL: interrupted"; exit 1' INT TERM HUP
 # Every wait below ends by this time, so the cleanup runs well within ctest's TIMEOUT (420 s).
 deadline=$((SECONDS + 330))
 
-if ! "$harness" start; then
-  echo "FAIL: the local Slurm did not start; logs:"
-  tail -n 20 "$SATURN_SLURM_DIR"/log/* "$SATURN_SLURM_DIR"/munge/munged.log 2>/dev/null
+# Three tries on different port blocks: a port of ours may still be taken by something else
+# (the harness then fails in seconds, saying which daemon exited, and stops what it started).
+started=0
+for try in 1 2 3; do
+  note "starting the local Slurm on ports $SATURN_SLURM_PORT-$((SATURN_SLURM_PORT + 299)) (try $try)"
+  if timeout --kill-after=5 120 "$harness" start; then
+    started=1
+    break
+  fi
+  export SATURN_SLURM_PORT=$((20000 + (RANDOM % blocks) * 300))
+done
+if [[ $started == 0 ]]; then
+  echo "FAIL: the local Slurm did not start in 3 tries (its logs are above)"
   exit 1
 fi
 
 # srun --mpi=pmix needs Slurm's pmix plugin (Debian's slurm-wlm-basic-plugins has pmix_v4).
 have_pmix=1
-if ! srun --mpi=list 2>&1 | grep -qw pmix; then
+mpi_plugins=$(timeout 30 srun --mpi=list 2>&1)
+if ! grep -qw pmix <<<"$mpi_plugins"; then
   have_pmix=0
   echo "SKIP (srun parts only): srun --mpi=list offers no pmix plugin here:"
-  srun --mpi=list 2>&1 | sed 's/^/    /'
+  sed 's/^/    /' <<<"$mpi_plugins"
 fi
 launchers=(mpirun)
 [[ $have_pmix == 1 ]] && launchers+=(srun)
@@ -101,7 +121,8 @@ launchers=(mpirun)
 # ddp x2 instead differs by 2.5e-5 relative after 1 step and 0.7 after 400 from ddp x1: Adam
 # amplifies the fp32 round-off of another reduction order. Measured 2026-11-30.)
 for _ in $(seq 1 20); do cat /usr/share/common-licenses/BSD; done >"$work/text.txt"
-"$saturn" data prepare --input "$work/text.txt" --output "$work/data" >/dev/null ||
+note "cluster up; preparing data"
+timeout 120 "$saturn" data prepare --input "$work/text.txt" --output "$work/data" >/dev/null ||
   { bad "saturn data prepare"; exit 1; }
 steps=60
 [[ $mode == requeue ]] && steps=400 # long enough to be signalled mid-run
@@ -125,14 +146,14 @@ YAML
 
 # submit NAME LAUNCHER: `saturn sbatch` into $work/NAME; prints the job id.
 submit() {
-  "$saturn" sbatch "$work/w.yaml" --nodes 1 --gpus-per-node 2 --time 00:10:00 \
+  timeout 60 "$saturn" sbatch "$work/w.yaml" --nodes 1 --gpus-per-node 2 --time 00:10:00 \
     --launcher "$2" --run-dir "$work/$1" | sed -n 's/^submitted batch job //p'
 }
 
 wait_gone() { # wait_gone JOBID SECONDS: until squeue no longer lists the job
   local _
   for _ in $(seq 1 $(($2 * 4))); do
-    [[ -z "$(squeue -h -j "$1" 2>/dev/null)" ]] && return 0
+    [[ -z "$(timeout 15 squeue -h -j "$1" 2>/dev/null)" ]] && return 0
     ((SECONDS < deadline)) || { echo "test deadline passed waiting for job $1"; return 1; }
     sleep 0.25
   done
@@ -140,7 +161,7 @@ wait_gone() { # wait_gone JOBID SECONDS: until squeue no longer lists the job
 }
 
 job_field() { # job_field JOBID FIELD: from scontrol show job (kept MinJobAge=300 s)
-  scontrol show job "$1" | tr ' ' '\n' | sed -n "s/^$2=//p" | head -n 1
+  timeout 15 scontrol show job "$1" | tr ' ' '\n' | sed -n "s/^$2=//p" | head -n 1
 }
 
 last_step() { # last_step RUN_DIR: the highest step any job of the run has logged
@@ -176,7 +197,8 @@ devices_logged() {
 
 if [[ $mode == run ]]; then
   # 1. Hostlists against the live scontrol.
-  out=$("$test_launch" --gtest_filter='HostlistScontrol.*' 2>&1)
+  note "hostlists against scontrol"
+  out=$(timeout 60 "$test_launch" --gtest_filter='HostlistScontrol.*' 2>&1)
   if grep -q '\[  PASSED  \] 1 test' <<<"$out" && ! grep -q SKIPPED <<<"$out"; then
     ok "hostlists match scontrol"
   else
@@ -193,7 +215,7 @@ if [[ $mode == run ]]; then
   done
   mkdir -p "$work/run-template"
   job[template]=$(WORKLOAD=$work/w.yaml RUN_DIR=$work/run-template SATURN=$saturn LAUNCHER=mpirun \
-    sbatch --parsable --nodes=1 --ntasks-per-node=2 --gpus-per-node=2 --cpus-per-task=1 \
+    timeout 30 sbatch --parsable --nodes=1 --ntasks-per-node=2 --gpus-per-node=2 --cpus-per-task=1 \
     --time=00:10:00 --output="$work/run-template/slurm-%j.out" "$template")
   [[ -n "${job[template]}" ]] || bad "submit the template"
 
@@ -202,7 +224,7 @@ if [[ $mode == run ]]; then
   # one step each.
   cuda_run="$saturn run $work/w.yaml --run-dir $work/cuda --device cuda"
   if [[ $have_pmix == 1 ]]; then
-    bind_job=$(sbatch --parsable --nodes=1 --ntasks=3 --gpus-per-node=2 --time=00:05:00 \
+    bind_job=$(timeout 30 sbatch --parsable --nodes=1 --ntasks=3 --gpus-per-node=2 --time=00:05:00 \
       --output="$work/bind-%j.out" --wrap "
 echo '== srun 2 tasks, GPUs per node'; srun --mpi=pmix -n 2 $cuda_run; echo \"rc=\$?\"
 echo '== srun 2 tasks, a GPU per task'; srun --mpi=pmix -n 2 --gpus-per-task=1 $cuda_run; echo \"rc=\$?\"
@@ -211,7 +233,7 @@ echo '== srun 3 tasks on 2 GPUs, allowed'; srun --mpi=pmix -n 3 $cuda_run --over
 echo '== mpirun 2 ranks'; mpirun -np 2 $cuda_run; echo \"rc=\$?\"
 echo '== end'")
   else
-    bind_job=$(sbatch --parsable --nodes=1 --ntasks=2 --gpus-per-node=2 --time=00:05:00 \
+    bind_job=$(timeout 30 sbatch --parsable --nodes=1 --ntasks=2 --gpus-per-node=2 --time=00:05:00 \
       --output="$work/bind-%j.out" --wrap "
 echo '== mpirun 2 ranks'; mpirun -np 2 $cuda_run; echo \"rc=\$?\"
 echo '== end'")
@@ -222,6 +244,7 @@ echo '== end'")
     id=${job[$launcher]}
     run=$work/run-$launcher
     log=$run/slurm-$id.out
+    note "waiting for job $id ($launcher)"
     wait_gone "$id" 240 || true
     state=$(job_field "$id" JobState)
     what="saturn sbatch --launcher $launcher"
@@ -235,6 +258,7 @@ echo '== end'")
     fi
   done
 
+  note "waiting for the binding job $bind_job"
   wait_gone "$bind_job" 120 || true
   blog=$work/bind-$bind_job.out
   section() { sed -n "/^== $1\$/,/^== /p" "$blog"; }
@@ -298,7 +322,7 @@ if [[ $mode == requeue ]]; then
   [[ $have_pmix == 1 ]] && tl=srun
   mkdir -p "$work/cut-template"
   job[template]=$(WORKLOAD=$work/w.yaml RUN_DIR=$work/cut-template SATURN=$saturn LAUNCHER=$tl \
-    sbatch --parsable --nodes=1 --ntasks-per-node=2 --gpus-per-node=2 --cpus-per-task=1 \
+    timeout 30 sbatch --parsable --nodes=1 --ntasks-per-node=2 --gpus-per-node=2 --cpus-per-task=1 \
     --time=00:10:00 --output="$work/cut-template/slurm-%j.out" "$template")
   [[ -n "${job[template]}" ]] && cuts+=(template) || bad "submit the template"
 
@@ -308,14 +332,15 @@ if [[ $mode == requeue ]]; then
     for _ in $(seq 1 600); do
       s=$(last_step "$work/cut-$c")
       [[ ${s:-0} -ge 40 ]] && break
-      [[ -z "$(squeue -h -j "$id" 2>/dev/null)" ]] && break
+      [[ -z "$(timeout 15 squeue -h -j "$id" 2>/dev/null)" ]] && break
       ((SECONDS < deadline)) || break
       sleep 0.25
     done
     echo "signalling $c (job $id) at step ${s:-none} of $steps"
-    scancel --batch --signal=USR1 "$id"
+    timeout 15 scancel --batch --signal=USR1 "$id"
   done
 
+  note "waiting for the reference job $ref"
   wait_gone "$ref" 240 || true
   if [[ $(job_field "$ref" JobState) == COMPLETED ]] && check_run "$work/ref"; then
     ok "uninterrupted reference run completed"
@@ -328,6 +353,7 @@ if [[ $mode == requeue ]]; then
     id=${job[$c]}
     run=$work/cut-$c
     log=$run/slurm-$id.out
+    note "waiting for job $id ($c)"
     wait_gone "$id" 240 || true
     state=$(job_field "$id" JobState)
     restarts=$(job_field "$id" Restarts)
