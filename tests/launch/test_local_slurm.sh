@@ -169,20 +169,22 @@ last_step() { # last_step RUN_DIR: the highest step any job of the run has logge
     tail -n 1
 }
 
-# check_run RUN_DIR: every job finished all its steps, with a final.h5 and metrics.
+# check_run RUN_DIR [ID STEPS]: every job finished all its steps, with a final.h5 and metrics;
+# with ID, the batch also holds that submitted job of STEPS steps.
 check_run() {
-  $py - "$1" "$steps" <<'PY'
+  $py - "$1" "$steps" "${2:-}" "${3:-0}" <<'PY'
 import json, os, sys
-d, steps = sys.argv[1], int(sys.argv[2])
+d, steps, extra, extra_steps = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 s = json.load(open(os.path.join(d, "summary.json")))
-assert len(s["jobs"]) == 2, [j["id"] for j in s["jobs"]]
+assert len(s["jobs"]) == (3 if extra else 2), [j["id"] for j in s["jobs"]]
 for j in s["jobs"]:
     assert j["status"] == "finished", (j["id"], j["status"], j.get("reason"))
-    assert j["steps_done"] == steps, (j["id"], j["steps_done"])
+    want = extra_steps if j["id"] == extra else steps
+    assert j["steps_done"] == want, (j["id"], j["steps_done"], want)
     jd = os.path.join(d, "jobs", j["id"])
     assert os.path.getsize(os.path.join(jd, "final.h5")) > 0, jd
     rows = [json.loads(l) for l in open(os.path.join(jd, "metrics.jsonl"))]
-    assert rows[-1]["step"] == steps, (j["id"], rows[-1])
+    assert rows[-1]["step"] == want, (j["id"], rows[-1])
 PY
 }
 
@@ -326,6 +328,14 @@ if [[ $mode == requeue ]]; then
     --time=00:10:00 --output="$work/cut-template/slurm-%j.out" "$template")
   [[ -n "${job[template]}" ]] && cuts+=(template) || bad "submit the template"
 
+  # A job submitted into the first cut while it runs (`saturn submit`): rank 0 records it in
+  # submitted/, and the requeued batch (--resume) must keep it and run it to the end.
+  cat >"$work/more.yaml" <<YAML
+jobs:
+  - {name: extra, model: m, lr: 2e-3, batch_size: 3, steps: 60}
+YAML
+  extra_in=${cuts[0]:-}
+
   # Signal each once its ranks train (a logged step well before the end).
   for c in "${cuts[@]}"; do
     id=${job[$c]}
@@ -336,7 +346,20 @@ if [[ $mode == requeue ]]; then
       ((SECONDS < deadline)) || break
       sleep 0.25
     done
-    echo "signalling $c (job $id) at step ${s:-none} of $steps"
+    if [[ $c == "$extra_in" ]]; then
+      if timeout 30 "$saturn" submit "$work/cut-$c" "$work/more.yaml"; then
+        for _ in $(seq 1 120); do # until rank 0 has taken it (at most 30 s)
+          compgen -G "$work/cut-$c/submitted/*" >/dev/null && break
+          sleep 0.25
+        done
+        compgen -G "$work/cut-$c/submitted/*" >/dev/null ||
+          bad "cut-$c: the submitted job was not recorded in submitted/ within 30 s"
+      else
+        bad "saturn submit into the running cut-$c"
+      fi
+      s=$(last_step "$work/cut-$c")
+    fi
+    note "signalling $c (job $id) at step ${s:-none} of $steps"
     timeout 15 scancel --batch --signal=USR1 "$id"
   done
 
@@ -370,12 +393,14 @@ if [[ $mode == requeue ]]; then
     grep -q 'launcher exited with 99' "$log" || why+=" [no exit 99]"
     # The second start: SLURM_RESTART_COUNT=1, --resume, the run continued and finished.
     grep -q 'restart_count=1 --resume' "$log" || why+=" [no restart 1 with --resume]"
-    grep -q "^\[saturn r0\] slurm-test: 2 jobs on .*resuming $run" "$log" || why+=" [not resumed]"
+    grep -qE "^\[saturn r0\] slurm-test: [23] jobs on .*resuming $run" "$log" || why+=" [not resumed]"
     grep -q 'launcher exited with 0' "$log" || why+=" [no exit 0 after the requeue]"
     [[ $(grep -c '^\[saturn r[01]\] device: ' "$log") == 4 ]] || why+=" [not 2 bindings per start]"
-    check_run "$run" || why+=" [run incomplete]"
+    extra=()
+    [[ $c == "$extra_in" ]] && extra=(extra 60)
+    check_run "$run" "${extra[@]}" || why+=" [run incomplete]"
     if [[ -z "$why" ]]; then
-      ok "$c: USR1 -> checkpoint -> exit 99 -> requeue -> SLURM_RESTART_COUNT=1 -> --resume -> done"
+      ok "$c: USR1 -> checkpoint -> exit 99 -> requeue -> SLURM_RESTART_COUNT=1 -> --resume -> done${extra:+ (with the job submitted before the signal)}"
     else
       bad "$c: requeue flow:$why"
       cat "$log"
@@ -392,6 +417,8 @@ ref, cut, name = sys.argv[1:]
 r = {j["id"]: j for j in json.load(open(os.path.join(ref, "summary.json")))["jobs"]}
 worst = 0.0
 for j in json.load(open(os.path.join(cut, "summary.json")))["jobs"]:
+    if j["id"] not in r:
+        continue  # the job submitted mid-run has no uninterrupted twin
     configs = {(g["strategy"], g["devices"]) for g in j["segments"] + r[j["id"]]["segments"]}
     a = h5py.File(os.path.join(ref, "jobs", j["id"], "final.h5"), "r")
     b = h5py.File(os.path.join(cut, "jobs", j["id"], "final.h5"), "r")
