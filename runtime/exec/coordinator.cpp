@@ -115,7 +115,9 @@ struct Coordinator::Impl {
         replanner(setup, table),
         selection(setup.workload->selection, job_ids(*setup.workload)) {
     plan_index = setup.next_plan_index;
-    // Submissions parse against the run directory's copy (the file given may change meanwhile).
+    // Submissions parse against the batch's text (workload.source_text, which --resume checked
+    // equals the run directory's copy); their messages name the copy, the file `saturn submit`
+    // users see.
     batch.source = setup.run_dir / "workload.yaml";
     accepted = accepted_submissions(setup.run_dir);
     if (setup.elapsed_before_s > 0) files.read_history(table);

@@ -8,7 +8,9 @@
 #    timeline submit_rejected); `saturn cancel` of one of the new jobs ends it cancelled;
 #  - SIGUSR1 interrupts the batch, a submission made while no run goes waits in the spool, and
 #    `saturn run --resume` keeps the submitted jobs and takes the waiting one: every job ends
-#    as it should (summary.json, metrics.jsonl), `saturn status` and `saturn report` list them.
+#    as it should (summary.json, metrics.jsonl), `saturn status` and `saturn report` list them;
+#    a resume naming the user's workload file, edited meanwhile, is refused (exit 2, both files
+#    named): the run continues from its run directory's copy.
 # Usage: test_run_submit.sh SATURN_EXE
 set -uo pipefail
 saturn="$1"
@@ -138,6 +140,23 @@ rc=$?
 printf 'jobs:\n  - {name: late, model: b, lr: 1e-3, steps: 100}\n' > "$work/late.yaml"
 "$saturn" submit "$run" "$work/late.yaml" > "$work/late.log" 2>&1 ||
   { bad "submit while no run goes: rc=$?"; cat "$work/late.log"; }
+# The user's workload file edited while the run was stopped (a job added in front, other
+# defaults): a resume naming it (as a `saturn sbatch` requeue does) is refused, naming both
+# files, and changes nothing; the run directory's copy stays the batch (its jobs, then the
+# submitted ones), which the resume below continues.
+sed -i -e 's/^jobs:$/jobs:\n  - {name: edited, model: a, lr: 5e-3}/' -e 's/steps: 600/steps: 300/' \
+  "$work/base.yaml"
+events=$(wc -l <"$run/timeline.jsonl")
+out=$("$saturn" run "$work/base.yaml" --np 2 --run-dir "$run" --resume 2>&1)
+rc=$?
+if [ $rc -eq 2 ] && grep -q -- "--resume: $work/base.yaml differs from $run/workload.yaml" <<<"$out" &&
+   [ "$(wc -l <"$run/timeline.jsonl")" -eq "$events" ] &&
+   [ "$(md5sum < "$run/workload.yaml")" = "$sum_before" ] &&
+   ls "$run/spool/"*-submit.json >/dev/null 2>&1; then
+  ok "--resume with the edited original: exit 2 naming both files, nothing changed"
+else
+  bad "--resume with the edited original: rc=$rc"; echo "$out" | tail -5
+fi
 "$saturn" run --resume "$run" --np 2 --progress-interval 30 > "$work/run2.log" 2>&1
 rc=$?
 [ $rc -eq 0 ] && ok "--resume: exit 0" || { bad "resume rc=$rc"; tail -30 "$work/run2.log"; }
