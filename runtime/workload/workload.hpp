@@ -137,13 +137,13 @@ struct Submission {
 
 // The batch `workload` (as load_workload made it, from workload.source_text: the file itself is
 // not read again; jobs of submissions it already holds after its own_jobs are dropped) with the
-// jobs of `submissions`
-// appended in order. A submission uses the batch's models, defaults and data
-// unless it brings its own (a model name of its own must be new); every job id must be new to
-// the batch and to the submissions before it. `options` (data checks) apply to the last
+// jobs of `submissions` appended in order. A submission uses the batch's models, defaults and
+// data unless it brings its own (a model name of its own must be new); every job id must be new
+// to the batch and to the submissions before it. `options` (data checks) apply to the last
 // submission only: earlier ones were checked when they were accepted. A selecting batch
 // (`selection:`) takes no submissions. Throws InputError "FILE:LINE:COL: field: what is wrong"
-// naming the submission's file; the returned workload is whole or not made at all.
+// naming the submission's file; the returned workload is whole or not made at all. Error when
+// `workload` was not made by load_workload (no source_text).
 Workload add_submissions(const Workload& workload, const std::vector<Submission>& submissions,
                          const LoadOptions& options = {});
 
