@@ -115,7 +115,9 @@ struct Coordinator::Impl {
         replanner(setup, table),
         selection(setup.workload->selection, job_ids(*setup.workload)) {
     plan_index = setup.next_plan_index;
-    // Submissions parse against the run directory's copy (the file given may change meanwhile).
+    // Submissions parse against the batch's text (workload.source_text, which --resume checked
+    // equals the run directory's copy); their messages name the copy, the file `saturn submit`
+    // users see.
     batch.source = setup.run_dir / "workload.yaml";
     accepted = accepted_submissions(setup.run_dir);
     if (setup.elapsed_before_s > 0) files.read_history(table);
@@ -312,6 +314,7 @@ struct Coordinator::Impl {
   // Adopts `a.plan` (made for `a.problem` with `a.map`) as the current plan.
   void adopt(const PlanAdoption& a) {
     ++version;
+    bool places_submitted = false;  // a job `saturn submit` added, for the first time
     for (std::size_t k = 0; k < a.map.size(); ++k) {
       JobState& js = jobs[static_cast<std::size_t>(a.map[k].first)];
       const auto& sched = a.plan.jobs[k];
@@ -326,12 +329,19 @@ struct Coordinator::Impl {
       JobTable::place(js, config, sched.devices, a.t + sched.start_s, a.t + sched.end_s);
       // A job's prediction: the first plan that places it (the initial plan, or for a job
       // `saturn submit` added, the plan after it).
-      if (js.predicted_s == 0) js.predicted_s = sched.end_s - sched.start_s;
+      if (js.predicted_s == 0) {
+        js.predicted_s = sched.end_s - sched.start_s;
+        if (static_cast<std::size_t>(js.index) >= batch.own_jobs) places_submitted = true;
+      }
       if (moved) {
         js.move_after_stop = true;
         request_stop(js, "re-plan");
       }
     }
+    // The batch's predicted makespan is the first plan's that knew all of its work: the
+    // initial plan's, or, once `saturn submit` added jobs, that of the plan that first placed
+    // them (the initial plan knew nothing of them, while the measured makespan includes them).
+    if (places_submitted) facts.predicted_makespan_s = a.t + a.plan.makespan_s;
     problem = a.problem;
     plan = a.plan;
     if (a.write_file) {

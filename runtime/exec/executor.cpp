@@ -9,12 +9,14 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <sstream>
 #include <thread>
 
 #include "runtime/checkpoint/checkpoint.hpp"
 #include "runtime/checkpoint/store.hpp"
 #include "runtime/comm/agree.hpp"
 #include "runtime/comm/mpi_communicator.hpp"
+#include "runtime/core/atomic_file.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/log.hpp"
 #include "runtime/exec/cluster.hpp"
@@ -193,6 +195,28 @@ void check_resumable(const Workload& w, const fs::path& run_dir) {
   }
 }
 
+// A resumed run is the run its directory holds: RUN_DIR/workload.yaml, the text it started
+// with (or that was edited there to change it), is what `saturn status`, `submit`, `cancel` and
+// `report` read and what its submitted jobs follow. A WORKLOAD given with --resume (the form a
+// `saturn sbatch` requeue uses) must say the same, or the ranks would run another batch than the
+// one the run directory describes.
+void check_resumes_its_workload(const Workload& w, const fs::path& run_dir) {
+  const fs::path copy = run_dir / "workload.yaml";
+  std::error_code ec;
+  if (!fs::exists(copy, ec)) return;  // no run there yet: refused later ("holds no run")
+  std::ifstream in(copy, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (!in && !in.eof()) throw IoError(fmt::format("--resume: cannot read {}", copy.string()));
+  if (text.str() == w.source_text) return;
+  throw InputError(fmt::format(
+      "--resume: {} differs from {}, the workload of the run being resumed (was the file edited "
+      "since the run started?); a resumed run continues from its run directory's copy: resume "
+      "with `saturn run --resume {}`, or, to change the run, edit {} (e.g. copy {} over it) and "
+      "resume",
+      w.source.string(), copy.string(), run_dir.string(), copy.string(), w.source.string()));
+}
+
 // Each plan covers the jobs up to their next rung: selection lives on re-plans.
 void check_selection_runs(const Workload& w, const RunOptions& o) {
   if (!w.selection.enabled() || (o.replan && !parse_policy(o.policy))) return;
@@ -302,6 +326,7 @@ int run_batch(const RunOptions& options) {
       }
       check_selection_runs(w, options);
       run_dir = options.run_dir.empty() ? fs::path("runs") / w.name : options.run_dir;
+      if (options.resume && rank == 0) check_resumes_its_workload(w, run_dir);
       // The jobs `saturn submit` added to the interrupted run, after its own.
       if (options.resume)
         if (const auto subs = accepted_submissions(run_dir); !subs.empty()) {
@@ -364,9 +389,9 @@ int run_batch(const RunOptions& options) {
     comm::agree_on(*world, [&] {
       if (rank != 0) return;
       fs::create_directories(run_dir / "jobs");
+      // The text every rank parsed, not the file again (it may have changed since).
       if (!options.resume || !fs::exists(run_dir / "workload.yaml"))
-        fs::copy_file(options.workload, run_dir / "workload.yaml",
-                      fs::copy_options::overwrite_existing);
+        write_file_atomic(run_dir / "workload.yaml", w.source_text, Durability::kFsync);
       std::ofstream(run_dir / "cluster.json") << ranks.to_json().dump(2) << '\n';
     });
     PlanningRequest req;

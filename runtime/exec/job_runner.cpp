@@ -186,14 +186,11 @@ SegmentOutcome run_segment(const RunContext& ctx, const SegmentLaunch& launch, M
       out.val_loss = result.steps.back().val_loss;
     }
     if (result.nonfinite_step > 0) {
-      // early_stop.diverged: the trainer stopped at a non-finite loss or gradient norm.
-      const bool loss_bad = !std::isfinite(result.nonfinite_loss);
-      early_hit = EarlyStopHit{"diverged",
-                               result.nonfinite_step,
-                               loss_bad ? "loss" : "grad_norm",
-                               loss_bad ? result.nonfinite_loss : result.nonfinite_grad_norm,
-                               NAN,
-                               0};
+      // early_stop.diverged: the trainer stopped at a non-finite loss, gradient norm or state
+      // (weights, AdamW moments) before saving it.
+      early_hit = EarlyStopHit{
+          "diverged", result.nonfinite_step, result.nonfinite_metric, result.nonfinite_value, NAN,
+          0};
       stop_reason = early_hit->describe();
     }
     if (result.stopped) {

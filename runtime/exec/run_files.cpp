@@ -155,6 +155,9 @@ nlohmann::json RunFiles::job_entry(const JobTable& table, const JobState& js, do
                       {"actual_s", actual}};
   if (!js.reason.empty()) j["reason"] = js.reason;
   if (!std::isnan(js.val_loss)) j["final_val_loss"] = js.val_loss;
+  // A job `saturn submit` added with data of its own: the files it trains and evaluates on.
+  if (!js.spec->train_data.empty())
+    j["data"] = {{"train", js.spec->train_data.string()}, {"val", js.spec->val_data.string()}};
   return j;
 }
 

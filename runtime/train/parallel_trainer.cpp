@@ -146,6 +146,40 @@ TrainResult train_with_strategy(const TrainJob& job, const TrainOptions& options
         tc.batch_size, estimate.micro_batch, T, total_steps, format_bytes(estimate.device_bytes));
 
   TrainResult result;
+  // Before any checkpoint: whether a step's update left a weight or an AdamW moment non-finite
+  // on some rank (its loss and gradient norm can still be finite: an update that overflows).
+  // Such a state is never saved: with nonfinite_stops the job stops diverged at `step`, its
+  // newest checkpoint the last good one; without, it fails. Collective over the job's ranks.
+  const auto poisoned = [&](std::int64_t step) {
+    double first_bad = NAN;
+    std::int32_t bad[2] = {0, 0};  // [0]: a weight, [1]: an AdamW moment is non-finite
+    // Every rank exports every kind (the same calls on all of them), whatever it finds.
+    for (const auto kind :
+         {parallel::StateKind::kParams, parallel::StateKind::kAdamM, parallel::StateKind::kAdamV})
+      for (const TensorSlice& slice : strategy->export_state(kind)) {
+        std::int32_t& flag = bad[kind == parallel::StateKind::kParams ? 0 : 1];
+        const std::int64_t n = slice.elements();
+        for (std::int64_t i = 0; i < n && flag == 0; ++i)
+          if (!std::isfinite(slice.data[i])) {
+            flag = 1;
+            if (std::isnan(first_bad)) first_bad = slice.data[i];
+          }
+      }
+    comm.allreduce(bad, 2, comm::ReduceOp::kMax);
+    if (bad[0] == 0 && bad[1] == 0) return false;
+    const char* what = bad[0] != 0 ? "weights" : "optimizer_state";
+    if (!par.nonfinite_stops)
+      throw comm::AgreedFailure(
+          fmt::format("job {}: the {} became non-finite at step {} (its update overflowed; lower "
+                      "the learning rate?); not checkpointed",
+                      job.id, bad[0] != 0 ? "weights" : "AdamW moments", step),
+          kExitFailure, 0);
+    result.stopped = true;
+    result.nonfinite_step = step;
+    result.nonfinite_metric = what;
+    result.nonfinite_value = first_bad;
+    return true;
+  };
   const auto t_start = Clock::now();
   auto t_last_print = t_start;
   double train_time = 0;  // excludes evaluation, for tokens/s
@@ -174,8 +208,8 @@ TrainResult train_with_strategy(const TrainJob& job, const TrainOptions& options
     if ((!std::isfinite(sr.loss) || !std::isfinite(sr.grad_norm)) && par.nonfinite_stops) {
       result.stopped = true;
       result.nonfinite_step = step + 1;
-      result.nonfinite_loss = sr.loss;
-      result.nonfinite_grad_norm = sr.grad_norm;
+      result.nonfinite_metric = std::isfinite(sr.loss) ? "grad_norm" : "loss";
+      result.nonfinite_value = std::isfinite(sr.loss) ? sr.grad_norm : sr.loss;
       break;
     }
     if (!std::isfinite(sr.loss) || !std::isfinite(sr.grad_norm))
@@ -226,6 +260,7 @@ TrainResult train_with_strategy(const TrainJob& job, const TrainOptions& options
     done = r.step;
     bool saved = false;
     if (!options.job_dir.empty() && ckpt::checkpoint_due(tc, r.step)) {
+      if (poisoned(r.step)) break;
       ckpt::save_training_checkpoint(mpi->handle(), ck, {r.step, train_loader->position(), ""},
                                      source);
       saved = true;
@@ -235,16 +270,18 @@ TrainResult train_with_strategy(const TrainJob& job, const TrainOptions& options
     // final.h5 (a resume would otherwise find nothing left to run and no final weights).
     const bool stop_requested = par.after_step && par.after_step(r);
     if (stop_requested && r.step < tc.steps) {
-      if (!options.job_dir.empty() && !saved)
+      if (!options.job_dir.empty() && !saved) {
+        if (poisoned(r.step)) break;
         ckpt::save_training_checkpoint(mpi->handle(), ck, {r.step, train_loader->position(), ""},
                                        source);
+      }
       result.stopped = true;
       break;
     }
   }
   result.steps_done = done;
   // final.h5 marks a finished job (saturn run --resume skips it): not after --max-steps.
-  if (!result.stopped && done == tc.steps && !options.job_dir.empty()) {
+  if (!result.stopped && done == tc.steps && !options.job_dir.empty() && !poisoned(done)) {
     const auto final_file =
         ckpt::save_final(mpi->handle(), ck, {done, train_loader->position(), ""}, source);
     if (options.export_hf)

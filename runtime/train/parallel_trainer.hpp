@@ -29,9 +29,10 @@ struct ParallelOptions {
   // stops training at this step boundary: the state is checkpointed (unless it just was) and
   // the result says stopped. The callback must return the same on every rank (agree first).
   std::function<bool(const StepRecord&)> after_step;
-  // A non-finite loss or gradient norm stops training (result.stopped, result.nonfinite_step)
-  // instead of failing it: `early_stop: {diverged: true}`. The poisoned weights are not
-  // checkpointed; the newest checkpoint stays the last good one.
+  // A non-finite loss or gradient norm, or weights or AdamW moments that a step's update left
+  // non-finite (checked before every checkpoint), stops training (result.stopped,
+  // result.nonfinite_step) instead of failing it: `early_stop: {diverged: true}`. Either way
+  // the poisoned state is never checkpointed; the newest checkpoint stays the last good one.
   bool nonfinite_stops = false;
 };
 

@@ -55,10 +55,18 @@ struct TrainResult {
   std::vector<StepRecord> steps;  // the steps this call ran (after a resume: from there on)
   std::int64_t steps_done = 0;    // optimizer steps of the job done when the call returned
   bool stopped = false;           // stopped early at a step boundary (checkpointed)
-  // ParallelOptions::nonfinite_stops: the step whose loss or gradient norm was not finite
-  // (0: none), and the two values; steps_done is the step before it.
+  // ParallelOptions::nonfinite_stops: the step at which training met a non-finite value (0:
+  // none), what it was (nonfinite_metric) and the value:
+  //  - "loss" or "grad_norm": the step's own, reduced over the ranks (NaN, ±Inf); the step is
+  //    not recorded and steps_done is the step before it;
+  //  - "weights" or "optimizer_state" (an AdamW moment, the weights finite): the step's loss
+  //    and norm were finite (it is recorded, steps_done is that step) but its update left
+  //    them non-finite, found before a checkpoint (periodic, at a stop, or final.h5) would
+  //    have saved them; the value is this rank's first such value (NaN when only another rank
+  //    holds any).
   std::int64_t nonfinite_step = 0;
-  double nonfinite_loss = 0, nonfinite_grad_norm = 0;
+  std::string nonfinite_metric;
+  double nonfinite_value = 0;
   std::size_t peak_device_bytes = 0;       // measured, largest over ranks
   std::size_t estimated_device_bytes = 0;  // the strategy's estimate (its busiest rank)
   std::vector<float> final_params;         // canonical flat layout

@@ -1325,6 +1325,8 @@ Workload parse_workload(const std::string& yaml, const fs::path& source,
   Parser parser(source.string(), base, options);
   Workload w = parser.parse(yaml);
   w.source = source;
+  w.own_jobs = w.jobs.size();
+  w.source_text = yaml;
   return w;
 }
 
@@ -1347,13 +1349,14 @@ Workload load_workload(const fs::path& path, const LoadOptions& options) {
 
 Workload add_submissions(const Workload& workload, const std::vector<Submission>& submissions,
                          const LoadOptions& options) {
-  // The batch's own file again, for what its Workload does not keep (models by name, defaults,
+  if (workload.source_text.empty() || workload.own_jobs > workload.jobs.size())
+    throw Error(fmt::format(
+        "{}: add_submissions needs the batch as load_workload made it (its text and own jobs; "
+        "got {} own of {} jobs, {} bytes of text)",
+        workload.source.string(), workload.own_jobs, workload.jobs.size(),
+        workload.source_text.size()));
+  // The batch's text again, for what its Workload does not keep (models by name, defaults,
   // where each id was defined). Its data and model directories are the batch's as loaded.
-  std::ifstream in(workload.source, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (!in && !in.eof())
-    throw IoError(fmt::format("{}: cannot read the batch's workload", workload.source.string()));
   LoadOptions quiet;
   quiet.check_data_files = false;
   for (const auto& j : workload.jobs)
@@ -1361,10 +1364,13 @@ Workload add_submissions(const Workload& workload, const std::vector<Submission>
   fs::path base = workload.source.parent_path();
   if (base.empty()) base = ".";
   Parser parser(workload.source.string(), base, quiet);
-  const std::size_t own_jobs = parser.parse(text.str()).jobs.size();
+  const std::size_t reparsed = parser.parse(workload.source_text).jobs.size();
+  if (reparsed != workload.own_jobs)
+    throw Error(fmt::format("{}: the batch's own text gives {} jobs, but it was loaded with {}",
+                            workload.source.string(), reparsed, workload.own_jobs));
   Workload w = workload;
   // Its own jobs come first; jobs of submissions it may already hold are made again below.
-  w.jobs.resize(std::min(own_jobs, w.jobs.size()));
+  w.jobs.resize(workload.own_jobs);
   for (std::size_t i = 0; i < submissions.size(); ++i)
     parser.add_submission(submissions[i], i + 1 == submissions.size() ? options : quiet, w);
   return w;

@@ -88,7 +88,13 @@ struct Workload {
   std::filesystem::path source;      // the YAML file, as given
   std::filesystem::path train_data;  // absolute, resolved against the YAML file's directory
   std::filesystem::path val_data;
-  std::vector<JobSpec> jobs;            // in file order; a sweep expands in place
+  std::vector<JobSpec> jobs;  // in file order; a sweep expands in place
+  // The first own_jobs of `jobs` are the file's own; jobs that `saturn submit` added follow
+  // (add_submissions). source_text is the YAML they were parsed from: submissions parse
+  // against it (the batch's models and defaults), not against the file as it is now, which may
+  // have been edited meanwhile.
+  std::size_t own_jobs = 0;
+  std::string source_text;
   std::vector<std::string> strategies;  // allowed; default: all of known_strategies()
   std::string cluster = "auto";         // "auto" or a --cluster SPEC, kept as written
   std::string cluster_where;            // "FILE:LINE:COL" of `cluster:` when given, for errors
@@ -129,14 +135,15 @@ struct Submission {
   std::string yaml;
 };
 
-// The batch `workload` (as load_workload made it from its file, workload.source; jobs of
-// submissions it already holds after its own are dropped) with the jobs of `submissions`
-// appended in order. A submission uses the batch's models, defaults and data
-// unless it brings its own (a model name of its own must be new); every job id must be new to
-// the batch and to the submissions before it. `options` (data checks) apply to the last
+// The batch `workload` (as load_workload made it, from workload.source_text: the file itself is
+// not read again; jobs of submissions it already holds after its own_jobs are dropped) with the
+// jobs of `submissions` appended in order. A submission uses the batch's models, defaults and
+// data unless it brings its own (a model name of its own must be new); every job id must be new
+// to the batch and to the submissions before it. `options` (data checks) apply to the last
 // submission only: earlier ones were checked when they were accepted. A selecting batch
 // (`selection:`) takes no submissions. Throws InputError "FILE:LINE:COL: field: what is wrong"
-// naming the submission's file; the returned workload is whole or not made at all.
+// naming the submission's file; the returned workload is whole or not made at all. Error when
+// `workload` was not made by load_workload (no source_text).
 Workload add_submissions(const Workload& workload, const std::vector<Submission>& submissions,
                          const LoadOptions& options = {});
 

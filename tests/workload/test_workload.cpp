@@ -1018,6 +1018,40 @@ TEST_F(SubmissionTest, JobsJoinWithTheBatchsModelsDefaultsAndData) {
   EXPECT_EQ(again.jobs.size(), 4u);
 }
 
+// The batch's own jobs are counted when it is loaded (own_jobs) and submissions parse against
+// the text it was loaded from: editing or removing the workload file afterwards (a resumed
+// `saturn sbatch` names the user's file) changes neither which jobs are the batch's nor the
+// defaults and models its submissions take.
+TEST_F(SubmissionTest, TheBatchIsTheTextItWasLoadedFrom) {
+  const Workload w = batch();
+  EXPECT_EQ(w.own_jobs, 1u);
+  const Submission s = sub("more.yaml", "jobs:\n  - {name: two, model: small, lr: 1e-3}\n");
+  const Workload all = add_submissions(w, {s});
+  ASSERT_EQ(all.own_jobs, 1u);
+  ASSERT_EQ(all.jobs.size(), 2u);
+  // The file now holds three jobs, other defaults and no model 'small'.
+  write(
+      "data: {train: data/train.bin, val: data/val.bin}\n"
+      "defaults: {steps: 7, batch_size: 2}\n"
+      "models:\n  tiny: {arch: gpt2, n_layer: 1, n_head: 4, d_model: 64}\n"
+      "jobs:\n  - {name: x, model: tiny}\n  - {name: y, model: tiny}\n"
+      "  - {name: z, model: tiny}\n");
+  const Workload again = add_submissions(all, {s});
+  ASSERT_EQ(again.jobs.size(), 2u);
+  EXPECT_EQ(again.jobs[0].id, "one");
+  EXPECT_EQ(again.jobs[1].id, "two");
+  EXPECT_EQ(again.jobs[1].train.steps, 100);  // the loaded batch's defaults, not the file's 7
+  EXPECT_EQ(again.jobs[1].train.batch_size, 4);
+  fs::remove(dir_ / "w.yaml");
+  EXPECT_EQ(add_submissions(all, {s}).jobs.size(), 2u);
+  // A Workload not made by load_workload has no text to parse submissions against: an error
+  // that says so, not a guess.
+  Workload hand = w;
+  hand.source_text.clear();
+  EXPECT_NE(error_of<Error>([&] { add_submissions(hand, {s}); }).find("its text and own jobs"),
+            std::string::npos);
+}
+
 TEST_F(SubmissionTest, OwnData) {
   const Submission s = sub("more.yaml",
                            "data: {train: data/train.bin, val: data/val.bin}\n"
