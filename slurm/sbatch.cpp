@@ -172,12 +172,16 @@ std::string render_sbatch_script(const SbatchOptions& o) {
   line("# A requeued job starts this script again from the top: continue the same run.");
   line("# (A plain word, not an array: \"${a[@]}\" of an empty array fails under set -u before");
   line("# bash 4.4, which some clusters still run.)");
+  line("workload=" + shell_quote(o.workload.string()));
   line("resume=");
   std::string state_test = "[ \"${SLURM_RESTART_COUNT:-0}\" -gt 0 ]";
   for (const char* entry : kRunStateEntries)
     state_test += fmt::format(" || [ -e \"$run_dir/{}\" ]", entry);
   line("if " + state_test + "; then");
   line("  resume=--resume");
+  line("  # It continues the batch its run directory holds (that copy of the workload; an edit of");
+  line("  # the original since the start would make --resume refuse it).");
+  line("  [ -e \"$run_dir/workload.yaml\" ] && workload=\"$run_dir/workload.yaml\"");
   line("fi");
   line(
       "echo \"saturn: job ${SLURM_JOB_ID:-?} starts $(date -u +%FT%TZ)"
@@ -193,8 +197,8 @@ std::string render_sbatch_script(const SbatchOptions& o) {
   const std::string device =
       o.device.empty() || o.device == "auto" ? std::string() : " --device " + o.device;
   const std::string run_command =
-      fmt::format("{} run {}{} --run-dir \"$run_dir\"", shell_quote(o.saturn.string()),
-                  shell_quote(o.workload.string()), device);
+      fmt::format("{} run \"$workload\"{} --run-dir \"$run_dir\"", shell_quote(o.saturn.string()),
+                  device);
   if (o.launcher == BatchLauncher::kMpirun) {
     // Under Slurm, mpirun takes the nodes and slots (ntasks-per-node) from the allocation.
     line(fmt::format("{} -np \"$SLURM_NTASKS\" {} $resume &", shell_quote(o.mpirun), run_command));

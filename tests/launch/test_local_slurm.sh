@@ -363,6 +363,10 @@ YAML
     timeout 15 scancel --batch --signal=USR1 "$id"
   done
 
+  # Every run has read the workload by now; editing it while the cut jobs wait in the queue
+  # must not change them: a requeued start continues the batch its run directory holds.
+  sed -i "s/^  steps: $steps\$/  steps: $((steps + 100))/" "$work/w.yaml"
+  grep -q "^  steps: $((steps + 100))\$" "$work/w.yaml" || bad "editing the workload for the requeue"
   note "waiting for the reference job $ref"
   wait_gone "$ref" 240 || true
   if [[ $(job_field "$ref" JobState) == COMPLETED ]] && check_run "$work/ref"; then

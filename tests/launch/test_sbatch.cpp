@@ -106,14 +106,15 @@ TEST(SbatchScript, LaunchLines) {
   std::string s = render_sbatch_script(o);
   EXPECT_TRUE(has_line(s,
                        "'/usr/bin/mpirun' -np \"$SLURM_NTASKS\" '/opt/saturn/bin/saturn' run "
-                       "'/home/u/sweep.yaml' --run-dir \"$run_dir\" $resume &"))
+                       "\"$workload\" --run-dir \"$run_dir\" $resume &"))
       << s;
   EXPECT_TRUE(has_line(s, "run_dir='/scratch/u/runs/gpt-sweep'"));
+  EXPECT_TRUE(has_line(s, "workload='/home/u/sweep.yaml'"));
   o.launcher = BatchLauncher::kSrun;
   s = render_sbatch_script(o);
   EXPECT_TRUE(has_line(s,
                        "srun --mpi=pmix --kill-on-bad-exit=1 '/opt/saturn/bin/saturn' run "
-                       "'/home/u/sweep.yaml' --run-dir \"$run_dir\" $resume &"))
+                       "\"$workload\" --run-dir \"$run_dir\" $resume &"))
       << s;
   EXPECT_EQ(s.find("mpirun"), std::string::npos);
 }
@@ -125,7 +126,7 @@ TEST(SbatchScript, DeviceReachesRun) {
   o.device = "cuda";
   EXPECT_TRUE(has_line(render_sbatch_script(o),
                        "'/usr/bin/mpirun' -np \"$SLURM_NTASKS\" '/opt/saturn/bin/saturn' run "
-                       "'/home/u/sweep.yaml' --device cuda --run-dir \"$run_dir\" $resume &"));
+                       "\"$workload\" --device cuda --run-dir \"$run_dir\" $resume &"));
   o.device = "auto";
   EXPECT_EQ(render_sbatch_script(o).find("--device"), std::string::npos);
   o.device = "gpu";
@@ -188,8 +189,9 @@ TEST(SbatchScript, RunsUnderBashWithStandIns) {
   EXPECT_EQ(text.str().find("--resume"), std::string::npos) << text.str();
   EXPECT_NE(text.str().find("usr1\nscontrol requeue 77\n"), std::string::npos) << text.str();
 
-  // Second start after the requeue: SLURM_RESTART_COUNT=1 adds --resume; a plain exit code
-  // comes back unchanged.
+  // Second start after the requeue: SLURM_RESTART_COUNT=1 adds --resume, and the run continues
+  // the batch its directory holds (its copy of the workload, once the run has written one); a
+  // plain exit code comes back unchanged.
   std::filesystem::remove(log);
   write_file(o.mpirun, "#!/bin/bash\necho \"launcher $*\" >> '" + log + "'\nexit 5\n");
   const std::string out =
@@ -197,8 +199,21 @@ TEST(SbatchScript, RunsUnderBashWithStandIns) {
   std::ifstream in2(log);
   std::stringstream text2;
   text2 << in2.rdbuf();
-  EXPECT_NE(text2.str().find("--run-dir " + o.run_dir.string() + " --resume"), std::string::npos)
+  EXPECT_NE(text2.str().find("run /home/u/sweep.yaml --run-dir " + o.run_dir.string() +
+                             " --resume"),
+            std::string::npos)
       << text2.str();
+  std::filesystem::remove(log);
+  write_file(o.run_dir / "workload.yaml", "name: copy\n");
+  shell(env + "SLURM_RESTART_COUNT=1 bash '" + script + "' >/dev/null", &rc);
+  std::ifstream in2b(log);
+  std::stringstream text2b;
+  text2b << in2b.rdbuf();
+  EXPECT_NE(text2b.str().find("run " + (o.run_dir / "workload.yaml").string() + " --run-dir " +
+                              o.run_dir.string() + " --resume"),
+            std::string::npos)
+      << text2b.str();
+  std::filesystem::remove(o.run_dir / "workload.yaml");
   EXPECT_NE(out.find("rc=5"), std::string::npos) << out;
 
   // State in the run directory also resumes (a resubmitted script, restart count 0).
@@ -339,7 +354,7 @@ TEST_F(SbatchCommand, DryRunPrintsAndWritesNothing) {
             0);
   EXPECT_TRUE(has_line(out, "#SBATCH --ntasks-per-node=2")) << out;
   EXPECT_TRUE(has_line(out, "#SBATCH --job-name=saturn-tiny")) << out;
-  EXPECT_NE(out.find("run '" + (dir_ / "w.yaml").string() + "' --run-dir"), std::string::npos);
+  EXPECT_TRUE(has_line(out, "workload='" + (dir_ / "w.yaml").string() + "'")) << out;
   EXPECT_FALSE(std::filesystem::exists(run_dir));
 }
 
