@@ -34,7 +34,20 @@ CONF=$BASE/slurm.conf
 HOST=$(hostname -s)
 
 log() { printf '[local-slurm] %s\n' "$*" >&2; }
-die() { log "error: $*"; exit 1; }
+# During `start`, a failure also stops what did start (and shows the daemons' logs): exit does
+# not run the ERR trap, and a test that retries must not find our daemons still running.
+STARTING=0
+die() {
+  log "error: $*"
+  if [[ $STARTING == 1 ]]; then
+    STARTING=0
+    trap - ERR
+    tail_logs
+    log "start failed; stopping what started"
+    stop
+  fi
+  exit 1
+}
 
 if [[ "$NNODES" -gt 1 ]]; then
   NODES=$(seq -f 'node%02g' 1 "$NNODES" | tr '\n' ' ')
@@ -195,8 +208,9 @@ start() {
       die "port $port on 127.0.0.1 is in use (another Slurm?); choose others with SATURN_SLURM_PORT"
     fi
   done
-  # From here on a failure stops whatever did start.
-  trap 'trap - ERR; log "start failed; stopping what started"; stop' ERR
+  # From here on a failure stops whatever did start (die, or a command that fails).
+  STARTING=1
+  trap 'die "a command of the start failed (line $LINENO)"' ERR
   write_config
   munged --socket="$BASE/munge/munge.socket" --key-file="$BASE/munge/munge.key" \
     --pid-file="$BASE/munge/munged.pid" --log-file="$BASE/munge/munged.log" \
@@ -215,22 +229,21 @@ start() {
   fi
   for n in $NODES; do wait_for_pid_file "$BASE/run/slurmd-$n.pid"; done
   export SLURM_CONF=$CONF
-  # Until the controller answers and every node is idle: 60 s at most, and at once when a
+  # Until the controller answers and every node is idle: 45 s at most, and at once when a
   # daemon has died (slurmctld exits after writing its PID file when it cannot listen).
-  local idle=0 f until=$((SECONDS + 60))
+  local idle=0 f until=$((SECONDS + 45))
   while ((SECONDS < until)); do
     for f in $(pid_files); do
-      alive "$f" || { tail_logs; stop; die "$(basename "$f" .pid) exited during start-up"; }
+      alive "$f" || die "$(basename "$f" .pid) exited during start-up"
     done
     idle=$(client 5 sinfo -h -N -o '%T' 2>/dev/null | grep -cE '^(idle|mixed|allocated)' || true)
     [[ "$idle" -ge "$NNODES" ]] && break
     sleep 0.2
   done
-  if [[ "$idle" -lt "$NNODES" ]]; then
-    tail_logs
-    stop
-    die "nodes did not become idle within 60 s (the controller did not answer, or slurmd did not register)"
-  fi
+  [[ "$idle" -ge "$NNODES" ]] ||
+    die "nodes did not become idle within 45 s (the controller did not answer, or slurmd did not register)"
+  STARTING=0
+  trap - ERR
   log "up: $NNODES node(s) $NODESPEC, $NCPUS CPUs and $NGPUS GPUs each; export SLURM_CONF=$CONF"
 }
 

@@ -179,13 +179,14 @@ std::string render_sbatch_script(const SbatchOptions& o) {
     state_test += fmt::format(" || [ -e \"$run_dir/{}\" ]", entry);
   line("if " + state_test + "; then");
   line("  resume=--resume");
-  line("  # It continues the batch its run directory holds (that copy of the workload; an edit of");
-  line("  # the original since the start would make --resume refuse it).");
-  line("  [ -e \"$run_dir/workload.yaml\" ] && workload=\"$run_dir/workload.yaml\"");
+  line("  # It continues the batch its run directory holds, with that copy of the workload once");
+  line("  # the run has recorded its data paths (an edit of the original since would make");
+  line("  # --resume refuse it); a start stopped before that begins again from the original.");
+  line("  [ -e \"$run_dir/run_state.json\" ] && workload=\"$run_dir/workload.yaml\"");
   line("fi");
   line(
       "echo \"saturn: job ${SLURM_JOB_ID:-?} starts $(date -u +%FT%TZ)"
-      " restart_count=${SLURM_RESTART_COUNT:-0} $resume\"");
+      " restart_count=${SLURM_RESTART_COUNT:-0} $resume workload=$workload\"");
   line("# USR1 (--signal above, or scancel --batch --signal=USR1) asks the ranks to checkpoint.");
   line("# Bash runs a trap only between commands, hence the launcher in the background.");
   line("child=");
@@ -196,9 +197,8 @@ std::string render_sbatch_script(const SbatchOptions& o) {
   line("trap forward_usr1 USR1");
   const std::string device =
       o.device.empty() || o.device == "auto" ? std::string() : " --device " + o.device;
-  const std::string run_command =
-      fmt::format("{} run \"$workload\"{} --run-dir \"$run_dir\"", shell_quote(o.saturn.string()),
-                  device);
+  const std::string run_command = fmt::format("{} run \"$workload\"{} --run-dir \"$run_dir\"",
+                                              shell_quote(o.saturn.string()), device);
   if (o.launcher == BatchLauncher::kMpirun) {
     // Under Slurm, mpirun takes the nodes and slots (ntasks-per-node) from the allocation.
     line(fmt::format("{} -np \"$SLURM_NTASKS\" {} $resume &", shell_quote(o.mpirun), run_command));

@@ -4,7 +4,9 @@
 #include <fmt/format.h>
 
 #include <filesystem>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 
 #include "launch/self_launch.hpp"
@@ -44,6 +46,24 @@ int run_sbatch(const SbatchArgs& a) {
   o.workload = fs::absolute(a.workload).lexically_normal();
   o.run_dir = fs::absolute(a.run_dir.empty() ? fs::path("runs") / w.name : fs::path(a.run_dir))
                   .lexically_normal();
+  // A run directory that holds a run makes the job resume that run, with its own copy of the
+  // workload: a WORKLOAD edited since would be silently ignored, so it is refused here, as
+  // `saturn run --resume` refuses it.
+  if (const fs::path copy = o.run_dir / "workload.yaml";
+      fs::exists(o.run_dir / "timeline.jsonl") && fs::exists(copy)) {
+    std::ifstream in(copy, std::ios::binary);
+    std::ostringstream text;
+    text << in.rdbuf();
+    if (!in && !in.eof())
+      throw IoError(fmt::format("saturn sbatch: cannot read {}", copy.string()));
+    if (text.str() != w.source_text)
+      throw InputError(fmt::format(
+          "saturn sbatch: {} already holds a run whose workload ({}) differs from {}; the job "
+          "would resume that run as it is: to change it, edit {}; to run {} as a new batch, "
+          "choose another --run-dir",
+          o.run_dir.string(), copy.string(), o.workload.string(), copy.string(),
+          o.workload.string()));
+  }
   o.saturn = launch::current_executable();
   o.job_name = "saturn-" + w.name;
   o.nodes = a.nodes;

@@ -282,7 +282,8 @@ std::string current_practice_trial(const RunOptions& o) {
 
 }  // namespace
 
-int run_batch(const RunOptions& options) {
+int run_batch(const RunOptions& requested) {
+  RunOptions options = requested;  // a --resume of a start that never planned starts afresh
   auto world = comm::MpiCommunicator::world();
   const int rank = world->rank();
   if (world->size() > 1) log::set_rank(rank);
@@ -326,6 +327,19 @@ int run_batch(const RunOptions& options) {
       }
       check_selection_runs(w, options);
       run_dir = options.run_dir.empty() ? fs::path("runs") / w.name : options.run_dir;
+      // A start killed before its first plan (node failure or pre-emption during profiling)
+      // left the run's copy of the workload and jobs/ but no timeline: nothing trained, so the
+      // --resume that a requeued `saturn sbatch` job passes starts the batch from the beginning.
+      if (options.resume && !fs::exists(run_dir / "timeline.jsonl") &&
+          (fs::exists(run_dir / "workload.yaml") || fs::is_directory(run_dir / "jobs"))) {
+        if (rank == 0 && !options.quiet)
+          log::warn(
+              "--resume: {} holds a batch that never reached its first plan (no "
+              "timeline.jsonl: its start was stopped while profiling?); starting it from the "
+              "beginning with {}",
+              run_dir.string(), options.workload.string());
+        options.resume = false;
+      }
       if (options.resume && rank == 0) check_resumes_its_workload(w, run_dir);
       // The jobs `saturn submit` added to the interrupted run, after its own.
       if (options.resume)

@@ -110,8 +110,11 @@ void RunFiles::write_plan(int index, const nlohmann::json& plan) {
 // memory per rank the run was given.
 void RunFiles::write_run_state(double elapsed_s, int next_plan, const nlohmann::json& extra) {
   const auto& w = *setup_->workload;
-  // Models that start from a Hugging Face directory (`from`), absolute, by model name.
+  // Models that start from a Hugging Face directory (`from`), absolute, by model name: every
+  // one the workload defines (a job `saturn submit` adds later may use it) and those of the
+  // jobs (submitted models included).
   nlohmann::json model_dirs = nlohmann::json::object();
+  for (const auto& [name, dir] : w.pretrained_dirs) model_dirs[name] = fs::absolute(dir).string();
   for (const auto& j : w.jobs)
     if (!j.init_from.empty()) model_dirs[j.model_name] = fs::absolute(j.init_from).string();
   nlohmann::json state = {{"elapsed_s", elapsed_s},

@@ -151,21 +151,34 @@ TrainResult train_with_strategy(const TrainJob& job, const TrainOptions& options
   // Such a state is never saved: with nonfinite_stops the job stops diverged at `step`, its
   // newest checkpoint the last good one; without, it fails. Collective over the job's ranks.
   const auto poisoned = [&](std::int64_t step) {
-    double first_bad = NAN;
-    std::int32_t bad[2] = {0, 0};  // [0]: a weight, [1]: an AdamW moment is non-finite
-    // Every rank exports every kind (the same calls on all of them), whatever it finds.
-    for (const auto kind :
-         {parallel::StateKind::kParams, parallel::StateKind::kAdamM, parallel::StateKind::kAdamV})
-      for (const TensorSlice& slice : strategy->export_state(kind)) {
-        std::int32_t& flag = bad[kind == parallel::StateKind::kParams ? 0 : 1];
-        const std::int64_t n = slice.elements();
-        for (std::int64_t i = 0; i < n && flag == 0; ++i)
-          if (!std::isfinite(slice.data[i])) {
-            flag = 1;
-            if (std::isnan(first_bad)) first_bad = slice.data[i];
-          }
-      }
-    comm.allreduce(bad, 2, comm::ReduceOp::kMax);
+    // [0]: a weight, [1]: an AdamW moment is non-finite; [2]: the scan itself failed here
+    // (e.g. a device copy): agreed in the same reduction, so no rank waits in it alone.
+    std::int32_t bad[3] = {0, 0, 0};
+    float first_bad[2] = {0, 0};  // the first non-finite value of each kind on this rank
+    std::string scan_error;
+    try {
+      // Every rank exports every kind (the same calls on all of them), whatever it finds.
+      for (const auto kind :
+           {parallel::StateKind::kParams, parallel::StateKind::kAdamM, parallel::StateKind::kAdamV})
+        for (const TensorSlice& slice : strategy->export_state(kind)) {
+          const int k = kind == parallel::StateKind::kParams ? 0 : 1;
+          const std::int64_t n = slice.elements();
+          for (std::int64_t i = 0; i < n && bad[k] == 0; ++i)
+            if (!std::isfinite(slice.data[i])) {
+              bad[k] = 1;
+              first_bad[k] = slice.data[i];
+            }
+        }
+    } catch (const std::exception& e) {
+      bad[2] = 1;
+      scan_error = e.what();
+    }
+    comm.allreduce(bad, 3, comm::ReduceOp::kMax);
+    if (bad[2] != 0)
+      throw comm::AgreedFailure(
+          fmt::format("job {}: checking the state before the checkpoint at step {} failed{}{}",
+                      job.id, step, scan_error.empty() ? " on another rank" : ": ", scan_error),
+          kExitFailure, 0);
     if (bad[0] == 0 && bad[1] == 0) return false;
     const char* what = bad[0] != 0 ? "weights" : "optimizer_state";
     if (!par.nonfinite_stops)
@@ -177,7 +190,9 @@ TrainResult train_with_strategy(const TrainJob& job, const TrainOptions& options
     result.stopped = true;
     result.nonfinite_step = step;
     result.nonfinite_metric = what;
-    result.nonfinite_value = first_bad;
+    // This rank's first bad value of that kind (another rank may hold it: then NaN).
+    result.nonfinite_value = bad[0] != 0 ? first_bad[0] : first_bad[1];
+    if (std::isfinite(result.nonfinite_value)) result.nonfinite_value = NAN;
     return true;
   };
   const auto t_start = Clock::now();

@@ -1118,6 +1118,7 @@ Workload Parser::parse(const std::string& text) {
   parse_models(
       require(top, "models", "models: {NAME: {arch: gpt2|llama, n_layer, n_head, d_model}}"));
   parse_jobs(require(top, "jobs", "a list of jobs and sweeps"), base, base_prov, w);
+  for (const auto& [name, pre] : pretrained_) w.pretrained_dirs[name] = pre.dir;
   if (options_.check_data_files && options_.check_data_contents) {
     check_data(train, w.train_data, w.jobs);
     check_data(val, w.val_data, w.jobs);

@@ -95,6 +95,9 @@ struct Workload {
   // have been edited meanwhile.
   std::size_t own_jobs = 0;
   std::string source_text;
+  // Every model of `models:` with `from: DIR` (absolute), by name, also those no job uses yet
+  // (jobs `saturn submit` adds may): run_state.json records them for --resume.
+  std::map<std::string, std::filesystem::path> pretrained_dirs;
   std::vector<std::string> strategies;  // allowed; default: all of known_strategies()
   std::string cluster = "auto";         // "auto" or a --cluster SPEC, kept as written
   std::string cluster_where;            // "FILE:LINE:COL" of `cluster:` when given, for errors

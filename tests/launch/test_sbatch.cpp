@@ -199,21 +199,31 @@ TEST(SbatchScript, RunsUnderBashWithStandIns) {
   std::ifstream in2(log);
   std::stringstream text2;
   text2 << in2.rdbuf();
-  EXPECT_NE(text2.str().find("run /home/u/sweep.yaml --run-dir " + o.run_dir.string() +
-                             " --resume"),
-            std::string::npos)
+  EXPECT_NE(
+      text2.str().find("run /home/u/sweep.yaml --run-dir " + o.run_dir.string() + " --resume"),
+      std::string::npos)
       << text2.str();
-  std::filesystem::remove(log);
+  // With the run's copy but no run_state.json (the start stopped before it recorded its data
+  // paths) the original again; once run_state.json exists, the copy.
+  const std::string copy_line = "run " + (o.run_dir / "workload.yaml").string() + " --run-dir " +
+                                o.run_dir.string() + " --resume";
+  const auto resumed_start = [&] {
+    std::filesystem::remove(log);
+    shell(env + "SLURM_RESTART_COUNT=1 bash '" + script + "' >/dev/null", &rc);
+    std::ifstream started(log);
+    std::stringstream launched;
+    launched << started.rdbuf();
+    return launched.str();
+  };
   write_file(o.run_dir / "workload.yaml", "name: copy\n");
-  shell(env + "SLURM_RESTART_COUNT=1 bash '" + script + "' >/dev/null", &rc);
-  std::ifstream in2b(log);
-  std::stringstream text2b;
-  text2b << in2b.rdbuf();
-  EXPECT_NE(text2b.str().find("run " + (o.run_dir / "workload.yaml").string() + " --run-dir " +
-                              o.run_dir.string() + " --resume"),
-            std::string::npos)
-      << text2b.str();
+  const std::string before_state = resumed_start();
+  EXPECT_NE(before_state.find("run /home/u/sweep.yaml --run-dir"), std::string::npos)
+      << before_state;
+  write_file(o.run_dir / "run_state.json", "{}\n");
+  const std::string after_state = resumed_start();
+  EXPECT_NE(after_state.find(copy_line), std::string::npos) << after_state;
   std::filesystem::remove(o.run_dir / "workload.yaml");
+  std::filesystem::remove(o.run_dir / "run_state.json");
   EXPECT_NE(out.find("rc=5"), std::string::npos) << out;
 
   // State in the run directory also resumes (a resubmitted script, restart count 0).
@@ -373,6 +383,36 @@ TEST_F(SbatchCommand, BadInputIsAnInputError) {
                    &out),
                InputError);
   EXPECT_THROW(run({w, "--gpus-per-node", "2", "--time", "00:10:00"}, &out), CLI::ParseError);
+}
+
+// A run directory that holds a run resumes it with its own copy: a WORKLOAD whose text differs
+// is refused (it would be ignored), the same text is accepted (the job continues that run).
+TEST_F(SbatchCommand, RunDirectoryOfAnotherWorkloadIsRefused) {
+  const auto run_dir = dir_ / "held";
+  std::filesystem::create_directories(run_dir);
+  write_file(run_dir / "timeline.jsonl", "");
+  std::ifstream in(dir_ / "w.yaml", std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  write_file(run_dir / "workload.yaml", text.str() + "# edited\n");
+  const std::vector<std::string> args = {(dir_ / "w.yaml").string(),
+                                         "-N",
+                                         "1",
+                                         "--gpus-per-node",
+                                         "2",
+                                         "-t",
+                                         "00:10:00",
+                                         "--run-dir",
+                                         run_dir.string(),
+                                         "--dry-run"};
+  std::string out;
+  const std::string msg = error_of<InputError>([&] { run(args, &out); });
+  EXPECT_NE(msg.find("already holds a run whose workload (" + (run_dir / "workload.yaml").string() +
+                     ") differs from " + (dir_ / "w.yaml").string()),
+            std::string::npos)
+      << msg;
+  write_file(run_dir / "workload.yaml", text.str());
+  EXPECT_EQ(run(args, &out), 0);
 }
 
 TEST_F(SbatchCommand, SubmitsThroughSbatch) {

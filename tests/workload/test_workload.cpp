@@ -905,6 +905,20 @@ defaults: {steps: 10, seq_len: 32}
 models:
 )";
 
+// Every `from:` model is kept by name, also one no job uses yet (a job `saturn submit` adds may):
+// run_state.json records them all so that a resume from the run's copy finds them.
+TEST_F(WorkloadTest, PretrainedDirsListEveryFromModel) {
+  write_hf_model(dir_ / "hf/llama", hf_llama());
+  const Workload w = load(std::string(kFromHead) +
+                          "  m: {from: hf/llama}\n"
+                          "  spare: {from: hf/llama}\n"
+                          "  plain: {arch: gpt2, n_layer: 1, n_head: 2, d_model: 32}\n"
+                          "jobs:\n  - {model: m, batch_size: 4}\n");
+  ASSERT_EQ(w.pretrained_dirs.size(), 2u);
+  EXPECT_EQ(w.pretrained_dirs.at("m"), dir_ / "hf/llama");
+  EXPECT_EQ(w.pretrained_dirs.at("spare"), dir_ / "hf/llama");
+}
+
 TEST_F(WorkloadTest, ModelFromAHuggingFaceDirectory) {
   write_hf_model(dir_ / "hf/llama", hf_llama());
   const Workload w = load(std::string(kFromHead) +
