@@ -28,6 +28,7 @@
 
 #include "solver/clock.hpp"
 #include "solver/options.hpp"
+#include "solver/schedule.hpp"
 
 namespace saturn::solver {
 
@@ -64,6 +65,16 @@ double configuration_lp_bound(const Prepared& prepared, double from, double time
 // Returns the best bound (at least `lower`).
 double packing_search_bound(const Prepared& prepared, double lower, double upper,
                             double time_limit_s);
+
+// The node-packing search above turned into one for plans: a plan of makespan at most T (up to
+// 1e-9 relative), found by assigning every job to nodes (or whole-node options) such that each
+// node's jobs schedule exactly within the time left to them (the exact node search, at most
+// `node_budget` states per node's job set; a node out of budget counts as not fitting). Whole-
+// node jobs run first on their nodes. Meant for small clusters of few big jobs, where local
+// search on lists misses narrow packings (2x8-08-j14). False when none was found within the
+// limits (not a proof that none exists) or the problem has pinned jobs.
+bool packing_schedule(const Prepared& prepared, double T, double time_limit_s, long node_budget,
+                      Schedule& out);
 
 // For a one-node problem: the least time the node needs to run all its jobs in options no
 // longer than T, preemption allowed (the configuration LP's value at T). NaN when the LP could
