@@ -69,12 +69,12 @@ double packing_search_bound(const Prepared& prepared, double lower, double upper
 // The node-packing search above turned into one for plans: a plan of makespan at most T (up to
 // 1e-9 relative), found by assigning every job to nodes (or whole-node options) such that each
 // node's jobs schedule exactly within the time left to them (the exact node search, at most
-// `node_budget` states per node's job set; a node out of budget counts as not fitting). Whole-
-// node jobs run first on their nodes. Meant for small clusters of few big jobs, where local
-// search on lists misses narrow packings (2x8-08-j14). False when none was found within the
-// limits (not a proof that none exists) or the problem has pinned jobs.
-bool packing_schedule(const Prepared& prepared, double T, double time_limit_s, long node_budget,
-                      Schedule& out);
+// `node_budget` states per node's job set). Whole-node jobs run first on their nodes. Meant for
+// small clusters of few big jobs, where local search on lists misses narrow packings
+// (2x8-08-j14). 1: `out` holds such a plan; 0: none exists (a proof: the search ended with
+// every node test decided); -1: none found within the limits, or the problem has pinned jobs.
+int packing_schedule(const Prepared& prepared, double T, double time_limit_s, long node_budget,
+                     Schedule& out);
 
 // For a one-node problem: the least time the node needs to run all its jobs in options no
 // longer than T, preemption allowed (the configuration LP's value at T). NaN when the LP could

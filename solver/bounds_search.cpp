@@ -332,12 +332,16 @@ class Packing {
   // Turns the search into one for plans (packing_schedule): every job is placed (no small jobs
   // counted by area), and a node passes only when the exact search finds a schedule of its
   // jobs within `node_budget` states, so a packing found is a plan (build). A node test out of
-  // budget fails: decide() then claims nothing either way.
+  // budget fails: then "no packing" is no proof (refuted()).
   void find_plans(long node_budget) {
     primal_ = true;
     primal_budget_ = node_budget;
     depth_limit_ = order_.size();
   }
+
+  // After decide() returned 0 with find_plans: whether that is a proof (no node test ran out
+  // of budget; every other test and pruning is exact or a relaxation, and every job is placed).
+  bool refuted() const { return primal_ && !undecided_node_ && !aborted_; }
 
   // After decide() returned 1 with find_plans: the plan of that packing. Whole-node jobs run
   // first, one after another in the order placed, and each node's own jobs after them in the
@@ -509,7 +513,11 @@ class Packing {
     if (primal_) {
       auto [known_fit, fresh] =
           primal_memo_.try_emplace(std::make_tuple(type_[n], on_[n], avail), false);
-      if (fresh) known_fit->second = all_fit(n, avail, primal_budget_) == 1;
+      if (fresh) {
+        const int r = all_fit(n, avail, primal_budget_);
+        known_fit->second = r == 1;
+        undecided_node_ = undecided_node_ || r < 0;
+      }
       return known_fit->second;
     }
     auto [known, inserted] =
@@ -737,7 +745,8 @@ class Packing {
   std::vector<size_t> class_rep_;     // a job of each class
   std::vector<size_t> choice_;        // per depth: node index, or N for a whole-node option
   std::vector<std::pair<int, std::vector<int>>> wide_pick_;  // per depth: option and nodes
-  bool primal_ = false;  // find_plans: every node tested exactly, undecided = does not fit
+  bool primal_ = false;          // find_plans: every node tested exactly, undecided = does not fit
+  bool undecided_node_ = false;  // find_plans: a node test ran out of budget
   long primal_budget_ = 0;
   std::map<std::tuple<int, std::vector<int>, double>, bool> primal_memo_;
   std::map<std::pair<int, std::vector<int>>, double> lp_cache_;
@@ -805,18 +814,20 @@ double packing_search_bound(const Prepared& p, double lower, double upper, doubl
   return bisect(p, first, upper, deadline, /*exact_nodes=*/true);
 }
 
-bool packing_schedule(const Prepared& p, double T, double time_limit_s, long node_budget,
-                      Schedule& out) {
+int packing_schedule(const Prepared& p, double T, double time_limit_s, long node_budget,
+                     Schedule& out) {
   for (const auto& options : p.options)
     for (const Option& o : options)
-      if (o.pinned) return false;  // the packing search does not place pinned jobs at time 0
+      if (o.pinned) return -1;  // the packing search does not place pinned jobs at time 0
   const auto deadline =
       SolverClock::now() + std::chrono::microseconds(static_cast<long long>(time_limit_s * 1e6));
   constexpr long kNodeLimit = 2000000;
   RigidMemo memo;
   Packing packing(p, T, deadline, kNodeLimit, memo, /*exact_nodes=*/true);
   packing.find_plans(node_budget);
-  return packing.decide() == 1 && packing.build(out);
+  const int r = packing.decide();
+  if (r == 1) return packing.build(out) ? 1 : -1;
+  return r == 0 && packing.refuted() ? 0 : -1;
 }
 
 int node_schedule_fits(int devices, double avail,

@@ -389,3 +389,45 @@ TEST(Bounds, RoundUpToTheMakespanGrid) {
   EXPECT_EQ(round_up_to_grid(1642.5, 0.0), 1642.5);
   EXPECT_EQ(round_up_to_grid(250.0, 100.0), 300.0);
 }
+
+// The node-packing search turned into a search for plans (packing_schedule, issue 21): on random
+// 6-job instances of two and three nodes (whole-node options, memory-constrained nodes,
+// identical jobs), with budgets that do not run out, it finds a valid plan within the
+// brute-force optimum and proves (result 0) that none exists a hair below it.
+TEST(PackingSchedule, ExactAgainstBruteForce) {
+  struct Case {
+    const char* cluster;
+    bool multi_node, memory, identical;
+  };
+  const Case cases[] = {{"2x4", false, false, false},
+                        {"2x4", true, false, false},
+                        {"4+2", false, false, true},
+                        {"2x4", false, true, false},
+                        {"3x4", true, false, true}};
+  int checked = 0;
+  for (const Case& c : cases) {
+    for (unsigned seed = 1; seed <= 6; ++seed) {
+      RandomSpec spec;
+      spec.jobs = 6;
+      spec.cluster = c.cluster;
+      spec.multi_node = c.multi_node;
+      spec.memory = c.memory;
+      spec.identical = c.identical;
+      Problem p = random_instance(seed * 7u, spec);
+      if (c.memory) memory_nodes(p);
+      const Prepared pr = prepare(p);
+      const Prepared all = prepare(p, /*pareto=*/false);
+      BruteForce bf(all);
+      const double opt = bf.solve();
+      SCOPED_TRACE(fmt::format("{} seed {} optimum {}", c.cluster, seed, opt));
+      Schedule s;
+      ASSERT_EQ(packing_schedule(pr, opt, 30.0, 10000000, s), 1);
+      EXPECT_LE(s.makespan, opt * (1 + 1e-9));
+      EXPECT_NO_THROW(check_plan(p, to_plan(pr, s)));
+      Schedule none;
+      EXPECT_EQ(packing_schedule(pr, opt * (1 - 1e-6), 30.0, 10000000, none), 0);
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 30);
+}
