@@ -70,23 +70,36 @@ Plan solve(const Problem& problem, const SolveOptions& options, SolveReport* rep
   if (!proven(best.makespan) && problem.jobs.size() <= 16 * problem.cluster.nodes.size()) {
     const auto p0 = Clock::now();
     const double packing_share = std::min(2.0, 0.15 * options.time_limit_s);
-    const double step = grid > 0 ? grid : 1e-6 * best.makespan;
+    // Off the grid, down to a relative 1e-8 (a gap below 1e-7 is reported as optimal).
+    const double step = grid > 0 ? grid : 1e-8 * best.makespan;
     // lo: the largest trial makespan with no plan found within it (none exists within the
     // bound less one step).
     double lo = lower - step;
-    bool first = true;
-    // On the makespan grid not stopped by the gap tolerance: the last few steps are cheap
-    // here and turn a gap of 0.01% into a proof (status optimal).
-    while (best.makespan - lo > step * (1 + 1e-9) && (grid > 0 || !proven(best.makespan))) {
+    bool first = true, decided = true, again = false;
+    double T = 0;
+    // States per node test; a trial out of budget is tried again with more while time is left
+    // (one node of twelve jobs: 50000 states decide few trials, a million most).
+    long budget = 50000;
+    // Not stopped by the gap tolerance while trials are decided (a plan or a proof): the last
+    // few steps are cheap then and turn a gap of 0.01% into a proof (status optimal).
+    while (best.makespan - lo > step * (1 + 1e-9) && (decided || !proven(best.makespan))) {
       const double left = packing_share - seconds_since(p0);
       if (left <= 0) break;
       // First just below the best plan (likely to succeed when local search stalled in a
       // basin), then halfway.
-      double T = first ? best.makespan - step : 0.5 * (lo + best.makespan);
-      if (grid > 0) T = std::floor(T / grid + 1e-9) * grid;
-      first = false;
+      if (!again) {
+        T = first ? best.makespan - step : 0.5 * (lo + best.makespan);
+        if (grid > 0) T = std::floor(T / grid + 1e-9) * grid;
+      }
+      first = again = false;
       Schedule found;
-      const int r = packing_schedule(prepared, T, left, 50000, found);
+      const int r = packing_schedule(prepared, T, left, budget, found);
+      decided = r >= 0;
+      if (r < 0 && budget < 3200000) {
+        budget *= 4;
+        again = true;
+        continue;
+      }
       if (r == 1) {
         found = compact(prepared, found);
         if (found.complete() && found.makespan < best.makespan * (1 - 1e-12)) {
