@@ -67,7 +67,13 @@ Plan solve(const Problem& problem, const SolveOptions& options, SolveReport* rep
   // between the bound and the best plan: a packing found within the trial makespan is the new
   // best; a search that ends with every node decided proves the trial too short (a bound);
   // one out of budget claims nothing but raises the trial all the same.
-  if (!proven(best.makespan) && problem.jobs.size() <= 16 * problem.cluster.nodes.size()) {
+  // Not with pinned jobs (re-planning: running jobs keep their devices from time 0), which
+  // the packing search does not place.
+  bool pinned = false;
+  for (const auto& job_options : prepared.options)
+    for (const Option& o : job_options) pinned = pinned || o.pinned;
+  if (!proven(best.makespan) && !pinned &&
+      problem.jobs.size() <= 16 * problem.cluster.nodes.size()) {
     const auto p0 = Clock::now();
     // 15% of the time (at most 2 s), 25% (at most 3 s) while the last trial was decided: the
     // search is paying then (2x8-12-j22: a plan, a proof, a plan at 4254 s took 1.1 s).
