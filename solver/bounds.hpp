@@ -28,6 +28,7 @@
 
 #include "solver/clock.hpp"
 #include "solver/options.hpp"
+#include "solver/schedule.hpp"
 
 namespace saturn::solver {
 
@@ -64,6 +65,20 @@ double configuration_lp_bound(const Prepared& prepared, double from, double time
 // Returns the best bound (at least `lower`).
 double packing_search_bound(const Prepared& prepared, double lower, double upper,
                             double time_limit_s);
+
+// The node-packing search above turned into one for plans: a plan of makespan at most T (up to
+// 1e-9 relative), found by assigning every job to nodes (or whole-node options) such that each
+// node's jobs schedule exactly within the time left to them (the exact node search, at most
+// `node_budget` states per node's job set). Whole-node jobs run first on their nodes. Meant for
+// small clusters of few big jobs, where local search on lists misses narrow packings
+// (2x8-08-j14). 1: `out` holds such a plan; 0: none exists (a proof: the search ended with
+// every node test decided); -1: none found within the limits, or the problem has pinned jobs.
+//
+// With `narrow_small`, jobs whose least area is at most 3% of a node's (devices x T) keep only
+// options within 10% of that least area: the exact node tests branch far less on the many small
+// jobs of 20-24-job instances (2x8-13-j24), and the result is never 0 (no proof).
+int packing_schedule(const Prepared& prepared, double T, double time_limit_s, long node_budget,
+                     Schedule& out, bool narrow_small = false);
 
 // For a one-node problem: the least time the node needs to run all its jobs in options no
 // longer than T, preemption allowed (the configuration LP's value at T). NaN when the LP could

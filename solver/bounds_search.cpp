@@ -48,6 +48,12 @@ class NodeScheduleSearch {
     std::vector<std::pair<int, double>> opts;  // (devices, time), each time <= avail
     double least_area = kInfinity, least_time = kInfinity;
   };
+  // One job started in the schedule found: its class, option (index into Class::opts), start.
+  struct Start {
+    size_t cls;
+    size_t option;
+    double start;
+  };
 
   NodeScheduleSearch(int devices, double avail, std::vector<Class> classes, long budget,
                      SolverClock::time_point deadline)
@@ -71,6 +77,9 @@ class NodeScheduleSearch {
     const bool found = at_event(0.0);
     return aborted_ ? -1 : found ? 1 : 0;
   }
+
+  // After decide() returned 1: the schedule found, one entry per job.
+  const std::vector<Start>& schedule() const { return found_; }
 
  private:
   struct Run {
@@ -163,7 +172,10 @@ class NodeScheduleSearch {
 
   // At time t, start more jobs (from class k0, option o0 on in the canonical order) or move on.
   bool start_at(double t, size_t k0, size_t o0) {
-    if (to_start_ == 0) return true;
+    if (to_start_ == 0) {
+      found_ = trail_;
+      return true;
+    }
     int used = 0;
     for (const Run& r : running_) used += r.devices;
     const int free = G_ - used;
@@ -180,7 +192,9 @@ class NodeScheduleSearch {
         rest_area_ -= least_[k];
         started_area_ += g * time;
         running_.push_back({t + time, g});
+        trail_.push_back({k, o, t});
         const bool found = start_at(t, k, o);
+        trail_.pop_back();
         running_.pop_back();
         started_area_ -= g * time;
         rest_area_ += least_[k];
@@ -216,6 +230,7 @@ class NodeScheduleSearch {
   SolverClock::time_point deadline_;
   bool aborted_ = false;
   std::vector<Run> running_;
+  std::vector<Start> trail_, found_;  // the jobs started on the current branch; the schedule
   std::vector<Idle> idle_;  // the stretches between decision times, up to the current time
   int to_start_ = 0;
   // Device-time within [0, avail]: of the jobs started, of the rest at their least, left idle.
@@ -262,10 +277,13 @@ class Packing {
           auto w = std::find_if(it.wide.begin(), it.wide.end(), [&](const Wide& x) {
             return x.k == o.nodes && x.eligible == o.eligible;
           });
-          if (w == it.wide.end())
-            it.wide.push_back({o.nodes, o.time_s, o.eligible});
-          else
-            w->time = std::min(w->time, o.time_s);
+          const int index = static_cast<int>(&o - p.options[j].data());
+          if (w == it.wide.end()) {
+            it.wide.push_back({o.nodes, o.time_s, o.eligible, index});
+          } else if (o.time_s < w->time) {
+            w->time = o.time_s;
+            w->option = index;
+          }
         } else {
           for (int n : o.eligible) {
             const double G = cluster.nodes[static_cast<size_t>(n)].devices;
@@ -284,6 +302,7 @@ class Packing {
     class_rep_.assign(static_cast<size_t>(p.num_classes), 0);
     for (size_t j = p.num_jobs(); j-- > 0;) class_rep_[static_cast<size_t>(p.job_class[j])] = j;
     choice_.assign(p.num_jobs(), 0);
+    wide_pick_.resize(p.num_jobs());
     order_.resize(p.num_jobs());
     std::iota(order_.begin(), order_.end(), 0);
     std::sort(order_.begin(), order_.end(),
@@ -310,11 +329,94 @@ class Packing {
     return aborted_ ? -1 : r;
   }
 
+  // Turns the search into one for plans (packing_schedule): every job is placed (no small jobs
+  // counted by area), and a node passes only when the exact search finds a schedule of its
+  // jobs within `node_budget` states, so a packing found is a plan (build). A node test out of
+  // budget fails: then "no packing" is no proof (refuted()).
+  void find_plans(long node_budget) {
+    primal_ = true;
+    primal_budget_ = node_budget;
+    depth_limit_ = order_.size();
+  }
+
+  // After decide() returned 0 with find_plans: whether that is a proof (no node test ran out
+  // of budget; every other test and pruning is exact or a relaxation, and every job is placed).
+  bool refuted() const { return primal_ && !narrow_small_ && !undecided_node_ && !aborted_; }
+  // Small jobs (least area at most 3% of a node's) keep only options within 10% of their
+  // least area: fewer branches for the exact node tests, no proofs.
+  void narrow_small() { narrow_small_ = true; }
+
+  // After decide() returned 1 with find_plans: the plan of that packing. Whole-node jobs run
+  // first, one after another in the order placed, and each node's own jobs after them in the
+  // schedule its exact search found. False when a node's jobs no longer fit in the time the
+  // whole-node jobs leave (they were tested against the sum of those jobs' times, which the
+  // sequence exceeds only when their node sets differ) or the search runs out of budget.
+  bool build(Schedule& out) const {
+    const size_t J = p_.num_jobs(), N = load_.size();
+    out.jobs.assign(J, Placement{});
+    out.makespan = 0;
+    std::vector<double> free_from(N, 0.0);
+    std::vector<std::vector<size_t>> on(N);
+    for (size_t d = 0; d < J; ++d) {
+      const size_t j = order_[d];
+      if (choice_[d] < N) {
+        on[choice_[d]].push_back(j);
+        continue;
+      }
+      const auto& [option, nodes] = wide_pick_[d];
+      double start = 0;
+      for (int n : nodes) start = std::max(start, free_from[static_cast<size_t>(n)]);
+      Placement& pl = out.jobs[j];
+      pl.option = option;
+      pl.nodes = nodes;
+      pl.start = start;
+      pl.end = start + p_.options[j][static_cast<size_t>(option)].time_s;
+      for (int n : nodes) free_from[static_cast<size_t>(n)] = pl.end;
+    }
+    for (size_t n = 0; n < N; ++n) {
+      if (on[n].empty()) continue;
+      std::sort(on[n].begin(), on[n].end(),
+                [&](size_t a, size_t b) { return p_.job_class[a] < p_.job_class[b]; });
+      std::vector<NodeScheduleSearch::Class> classes;
+      std::vector<std::vector<int>> option_index;  // per class: Prepared option of each opt
+      std::vector<std::vector<size_t>> members;    // per class: its jobs on this node
+      const double avail = T_ * (1 + 1e-9) - free_from[n];
+      for (size_t i = 0; i < on[n].size(); ++i) {
+        const size_t j = on[n][i];
+        if (i > 0 && p_.job_class[on[n][i - 1]] == p_.job_class[j]) {
+          ++classes.back().count;
+          members.back().push_back(j);
+          continue;
+        }
+        classes.push_back(node_class(j, n, avail, &option_index.emplace_back()));
+        members.push_back({j});
+      }
+      NodeScheduleSearch search(p_.cluster().nodes[n].devices, avail, std::move(classes),
+                                primal_budget_, deadline_);
+      if (search.decide() != 1) return false;
+      std::vector<size_t> next(members.size(), 0);
+      for (const NodeScheduleSearch::Start& st : search.schedule()) {
+        const size_t j = members[st.cls][next[st.cls]++];
+        Placement& pl = out.jobs[j];
+        pl.option = option_index[st.cls][st.option];
+        pl.nodes = {static_cast<int>(n)};
+        pl.start = free_from[n] + st.start;
+        pl.end = pl.start + p_.options[j][static_cast<size_t>(pl.option)].time_s;
+      }
+    }
+    for (const Placement& pl : out.jobs) {
+      if (pl.option < 0) return false;
+      out.makespan = std::max(out.makespan, pl.end);
+    }
+    return true;
+  }
+
  private:
   struct Wide {
     int k;
     double time;
     std::vector<int> eligible;
+    int option;  // index into Prepared::options of the job: the shortest of this width
   };
   struct Item {
     std::vector<double> single;   // per node
@@ -411,6 +513,16 @@ class Packing {
       it = lp_cache_.emplace(key, v).first;
     }
     if (it->second > avail) return false;  // NaN (not solved in time) claims nothing
+    if (primal_) {
+      auto [known_fit, fresh] =
+          primal_memo_.try_emplace(std::make_tuple(type_[n], on_[n], avail), false);
+      if (fresh) {
+        const int r = all_fit(n, avail, primal_budget_);
+        known_fit->second = r == 1;
+        undecided_node_ = undecided_node_ || r < 0;
+      }
+      return known_fit->second;
+    }
     auto [known, inserted] =
         memo_.try_emplace(std::make_pair(type_[n], on_[n]), -kInfinity, kInfinity);
     (void)inserted;
@@ -491,7 +603,7 @@ class Packing {
 
   // All the jobs on node n, exactly (NodeScheduleSearch). 1: fit; 0: proven not to; -1: out
   // of budget.
-  int all_fit(size_t n, double avail) {
+  int all_fit(size_t n, double avail, long budget = 500000) {
     std::vector<NodeScheduleSearch::Class> classes;
     for (size_t i = 0; i < on_[n].size(); ++i) {
       const int k = on_[n][i];
@@ -499,22 +611,47 @@ class Packing {
         ++classes.back().count;
         continue;
       }
-      NodeScheduleSearch::Class c;
-      c.count = 1;
-      for (const Option& o : p_.options[class_rep_[static_cast<size_t>(k)]]) {
-        if (o.whole_nodes() || o.time_s > avail ||
-            std::find(o.eligible.begin(), o.eligible.end(), static_cast<int>(n)) ==
-                o.eligible.end())
-          continue;
-        c.opts.emplace_back(o.devices, o.time_s);
-        c.least_area = std::min(c.least_area, o.devices * o.time_s);
-        c.least_time = std::min(c.least_time, o.time_s);
-      }
-      classes.push_back(std::move(c));
+      classes.push_back(node_class(class_rep_[static_cast<size_t>(k)], n, avail, nullptr));
     }
-    NodeScheduleSearch search(p_.cluster().nodes[n].devices, avail, std::move(classes), 500000,
+    NodeScheduleSearch search(p_.cluster().nodes[n].devices, avail, std::move(classes), budget,
                               deadline_);
     return search.decide();
+  }
+
+  // Job j's single-node options on node n no longer than avail, as a class of one job of the
+  // exact node search; with `index`, the Prepared option index of each.
+  NodeScheduleSearch::Class node_class(size_t j, size_t n, double avail,
+                                       std::vector<int>* index) const {
+    NodeScheduleSearch::Class c;
+    c.count = 1;
+    for (size_t o = 0; o < p_.options[j].size(); ++o) {
+      const Option& x = p_.options[j][o];
+      if (x.whole_nodes() || x.pinned || x.time_s > avail ||
+          std::find(x.eligible.begin(), x.eligible.end(), static_cast<int>(n)) == x.eligible.end())
+        continue;
+      c.opts.emplace_back(x.devices, x.time_s);
+      c.least_area = std::min(c.least_area, x.devices * x.time_s);
+      c.least_time = std::min(c.least_time, x.time_s);
+      if (index) index->push_back(static_cast<int>(o));
+    }
+    if (narrow_small_ && c.least_area <= 0.03 * p_.cluster().nodes[n].devices * avail) {
+      NodeScheduleSearch::Class k = c;
+      k.opts.clear();
+      std::vector<int> kept;
+      for (size_t i = 0; i < c.opts.size(); ++i)
+        if (c.opts[i].first * c.opts[i].second <= 1.1 * c.least_area) {
+          k.opts.push_back(c.opts[i]);
+          if (index) kept.push_back((*index)[index->size() - c.opts.size() + i]);
+        }
+      k.least_time = kInfinity;
+      for (const auto& [g, t] : k.opts) k.least_time = std::min(k.least_time, t);
+      if (index) {
+        index->resize(index->size() - c.opts.size());
+        index->insert(index->end(), kept.begin(), kept.end());
+      }
+      return k;
+    }
+    return c;
   }
 
   template <class Jobs>
@@ -589,6 +726,7 @@ class Packing {
 
   bool wide_search(const Wide& w, size_t from, std::vector<int>& pick, size_t depth) {
     if (static_cast<int>(pick.size()) == w.k) {
+      wide_pick_[depth] = {w.option, pick};
       bool fits = true;
       for (int n : pick) {
         load_[static_cast<size_t>(n)] += w.time;
@@ -626,6 +764,12 @@ class Packing {
   std::vector<std::vector<int>> on_;  // per node: classes of its single-node jobs, sorted
   std::vector<size_t> class_rep_;     // a job of each class
   std::vector<size_t> choice_;        // per depth: node index, or N for a whole-node option
+  std::vector<std::pair<int, std::vector<int>>> wide_pick_;  // per depth: option and nodes
+  bool primal_ = false;          // find_plans: every node tested exactly, undecided = does not fit
+  bool undecided_node_ = false;  // find_plans: a node test ran out of budget
+  bool narrow_small_ = false;    // narrow_small: small jobs in their least-work options only
+  long primal_budget_ = 0;
+  std::map<std::tuple<int, std::vector<int>, double>, bool> primal_memo_;
   std::map<std::pair<int, std::vector<int>>, double> lp_cache_;
   RigidMemo& memo_;
   bool exact_nodes_;
@@ -689,6 +833,23 @@ double packing_search_bound(const Prepared& p, double lower, double upper, doubl
   const double first = bisect(p, lower, upper, deadline, /*exact_nodes=*/false);
   if (first >= upper * (1 - 1e-9) * (1 - 1e-12) || SolverClock::now() > deadline) return first;
   return bisect(p, first, upper, deadline, /*exact_nodes=*/true);
+}
+
+int packing_schedule(const Prepared& p, double T, double time_limit_s, long node_budget,
+                     Schedule& out, bool narrow_small) {
+  for (const auto& options : p.options)
+    for (const Option& o : options)
+      if (o.pinned) return -1;  // the packing search does not place pinned jobs at time 0
+  const auto deadline =
+      SolverClock::now() + std::chrono::microseconds(static_cast<long long>(time_limit_s * 1e6));
+  constexpr long kNodeLimit = 2000000;
+  RigidMemo memo;
+  Packing packing(p, T, deadline, kNodeLimit, memo, /*exact_nodes=*/true);
+  packing.find_plans(node_budget);
+  if (narrow_small) packing.narrow_small();
+  const int r = packing.decide();
+  if (r == 1) return packing.build(out) ? 1 : -1;
+  return r == 0 && packing.refuted() ? 0 : -1;
 }
 
 int node_schedule_fits(int devices, double avail,
