@@ -7,7 +7,9 @@
 #     timeline and the stop reasons (it could be logged as "signal 10");
 #  3. kill -9 of a rank in two successive runs, then a resume to the end: the killed segments
 #     are "interrupted", each ending at the step its job's next segment started from (they all
-#     used to get the same end_step).
+#     used to get the same end_step);
+#  4. --resume of a start stopped before its first plan starts the batch afresh; --resume of a
+#     directory that never held a run is still refused.
 # Usage: test_run_signals.sh SATURN_EXE
 set -uo pipefail
 saturn="$1"
@@ -178,4 +180,31 @@ wait "$launcher"
 # checkpointed on mpirun's SIGTERM and stopped).
 summary_check "$C" 0 2 && ok "kill -9 twice: the killed segments are 'interrupted', each ends where its job's next starts" ||
   bad "kill -9 twice: summary.json segments"
+
+# 4. A start killed before its first plan (while profiling) leaves the run's copy of the
+# workload and jobs/ but no timeline.jsonl; the --resume a requeued `saturn sbatch` job passes
+# then starts the batch from the beginning (it used to be refused: "holds no run to resume").
+E="$work/early"
+sed 's/^  steps: 400$/  steps: 20/; s/^name: signals$/name: early/' "$work/w.yaml" >"$work/w-early.yaml"
+mkdir -p "$E/jobs"
+cp "$work/w-early.yaml" "$E/workload.yaml"
+if "$saturn" run "$work/w-early.yaml" --run-dir "$E" --resume --np 2 --no-trials >"$E.log" 2>&1 &&
+  grep -q "never reached its first plan" "$E.log" &&
+  $py - "$E" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1] + "/summary.json"))
+assert [j["status"] for j in s["jobs"]] == ["finished", "finished"], s["jobs"]
+PY
+then
+  ok "--resume of a start stopped before its first plan: the batch starts afresh and finishes"
+else
+  bad "--resume of a start stopped before its first plan"; tail -5 "$E.log"
+fi
+# A directory that never held this run is still refused.
+mkdir -p "$work/empty"
+"$saturn" run "$work/w-early.yaml" --run-dir "$work/empty" --resume --np 2 --no-trials >"$work/empty.log" 2>&1
+rc=$?
+[[ $rc == 2 ]] && grep -q "holds no run to resume" "$work/empty.log" &&
+  ok "--resume of a directory with no run: exit 2" ||
+  { bad "--resume of a directory with no run: exit $rc"; tail -3 "$work/empty.log"; }
 finish
