@@ -132,13 +132,21 @@ int reference_table(const std::string& dir, Backend backend, ClockBasis clock,
   std::printf("\n");
   std::vector<int> within(limits.size(), 0), proven(limits.size(), 0), rows(limits.size(), 0);
   int ref_optimal = 0;
+  std::vector<std::string> unreferenced;  // instances left out, said at the end
   std::vector<double> worst(limits.size(), 0.0);
   for (const std::string& name : names) {
     const std::string ref_path = dir + "/" + name + ".cpsat.json";
-    if (!std::filesystem::exists(ref_path)) continue;
+    // A missing or unreadable reference (e.g. a dangling link) leaves the instance out, and
+    // the summary says which: a table that silently lost rows would overstate the result.
     std::ifstream in(ref_path);
-    const nlohmann::json ref = nlohmann::json::parse(in);
-    if (!ref.contains("makespan_s")) continue;
+    const nlohmann::json ref = in ? nlohmann::json::parse(in, nullptr, false)
+                                  : nlohmann::json(nlohmann::json::value_t::discarded);
+    if (ref.is_discarded() || !ref.is_object() || !ref.contains("makespan_s")) {
+      unreferenced.push_back(name);
+      std::fprintf(stderr, "bench_solver: %s: no usable reference (%s)\n", name.c_str(),
+                   ref_path.c_str());
+      continue;
+    }
     const Problem p = read_instance(dir + "/" + name + ".json");
     const double best = ref["makespan_s"].get<double>();
     const double ref_lb = ref["bound_s"].get<double>();
@@ -179,6 +187,12 @@ int reference_table(const std::string& dir, Backend backend, ClockBasis clock,
         "%.0f s: %d of %d within 1.005 x CP-SAT's best (worst ratio %.4f); optimality proven on "
         "%d of the instances CP-SAT proved where Saturn's plan is optimal too.\n",
         limits[i], within[i], rows[i], worst[i], proven[i]);
+  if (!unreferenced.empty()) {
+    std::string list;
+    for (const auto& n : unreferenced) list += (list.empty() ? "" : ", ") + n;
+    std::printf("Left out, no usable CP-SAT reference: %zu instance(s): %s.\n", unreferenced.size(),
+                list.c_str());
+  }
   return 0;
 }
 
