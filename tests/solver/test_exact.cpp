@@ -342,6 +342,34 @@ TEST(NodeSchedule, ExactAgainstBruteForce) {
   EXPECT_EQ(checked, 24);
 }
 
+namespace {
+
+// A reference instance on 2x8:40GiB rebuilt from its configurations: `count` jobs per family,
+// ddp on 1..8 devices of one node (the fastest per device count, as the Pareto filter keeps
+// them) and, where two_nodes > 0, on both whole nodes.
+struct ReferenceFamily {
+  const char* name;
+  int count;
+  std::vector<double> times;  // on 1..8 devices of one node
+  double two_nodes = 0;       // on both whole nodes (0: none)
+};
+
+Problem reference_instance(const std::vector<ReferenceFamily>& families) {
+  Problem p;
+  p.cluster = parse_cluster_spec("2x8:40GiB");
+  for (const ReferenceFamily& f : families)
+    for (int i = 0; i < f.count; ++i) {
+      Job job{fmt::format("{}-{}", f.name, i), {}, 0};
+      for (size_t d = 0; d < f.times.size(); ++d)
+        job.configs.push_back({"ddp", static_cast<int>(d + 1), 1, f.times[d], 4.0, "estimate", {}});
+      if (f.two_nodes > 0) job.configs.push_back({"ddp", 16, 2, f.two_nodes, 4.0, "estimate", {}});
+      p.jobs.push_back(std::move(job));
+    }
+  return p;
+}
+
+}  // namespace
+
 // Issue 21's two-node reference instance 2x8-02-j16 (bench_solver --write-instances): CP-SAT
 // proves 1643 s optimal and Saturn finds a plan of 1643 s, but the packing search with its
 // eight-job node test stopped at 1639 s: on the node with the two ViT-H jobs, thirteen jobs
@@ -350,27 +378,13 @@ TEST(NodeSchedule, ExactAgainstBruteForce) {
 // seconds a bound above 1642 s is 1643 s. (Configurations: the fastest per device count, as
 // the Pareto filter keeps them; memory fits every one.)
 TEST(PackingSearch, ProvesTheTwoNodeReferenceInstanceOptimal) {
-  struct Family {
-    const char* name;
-    int count;
-    std::vector<double> times;  // on 1..8 devices
-  };
-  const Family families[] = {
+  const Problem p = reference_instance({
       {"resnet-50-bs128", 4, {258, 159, 126, 109, 99, 93, 88, 84}},
       {"gpt2-1.5b-bs8", 2, {5013, 2291, 1800, 1555, 1408, 1310, 1240, 1187}},
       {"gpt2-355m-bs16", 4, {774, 436, 323, 267, 233, 211, 195, 182}},
       {"resnet-50-bs256", 4, {58, 32, 24, 20, 17, 16, 15, 14}},
       {"vit-h-bs256", 2, {5502, 2818, 1480, 1136, 937, 804, 709, 638}},
-  };
-  Problem p;
-  p.cluster = parse_cluster_spec("2x8:40GiB");
-  for (const Family& f : families)
-    for (int i = 0; i < f.count; ++i) {
-      Job job{fmt::format("{}-{}", f.name, i), {}, 0};
-      for (size_t d = 0; d < f.times.size(); ++d)
-        job.configs.push_back({"ddp", static_cast<int>(d + 1), 1, f.times[d], 4.0, "estimate", {}});
-      p.jobs.push_back(std::move(job));
-    }
+  });
   const Prepared pr = prepare(p);
   const double grid = makespan_grid(pr);
   EXPECT_EQ(grid, 1.0);
@@ -439,29 +453,13 @@ TEST(PackingSchedule, ExactAgainstBruteForce) {
 // (no proof). The packing search for plans finds 14768 s and proves that no plan of 14767 s
 // exists (durations in whole seconds), within about 1 s of a 10 CPU-s solve.
 TEST(PackingSchedule, SolvesTheNodePackingReferenceInstanceToOptimality) {
-  struct Family {
-    const char* name;
-    int count;
-    std::vector<double> times;  // on 1..8 devices of one node
-    double two_nodes;           // on both whole nodes (0: none)
-  };
-  const Family families[] = {
+  const Problem p = reference_instance({
       {"gpt2-1.5b-bs32", 3, {17014, 9041, 4856, 3866, 3271, 2875, 2592, 2312}, 2083},
       {"vit-l-bs256", 5, {8201, 3217, 2237, 1747, 1453, 1257, 1117, 1013}, 0},
       {"resnet-200m-bs64", 2, {2371, 1410, 1090, 930, 834, 770, 724, 690}, 0},
       {"llama-13b-bs8", 3, {78965, 50572, 44580, 41584, 39786, 14710, 13939, 6088}, 0},
       {"gpt2-774m-bs8", 1, {3746, 2276, 1799, 1449, 1409, 1312, 1243, 1190}, 0},
-  };
-  Problem p;
-  p.cluster = parse_cluster_spec("2x8:40GiB");
-  for (const Family& f : families)
-    for (int i = 0; i < f.count; ++i) {
-      Job job{fmt::format("{}-{}", f.name, i), {}, 0};
-      for (size_t d = 0; d < f.times.size(); ++d)
-        job.configs.push_back({"ddp", static_cast<int>(d + 1), 1, f.times[d], 4.0, "estimate", {}});
-      if (f.two_nodes > 0) job.configs.push_back({"ddp", 16, 2, f.two_nodes, 4.0, "estimate", {}});
-      p.jobs.push_back(std::move(job));
-    }
+  });
   SolveOptions o;
   o.time_limit_s = 10.0;
   o.clock = ClockBasis::thread_cpu;
