@@ -658,11 +658,21 @@ void run_collective(comm::Communicator& group, CollOp op, std::size_t bytes, std
   }
 }
 
+// *bound_used: whether the per-byte cost is the upper bound below, not the fit's.
 LinkFit fit_link(const std::vector<double>& bytes, const std::vector<double>& times, int group,
-                 bool inter) {
+                 bool inter, bool* bound_used) {
   std::vector<std::vector<double>> X;
   for (double b : bytes) X.push_back({1.0, b});
-  const std::vector<double> w = nnls(X, times);
+  std::vector<double> w = nnls(X, times);
+  // Times that do not grow with the message size (the sizes all latency-bound, or noise on a
+  // loaded machine) give no per-byte cost, and a cost model with free bytes would price any
+  // message as latency alone. The largest message's time over its bytes, as if it paid no
+  // latency, bounds the per-byte cost from above; the caller says that it was used.
+  *bound_used = w[1] <= 0 && !bytes.empty();
+  if (*bound_used) {
+    const auto largest = std::max_element(bytes.begin(), bytes.end()) - bytes.begin();
+    w[1] = times[largest] / std::max(bytes[largest], 1.0);
+  }
   LinkFit f{group, inter, w[0], w[1], 0};
   std::vector<double> errors;
   for (std::size_t i = 0; i < bytes.size(); ++i)
@@ -714,7 +724,15 @@ void measure_links_with(comm::Communicator& world, Calibration& cal, comm::Commu
         text += fmt::format("{}{:.0f} B {:.3g} s", i ? ", " : "", xs[i], ts[i]);
       return text;
     }());
-    cal.links[coll_op_name(op)].push_back(fit_link(xs, ts, group, inter));
+    bool bound_used = false;
+    const LinkFit fit = fit_link(xs, ts, group, inter, &bound_used);
+    if (bound_used && world.rank() == 0)
+      log::warn(
+          "calibration: {} on {} ranks: the times did not grow with the message size (noise, or "
+          "every size latency-bound); its per-byte cost is the largest message's time over its "
+          "bytes, an upper bound",
+          coll_op_name(op), group);
+    cal.links[coll_op_name(op)].push_back(fit);
   }
   // Synchronisation: in a training step ranks reach a collective at different times (their
   // compute jitters, and on an oversubscribed node a partner may be descheduled), and the
