@@ -4,9 +4,7 @@
 #include <fmt/format.h>
 
 #include <filesystem>
-#include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 
 #include "launch/self_launch.hpp"
@@ -15,6 +13,7 @@
 #include "runtime/cli/device_choice.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/log.hpp"
+#include "runtime/workload/run_workload.hpp"
 #include "runtime/workload/workload.hpp"
 #include "slurm/sbatch.hpp"
 
@@ -49,20 +48,14 @@ int run_sbatch(const SbatchArgs& a) {
   // A run directory that holds a run makes the job resume that run, with its own copy of the
   // workload: a WORKLOAD edited since would be silently ignored, so it is refused here, as
   // `saturn run --resume` refuses it.
-  if (const fs::path copy = o.run_dir / "workload.yaml";
-      fs::exists(o.run_dir / "timeline.jsonl") && fs::exists(copy)) {
-    std::ifstream in(copy, std::ios::binary);
-    std::ostringstream text;
-    text << in.rdbuf();
-    if (!in && !in.eof())
-      throw IoError(fmt::format("saturn sbatch: cannot read {}", copy.string()));
-    if (text.str() != w.source_text)
-      throw InputError(fmt::format(
-          "saturn sbatch: {} already holds a run whose workload ({}) differs from {}; the job "
-          "would resume that run as it is: to change it, edit {}; to run {} as a new batch, "
-          "choose another --run-dir",
-          o.run_dir.string(), copy.string(), o.workload.string(), copy.string(),
-          o.workload.string()));
+  if (fs::exists(o.run_dir / "timeline.jsonl") && run_copy_differs(o.run_dir, w)) {
+    const fs::path copy = o.run_dir / "workload.yaml";
+    throw InputError(fmt::format(
+        "saturn sbatch: {} already holds a run whose workload ({}) differs from {}; the job "
+        "would resume that run as it is: to change it, edit {}; to run {} as a new batch, "
+        "choose another --run-dir",
+        o.run_dir.string(), copy.string(), o.workload.string(), copy.string(),
+        o.workload.string()));
   }
   o.saturn = launch::current_executable();
   o.job_name = "saturn-" + w.name;

@@ -9,7 +9,6 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <sstream>
 #include <thread>
 
 #include "runtime/checkpoint/checkpoint.hpp"
@@ -201,14 +200,9 @@ void check_resumable(const Workload& w, const fs::path& run_dir) {
 // `saturn sbatch` requeue uses) must say the same, or the ranks would run another batch than the
 // one the run directory describes.
 void check_resumes_its_workload(const Workload& w, const fs::path& run_dir) {
+  // No copy: no run there yet, refused later ("holds no run").
+  if (!run_copy_differs(run_dir, w)) return;
   const fs::path copy = run_dir / "workload.yaml";
-  std::error_code ec;
-  if (!fs::exists(copy, ec)) return;  // no run there yet: refused later ("holds no run")
-  std::ifstream in(copy, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (!in && !in.eof()) throw IoError(fmt::format("--resume: cannot read {}", copy.string()));
-  if (text.str() == w.source_text) return;
   throw InputError(fmt::format(
       "--resume: {} differs from {}, the workload of the run being resumed (was the file edited "
       "since the run started?); a resumed run continues from its run directory's copy: resume "

@@ -67,6 +67,17 @@ std::vector<Submission> accepted_submissions(const fs::path& run_dir) {
   return out;
 }
 
+bool run_copy_differs(const fs::path& run_dir, const Workload& w) {
+  const fs::path copy = run_dir / "workload.yaml";
+  std::error_code ec;
+  if (!fs::exists(copy, ec)) return false;
+  std::ifstream in(copy, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (!in && !in.eof()) throw IoError(fmt::format("cannot read {}", copy.string()));
+  return text.str() != w.source_text;
+}
+
 Workload load_batch_base(const fs::path& run_dir) {
   LoadOptions lo;
   lo.check_data_files = false;

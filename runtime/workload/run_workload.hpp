@@ -31,6 +31,11 @@ void record_accepted_submission(const std::filesystem::path& run_dir, const std:
 // that cannot be read.
 std::vector<Submission> accepted_submissions(const std::filesystem::path& run_dir);
 
+// Whether run_dir holds a copy of a workload (RUN_DIR/workload.yaml) whose text differs from
+// the text `w` was loaded from: a resume would run that copy, not `w`. False when there is no
+// copy. Throws IoError when the copy cannot be read.
+bool run_copy_differs(const std::filesystem::path& run_dir, const Workload& w);
+
 // The workload the batch in run_dir started with: its copy of the workload with the data files
 // and model directories run_state.json recorded (absolute; the copy's relative paths meant the
 // original file's directory), data files not checked.
