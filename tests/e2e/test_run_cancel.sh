@@ -11,10 +11,13 @@ source "$(dirname "$0")/../lib.sh"
 export OMP_NUM_THREADS=1
 
 prepare_data "$saturn" 20 || bad "data prepare"
+# Long enough (about 15 s per job here) that the running job is still running when the cancel
+# arrives (a poll every half second, two CLI starts): at 2000 steps it finished first under load.
+steps=20000
 cat > "$work/three.yaml" <<YAML
 name: e2e-cancel
 data: {train: data/train.bin, val: data/val.bin}
-defaults: {seq_len: 32, steps: 2000, eval_every: 100, eval_batches: 1, batch_size: 4, seed: 3}
+defaults: {seq_len: 32, steps: $steps, eval_every: 100, eval_batches: 1, batch_size: 4, seed: 3}
 models:
   a: {arch: gpt2, n_layer: 1, n_head: 2, d_model: 16}
 jobs:
@@ -71,13 +74,13 @@ fi
 wait $pid
 rc=$?
 [ $rc -eq 0 ] && ok "batch exit 0 with cancelled jobs" || { bad "batch rc=$rc"; tail -20 "$work/run.log"; }
-if $py - "$work/run" "$running" "$pending" <<'PY'
+if $py - "$work/run" "$running" "$pending" "$steps" <<'PY'
 import json, os, sys
-run, running, pending = sys.argv[1:]
+run, running, pending, steps = sys.argv[1:]
 s = json.load(open(os.path.join(run, "summary.json")))
 jobs = {j["id"]: j for j in s["jobs"]}
 r, p = jobs[running], jobs[pending]
-assert r["status"] == "cancelled" and 0 < r["steps_done"] < 2000, (r["status"], r["steps_done"])
+assert r["status"] == "cancelled" and 0 < r["steps_done"] < int(steps), (r["status"], r["steps_done"])
 assert "cancelled" in r["reason"], r
 ck = os.listdir(os.path.join(run, "jobs", running, "checkpoints"))
 assert any(f.startswith("step-") for f in ck), ck

@@ -34,6 +34,9 @@ solver: {time_limit: 1}
 YAML
 # A run that outlasts the refused attempts; it is stopped with SIGUSR1 after them.
 sed 's/steps: 400/steps: 1000000/' "$work/w.yaml" >"$work/long.yaml"
+# A run still training when its rank 0 is killed at step 5 (at 400 steps a loaded machine could
+# finish it first, and leave no lock to read).
+sed 's/steps: 400/steps: 2000/' "$work/w.yaml" >"$work/mid.yaml"
 
 # Waits until some job of run directory $1 has written step $2 to its metrics.
 wait_for_step() {
@@ -99,7 +102,7 @@ wait_for_step "$E" 5 || bad "the run did not start training"
 kill -9 "$launcher"
 wait "$launcher" 2>/dev/null
 gone=0
-for _ in $(seq 1 150); do
+for _ in $(seq 1 600); do  # up to 60 s: mpirun's teardown is slow on a loaded machine
   if [ -z "$(users_of "$E")" ]; then gone=1; break; fi
   sleep 0.1
 done
@@ -113,7 +116,7 @@ fi
 # 3. A holder killed outright (kill -9 of rank 0, mpirun ends the rest) leaves a stale lock:
 # the next run takes it over, naming whose it was, and finishes the batch.
 F="$work/stale"
-"$saturn" run "$work/w.yaml" --np 2 --run-dir "$F" --no-trials --quiet >"$work/stale.log" 2>&1 &
+"$saturn" run "$work/mid.yaml" --np 2 --run-dir "$F" --no-trials --quiet >"$work/stale.log" 2>&1 &
 launcher=$!
 started+=("$launcher")
 wait_for_step "$F" 5 || bad "the run did not start training"

@@ -25,7 +25,7 @@ name: signals
 data: {train: $work/data/train.bin, val: $work/data/val.bin}
 defaults:
   seq_len: 32
-  steps: 400
+  steps: 2000
   eval_every: 100
   eval_batches: 1
   checkpoint_every: 10
@@ -36,6 +36,9 @@ jobs:
   - sweep: {model: [small], lr: [1e-3, 3e-3], batch_size: [8]}
 solver: {time_limit: 1}
 YAML
+# Jobs of 2000 steps are still training when sections 1 and 3 signal them (at 400 steps a
+# loaded machine could finish them first); section 2 resumes nothing, so its jobs never end.
+sed 's/^  steps: 2000$/  steps: 1000000/' "$work/w.yaml" >"$work/long.yaml"
 
 # Largest step any job of run directory $1 has written to its metrics (0 when none).
 max_step() {
@@ -139,7 +142,7 @@ rc=$?
 # 2. SIGTERM to one rank.
 for who in 1 0; do
   B="$work/sigterm-rank$who"
-  start "$B" "$work/w.yaml" --run-dir "$B"
+  start "$B" "$work/long.yaml" --run-dir "$B"
   wait_past "$B" 20 || bad "sigterm $who: no training"
   victim=$(rank $who)
   kill -TERM "$victim"
@@ -185,7 +188,7 @@ summary_check "$C" 0 2 && ok "kill -9 twice: the killed segments are 'interrupte
 # workload and jobs/ but no timeline.jsonl; the --resume a requeued `saturn sbatch` job passes
 # then starts the batch from the beginning (it used to be refused: "holds no run to resume").
 E="$work/early"
-sed 's/^  steps: 400$/  steps: 20/; s/^name: signals$/name: early/' "$work/w.yaml" >"$work/w-early.yaml"
+sed 's/^  steps: 2000$/  steps: 20/; s/^name: signals$/name: early/' "$work/w.yaml" >"$work/w-early.yaml"
 mkdir -p "$E/jobs"
 cp "$work/w-early.yaml" "$E/workload.yaml"
 if "$saturn" run "$work/w-early.yaml" --run-dir "$E" --resume --np 2 --no-trials >"$E.log" 2>&1 &&

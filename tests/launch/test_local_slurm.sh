@@ -128,7 +128,10 @@ note "cluster up; preparing data"
 timeout 120 "$saturn" data prepare --input "$work/text.txt" --output "$work/data" >/dev/null ||
   { bad "saturn data prepare"; exit 1; }
 steps=60
-[[ $mode == requeue ]] && steps=400 # long enough to be signalled mid-run
+# Long enough to be signalled mid-run: the cuts get USR1 one after another past step 40, and
+# one first waits for its `saturn submit` to be taken (at 400 steps a cut had about 4 s left
+# when signalled here, little margin on a loaded machine).
+[[ $mode == requeue ]] && steps=1000
 cat >"$work/w.yaml" <<YAML
 name: slurm-test
 data: {train: data/train.bin, val: data/val.bin}
@@ -339,8 +342,12 @@ jobs:
 YAML
   extra_in=${cuts[0]:-}
 
-  # Signal each once its ranks train (a logged step well before the end).
-  for c in "${cuts[@]}"; do
+  # Signal each once its ranks train (a logged step well before the end); the cut that takes
+  # the submission last, so that its wait for rank 0 to take it does not hold up the others.
+  order=()
+  for c in "${cuts[@]}"; do [[ $c != "$extra_in" ]] && order+=("$c"); done
+  [[ -n "$extra_in" ]] && order+=("$extra_in")
+  for c in "${order[@]}"; do
     id=${job[$c]}
     for _ in $(seq 1 600); do
       s=$(last_step "$work/cut-$c")
