@@ -199,10 +199,10 @@ std::string totals(const RunData& run) {
                    : run.ended ? "work left: resume the run"
                                : fmt::format("ETA {}", format_seconds(run.eta_s))});
   if (run.predicted_makespan_s > 0) {
-    std::string note = "plan 0";
+    std::string note = fmt::format("plan {}", run.predicted_plan);
     if (done)
       note = fmt::format(
-          "plan 0; actual {:+.1f}%",
+          "plan {}; actual {:+.1f}%", run.predicted_plan,
           100.0 * (run.makespan_s - run.predicted_makespan_s) / run.predicted_makespan_s);
     cards.push_back({"predicted makespan", format_seconds(run.predicted_makespan_s), note});
   }

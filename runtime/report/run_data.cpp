@@ -324,7 +324,8 @@ RunData read_run(const fs::path& dir) {
   // resumes it restarts the clock where the killed run started. Its events are shifted to
   // begin where the killed run's segments got (by their metrics), keeping batch time monotonic.
   double offset = 0;
-  std::map<int, double> plan_offset;  // plan index -> the shift of its run
+  std::map<int, double> plan_offset;   // plan index -> the shift of its run
+  std::vector<std::string> submitted;  // jobs `saturn submit` added (submit events)
   if (fs::exists(timeline_file)) {
     run.started = true;
     const std::vector<JsonLine> events = read_jsonl(timeline_file);
@@ -444,6 +445,10 @@ RunData read_run(const fs::path& dir) {
         j.stop_t = t;
         j.stop_step = e.contains("step") ? we.integer(e, "step") : 0;
         j.stop_label = "cancelled";
+      } else if (ev == "submit") {
+        if (e.contains("jobs") && e["jobs"].is_array())
+          for (const auto& id : e["jobs"])
+            if (id.is_string()) submitted.push_back(id.get<std::string>());
       } else if (ev == "signal") {
         run.markers.push_back(
             {t, "signal",
@@ -557,7 +562,17 @@ RunData read_run(const fs::path& dir) {
     if (j.status != "finished" && j.status != "failed" && j.stopped_by.empty())
       run.complete = false;  // stopped by selection or early_stop, or cancelled: done too
   if (!run.plans.empty()) {
-    run.predicted_makespan_s = run.plans.front().makespan_s;
+    // Plan 0 knew nothing of jobs submitted later, which the measured makespan includes.
+    const PlanInfo* predicting = &run.plans.front();
+    for (const auto& id : submitted)
+      for (const auto& p : run.plans)
+        if (std::any_of(p.jobs.begin(), p.jobs.end(),
+                        [&](const PlannedJob& pj) { return pj.id == id; })) {
+          if (p.index > predicting->index) predicting = &p;
+          break;
+        }
+    run.predicted_makespan_s = predicting->makespan_s;
+    run.predicted_plan = predicting->index;
     run.lower_bound_s = run.plans.front().lower_bound_s;
   }
   if (run.devices > 0 && run.makespan_s > 0)

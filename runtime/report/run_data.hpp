@@ -122,10 +122,14 @@ struct RunData {
   // ended, and every job finished, failed, or stopped for good (selection, early_stop,
   // cancel): the makespan is final
   bool complete = false;
-  int exit_code = -1;                // of the latest run when it ended
-  double now_s = 0;                  // batch time of the newest thing the files show
-  double makespan_s = 0;             // now_s once ended; elapsed so far otherwise
-  double predicted_makespan_s = -1;  // plan 0's
+  int exit_code = -1;     // of the latest run when it ended
+  double now_s = 0;       // batch time of the newest thing the files show
+  double makespan_s = 0;  // now_s once ended; elapsed so far otherwise
+  // The makespan the first plan that knew all of the batch's work predicted (as summary.json's
+  // predicted_makespan_s): plan 0's, or once `saturn submit` added jobs, that of the plan that
+  // first placed the last of them.
+  double predicted_makespan_s = -1;
+  int predicted_plan = -1;           // the index of that plan
   double lower_bound_s = -1;         // plan 0's
   double busy_device_s = 0;          // sum over segments of devices x duration
   double utilisation = 0;            // busy / (devices x makespan)

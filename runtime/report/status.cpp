@@ -89,10 +89,10 @@ std::string render_status(const RunData& run) {
           " ({:+.1f}% actual vs predicted)",
           100.0 * (run.makespan_s - run.predicted_makespan_s) / run.predicted_makespan_s);
     out += fmt::format(
-        "{} {} | predicted (plan 0) {} | lower bound {} | device utilisation {:.0f}% of {} "
+        "{} {} | predicted (plan {}) {} | lower bound {} | device utilisation {:.0f}% of {} "
         "devices\n",
-        run.complete ? "makespan" : "elapsed", format_seconds(run.makespan_s), pred,
-        format_seconds(run.lower_bound_s), 100.0 * run.utilisation, run.devices);
+        run.complete ? "makespan" : "elapsed", format_seconds(run.makespan_s), run.predicted_plan,
+        pred, format_seconds(run.lower_bound_s), 100.0 * run.utilisation, run.devices);
   }
   return out;
 }

@@ -226,16 +226,19 @@ assert {"sub1", "sub3", "late"} <= named, named
 # run, the plan that first placed 'late' (taken from the spool after that run's initial plan),
 # not the initial plan, which knew nothing of it; prediction_error compares it with makespan_s.
 initial = [e["plan"] for e in ev if e.get("event") == "plan"][-1]
-mine = [json.load(open(os.path.join(run, "plans", p))) for p in plans
-        if int(p[len("plan-"):-len(".json")]) >= initial]
-assert "late" not in {j["id"] for j in mine[0]["jobs"]}, "late in the resumed run's initial plan"
-placing = next(p for p in mine if "late" in {j["id"] for j in p["jobs"]})
+index = lambda p: int(p[len("plan-"):-len(".json")])
+mine = [(index(p), json.load(open(os.path.join(run, "plans", p)))) for p in plans
+        if index(p) >= initial]
+assert "late" not in {j["id"] for j in mine[0][1]["jobs"]}, "late in the resumed run's initial plan"
+placing_index, placing = next((k, p) for k, p in mine if "late" in {j["id"] for j in p["jobs"]})
+# `saturn status` and `saturn report` show this plan's prediction, labelled with its index.
+open(os.path.join(run, "..", "placing-plan"), "w").write(str(placing_index))
 assert abs(s["predicted_makespan_s"] - placing["makespan_s"]) <= 1e-6 * placing["makespan_s"], \
-    (s["predicted_makespan_s"], placing["makespan_s"], mine[0]["makespan_s"])
+    (s["predicted_makespan_s"], placing["makespan_s"], mine[0][1]["makespan_s"])
 assert abs(s["prediction_error"] - (s["makespan_s"] - s["predicted_makespan_s"]) /
            s["predicted_makespan_s"]) < 1e-9, s["prediction_error"]
 print("predicted makespan: %.2f s (initial plan of the resumed run: %.2f s), measured %.2f s, "
-      "prediction_error %.3f" % (s["predicted_makespan_s"], mine[0]["makespan_s"],
+      "prediction_error %.3f" % (s["predicted_makespan_s"], mine[0][1]["makespan_s"],
                                  s["makespan_s"], s["prediction_error"]))
 assert not [f for f in os.listdir(os.path.join(run, "spool")) if f.endswith(".json")]
 assert len(os.listdir(os.path.join(run, "submitted"))) == 3
@@ -243,14 +246,16 @@ print("statuses:", {j: jobs[j]["status"] for j in sorted(jobs)})
 PY
 then ok "summary.json: submitted jobs finished (sub2 cancelled), plans name them, predicted makespan covers them"
 else bad "summary.json after submit"; fi
+placing=$(cat "$work/placing-plan" 2>/dev/null)
 if out=$("$saturn" status "$run" 2>&1) && grep -q "sub1" <<<"$out" && grep -q "sub3" <<<"$out" &&
-   grep -q "late" <<<"$out"; then
-  ok "saturn status lists the submitted jobs"
+   grep -q "late" <<<"$out" && [ -n "$placing" ] && grep -q "predicted (plan $placing) " <<<"$out"; then
+  ok "saturn status lists the submitted jobs; its prediction is plan $placing's, which placed 'late'"
 else
   bad "saturn status: $out"
 fi
 if "$saturn" report "$run" -o "$work/report.html" > "$work/report.log" 2>&1 &&
-   grep -q "sub3" "$work/report.html" && grep -q "late" "$work/report.html"; then
+   grep -q "sub3" "$work/report.html" && grep -q "late" "$work/report.html" &&
+   grep -q "plan $placing; actual" "$work/report.html"; then
   ok "saturn report renders the submitted jobs"
 else
   bad "saturn report"; tail -5 "$work/report.log"

@@ -333,6 +333,45 @@ TEST_F(ReportTest, StatusShowsLiveProgressPerJob) {
   EXPECT_NE(s.find("running (last update"), std::string::npos) << s;
 }
 
+// Plan 0 knew nothing of a job `saturn submit` added later: the prediction shown is that of the
+// plan that first placed it (as summary.json's predicted_makespan_s), labelled with its index.
+TEST_F(ReportTest, PredictionIsThatOfThePlanThatFirstPlacedASubmittedJob) {
+  {
+    const RunData r = read_run(dir);
+    EXPECT_EQ(r.predicted_plan, 0);
+    EXPECT_DOUBLE_EQ(r.predicted_makespan_s, 20.0);
+    const std::string s = saturn::report::render_status(r);
+    EXPECT_NE(s.find("predicted (plan 0) 20.0s"), std::string::npos) << s;
+  }
+  write(
+      dir / "submitted/0001-more.json",
+      R"({"source":"more.yaml","yaml":"jobs:\n  - {name: d, model: tiny, lr: 2e-3, batch_size: 4}\n"})");
+  write(dir / "plans/plan-001.json",
+        plan_json(5, 18, 10, "1 job(s) submitted",
+                  pjob("a", "ddp", "[0]", 5, 10) + "," + pjob("b", "fsdp", "[1,2]", 5.2, 9) + "," +
+                      pjob("c", "ddp", "[0]", 10, 18) + "," + pjob("d", "ddp", "[2]", 9, 17)));
+  std::ifstream in(dir / "timeline.jsonl");
+  std::string line, text;
+  while (std::getline(in, line)) {
+    if (line.find(R"("event":"replan","plan":1)") != std::string::npos)
+      text +=
+          R"({"event":"submit","jobs":["d"],"request":"0001-more.json","source":"more.yaml","t":4.9})"
+          "\n";
+    text += line + "\n";
+  }
+  in.close();
+  write(dir / "timeline.jsonl", text);
+  const RunData r = read_run(dir);
+  ASSERT_EQ(r.jobs.size(), 4u);
+  EXPECT_EQ(r.predicted_plan, 1);
+  EXPECT_DOUBLE_EQ(r.predicted_makespan_s, 18.0);
+  EXPECT_DOUBLE_EQ(r.lower_bound_s, 15.0);  // still plan 0's bound
+  const std::string s = saturn::report::render_status(r);
+  EXPECT_NE(s.find("predicted (plan 1) 18.0s"), std::string::npos) << s;
+  const std::string html = saturn::report::render_html(r);
+  EXPECT_NE(html.find("plan 1"), std::string::npos);
+}
+
 TEST_F(ReportTest, EndedRunIsFinishedWithMakespan) {
   std::ofstream(dir / "timeline.jsonl", std::ios::app)
       << R"({"event":"job_end","job":"b","step":10,"segment":0,"val_loss":2.5,"t":14.0})"
