@@ -125,9 +125,10 @@ struct RunData {
   int exit_code = -1;     // of the latest run when it ended
   double now_s = 0;       // batch time of the newest thing the files show
   double makespan_s = 0;  // now_s once ended; elapsed so far otherwise
-  // The makespan the first plan that knew all of the batch's work predicted (as summary.json's
-  // predicted_makespan_s): plan 0's, or once `saturn submit` added jobs, that of the plan that
-  // first placed the last of them.
+  // The makespan predicted by the first plan that knew all of the batch's work, over every run
+  // of the directory: plan 0's, or once `saturn submit` added jobs, that of the plan that first
+  // placed the last of them. (summary.json's predicted_makespan_s applies the same rule from
+  // the latest run's first plan, so after a --resume it can name a later plan.)
   double predicted_makespan_s = -1;
   int predicted_plan = -1;           // the index of that plan
   double lower_bound_s = -1;         // plan 0's

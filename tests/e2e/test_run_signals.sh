@@ -95,6 +95,23 @@ start() {
   launcher=$!
   started+=("$launcher")
 }
+# wait_launcher SECONDS: waits for the launcher and returns its exit status; one still running
+# after SECONDS is killed (kill -9 of the launcher ends mpirun and the ranks) and gives 124, so a
+# lost signal fails the test instead of hanging it on a run that never ends.
+wait_launcher() {
+  local _
+  for _ in $(seq 1 $(($1 * 10))); do
+    kill -0 "$launcher" 2>/dev/null || break
+    sleep 0.1
+  done
+  if kill -0 "$launcher" 2>/dev/null; then
+    echo "launcher $launcher still running after $1 s: killed"
+    kill -9 "$launcher"
+    wait "$launcher" 2>/dev/null
+    return 124
+  fi
+  wait "$launcher"
+}
 # rank N: the pid of rank N of the launcher's mpirun (its child with OMPI_COMM_WORLD_RANK=N).
 rank() {
   for p in $(pgrep -P "$(pgrep -P "$launcher")"); do
@@ -145,8 +162,12 @@ for who in 1 0; do
   start "$B" "$work/long.yaml" --run-dir "$B"
   wait_past "$B" 20 || bad "sigterm $who: no training"
   victim=$(rank $who)
-  kill -TERM "$victim"
-  wait "$launcher"
+  if [ -n "$victim" ]; then
+    kill -TERM "$victim"
+  else
+    echo "sigterm $who: no rank $who of launcher $launcher found"
+  fi
+  wait_launcher 120
   rc=$?
   if [ $rc -eq 99 ] && grep -q "warning: signal 15 (SIGTERM) received: checkpointing every running job" "$B.log" &&
     ! grep -q "signal 10" "$B.log" && $py - "$B" <<'PY'

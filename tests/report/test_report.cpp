@@ -334,7 +334,7 @@ TEST_F(ReportTest, StatusShowsLiveProgressPerJob) {
 }
 
 // Plan 0 knew nothing of a job `saturn submit` added later: the prediction shown is that of the
-// plan that first placed it (as summary.json's predicted_makespan_s), labelled with its index.
+// plan that first placed it, labelled with its index.
 TEST_F(ReportTest, PredictionIsThatOfThePlanThatFirstPlacedASubmittedJob) {
   {
     const RunData r = read_run(dir);
@@ -342,6 +342,8 @@ TEST_F(ReportTest, PredictionIsThatOfThePlanThatFirstPlacedASubmittedJob) {
     EXPECT_DOUBLE_EQ(r.predicted_makespan_s, 20.0);
     const std::string s = saturn::report::render_status(r);
     EXPECT_NE(s.find("predicted (plan 0) 20.0s"), std::string::npos) << s;
+    EXPECT_NE(saturn::report::render_html(r).find(R"(<div class="n">plan 0</div>)"),
+              std::string::npos);
   }
   write(
       dir / "submitted/0001-more.json",
@@ -369,7 +371,7 @@ TEST_F(ReportTest, PredictionIsThatOfThePlanThatFirstPlacedASubmittedJob) {
   const std::string s = saturn::report::render_status(r);
   EXPECT_NE(s.find("predicted (plan 1) 18.0s"), std::string::npos) << s;
   const std::string html = saturn::report::render_html(r);
-  EXPECT_NE(html.find("plan 1"), std::string::npos);
+  EXPECT_NE(html.find(R"(<div class="n">plan 1</div>)"), std::string::npos);  // the card's note
 }
 
 TEST_F(ReportTest, EndedRunIsFinishedWithMakespan) {
