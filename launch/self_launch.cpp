@@ -13,11 +13,13 @@
 #include <cerrno>
 #include <charconv>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 #include <thread>
 
+#include "runtime/core/atomic_file.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/log.hpp"
 
@@ -331,7 +333,12 @@ std::optional<int> self_launch_if_needed(int np, const std::string& hostfile,
   request.hostfile_path = hostfile;
   request.command.push_back(current_executable().string());
   request.command.insert(request.command.end(), args.begin(), args.end());
-  const LaunchPlan plan = build_mpirun_command(request, current_host_facts(env), env);
+  // Where rank 0 records the run's exit code (record_exit_code), passed on like every SATURN_
+  // variable (to remote ranks too, with -x).
+  Environment child_env = env;
+  const std::filesystem::path code_file = exit_code_file_for(::getpid(), env);
+  child_env[kExitCodeFileVar] = code_file.string();
+  const LaunchPlan plan = build_mpirun_command(request, current_host_facts(env), child_env);
   for (const auto& note : plan.notes) log::info("launch: {}", note);
   std::string line;
   for (const auto& a : plan.argv) line += (line.empty() ? "" : " ") + a;
@@ -340,7 +347,62 @@ std::optional<int> self_launch_if_needed(int np, const std::string& hostfile,
   child.own_process_group = true;
   child.parent_death_signal = SIGTERM;
   child.graceful_stop_signal = SIGUSR1;  // mpirun forwards SIGUSR1 to every rank as it is
-  return run_child(plan.argv, plan.env, child);
+  struct RemoveCodeFile {
+    std::filesystem::path file;
+    ~RemoveCodeFile() {
+      std::error_code ec;
+      std::filesystem::remove(file, ec);
+    }
+  } remove_code_file{code_file};
+  const int status = run_child(plan.argv, plan.env, child);
+  return launch_exit_code(status, read_recorded_exit_code(code_file));
+}
+
+std::filesystem::path exit_code_file_for(int pid, const Environment& env) {
+  const std::string* tmp = env_get(env, "TMPDIR");
+  const std::filesystem::path dir = tmp != nullptr && !tmp->empty() ? *tmp : "/tmp";
+  return dir / fmt::format("saturn-exit-code.{}", pid);
+}
+
+void record_exit_code(int code) {
+  const char* file = std::getenv(kExitCodeFileVar);
+  if (file == nullptr || *file == '\0') return;
+  try {
+    write_file_atomic(file, fmt::format("{}\n", code));
+  } catch (const std::exception& e) {
+    log::warn("cannot record the exit code {} in {}: {}", code, file, e.what());
+  }
+}
+
+std::optional<int> read_recorded_exit_code(const std::filesystem::path& file) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(file, ec)) return std::nullopt;
+  std::ifstream in(file);
+  int code = -1;
+  if (!(in >> code) || (code != kExitOk && code != kExitFailure && code != kExitBadInput &&
+                        code != kExitCheckpointed))
+    return std::nullopt;
+  return code;
+}
+
+int launch_exit_code(int mpirun_status, std::optional<int> recorded) {
+  if (recorded) {
+    if (*recorded != mpirun_status)
+      log::info(
+          "mpirun exited with {}; the run recorded exit code {}, which this command exits with",
+          mpirun_status, *recorded);
+    return *recorded;
+  }
+  if (mpirun_status == kExitOk || mpirun_status == kExitFailure || mpirun_status == kExitBadInput ||
+      mpirun_status == kExitCheckpointed)
+    return mpirun_status;
+  log::error(
+      "mpirun exited with {}{} and rank 0 recorded no exit code: a rank was killed or crashed "
+      "before the run ended; exiting with 1 (checkpoints written so far are kept: `saturn run "
+      "--resume RUN_DIR` continues from them)",
+      mpirun_status,
+      mpirun_status > 128 ? fmt::format(" (signal {})", mpirun_status - 128) : std::string());
+  return kExitFailure;
 }
 
 std::filesystem::path current_executable() {

@@ -99,10 +99,27 @@ std::string find_on_path(const Environment& env, const std::string& name);
 // The running executable's absolute path (/proc/self/exe), so remote ranks start the same file.
 std::filesystem::path current_executable();
 
+// The environment variable naming the file in which rank 0 records the run's exit code, set by
+// self_launch_if_needed for its ranks.
+inline constexpr const char* kExitCodeFileVar = "SATURN_EXIT_CODE_FILE";
+// $TMPDIR (else /tmp)/saturn-exit-code.PID: the launcher's file for kExitCodeFileVar.
+std::filesystem::path exit_code_file_for(int pid, const Environment& env);
+// Rank 0 of a self-launched run, at its end: writes `code` to the file kExitCodeFileVar names
+// (nothing when unset; a warning when it cannot be written).
+void record_exit_code(int code);
+// The code recorded in `file`: nullopt when there is none, or it is not one of 0, 1, 2, 99.
+std::optional<int> read_recorded_exit_code(const std::filesystem::path& file);
+// What the launching process exits with: the code the run recorded, however mpirun ended
+// (mpirun stopped by SIGTERM exits 1 even when every rank checkpointed and exited 99, so a
+// wrapper that requeues on 99 would not); without one, mpirun's status when it is a code of the
+// contract (0, 1, 2, 99), else 1 (a rank killed by a signal: 137 is not a code of Saturn's).
+int launch_exit_code(int mpirun_status, std::optional<int> recorded);
+
 // What `saturn run --np N [--hostfile F]` calls first, before MPI_Init. When no launcher
 // started this process (detect_launcher(env) is kNone), it logs the decisions, runs
 // `mpirun ... <this executable> <args>` with the child's environment built from `env`, and
-// returns mpirun's exit status for the parent to exit with (99 passes through for requeues).
+// returns the exit code for the parent to exit with: the one the run recorded (launch_exit_code;
+// 99 passes through for requeues, also when mpirun itself was stopped by a signal).
 // mpirun runs in its own process group and dies with this process (SIGTERM: it stops the
 // ranks); SIGINT, SIGTERM or SIGHUP here reach the ranks as SIGUSR1 (checkpoint, exit 99).
 // Otherwise it returns nullopt: this process is a rank, and the caller initialises MPI (and

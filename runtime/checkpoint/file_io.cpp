@@ -16,6 +16,7 @@
 #include "runtime/checkpoint/checksum.hpp"
 #include "runtime/checkpoint/metadata.hpp"
 #include "runtime/core/error.hpp"
+#include "runtime/core/files.hpp"
 #include "runtime/model/parameters.hpp"
 
 namespace saturn::ckpt::detail {
@@ -68,10 +69,16 @@ h5::Handle transfer_props(bool two_phase) {
 h5::Handle open_file(MPI_Comm comm, const fs::path& path, Status& st) {
   h5::Handle f;
   attempt(st, "", [&] {
+    // Not opened at all when it is a FIFO, a device or a directory: MPI-IO would block on a
+    // FIFO, and HDF5's messages would not say what is wrong.
+    std::error_code ec;
+    const fs::file_status status = fs::status(path, ec);
+    if (fs::exists(status) && !fs::is_regular_file(status))
+      throw std::runtime_error(
+          fmt::format("is {}, not a regular file", describe_file_type(status)));
     h5::Handle fapl = file_access(comm);
     f = h5::file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()));
     if (!f) {
-      std::error_code ec;
       if (!fs::exists(path, ec)) throw std::runtime_error("no such file");
       h5_fail("cannot open as HDF5");
     }

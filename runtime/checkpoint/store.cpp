@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <charconv>
 #include <fstream>
+#include <sstream>
 
 #include "runtime/core/atomic_file.hpp"
+#include "runtime/core/files.hpp"
 #include "runtime/core/log.hpp"
 
 namespace saturn::ckpt {
@@ -123,9 +125,17 @@ fs::path save_final_checkpoint(MPI_Comm comm, const fs::path& job_dir, const Che
 }
 
 std::optional<std::string> read_latest(const fs::path& job_dir) {
-  std::ifstream in(checkpoints_dir(job_dir) / "latest");
+  // A `latest` that cannot be read as a file (missing, or a FIFO or directory put there) is
+  // no pointer: the loader then takes the newest checkpoint file it finds.
+  std::string text;
+  try {
+    text = read_input_file(checkpoints_dir(job_dir) / "latest", 4096);
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+  std::istringstream in(text);
   std::string name;
-  if (!in || !std::getline(in, name)) return std::nullopt;
+  if (!std::getline(in, name)) return std::nullopt;
   while (!name.empty() && (name.back() == '\r' || name.back() == ' ')) name.pop_back();
   if (name.empty()) return std::nullopt;
   return name;

@@ -1,6 +1,7 @@
 #include "runtime/checkpoint/tools.hpp"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
@@ -8,11 +9,15 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "runtime/checkpoint/checksum.hpp"
 #include "runtime/checkpoint/slices.hpp"
+#include "runtime/comm/agree.hpp"
+#include "runtime/comm/mpi_communicator.hpp"
 #include "runtime/core/atomic_file.hpp"
+#include "runtime/core/files.hpp"
+#include "runtime/core/json_file.hpp"
+#include "runtime/core/output_dir.hpp"
 #include "runtime/hf/hf_model.hpp"
 #include "runtime/hf/safetensors.hpp"
 #include "runtime/model/parameters.hpp"
@@ -110,8 +115,9 @@ std::size_t export_safetensors(const fs::path& file, const fs::path& out) {
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // data starts 8-byte aligned
 
+  check_output_file(out);
   fs::path tmp = out;
-  tmp += ".tmp";
+  tmp += fmt::format(".tmp.{}", ::getpid());
   if (!out.parent_path().empty()) fs::create_directories(out.parent_path());
   std::size_t count = 0;
   try {
@@ -147,6 +153,11 @@ void write_json_file(const fs::path& path, const nlohmann::ordered_json& j) {
   write_file_atomic(path, j.dump(2) + "\n");
 }
 
+// What an export carries from the model it was imported from (HfExportOptions::origin).
+constexpr const char* kTokenizerFiles[] = {
+    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
+    "merges.txt",     "tokenizer.model",       "added_tokens.json"};
+
 bool is_weight_file(const std::string& name) {
   const auto ends = [&](const std::string& tail) {
     return name.size() >= tail.size() &&
@@ -156,29 +167,46 @@ bool is_weight_file(const std::string& name) {
          (name.rfind("model-", 0) == 0 && ends(".safetensors"));
 }
 
+// Model fields an export's config.json and the checkpoint must agree on for `--from` to be the
+// model the checkpoint was trained from (its tokenizer and special tokens are carried over).
+void check_origin(const fs::path& origin, const ModelConfig& trained) {
+  std::error_code ec;
+  if (!fs::is_directory(origin, ec))
+    throw InputError(fmt::format(
+        "--from {}: is not a directory (valid: the Hugging Face model directory the job was "
+        "imported from)",
+        origin.string()));
+  const hf::HfModel source = hf::read_config(origin);
+  const ModelConfig& m = source.model;
+  const auto differs = [&](const char* field, auto theirs, auto ours) {
+    if (theirs == ours) return;
+    throw InputError(fmt::format(
+        "--from {}: its config.json has {} = {}, the checkpoint's model {} = {}: not the model "
+        "the checkpoint was trained from, whose tokenizer and special tokens the export would "
+        "carry (valid: the directory given as `from:`, or no --from)",
+        origin.string(), source.field_names.count(field) ? source.field_names.at(field) : field,
+        theirs, field, ours));
+  };
+  differs("arch", std::string(arch_name(m.arch)), std::string(arch_name(trained.arch)));
+  differs("vocab_size", m.vocab_size, trained.vocab_size);
+  differs("d_model", m.d_model, trained.d_model);
+  differs("n_layer", m.n_layer, trained.n_layer);
+  differs("n_head", m.n_head, trained.n_head);
+  differs("n_kv_head", m.kv_heads(), trained.kv_heads());
+  differs("d_ff", m.ffn_dim(), trained.ffn_dim());
+  differs("max_seq_len", m.max_seq_len, trained.max_seq_len);
+  differs("tie_embeddings", m.tied(), trained.tied());
+}
+
 // The special-token ids of the origin's config.json in the exported one, its
 // generation_config.json as is, and its tokenizer files; returns the files copied.
 std::vector<std::string> carry_origin(const fs::path& origin, const fs::path& dir,
                                       nlohmann::ordered_json& config,
                                       nlohmann::ordered_json& generation) {
   std::error_code ec;
-  if (!fs::is_directory(origin, ec))
-    throw InputError(fmt::format(
-        "Hugging Face origin {} is not a directory (valid: the model directory the job was "
-        "imported from)",
-        origin.string()));
-  auto read = [](const fs::path& file) {
-    std::ifstream in(file);
-    if (!in) throw IoError(fmt::format("cannot open {}", file.string()));
-    try {
-      return nlohmann::ordered_json::parse(in);
-    } catch (const nlohmann::json::exception& e) {
-      throw InputError(fmt::format("{} is not valid JSON: {}", file.string(), e.what()));
-    }
-  };
   const fs::path origin_config = origin / "config.json";
   if (fs::exists(origin_config, ec)) {
-    const auto src = read(origin_config);
+    const auto src = read_ordered_json_file(origin_config);
     // As they came, even an id beyond this vocabulary (a toy GPT-2 config keeps 50256):
     // transformers loaded the origin with them.
     for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"}) {
@@ -190,28 +218,59 @@ std::vector<std::string> carry_origin(const fs::path& origin, const fs::path& di
   }
   std::vector<std::string> carried;
   if (fs::exists(origin / "generation_config.json", ec)) {
-    generation = read(origin / "generation_config.json");
+    generation = read_ordered_json_file(origin / "generation_config.json");
     carried.push_back("generation_config.json");
   }
-  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                           "vocab.json", "merges.txt", "tokenizer.model", "added_tokens.json"}) {
+  for (const char* name : kTokenizerFiles) {
     const fs::path from = origin / name;
-    if (!fs::is_regular_file(from, ec)) continue;
-    std::ifstream in(from, std::ios::binary);
-    std::ostringstream bytes;
-    bytes << in.rdbuf();
-    if (!in.good() && !in.eof()) throw IoError(fmt::format("cannot read {}", from.string()));
-    write_file_atomic(dir / name, bytes.str());
+    if (!fs::exists(from, ec)) continue;
+    write_file_atomic(dir / name, read_input_file(from));
     carried.push_back(name);
   }
   return carried;
 }
 
+// An earlier export of Saturn's, which an export may replace without --force: only files an
+// export writes, among them weights whose safetensors metadata says Saturn wrote them.
+bool is_saturn_hf_export(const fs::path& dir) {
+  std::error_code ec;
+  bool has_weights = false;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!entry.is_regular_file(ec) || entry.is_symlink(ec)) return false;
+    const bool tokenizer = std::find(std::begin(kTokenizerFiles), std::end(kTokenizerFiles),
+                                     name) != std::end(kTokenizerFiles);
+    if (name == "config.json" || name == "generation_config.json" ||
+        name == "model.safetensors.index.json" || tokenizer)
+      continue;
+    if (!is_weight_file(name)) return false;
+    try {
+      const hf::SafetensorsFile f(entry.path());
+      const auto it = f.metadata().find("source");
+      if (it == f.metadata().end() || it->second != "saturn-checkpoint") return false;
+    } catch (const Error&) {
+      return false;
+    }
+    has_weights = true;
+  }
+  return has_weights && !ec;
+}
+
 }  // namespace
 
-HfExportResult export_hf(const fs::path& file, const fs::path& dir,
+HfExportResult export_hf(const fs::path& file, const fs::path& target,
                          const HfExportOptions& options) {
   const CheckpointMeta meta = read_meta(MPI_COMM_SELF, file);
+  if (!options.origin.empty()) check_origin(options.origin, meta.model);
+  OutputDirOptions out_options;
+  out_options.force = options.force;
+  out_options.is_ours = is_saturn_hf_export;
+  if (!options.origin.empty())
+    out_options.protected_dirs.emplace_back(
+        options.origin, fmt::format("--from {}, the model the checkpoint was imported from",
+                                    options.origin.string()));
+  StagedOutputDir out(target, out_options);
+  const fs::path& dir = out.path();
   const ParameterLayout layout(meta.model);
   HfExportResult result;
   result.model = meta.model;
@@ -238,7 +297,6 @@ HfExportResult export_hf(const fs::path& file, const fs::path& dir,
       {"source", "saturn-checkpoint"},
       {"job_id", meta.job_id},
       {"step", std::to_string(meta.step)}};
-  fs::create_directories(dir);
 
   std::unique_ptr<hf::SafetensorsWriter> writer;
   int shard = -1;
@@ -274,39 +332,39 @@ HfExportResult export_hf(const fs::path& file, const fs::path& dir,
     result.carried = carry_origin(options.origin, dir, config, generation);
   write_json_file(dir / "config.json", config);
   write_json_file(dir / "generation_config.json", generation);
-  // Weight files of an earlier export that this one did not write would be read instead of,
-  // or beside, the new ones (an index wins over model.safetensors).
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    const std::string name = entry.path().filename().string();
-    const bool written = std::find(names.begin(), names.end(), name) != names.end() ||
-                         (n > 1 && name == "model.safetensors.index.json");
-    if (is_weight_file(name) && !written) fs::remove(entry.path());
-  }
+  out.commit();
   result.shards = n;
   return result;
 }
 
 CheckpointMeta import_hf(MPI_Comm comm, const fs::path& dir, const fs::path& out) {
-  int rank = 0, size = 1;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &size);
-  const hf::HfModel hm = hf::read_config(dir);
-  const hf::HfWeights weights(dir, hm.model);
-  const ParameterLayout layout(hm.model);
-  const std::size_t total = layout.total();
-  const std::size_t begin = total * static_cast<std::size_t>(rank) / static_cast<std::size_t>(size);
-  const std::size_t end =
-      total * static_cast<std::size_t>(rank + 1) / static_cast<std::size_t>(size);
-  std::vector<float> part(end - begin);
-  StateView view;
-  view.params = flat_range_slices(layout, begin, end, part.data());
-  weights.fill(view.params);
+  const auto world = comm::MpiCommunicator::borrow(comm);
+  const int rank = world->rank(), size = world->size();
+  // Everything about the input is checked, and every rank's part read, before the collective
+  // write: a rank that fails (a bad shard, a non-finite value in its range) fails them all
+  // alike, exit 2 naming the file, and nothing is written.
   CheckpointMeta meta;
-  meta.job_id = "hf-import";
-  meta.model = hm.model;
-  meta.train.seq_len = hm.model.max_seq_len;
-  meta.strategy = "hf-import";
-  meta.devices = size;
+  std::vector<float> part;
+  StateView view;
+  comm::agree_on(*world, [&] {
+    check_output_file(out);
+    const hf::HfModel hm = hf::read_config(dir);
+    const hf::HfWeights weights(dir, hm.model);
+    const ParameterLayout layout(hm.model);
+    const std::size_t total = layout.total();
+    const std::size_t begin =
+        total * static_cast<std::size_t>(rank) / static_cast<std::size_t>(size);
+    const std::size_t end =
+        total * static_cast<std::size_t>(rank + 1) / static_cast<std::size_t>(size);
+    part.resize(end - begin);
+    view.params = flat_range_slices(layout, begin, end, part.data());
+    weights.fill(view.params);
+    meta.job_id = "hf-import";
+    meta.model = hm.model;
+    meta.train.seq_len = hm.model.max_seq_len;
+    meta.strategy = "hf-import";
+    meta.devices = size;
+  });
   write_checkpoint(comm, out, meta, view);
   return meta;
 }

@@ -21,7 +21,8 @@ std::string format_inspection(const std::filesystem::path& file, const Checkpoin
 // "data_offsets": [begin, end]}, ...} padded with spaces to a multiple of 8, then the raw
 // little-endian float32 data in the header's order. Names are the checkpoint's (Hugging Face).
 // Each tensor's checksum is verified as it streams through (one tensor in memory at a time);
-// the output is written to OUT.tmp and renamed, so a failed export leaves nothing behind.
+// the output is written to OUT.tmp.PID and renamed, so a failed export leaves nothing behind.
+// InputError when `out` exists and is not a regular file (check_output_file).
 // Returns the number of tensors written.
 std::size_t export_safetensors(const std::filesystem::path& file, const std::filesystem::path& out);
 
@@ -31,18 +32,26 @@ std::size_t export_safetensors(const std::filesystem::path& file, const std::fil
 // in model.safetensors, or in model-0000K-of-0000N.safetensors shards of at most
 // max_shard_bytes each (a larger tensor gets a shard of its own) with
 // model.safetensors.index.json when they do not fit one. Tensors stream through one at a time,
-// each verified against its checksum; every file is written as .tmp and renamed, and weight
-// files of an earlier export into the same directory that this one does not rewrite are removed.
+// each verified against its checksum.
+//
+// The directory is written whole into a staging directory beside `dir` and replaces it only
+// when complete (StagedOutputDir), so a failed export leaves `dir` as it was. `dir` must be new,
+// empty, or an earlier export of Saturn's (only the files an export writes, its weights marked
+// source=saturn-checkpoint); anything else is an InputError unless `force` (which deletes what
+// it holds). It may never be, or lie inside, `origin`.
 //
 // With `origin` (the Hugging Face directory the model was imported from, e.g. the workload's
 // models.NAME.from) the export is handed back as it came: the special-token ids of its
 // config.json (bos/eos/pad), its generation_config.json, and its tokenizer files
 // (tokenizer.json, tokenizer_config.json, special_tokens_map.json, vocab.json, merges.txt,
-// tokenizer.model, added_tokens.json, those present) are carried over. Without it the
-// special-token ids are null: Saturn does not know the tokenizer.
+// tokenizer.model, added_tokens.json, those present) are carried over. Its config.json must
+// describe the checkpoint's model (InputError naming the field that differs), and is checked
+// before anything is written. Without it the special-token ids are null: Saturn does not know
+// the tokenizer.
 struct HfExportOptions {
   std::uint64_t max_shard_bytes = std::uint64_t{5} << 30;
   std::filesystem::path origin;
+  bool force = false;
 };
 struct HfExportResult {
   std::size_t tensors = 0;
@@ -55,7 +64,9 @@ HfExportResult export_hf(const std::filesystem::path& file, const std::filesyste
 
 // Converts a Hugging Face model directory (hf::read_config, hf::HfWeights) into a checkpoint
 // file of weights only (step 0, no optimizer state). Collective over comm: each rank reads and
-// writes an equal flat range of the canonical layout, so no rank holds the whole model.
+// writes an equal flat range of the canonical layout, so no rank holds the whole model. The
+// ranks agree on every check before writing (comm::AgreedFailure on all of them): `out` not a
+// regular file, config.json and the weights' headers, a value that is not finite.
 CheckpointMeta import_hf(MPI_Comm comm, const std::filesystem::path& dir,
                          const std::filesystem::path& out);
 

@@ -12,6 +12,7 @@
 #include "runtime/checkpoint/slices.hpp"
 #include "runtime/comm/agree.hpp"
 #include "runtime/comm/mpi_communicator.hpp"
+#include "runtime/core/files.hpp"
 #include "runtime/core/log.hpp"
 #include "runtime/workload/config_json.hpp"
 
@@ -167,8 +168,9 @@ std::optional<TrainPoint> resume_training(MPI_Comm comm, const JobCheckpointing&
 }
 
 void truncate_metrics(const fs::path& file, std::int64_t step) {
-  std::ifstream in(file);
-  if (!in) return;
+  std::error_code ec;
+  if (!fs::exists(file, ec)) return;
+  std::istringstream in(read_input_file(file));
   std::ostringstream kept;
   std::string line;
   while (std::getline(in, line)) {
@@ -177,7 +179,6 @@ void truncate_metrics(const fs::path& file, std::int64_t step) {
     if (j.is_discarded() || !j.contains("step") || !j["step"].is_number_integer()) continue;
     if (j["step"].get<std::int64_t>() <= step) kept << line << '\n';
   }
-  in.close();
   std::ofstream out(file, std::ios::trunc);
   out << kept.str();
   if (!out) throw IoError(fmt::format("cannot rewrite {}", file.string()));

@@ -14,6 +14,8 @@
 #include "runtime/checkpoint/mpi_env.hpp"
 #include "runtime/checkpoint/tools.hpp"
 #include "runtime/cli/commands.hpp"
+#include "runtime/comm/agree.hpp"
+#include "runtime/comm/mpi_communicator.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/log.hpp"
 #include "runtime/workload/config_json.hpp"
@@ -29,6 +31,7 @@ struct CkptArgs {
   std::string output;
   std::string max_shard_size = "5GiB";
   std::string origin;
+  bool force = false;
 };
 
 int run_inspect(const CkptArgs& a) {
@@ -82,6 +85,7 @@ int run_export(const CkptArgs& a) {
     opt.max_shard_bytes = parse_bytes(a.max_shard_size, "--max-shard-size");
     if (opt.max_shard_bytes == 0) throw InputError("--max-shard-size must be > 0");
     opt.origin = a.origin;
+    opt.force = a.force;
     const ckpt::HfExportResult r = ckpt::export_hf(a.file, a.output, opt);
     log::info(
         "wrote a Hugging Face {} model to {}: config.json, generation_config.json and {} "
@@ -102,7 +106,12 @@ int run_import(const CkptArgs& a) {
   const ckpt::MpiGuard mpi;
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  const ckpt::CheckpointMeta meta = ckpt::import_hf(MPI_COMM_WORLD, a.file, a.output);
+  ckpt::CheckpointMeta meta;
+  try {
+    meta = ckpt::import_hf(MPI_COMM_WORLD, a.file, a.output);
+  } catch (const comm::AgreedFailure& e) {
+    return comm::report_agreed_failure(*comm::MpiCommunicator::borrow(MPI_COMM_WORLD), e);
+  }
   if (rank == 0)
     log::info(
         "wrote {} ({} n_layer {} n_head {} n_kv_head {} d_model {} d_ff {} vocab {}, {} "
@@ -151,7 +160,13 @@ void add_ckpt_command(CLI::App& root, Action* action) {
   exp->add_option("--from", args->origin,
                   "hf: the Hugging Face directory the model was imported from; its special-token "
                   "ids, generation_config.json and tokenizer files are carried into the export "
-                  "(`export: hf` in a workload does this for models.NAME.from)");
+                  "(`export: hf` in a workload does this for models.NAME.from); it must be that "
+                  "model (its config.json is checked against the checkpoint), and the export "
+                  "never writes into it");
+  exp->add_flag("--force", args->force,
+                "hf: replace an output directory that holds something other than an earlier "
+                "export of Saturn's (what it holds is deleted); without it such a directory is "
+                "refused");
   exp->callback([args, action] { *action = [args] { return run_export(*args); }; });
 
   CLI::App* imp = cmd->add_subcommand(

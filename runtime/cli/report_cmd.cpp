@@ -12,6 +12,7 @@
 #include "runtime/cli/commands.hpp"
 #include "runtime/core/atomic_file.hpp"
 #include "runtime/core/error.hpp"
+#include "runtime/core/files.hpp"
 #include "runtime/report/run_data.hpp"
 
 namespace saturn::cli {
@@ -23,10 +24,11 @@ struct ReportArgs {
 };
 
 int run_report(const ReportArgs& a) {
-  const report::RunData run = report::read_run(a.run_dir);
   const std::filesystem::path out = a.output.empty()
                                         ? std::filesystem::path(a.run_dir) / "report.html"
                                         : std::filesystem::path(a.output);
+  check_output_file(out);  // before reading the run: a refused -o costs nothing
+  const report::RunData run = report::read_run(a.run_dir);
   const std::string html = report::render_html(run);
   // Through a temporary name: a browser reloading the page never sees half of it.
   write_file_atomic(out, html);

@@ -116,8 +116,14 @@ int run_run(RunArgs a, int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   if (a.np > 0 && size != a.np)
     throw InputError(fmt::format("--np {} but this launcher started {} ranks", a.np, size));
-  const int code = bind_rank_device(a);
-  return code == kExitOk ? exec::run_batch(a.options) : code;
+  int code = bind_rank_device(a);
+  if (code == kExitOk) code = exec::run_batch(a.options);
+  // For a `saturn run --np N` that launched this rank: its exit code is the run's, however
+  // mpirun itself ends (launch::launch_exit_code).
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank == 0) launch::record_exit_code(code);
+  return code;
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "runtime/core/error.hpp"
+#include "runtime/core/files.hpp"
 
 namespace saturn {
 namespace {
@@ -30,6 +31,7 @@ void fsync_path(const fs::path& path, int flags, bool must) {
 
 void write_file_atomic(const fs::path& path, std::string_view content, Durability durability,
                        fs::perms mode) {
+  check_output_file(path);
   // One temporary name per process: two processes writing the same file do not mix bytes.
   const fs::path tmp = path.string() + fmt::format(".tmp.{}", ::getpid());
   std::error_code ec;

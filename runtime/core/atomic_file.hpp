@@ -14,7 +14,8 @@ enum class Durability {
 };
 
 // Throws IoError naming the file when it cannot be written or renamed; the temporary file is
-// removed then. `mode` (when not perms::unknown) is set before the rename.
+// removed then. InputError when `path` exists and is not a regular file (check_output_file). `mode`
+// (when not perms::unknown) is set before the rename.
 void write_file_atomic(const std::filesystem::path& path, std::string_view content,
                        Durability durability = Durability::kNone,
                        std::filesystem::perms mode = std::filesystem::perms::unknown);

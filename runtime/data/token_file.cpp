@@ -17,6 +17,7 @@
 #include <system_error>
 
 #include "runtime/core/error.hpp"
+#include "runtime/core/files.hpp"
 
 namespace saturn::data {
 
@@ -307,6 +308,7 @@ std::vector<std::uint32_t> read_tokens(const fs::path& path, std::uint32_t vocab
 }
 
 void write_llmc_tokens(const fs::path& path, std::span<const std::uint16_t> tokens) {
+  check_output_file(path);  // renamed over below: never over a FIFO, device or link
   if (tokens.size() > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()))
     throw InputError(
         fmt::format("cannot write {}: {} tokens exceed the llm.c format's limit of {} per file",
@@ -335,6 +337,7 @@ void write_llmc_tokens(const fs::path& path, std::span<const std::uint16_t> toke
 }
 
 void write_hdf5_tokens(const fs::path& path, std::span<const std::uint32_t> tokens) {
+  check_output_file(path);
   const fs::path tmp = fs::path(path.string() + fmt::format(".tmp.{}", ::getpid()));
   auto fail = [&](const std::string& what) {
     std::error_code ignored;

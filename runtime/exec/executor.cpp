@@ -16,6 +16,7 @@
 #include "runtime/comm/agree.hpp"
 #include "runtime/comm/mpi_communicator.hpp"
 #include "runtime/core/atomic_file.hpp"
+#include "runtime/core/byte_hash.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/log.hpp"
 #include "runtime/exec/cluster.hpp"
@@ -28,6 +29,7 @@
 #include "runtime/exec/selection.hpp"
 #include "runtime/exec/signals.hpp"
 #include "runtime/exec/submission.hpp"
+#include "runtime/hf/hf_model.hpp"
 #include "runtime/workload/run_workload.hpp"
 
 namespace saturn::exec {
@@ -78,9 +80,8 @@ ResumeState read_resume_state(const Workload& w, const fs::path& run_dir) {
     s.steps_done.push_back(step);
   }
   const fs::path state_file = run_dir / "run_state.json";
-  std::ifstream in(state_file);
-  if (in) {
-    const auto j = nlohmann::json::parse(in, nullptr, false);
+  if (const auto state = read_run_state(run_dir)) {
+    const nlohmann::json& j = *state;
     // Without its selection state a resumed run would decide its rungs again, differently.
     if (w.selection.enabled() && j.is_discarded())
       throw InputError(fmt::format(
@@ -194,6 +195,69 @@ void check_resumable(const Workload& w, const fs::path& run_dir) {
   }
 }
 
+// --resume: the Hugging Face models the run started from (`from:`) must be as they were. A job
+// that checkpointed would continue from other weights than it started with, and one that had
+// not started would train another model than the batch planned, silently. The directories are
+// read whole again (checksums and finite values, hf::scan_model_dir) and compared with what
+// run_state.json recorded, before any rank trains. The verified checksums are recorded again.
+void check_models_unchanged(const nlohmann::json& state, const fs::path& run_dir, Workload& w) {
+  const fs::path file = run_dir / "run_state.json";
+  const auto dirs = recorded_model_dirs(state);
+  const auto it = state.find("model_checksums");
+  if (it == state.end() || !it->is_object()) {
+    if (!dirs.empty())
+      log::warn(
+          "--resume: {} records no checksums of the run's `from:` models (written by an older "
+          "Saturn): whether they changed since the run started is not checked",
+          file.string());
+    return;
+  }
+  for (const auto& [model, recorded] : it->items()) {
+    const auto dir = dirs.find(model);
+    if (dir == dirs.end() || !recorded.is_object())
+      throw InputError(fmt::format(
+          "--resume: {}: model_checksums.{} is malformed (expected file: checksum, for a model "
+          "of model_dirs)",
+          file.string(), model));
+    const std::string where =
+        fmt::format("--resume: models.{}.from {}", model, dir->second.string());
+    hf::ModelDirChecksums now;
+    try {
+      now = hf::scan_model_dir(dir->second, hf::read_config(dir->second).model);
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("{}: {}", where, e.what()));
+    }
+    std::map<std::string, std::uint64_t> was;
+    for (const auto& [name, sum] : recorded.items()) {
+      std::uint64_t v = 0;
+      if (!sum.is_string() || !parse_hash(sum.get<std::string>(), v))
+        throw InputError(
+            fmt::format("--resume: {}: model_checksums.{}.{}: expected \"0x...\", got {}",
+                        file.string(), model, name, sum.dump()));
+      was[name] = v;
+    }
+    for (const auto& [name, sum] : was) {
+      const auto n = now.files.find(name);
+      if (n == now.files.end() || n->second != sum)
+        throw InputError(fmt::format(
+            "{} changed since the run started: {} {} (recorded {}); its jobs would continue from "
+            "other weights than they started with, or train another model than the batch "
+            "planned (valid: restore the directory as it was, or start a new run with another "
+            "--run-dir)",
+            where, name,
+            n == now.files.end() ? "is gone" : "has checksum " + format_hash(n->second),
+            format_hash(sum)));
+    }
+    for (const auto& [name, sum] : now.files)
+      if (!was.count(name))
+        throw InputError(fmt::format(
+            "{} changed since the run started: {} is new (valid: restore the directory as it "
+            "was, or start a new run with another --run-dir)",
+            where, name));
+    w.pretrained_checksums[model] = was;
+  }
+}
+
 // A resumed run is the run its directory holds: RUN_DIR/workload.yaml, the text it started
 // with (or that was edited there to change it), is what `saturn status`, `submit`, `cancel` and
 // `report` read and what its submitted jobs follow. A WORKLOAD given with --resume (the form a
@@ -302,8 +366,7 @@ int run_batch(const RunOptions& requested) {
       lo.check_data_contents = rank == 0;  // one pass over the data is enough (agreed)
       std::optional<nlohmann::json> state;
       if (options.resume && !options.run_dir.empty()) {
-        std::ifstream in(options.run_dir / "run_state.json");
-        if (in) state = nlohmann::json::parse(in, nullptr, false);
+        state = read_run_state(options.run_dir);
         if (state && (state->is_discarded() || !state->contains("train_data"))) state.reset();
         if (state) {
           lo.check_data_files = false;
@@ -384,6 +447,7 @@ int run_batch(const RunOptions& requested) {
                                      run_dir.string()));
       if (options.resume) {
         if (rank == 0) check_resumable(w, run_dir);
+        if (rank == 0 && state) check_models_unchanged(*state, run_dir, w);
         resume = read_resume_state(w, run_dir);
       }
     });

@@ -11,6 +11,7 @@
 #include "runtime/comm/agree.hpp"
 #include "runtime/comm/mpi_communicator.hpp"
 #include "runtime/core/error.hpp"
+#include "runtime/core/files.hpp"
 #include "runtime/core/log.hpp"
 #include "runtime/exec/early_stop.hpp"
 #include "runtime/exec/messages.hpp"
@@ -114,10 +115,10 @@ SegmentOutcome run_segment(const RunContext& ctx, const SegmentLaunch& launch, M
     std::int32_t flags[3] = {0, 0, 0};
     if (leader && early_stop.enabled()) {
       if (!early_stop_replayed) {
-        std::ifstream in(opt.job_dir / "metrics.jsonl");
-        std::stringstream text;
-        text << in.rdbuf();
-        early_stop.replay(text.str(), r.step);
+        const std::filesystem::path metrics = opt.job_dir / "metrics.jsonl";
+        std::error_code ec;
+        early_stop.replay(std::filesystem::exists(metrics, ec) ? read_input_file(metrics) : "",
+                          r.step);
         early_stop_replayed = true;
       }
       early_hit = early_stop.observe(r.step, r.loss,

@@ -3,10 +3,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <sstream>
 
 #include "runtime/core/atomic_file.hpp"
+#include "runtime/core/byte_hash.hpp"
 #include "runtime/core/error.hpp"
+#include "runtime/core/files.hpp"
 #include "runtime/core/log.hpp"
+#include "runtime/hf/hf_model.hpp"
 
 namespace saturn::exec {
 
@@ -31,7 +35,7 @@ void RunFiles::event(nlohmann::json e, double t) {
 }
 
 void RunFiles::read_history(JobTable& table) const {
-  std::ifstream in(setup_->run_dir / "timeline.jsonl");
+  std::istringstream in(read_input_file(setup_->run_dir / "timeline.jsonl"));
   std::string line;
   double last_t = 0;
   auto& jobs = table.jobs;
@@ -117,11 +121,35 @@ void RunFiles::write_run_state(double elapsed_s, int next_plan, const nlohmann::
   for (const auto& [name, dir] : w.pretrained_dirs) model_dirs[name] = fs::absolute(dir).string();
   for (const auto& j : w.jobs)
     if (!j.init_from.empty()) model_dirs[j.model_name] = fs::absolute(j.init_from).string();
+  // Their files' checksums, for --resume to refuse a directory changed meanwhile.
+  nlohmann::json checksums = nlohmann::json::object();
+  for (const auto& [name, dir] : model_dirs.items()) {
+    auto known = model_checksums_.find(name);
+    if (known == model_checksums_.end()) {
+      const auto given = w.pretrained_checksums.find(name);
+      if (given != w.pretrained_checksums.end()) {
+        known = model_checksums_.emplace(name, given->second).first;
+      } else {
+        try {
+          const fs::path d = dir.get<std::string>();
+          known =
+              model_checksums_.emplace(name, hf::scan_model_dir(d, hf::read_config(d).model).files)
+                  .first;
+        } catch (const Error& e) {
+          // A job of it fails when it loads the weights, naming the same problem.
+          log::warn("models.{}.from: {} (not recorded for --resume)", name, e.what());
+          continue;
+        }
+      }
+    }
+    for (const auto& [file, sum] : known->second) checksums[name][file] = format_hash(sum);
+  }
   nlohmann::json state = {{"elapsed_s", elapsed_s},
                           {"next_plan", next_plan},
                           {"train_data", fs::absolute(w.train_data).string()},
                           {"val_data", fs::absolute(w.val_data).string()},
                           {"model_dirs", model_dirs},
+                          {"model_checksums", checksums},
                           {"device_memory_bytes", setup_->device_capacity},
                           {"host_memory_bytes", setup_->host_capacity}};
   for (const auto& [k, v] : extra.items()) state[k] = v;

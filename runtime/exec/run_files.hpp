@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -59,6 +60,9 @@ class RunFiles {
 
   const CoordinatorSetup* setup_;
   std::ofstream timeline_;
+  // run_state.json's "model_checksums": the workload's (computed when it was loaded), and those
+  // of models that jobs `saturn submit` added brought, computed when first recorded.
+  std::map<std::string, std::map<std::string, std::uint64_t>> model_checksums_;
 };
 
 // Writes `text` to `path` atomically; a failure is logged and the batch goes on (its

@@ -11,6 +11,7 @@
 
 #include "runtime/core/atomic_file.hpp"
 #include "runtime/core/error.hpp"
+#include "runtime/core/files.hpp"
 
 namespace saturn::exec {
 
@@ -54,11 +55,8 @@ std::vector<fs::path> request_files(const fs::path& dir) {
 
 SpoolRequest parse_request(const fs::path& f) {
   SpoolRequest r;
-  std::ifstream in(f);
-  std::stringstream text;
-  text << in.rdbuf();
   try {
-    const auto j = nlohmann::json::parse(text.str());
+    const auto j = nlohmann::json::parse(read_input_file(f));
     r.kind = j.at("kind").get<std::string>();
     r.jobs = j.at("jobs").get<std::vector<std::string>>();
     if (r.kind == "submit") {
@@ -68,6 +66,8 @@ SpoolRequest parse_request(const fs::path& f) {
       r.error = fmt::format("unknown request kind '{}'", r.kind);
     }
   } catch (const nlohmann::json::exception& e) {
+    r.error = e.what();
+  } catch (const Error& e) {  // not a regular file any more (replaced since it was listed)
     r.error = e.what();
   }
   return r;

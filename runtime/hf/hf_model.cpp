@@ -2,11 +2,11 @@
 
 #include <fmt/format.h>
 
-#include <climits>
+#include <cmath>
 #include <cstdlib>
-#include <fstream>
 
 #include "runtime/core/error.hpp"
+#include "runtime/core/json_file.hpp"
 #include "runtime/model/parameters.hpp"
 
 namespace saturn::hf {
@@ -19,6 +19,7 @@ namespace {
 
 constexpr const char* kGpt2Arch = "GPT2LMHeadModel";
 constexpr const char* kLlamaArch = "LlamaForCausalLM";
+constexpr std::uint64_t kMaxConfigBytes = 16u << 20;
 
 // A float32 as the shortest decimal that reads back as the same float (1e-5f -> 1e-05, not
 // 9.99999974737875e-06), so that config.json says what the user meant and round-trips.
@@ -96,18 +97,8 @@ HfModel read_config(const fs::path& dir) {
         fmt::format("{} is not a directory (expected a Hugging Face model directory "
                     "with config.json and model.safetensors)",
                     dir.string()));
-  std::ifstream in(out.config_file);
-  if (!in)
-    throw InputError(
-        fmt::format("{}: cannot read it (a Hugging Face model directory has "
-                    "config.json)",
-                    file));
-  json j;
-  try {
-    j = json::parse(in);
-  } catch (const json::exception& e) {
-    throw InputError(fmt::format("{}: not JSON ({})", file, e.what()));
-  }
+  // A config.json is a few kilobytes; a larger one is not a model's configuration.
+  const json j = read_json_file(out.config_file, kMaxConfigBytes);
   if (!j.is_object()) throw InputError(fmt::format("{}: expected a JSON object", file));
   const ConfigReader r(out.config_file, j);
 
@@ -140,7 +131,9 @@ HfModel read_config(const fs::path& dir) {
 
   ModelConfig& m = out.model;
   auto& names = out.field_names;
-  constexpr std::int64_t kIntMax = INT_MAX;
+  // Saturn's limits (model_limits), checked field by field before any size is derived from them
+  // (4 * n_embd, the layout), so that the message names config.json's own field.
+  using namespace model_limits;
   if (out.architecture == kGpt2Arch) {
     m.arch = Arch::kGpt2;
     names = {{"arch", "architectures"},
@@ -153,14 +146,14 @@ HfModel read_config(const fs::path& dir) {
              {"vocab_size", "vocab_size"},
              {"norm_eps", "layer_norm_epsilon"},
              {"max_seq_len", "n_positions"}};
-    m.vocab_size = r.integer("vocab_size", 2, kIntMax);
-    m.d_model = r.integer("n_embd", 1, kIntMax);
-    m.n_layer = r.integer("n_layer", 1, kIntMax);
-    m.n_head = r.integer("n_head", 1, kIntMax);
+    m.vocab_size = r.integer("vocab_size", 2, kVocab);
+    m.d_model = r.integer("n_embd", 1, kDModel);
+    m.n_layer = r.integer("n_layer", 1, kLayers);
+    m.n_head = r.integer("n_head", 1, kDModel);
     m.n_kv_head = m.n_head;
     m.tie_embeddings = true;
-    m.max_seq_len = r.integer("n_positions", 1, kIntMax);
-    m.d_ff = r.integer_or("n_inner", 4 * m.d_model, 1, kIntMax);
+    m.max_seq_len = r.integer("n_positions", 1, kPositions);
+    m.d_ff = r.integer_or("n_inner", 4 * m.d_model, 1, kDff);
     m.norm_eps = static_cast<float>(r.number_or("layer_norm_epsilon", 1e-5));
     const std::string act = r.string_or("activation_function", "gelu_new");
     if (act != "gelu_new" && act != "gelu_pytorch_tanh")
@@ -186,23 +179,23 @@ HfModel read_config(const fs::path& dir) {
              {"norm_eps", "rms_norm_eps"},
              {"rope_theta", "rope_theta"},
              {"max_seq_len", "max_position_embeddings"}};
-    m.vocab_size = r.integer("vocab_size", 2, kIntMax);
-    m.d_model = r.integer("hidden_size", 1, kIntMax);
-    m.d_ff = r.integer("intermediate_size", 1, kIntMax);
-    m.n_layer = r.integer("num_hidden_layers", 1, kIntMax);
-    m.n_head = r.integer("num_attention_heads", 1, kIntMax);
-    m.max_seq_len = r.integer_or("max_position_embeddings", 2048, 1, kIntMax);
+    m.vocab_size = r.integer("vocab_size", 2, kVocab);
+    m.d_model = r.integer("hidden_size", 1, kDModel);
+    m.d_ff = r.integer("intermediate_size", 1, kDff);
+    m.n_layer = r.integer("num_hidden_layers", 1, kLayers);
+    m.n_head = r.integer("num_attention_heads", 1, kDModel);
+    m.max_seq_len = r.integer_or("max_position_embeddings", 2048, 1, kPositions);
     m.norm_eps = static_cast<float>(r.number_or("rms_norm_eps", 1e-6));
     m.rope_theta = static_cast<float>(r.number_or("rope_theta", 10000.0));
     // Grouped-query attention: any divisor of the query heads (transformers' default: equal).
-    m.n_kv_head = r.integer_or("num_key_value_heads", m.n_head, 1, kIntMax);
+    m.n_kv_head = r.integer_or("num_key_value_heads", m.n_head, 1, kDModel);
     if (m.n_head % m.n_kv_head != 0)
       r.fail("num_key_value_heads",
              fmt::format("{} does not divide num_attention_heads {} (valid: a divisor of it; each "
                          "key/value head serves an equal group of query heads)",
                          m.n_kv_head, m.n_head));
     if (r.has("head_dim") && m.d_model % m.n_head == 0) {
-      const int hd = r.integer("head_dim", 1, kIntMax);
+      const int hd = r.integer("head_dim", 1, kDModel);
       if (hd != m.d_model / m.n_head)
         r.fail("head_dim", fmt::format("{} is not hidden_size / num_attention_heads (valid: {})",
                                        hd, m.d_model / m.n_head));
@@ -379,7 +372,46 @@ void HfWeights::read_box(const std::string& layout_name, const std::vector<std::
 }
 
 void HfWeights::fill(const StateSlices& slices) const {
-  for (const auto& s : slices) read_box(s.name, s.start, s.count, s.data);
+  for (const auto& s : slices) {
+    read_box(s.name, s.start, s.count, s.data);
+    std::int64_t n = 1;
+    for (auto c : s.count) n *= c;
+    for (std::int64_t i = 0; i < n; ++i)
+      if (!std::isfinite(s.data[i]))
+        throw InputError(fmt::format(
+            "{}: tensor '{}' holds a non-finite value ({}): Saturn trains only from finite "
+            "weights (a loss of NaN from the first step)",
+            set_.file_of(file_name(s.name)).path().string(), file_name(s.name), s.data[i]));
+  }
+}
+
+std::set<std::string> HfWeights::used_names() const {
+  std::set<std::string> used;
+  for (const auto& [layout_name, file_name] : names_) used.insert(file_name);
+  return used;
+}
+
+ModelDirChecksums scan_model_dir(const fs::path& dir, const ModelConfig& model) {
+  const HfWeights weights(dir, model);
+  const std::set<std::string> used = weights.used_names();
+  ModelDirChecksums out;
+  const auto record = [&](const fs::path& file, const ByteHash& h) {
+    out.files[file.filename().string()] = h.value();
+    out.bytes += h.bytes();
+  };
+  for (const fs::path& small : {dir / "config.json", weights.files().source()}) {
+    if (small.filename() == "model.safetensors") continue;  // scanned below
+    ByteHash h;
+    const std::string text = read_input_file(small);
+    h.update(text.data(), text.size());
+    record(small, h);
+  }
+  for (const auto& f : weights.files().files()) {
+    ByteHash h;
+    f->scan(h, used);
+    record(f->path(), h);
+  }
+  return out;
 }
 
 }  // namespace saturn::hf

@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 
 #include "runtime/hf/safetensors.hpp"
@@ -48,6 +49,22 @@ nlohmann::ordered_json generation_config_json(const ModelConfig& model);
 // the buffers transformers itself does not load (attention masks, rotary inv_freq) and a tied
 // model's lm_head.weight (GPT-2, LLaMA with tie_word_embeddings), which is its embedding
 // (transformers ignores it as well).
+// A model directory as a run records it (run_state.json "model_checksums"): the checksum
+// (ByteHash) of config.json, of model.safetensors.index.json when sharded, and of every
+// safetensors file, by file name.
+struct ModelDirChecksums {
+  std::map<std::string, std::uint64_t> files;
+  std::uint64_t bytes = 0;  // read in all
+};
+
+class HfWeights;
+
+// Reads every file of the model directory once, front to back: checksums each, and checks
+// that every value of every weight the engine reads for `model` is finite (InputError naming
+// the file and the tensor otherwise), besides HfWeights' checks of the headers. What `saturn
+// run` and `saturn train` do for each `from:` before any rank trains.
+ModelDirChecksums scan_model_dir(const std::filesystem::path& dir, const ModelConfig& model);
+
 class HfWeights {
  public:
   HfWeights(const std::filesystem::path& dir, const ModelConfig& model);
@@ -58,8 +75,11 @@ class HfWeights {
   void read_box(const std::string& layout_name, const std::vector<std::int64_t>& start,
                 const std::vector<std::int64_t>& count, float* out) const;
   // Fills every slice (names and boxes of the canonical layout, e.g. a strategy's
-  // export_state(kParams)) from the files.
+  // export_state(kParams)) from the files. InputError naming the file and the tensor when a
+  // value read is not finite: no weights Saturn trains or writes ever are.
   void fill(const StateSlices& slices) const;
+  // The file tensor names the engine reads (file_name of every layout tensor).
+  std::set<std::string> used_names() const;
 
  private:
   SafetensorsSet set_;

@@ -1,19 +1,17 @@
 #include "runtime/hf/safetensors.hpp"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "runtime/core/error.hpp"
+#include "runtime/core/json_file.hpp"
 
 namespace saturn::hf {
 
@@ -66,22 +64,6 @@ float bf16_to_f32(std::uint16_t b) {
   return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16);
 }
 
-// pread until `n` bytes are read; IoError on failure or a short file.
-void read_exact(int fd, void* buf, std::size_t n, std::uint64_t offset, const fs::path& path,
-                const std::string& what) {
-  auto* p = static_cast<char*>(buf);
-  while (n > 0) {
-    const ssize_t got = ::pread(fd, p, n, static_cast<off_t>(offset));
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0)
-      throw IoError(fmt::format("{}: cannot read {}: {}", path.string(), what,
-                                got < 0 ? std::strerror(errno) : "unexpected end of file"));
-    p += got;
-    n -= static_cast<std::size_t>(got);
-    offset += static_cast<std::uint64_t>(got);
-  }
-}
-
 std::string shape_text(const std::vector<std::int64_t>& s) {
   return fmt::format("[{}]", fmt::join(s, ", "));
 }
@@ -104,99 +86,128 @@ std::int64_t StTensor::numel() const {
   return n;
 }
 
-SafetensorsFile::SafetensorsFile(fs::path path) : path_(std::move(path)) {
+SafetensorsFile::SafetensorsFile(fs::path path) : path_(std::move(path)), file_(path_) {
   const std::string file = path_.string();
-  fd_ = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd_ < 0) throw IoError(fmt::format("cannot open {}: {}", file, std::strerror(errno)));
+  const std::uint64_t size = file_.size();
+  auto bad = [&](const std::string& what) {
+    throw InputError(fmt::format("{}: not a valid safetensors file: {}", file, what));
+  };
+  if (size < 8) bad(fmt::format("{} bytes, shorter than the 8-byte header length", size));
+  std::uint64_t header_len = 0;
+  file_.read_at(&header_len, 8, 0, "the header length");
+  if (header_len > kMaxHeaderBytes)
+    bad(fmt::format("header length {} exceeds the limit of {} bytes", header_len, kMaxHeaderBytes));
+  if (header_len > size - 8)
+    bad(fmt::format("header length {} runs past the end of the {}-byte file", header_len, size));
+  std::string text(header_len, '\0');
+  file_.read_at(text.data(), header_len, 8, "the header");
+  // As strict as the format's reference reader: the header is one JSON object, padded with
+  // spaces at most. A NUL would end nlohmann's input early and hide what follows it.
+  if (text.empty() || text.front() != '{')
+    bad("the header is not a JSON object (it does not start with '{')");
+  if (const auto nul = text.find('\0'); nul != std::string::npos)
+    bad(fmt::format("the header holds a NUL byte at offset {} (valid padding: spaces)", nul));
+  std::set<std::string> names;
+  std::string duplicate;
+  const auto note_keys = [&](int depth, nlohmann::json::parse_event_t event,
+                             nlohmann::json& parsed) {
+    if (event == nlohmann::json::parse_event_t::key && depth == 1 &&
+        !names.insert(parsed.get<std::string>()).second && duplicate.empty())
+      duplicate = parsed.get<std::string>();
+    return true;
+  };
+  nlohmann::json header;
   try {
-    struct stat st {};
-    if (::fstat(fd_, &st) != 0)
-      throw IoError(fmt::format("cannot stat {}: {}", file, std::strerror(errno)));
-    const auto size = static_cast<std::uint64_t>(st.st_size);
-    auto bad = [&](const std::string& what) {
-      throw InputError(fmt::format("{}: not a valid safetensors file: {}", file, what));
-    };
-    if (size < 8) bad(fmt::format("{} bytes, shorter than the 8-byte header length", size));
-    std::uint64_t header_len = 0;
-    read_exact(fd_, &header_len, 8, 0, path_, "the header length");
-    if (header_len > kMaxHeaderBytes)
-      bad(fmt::format("header length {} exceeds the limit of {} bytes", header_len,
-                      kMaxHeaderBytes));
-    if (header_len > size - 8)
-      bad(fmt::format("header length {} runs past the end of the {}-byte file", header_len, size));
-    std::string text(header_len, '\0');
-    read_exact(fd_, text.data(), header_len, 8, path_, "the header");
-    nlohmann::json header;
-    try {
-      header = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::exception& e) {
-      bad(fmt::format("the header is not JSON ({})", e.what()));
-    }
-    if (!header.is_object()) bad("the header is not a JSON object");
-    const std::uint64_t data_begin = 8 + header_len, data_size = size - data_begin;
-    for (const auto& [name, entry] : header.items()) {
-      if (name == "__metadata__") {
-        if (!entry.is_object()) bad("__metadata__ is not an object");
-        for (const auto& [k, v] : entry.items()) {
-          if (!v.is_string()) bad(fmt::format("__metadata__.{} is not a string", k));
-          metadata_[k] = v.get<std::string>();
-        }
-        continue;
-      }
-      auto bad_tensor = [&](const std::string& what) {
-        throw InputError(
-            fmt::format("{}: tensor '{}': not a valid safetensors entry: {}", file, name, what));
-      };
-      if (!entry.is_object()) bad_tensor("expected an object");
-      for (const auto& [k, v] : entry.items())
-        if (k != "dtype" && k != "shape" && k != "data_offsets")
-          bad_tensor(fmt::format("unknown field '{}'", k));
-      if (!entry.contains("dtype") || !entry["dtype"].is_string()) bad_tensor("no dtype string");
-      StTensor t;
-      t.name = name;
-      const std::string dt = entry["dtype"].get<std::string>();
-      bool known = false;
-      for (const auto& i : kDtypes)
-        if (dt == i.name) {
-          t.dtype = i.dtype;
-          known = true;
-        }
-      if (!known) bad_tensor(fmt::format("unknown dtype '{}'", dt));
-      if (!entry.contains("shape") || !entry["shape"].is_array()) bad_tensor("no shape array");
-      std::uint64_t numel = 1;
-      for (const auto& d : entry["shape"]) {
-        if (!d.is_number_unsigned())
-          bad_tensor(fmt::format("shape entry {} is not a size", d.dump()));
-        const auto n = d.get<std::uint64_t>();
-        if (n > 0 && numel > std::numeric_limits<std::uint64_t>::max() / 16 / n)
-          bad_tensor("shape too large");
-        numel *= n;
-        t.shape.push_back(static_cast<std::int64_t>(n));
-      }
-      const auto& off = entry.contains("data_offsets") ? entry["data_offsets"] : nlohmann::json();
-      if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
-          !off[1].is_number_unsigned())
-        bad_tensor("data_offsets is not [begin, end]");
-      const auto b = off[0].get<std::uint64_t>(), e = off[1].get<std::uint64_t>();
-      if (b > e || e > data_size)
-        bad_tensor(fmt::format("data_offsets [{}, {}] outside the {} data bytes", b, e, data_size));
-      const std::uint64_t want = numel * dtype_size(t.dtype);
-      if (e - b != want)
-        bad_tensor(fmt::format("data_offsets [{}, {}] hold {} bytes; {} {} needs {}", b, e, e - b,
-                               dt, shape_text(t.shape), want));
-      t.begin = data_begin + b;
-      t.end = data_begin + e;
-      tensors_.emplace(name, std::move(t));
-    }
-  } catch (...) {
-    ::close(fd_);
-    fd_ = -1;
-    throw;
+    header = nlohmann::json::parse(text, note_keys);
+  } catch (const nlohmann::json::exception& e) {
+    bad(fmt::format("the header is not JSON ({})", e.what()));
   }
+  if (!header.is_object()) bad("the header is not a JSON object");
+  if (!duplicate.empty()) bad(fmt::format("the header names '{}' twice", duplicate));
+  const std::uint64_t data_begin = 8 + header_len, data_size = size - data_begin;
+  data_begin_ = data_begin;
+  for (const auto& [name, entry] : header.items()) {
+    if (name == "__metadata__") {
+      if (!entry.is_object()) bad("__metadata__ is not an object");
+      for (const auto& [k, v] : entry.items()) {
+        if (!v.is_string()) bad(fmt::format("__metadata__.{} is not a string", k));
+        metadata_[k] = v.get<std::string>();
+      }
+      continue;
+    }
+    tensors_.emplace(name, parse_entry(name, entry, data_begin, data_size));
+  }
+  // The tensors tile the data exactly, in offset order: no byte shared by two tensors, none
+  // between them, none after the last (the reference reader refuses each).
+  std::vector<const StTensor*> by_offset;
+  for (const auto& [name, t] : tensors_) by_offset.push_back(&t);
+  std::sort(by_offset.begin(), by_offset.end(), [](const StTensor* a, const StTensor* b) {
+    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
+  });
+  std::uint64_t at = data_begin;
+  for (const StTensor* t : by_offset) {
+    if (t->begin != at)
+      throw InputError(fmt::format(
+          "{}: tensor '{}': not a valid safetensors entry: data_offsets [{}, {}] {} (each "
+          "tensor's data must start where the previous one's ends)",
+          file, t->name, t->begin - data_begin, t->end - data_begin,
+          t->begin < at
+              ? fmt::format("overlap the tensor before it, which ends at {}", at - data_begin)
+              : fmt::format("leave bytes {}..{} unused", at - data_begin, t->begin - data_begin)));
+    at = t->end;
+  }
+  if (at != size)
+    bad(
+        fmt::format("{} bytes after the last tensor's data (the data holds {} bytes, the tensors "
+                    "{})",
+                    size - at, data_size, at - data_begin));
 }
 
-SafetensorsFile::~SafetensorsFile() {
-  if (fd_ >= 0) ::close(fd_);
+StTensor SafetensorsFile::parse_entry(const std::string& name, const nlohmann::json& entry,
+                                      std::uint64_t data_begin, std::uint64_t data_size) const {
+  auto bad_tensor = [&](const std::string& what) {
+    throw InputError(fmt::format("{}: tensor '{}': not a valid safetensors entry: {}",
+                                 path_.string(), name, what));
+  };
+  if (!entry.is_object()) bad_tensor("expected an object");
+  for (const auto& [k, v] : entry.items())
+    if (k != "dtype" && k != "shape" && k != "data_offsets")
+      bad_tensor(fmt::format("unknown field '{}'", k));
+  if (!entry.contains("dtype") || !entry["dtype"].is_string()) bad_tensor("no dtype string");
+  StTensor t;
+  t.name = name;
+  const std::string dt = entry["dtype"].get<std::string>();
+  bool known = false;
+  for (const auto& i : kDtypes)
+    if (dt == i.name) {
+      t.dtype = i.dtype;
+      known = true;
+    }
+  if (!known) bad_tensor(fmt::format("unknown dtype '{}'", dt));
+  if (!entry.contains("shape") || !entry["shape"].is_array()) bad_tensor("no shape array");
+  std::uint64_t numel = 1;
+  for (const auto& d : entry["shape"]) {
+    if (!d.is_number_unsigned()) bad_tensor(fmt::format("shape entry {} is not a size", d.dump()));
+    const auto n = d.get<std::uint64_t>();
+    if (n > 0 && numel > std::numeric_limits<std::uint64_t>::max() / 16 / n)
+      bad_tensor("shape too large");
+    numel *= n;
+    t.shape.push_back(static_cast<std::int64_t>(n));
+  }
+  const auto& off = entry.contains("data_offsets") ? entry["data_offsets"] : nlohmann::json();
+  if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
+      !off[1].is_number_unsigned())
+    bad_tensor("data_offsets is not [begin, end]");
+  const auto b = off[0].get<std::uint64_t>(), e = off[1].get<std::uint64_t>();
+  if (b > e || e > data_size)
+    bad_tensor(fmt::format("data_offsets [{}, {}] outside the {} data bytes", b, e, data_size));
+  const std::uint64_t want = numel * dtype_size(t.dtype);
+  if (e - b != want)
+    bad_tensor(fmt::format("data_offsets [{}, {}] hold {} bytes; {} {} needs {}", b, e, e - b, dt,
+                           shape_text(t.shape), want));
+  t.begin = data_begin + b;
+  t.end = data_begin + e;
+  return t;
 }
 
 const StTensor* SafetensorsFile::find(const std::string& name) const {
@@ -240,15 +251,15 @@ void SafetensorsFile::read_box(const std::string& name, const std::vector<std::i
     for (std::size_t d = 0; d < k; ++d) elem += (start[d] + idx[d]) * stride[d];
     const std::uint64_t at = t->begin + static_cast<std::uint64_t>(elem) * esize;
     if (t->dtype == StDtype::kF32) {
-      read_exact(fd_, dst, static_cast<std::size_t>(run) * 4, at, path_, what);
+      file_.read_at(dst, static_cast<std::size_t>(run) * 4, at, what);
     } else {
       // Half-precision runs are widened through a bounded staging buffer.
       constexpr std::int64_t kChunk = 1 << 20;
       for (std::int64_t done = 0; done < run; done += kChunk) {
         const std::int64_t n = std::min(kChunk, run - done);
         staging.resize(static_cast<std::size_t>(n));
-        read_exact(fd_, staging.data(), static_cast<std::size_t>(n) * 2,
-                   at + static_cast<std::uint64_t>(done) * 2, path_, what);
+        file_.read_at(staging.data(), static_cast<std::size_t>(n) * 2,
+                      at + static_cast<std::uint64_t>(done) * 2, what);
         float* o = dst + done;
         if (t->dtype == StDtype::kBF16)
           for (std::int64_t i = 0; i < n; ++i)
@@ -272,21 +283,103 @@ void SafetensorsFile::read_box(const std::string& name, const std::vector<std::i
   }
 }
 
+namespace {
+
+// The index of the first non-finite value among n little-endian values of `dtype` at `p`, or n.
+std::size_t first_nonfinite(StDtype dtype, const unsigned char* p, std::size_t n) {
+  const auto all_ones = [&](auto word_type, auto mask) {
+    using W = decltype(word_type);
+    for (std::size_t i = 0; i < n; ++i) {
+      W w;
+      std::memcpy(&w, p + i * sizeof(W), sizeof(W));
+      if ((w & static_cast<W>(mask)) == static_cast<W>(mask)) return i;
+    }
+    return n;
+  };
+  switch (dtype) {
+    case StDtype::kF32:
+      return all_ones(std::uint32_t{}, 0x7f800000u);
+    case StDtype::kF16:
+      return all_ones(std::uint16_t{}, 0x7c00u);
+    case StDtype::kBF16:
+      return all_ones(std::uint16_t{}, 0x7f80u);
+    case StDtype::kF64:
+      return all_ones(std::uint64_t{}, 0x7ff0000000000000ull);
+    default:
+      return n;  // integer or 8-bit float tensors are not weights the engine reads
+  }
+}
+
+double value_at(StDtype dtype, const unsigned char* p) {
+  std::uint16_t h = 0;
+  switch (dtype) {
+    case StDtype::kF32: {
+      float f;
+      std::memcpy(&f, p, 4);
+      return f;
+    }
+    case StDtype::kF64: {
+      double d;
+      std::memcpy(&d, p, 8);
+      return d;
+    }
+    case StDtype::kF16:
+      std::memcpy(&h, p, 2);
+      return f16_to_f32(h);
+    default:
+      std::memcpy(&h, p, 2);
+      return bf16_to_f32(h);
+  }
+}
+
+}  // namespace
+
+void SafetensorsFile::scan(ByteHash& hash, const std::set<std::string>& checked) const {
+  constexpr std::size_t kChunk = std::size_t{8} << 20;  // a multiple of every element size
+  std::vector<unsigned char> buffer(kChunk);
+  const auto read_range = [&](std::uint64_t begin, std::uint64_t end, const StTensor* t) {
+    for (std::uint64_t at = begin; at < end;) {
+      const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(kChunk, end - at));
+      file_.read_at(buffer.data(), n, at, t ? fmt::format("tensor '{}'", t->name) : "the header");
+      hash.update(buffer.data(), n);
+      if (t != nullptr && checked.count(t->name)) {
+        const std::size_t esize = dtype_size(t->dtype);
+        const std::size_t bad = first_nonfinite(t->dtype, buffer.data(), n / esize);
+        if (bad < n / esize)
+          throw InputError(fmt::format(
+              "{}: tensor '{}' holds a non-finite value ({}) at element {}: Saturn trains only "
+              "from finite weights (a loss of NaN from the first step)",
+              path_.string(), t->name, value_at(t->dtype, buffer.data() + bad * esize),
+              (at - t->begin) / esize + bad));
+      }
+      at += n;
+    }
+  };
+  read_range(0, data_begin_, nullptr);
+  std::vector<const StTensor*> by_offset;
+  for (const auto& [name, t] : tensors_) by_offset.push_back(&t);
+  std::sort(by_offset.begin(), by_offset.end(),
+            [](const StTensor* a, const StTensor* b) { return a->begin < b->begin; });
+  for (const StTensor* t : by_offset) read_range(t->begin, t->end, t);
+}
+
 SafetensorsSet::SafetensorsSet(const fs::path& dir) : dir_(dir) {
   const fs::path single = dir / "model.safetensors", index = dir / "model.safetensors.index.json";
   std::error_code ec;
-  if (fs::exists(index, ec)) {
+  // symlink_status: a dangling link or a loop where the file belongs is named by InputFile, not
+  // mistaken for "no weights here".
+  const bool has_index = fs::exists(fs::symlink_status(index, ec));
+  const bool has_single = fs::exists(fs::symlink_status(single, ec));
+  // Both: one is left over from another model (an interrupted copy, an export over an older
+  // one); transformers would read model.safetensors, an index-first reader the shards.
+  if (has_index && has_single)
+    throw InputError(fmt::format(
+        "{}: holds both model.safetensors and model.safetensors.index.json, so which weights are "
+        "the model's is ambiguous (transformers reads model.safetensors); remove the stale one",
+        dir.string()));
+  if (has_index) {
     source_ = index;
-    nlohmann::json j;
-    {
-      std::ifstream in(index);
-      if (!in) throw IoError(fmt::format("cannot read {}", index.string()));
-      try {
-        j = nlohmann::json::parse(in);
-      } catch (const nlohmann::json::exception& e) {
-        throw InputError(fmt::format("{}: not JSON ({})", index.string(), e.what()));
-      }
-    }
+    const nlohmann::json j = read_json_file(index, kMaxHeaderBytes);
     if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
       throw InputError(fmt::format("{}: no \"weight_map\" object", index.string()));
     std::map<std::string, const SafetensorsFile*> by_file;
@@ -308,7 +401,7 @@ SafetensorsSet::SafetensorsSet(const fs::path& dir) : dir_(dir) {
                                      index.string(), tensor, (dir / shard).string()));
       where_[tensor] = it->second;
     }
-  } else if (fs::exists(single, ec)) {
+  } else if (has_single) {
     source_ = single;
     files_.push_back(std::make_unique<SafetensorsFile>(single));
     for (const auto& [name, t] : files_.back()->tensors()) where_[name] = files_.back().get();

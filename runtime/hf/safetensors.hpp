@@ -3,8 +3,10 @@
 //   {"__metadata__": {"k": "v", ...}, "<name>": {"dtype": "BF16", "shape": [r, c],
 //    "data_offsets": [begin, end]}, ...}
 // then the raw little-endian tensor bytes, offsets relative to the end of the header.
-// The reader is strict: every offset is bounds-checked against the file, every size against the
-// dtype and shape, and every error names the file and the tensor. It reads boxes (hyperslabs)
+// The reader is as strict as the format's reference library: the header is one JSON object
+// (padded with spaces at most, no NUL, no name twice), every size matches its dtype and shape,
+// and the tensors tile the data exactly (no overlap, no gap, no trailing bytes). Every error
+// names the file and the tensor. It reads boxes (hyperslabs)
 // of a tensor, so that a rank reads only the part of a tensor it holds.
 #pragma once
 
@@ -14,9 +16,14 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "runtime/core/byte_hash.hpp"
+#include "runtime/core/files.hpp"
 
 namespace saturn::hf {
 
@@ -56,11 +63,11 @@ struct StTensor {
 inline constexpr std::uint64_t kMaxHeaderBytes = 100u << 20;
 
 // One .safetensors file, its header parsed and checked on construction (InputError naming the
-// file and tensor for a malformed header; IoError when it cannot be opened or read).
+// file and tensor for a malformed header, and for a path that is missing or not a regular file;
+// IoError when a read fails).
 class SafetensorsFile {
  public:
   explicit SafetensorsFile(std::filesystem::path path);
-  ~SafetensorsFile();
   SafetensorsFile(const SafetensorsFile&) = delete;
   SafetensorsFile& operator=(const SafetensorsFile&) = delete;
 
@@ -77,10 +84,18 @@ class SafetensorsFile {
                 const std::vector<std::int64_t>& count, float* out) const;
   // Tensor bytes read so far by read_box (what a rank's share of a model costs it).
   std::uint64_t bytes_read() const { return bytes_read_; }
+  // Reads the whole file once, front to back, into `hash`, checking on the way that every value
+  // of the tensors named in `checked` (F32, F16, BF16 or F64) is finite (InputError naming the
+  // file, the tensor and the value otherwise).
+  void scan(ByteHash& hash, const std::set<std::string>& checked) const;
 
  private:
+  StTensor parse_entry(const std::string& name, const nlohmann::json& entry,
+                       std::uint64_t data_begin, std::uint64_t data_size) const;
+
   std::filesystem::path path_;
-  int fd_ = -1;
+  InputFile file_;
+  std::uint64_t data_begin_ = 0;  // 8 + the header's length
   mutable std::uint64_t bytes_read_ = 0;
   std::map<std::string, StTensor> tensors_;
   std::map<std::string, std::string> metadata_;
@@ -99,6 +114,8 @@ class SafetensorsSet {
   const SafetensorsFile& file_of(const std::string& name) const;  // InputError when absent
   std::vector<std::string> names() const;                         // sorted
   std::uint64_t bytes_read() const;                               // over every file
+  // Every file of the set, in the order first named.
+  const std::vector<std::unique_ptr<SafetensorsFile>>& files() const { return files_; }
   void read_box(const std::string& name, const std::vector<std::int64_t>& start,
                 const std::vector<std::int64_t>& count, float* out) const {
     file_of(name).read_box(name, start, count, out);

@@ -28,6 +28,19 @@ int ModelConfig::ffn_dim() const {
 
 void ModelConfig::validate() const {
   auto bad = [](const std::string& m) { throw InputError(m); };
+  // The limits first: every check below, and whoever sizes anything from the shape, may then
+  // compute in int without overflow.
+  const auto within = [&](const char* field, std::int64_t value, std::int64_t hi) {
+    if (value > hi)
+      bad(fmt::format("{} = {} exceeds Saturn's limit of {} (valid: 1..{})", field, value, hi, hi));
+  };
+  within("n_layer", n_layer, model_limits::kLayers);
+  within("n_head", n_head, model_limits::kDModel);
+  within("n_kv_head", n_kv_head, model_limits::kDModel);
+  within("d_model", d_model, model_limits::kDModel);
+  within("d_ff", d_ff, model_limits::kDff);
+  within("vocab_size", vocab_size, model_limits::kVocab);
+  within("max_seq_len", max_seq_len, model_limits::kPositions);
   if (n_layer < 1) bad(fmt::format("n_layer must be >= 1 (got {})", n_layer));
   if (n_head < 1) bad(fmt::format("n_head must be >= 1 (got {})", n_head));
   if (d_model < 1) bad(fmt::format("d_model must be >= 1 (got {})", d_model));
@@ -55,6 +68,11 @@ void ModelConfig::validate() const {
   if (vocab_size < 2) bad(fmt::format("vocab_size must be >= 2 (got {})", vocab_size));
   if (max_seq_len < 1) bad(fmt::format("seq_len must be >= 1 (got {})", max_seq_len));
   if (!(norm_eps > 0)) bad("norm_eps must be > 0");
+  if (d_model >= 1) within("d_ff (resolved from d_model)", ffn_dim(), model_limits::kDff);
+  if (n_layer >= 1 && n_head >= 1 && d_model >= 1 && d_model % n_head == 0 &&
+      static_cast<double>(num_parameters()) > model_limits::kParameters)
+    bad(fmt::format("the model has {:.3g} parameters, more than Saturn's limit of {:g}",
+                    static_cast<double>(num_parameters()), model_limits::kParameters));
 }
 
 std::int64_t canonical_micro_batch(const TrainConfig& train) {

@@ -6,6 +6,19 @@
 
 namespace saturn {
 
+// The largest model shapes Saturn accepts, however a shape arrives (a workload's `models:`, a
+// Hugging Face config.json through `from:` or `saturn ckpt import`, a checkpoint's attributes):
+// ModelConfig::validate checks them before anything is sized from the shape, so that a hostile
+// config.json (n_layer 10^9) is refused at once instead of growing memory until killed.
+namespace model_limits {
+inline constexpr std::int64_t kLayers = 256;
+inline constexpr std::int64_t kDModel = 65536;  // also bounds the head counts
+inline constexpr std::int64_t kDff = 262144;
+inline constexpr std::int64_t kVocab = 1 << 24;
+inline constexpr std::int64_t kPositions = 1 << 20;  // max_seq_len (a model's position count)
+inline constexpr double kParameters = 1e12;
+}  // namespace model_limits
+
 enum class Arch {
   kGpt2,   // LayerNorm, GELU (tanh), learned positions, tied embeddings, biases
   kLlama,  // RMSNorm, SwiGLU, rotary positions, grouped-query attention, head tied or not,
@@ -34,7 +47,8 @@ struct ModelConfig {
   int kv_dim() const { return kv_heads() * head_dim(); }  // width of k (and of v)
   bool tied() const { return arch == Arch::kGpt2 || tie_embeddings; }
   int ffn_dim() const;  // d_ff resolved
-  // Throws InputError naming the field when the shape is impossible (what is valid, too).
+  // Throws InputError naming the field when the shape is impossible or beyond model_limits
+  // (what is valid, too).
   void validate() const;
   std::int64_t num_parameters() const;
 };

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "runtime/core/error.hpp"
+#include "runtime/core/json_file.hpp"
 #include "runtime/workload/run_workload.hpp"
 #include "runtime/workload/workload.hpp"
 #include "solver/gantt.hpp"
@@ -25,18 +26,6 @@ constexpr std::int64_t kNoLimit = std::numeric_limits<std::int64_t>::max();
 
 [[noreturn]] void fail(const fs::path& file, const std::string& what) {
   throw InputError(fmt::format("{}: {}", file.string(), what));
-}
-
-json read_json_file(const fs::path& file) {
-  std::ifstream in(file);
-  if (!in) fail(file, "cannot be read");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  try {
-    return json::parse(ss.str());
-  } catch (const json::parse_error& e) {
-    fail(file, fmt::format("not valid JSON ({})", e.what()));
-  }
 }
 
 // Field access with the file, line and field in every message.
@@ -175,11 +164,7 @@ double file_age_s(const fs::path& file) {
 }  // namespace
 
 std::vector<JsonLine> read_jsonl(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) fail(file, "cannot be read");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string text = ss.str();
+  const std::string text = read_input_file(file);
   std::vector<JsonLine> out;
   std::size_t pos = 0;
   int line = 0;

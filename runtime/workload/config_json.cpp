@@ -204,6 +204,13 @@ json to_json(const JobSpec& job) {
 ModelConfig model_config_from_json(const json& j) {
   ModelConfig m;
   from_json(j, m);
+  // A shape read from a file (a checkpoint's attributes, a message) is checked like one from a
+  // workload before anything is sized from it.
+  try {
+    m.validate();
+  } catch (const InputError& e) {
+    throw InputError(fmt::format("model_config: {}", e.what()));
+  }
   return m;
 }
 TrainConfig train_config_from_json(const json& j) {

@@ -9,6 +9,7 @@
 
 #include "runtime/core/atomic_file.hpp"
 #include "runtime/core/error.hpp"
+#include "runtime/core/files.hpp"
 
 namespace saturn {
 
@@ -55,8 +56,7 @@ std::vector<Submission> accepted_submissions(const fs::path& run_dir) {
   std::sort(files.begin(), files.end());
   std::vector<Submission> out;
   for (const auto& f : files) {
-    std::ifstream in(f);
-    const auto j = nlohmann::json::parse(in, nullptr, false);
+    const auto j = nlohmann::json::parse(read_input_file(f), nullptr, false);
     if (j.is_discarded() || !j.is_object() || !j.contains("source") || !j["source"].is_string() ||
         !j.contains("yaml") || !j["yaml"].is_string())
       throw InputError(fmt::format(
@@ -71,18 +71,20 @@ bool run_copy_differs(const fs::path& run_dir, const Workload& w) {
   const fs::path copy = run_dir / "workload.yaml";
   std::error_code ec;
   if (!fs::exists(copy, ec)) return false;
-  std::ifstream in(copy, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (!in && !in.eof()) throw IoError(fmt::format("cannot read {}", copy.string()));
-  return text.str() != w.source_text;
+  return read_input_file(copy) != w.source_text;
+}
+
+std::optional<nlohmann::json> read_run_state(const fs::path& run_dir) {
+  const fs::path file = run_dir / "run_state.json";
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(file, ec))) return std::nullopt;
+  return nlohmann::json::parse(read_input_file(file), nullptr, false);
 }
 
 Workload load_batch_base(const fs::path& run_dir) {
   LoadOptions lo;
   lo.check_data_files = false;
-  std::ifstream in(run_dir / "run_state.json");
-  const auto state = in ? nlohmann::json::parse(in, nullptr, false) : nlohmann::json();
+  const nlohmann::json state = read_run_state(run_dir).value_or(nlohmann::json());
   if (state.is_object() && state.contains("model_dirs") && state["model_dirs"].is_object())
     for (const auto& [model, d] : state["model_dirs"].items())
       if (d.is_string()) lo.model_dirs[model] = d.get<std::string>();

@@ -327,6 +327,7 @@ class Parser {
     fs::path dir;
     int positions = 0;
     std::string positions_field;
+    std::map<std::string, std::uint64_t> checksums;  // with check_data_contents
   };
   std::map<std::string, Pretrained> pretrained_;
   Keys model_names_;                              // in file order, for messages
@@ -697,6 +698,7 @@ void Parser::parse_models(const Entry& e) {
     // `from: DIR`: the shape is config.json's; keys also given must agree with it.
     const Entry* from = m.find("from");
     std::optional<hf::HfModel> pre;
+    std::map<std::string, std::uint64_t> checksums;
     if (from != nullptr) {
       const std::string s = string(*from);
       if (s.empty()) fail(from->mark(), from->path, "expected a directory, got an empty string");
@@ -709,13 +711,18 @@ void Parser::parse_models(const Entry& e) {
         pre = hf::read_config(dir);
         // The weights' headers: every tensor there, with its shape and a float dtype (not
         // for tools that only plan, which need the shape alone, as they need no data files).
-        if (options_.check_data_files) {
+        // With the data's contents, the weights' too: every value finite, and the checksums a
+        // run records so that --resume notices a directory changed meanwhile.
+        if (options_.check_data_files && options_.check_data_contents) {
+          checksums = hf::scan_model_dir(dir, pre->model).files;
+        } else if (options_.check_data_files) {
           const hf::HfWeights check(dir, pre->model);
         }
       } catch (const Error& err) {
         fail(from->mark(), from->path, err.what());
       }
-      pretrained_[name] = {dir, pre->model.max_seq_len, pre->field_names.at("max_seq_len")};
+      pretrained_[name] = {dir, pre->model.max_seq_len, pre->field_names.at("max_seq_len"),
+                           std::move(checksums)};
     }
     const std::string required =
         "arch, n_layer, n_head, d_model, or from: a Hugging Face model directory";
@@ -1118,7 +1125,10 @@ Workload Parser::parse(const std::string& text) {
   parse_models(
       require(top, "models", "models: {NAME: {arch: gpt2|llama, n_layer, n_head, d_model}}"));
   parse_jobs(require(top, "jobs", "a list of jobs and sweeps"), base, base_prov, w);
-  for (const auto& [name, pre] : pretrained_) w.pretrained_dirs[name] = pre.dir;
+  for (const auto& [name, pre] : pretrained_) {
+    w.pretrained_dirs[name] = pre.dir;
+    if (!pre.checksums.empty()) w.pretrained_checksums[name] = pre.checksums;
+  }
   if (options_.check_data_files && options_.check_data_contents) {
     check_data(train, w.train_data, w.jobs);
     check_data(val, w.val_data, w.jobs);

@@ -31,11 +31,12 @@ inline constexpr std::int64_t kEvalBatches = 100000;
 inline constexpr std::int64_t kEvalTokens = 1 << 24;  // validation rows x seq_len per evaluation
 inline constexpr std::int64_t kSteps = 1000000000;    // also eval_every, checkpoint_every, warmup
 inline constexpr double kJobTokens = 1e15;            // steps x batch_size x seq_len
-inline constexpr std::int64_t kLayers = 256;
-inline constexpr std::int64_t kDModel = 65536;
-inline constexpr std::int64_t kDff = 262144;
-inline constexpr std::int64_t kVocab = 1 << 24;
-inline constexpr double kParameters = 1e12;  // per model
+// The model's own limits (model_limits, config.hpp): the same however a shape arrives.
+inline constexpr std::int64_t kLayers = model_limits::kLayers;
+inline constexpr std::int64_t kDModel = model_limits::kDModel;
+inline constexpr std::int64_t kDff = model_limits::kDff;
+inline constexpr std::int64_t kVocab = model_limits::kVocab;
+inline constexpr double kParameters = model_limits::kParameters;  // per model
 }  // namespace limits
 
 // One job of the batch: a model trained with one set of hyper-parameters.
@@ -98,6 +99,10 @@ struct Workload {
   // Every model of `models:` with `from: DIR` (absolute), by name, also those no job uses yet
   // (jobs `saturn submit` adds may): run_state.json records them for --resume.
   std::map<std::string, std::filesystem::path> pretrained_dirs;
+  // Their files' checksums (hf::scan_model_dir: config.json, index, weights), by model name and
+  // file name, when loaded with check_data_contents (or verified by a --resume): run_state.json
+  // records them, and --resume refuses a directory whose files changed.
+  std::map<std::string, std::map<std::string, std::uint64_t>> pretrained_checksums;
   std::vector<std::string> strategies;  // allowed; default: all of known_strategies()
   std::string cluster = "auto";         // "auto" or a --cluster SPEC, kept as written
   std::string cluster_where;            // "FILE:LINE:COL" of `cluster:` when given, for errors

@@ -10,11 +10,15 @@
 #     used to get the same end_step);
 #  4. --resume of a start stopped before its first plan starts the batch afresh; --resume of a
 #     directory that never held a run is still refused.
+#  5. The exit code is the run's, however it is stopped (issue 28, item 8): SIGTERM to mpirun
+#     alone, and to every process of the tree at once (as a batch system sends it), exit 99 (it
+#     was 1: mpirun's own status); kill -9 of rank 0 exits 1 (it was 137, outside 0/1/2/99).
 # Usage: test_run_signals.sh SATURN_EXE
 set -uo pipefail
 saturn="$1"
 py=/usr/bin/python3
 source "$(dirname "$0")/../lib.sh"
+source "$(dirname "$0")/run_helpers.sh"
 export OMP_NUM_THREADS=1 SATURN_CALIBRATION_CACHE=none
 started=()  # launchers this test started, killed on exit if still there
 trap 'for p in "${started[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$work"' EXIT
@@ -40,20 +44,6 @@ YAML
 # loaded machine could finish them first); section 2 resumes nothing, so its jobs never end.
 sed 's/^  steps: 2000$/  steps: 1000000/' "$work/w.yaml" >"$work/long.yaml"
 
-# Largest step any job of run directory $1 has written to its metrics (0 when none).
-max_step() {
-  $py - "$1" <<'PY' 2>/dev/null || echo 0
-import glob, json, sys
-steps = [0]
-for f in glob.glob(sys.argv[1] + "/jobs/*/metrics.jsonl"):
-    for line in open(f):
-        try:
-            steps.append(json.loads(line)["step"])
-        except ValueError:
-            pass
-print(max(steps))
-PY
-}
 # The job of run directory $1 that has written the fewest steps, and its largest step.
 slowest_job() {
   $py - "$1" <<'PY'
@@ -78,45 +68,6 @@ job_past() {  # job_past DIR JOB STEP: wait until JOB has written a step past ST
     sleep 0.1
   done
   return 1
-}
-wait_past() {  # wait_past DIR STEP
-  for _ in $(seq 1 900); do
-    [ "$(max_step "$1")" -gt "$2" ] && return 0
-    sleep 0.1
-  done
-  return 1
-}
-# start DIR [saturn run args]: a launcher in the background ($launcher), with SIGINT at its
-# default (a non-interactive shell starts background commands with SIGINT ignored).
-start() {
-  local dir=$1
-  shift
-  env --default-signal=INT "$saturn" run "$@" --np 2 --no-trials >"$dir.log" 2>&1 &
-  launcher=$!
-  started+=("$launcher")
-}
-# wait_launcher SECONDS: waits for the launcher and returns its exit status; one still running
-# after SECONDS is killed (kill -9 of the launcher ends mpirun and the ranks) and gives 124, so a
-# lost signal fails the test instead of hanging it on a run that never ends.
-wait_launcher() {
-  local _
-  for _ in $(seq 1 $(($1 * 10))); do
-    kill -0 "$launcher" 2>/dev/null || break
-    sleep 0.1
-  done
-  if kill -0 "$launcher" 2>/dev/null; then
-    echo "launcher $launcher still running after $1 s: killed"
-    kill -9 "$launcher"
-    wait "$launcher" 2>/dev/null
-    return 124
-  fi
-  wait "$launcher"
-}
-# rank N: the pid of rank N of the launcher's mpirun (its child with OMPI_COMM_WORLD_RANK=N).
-rank() {
-  for p in $(pgrep -P "$(pgrep -P "$launcher")"); do
-    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1" && echo "$p"
-  done | head -1
 }
 
 # summary_check DIR EXIT_CODE [MIN_INTERRUPTED]: every job's segments chain from step 0;
@@ -231,4 +182,32 @@ rc=$?
 [[ $rc == 2 ]] && grep -q "holds no run to resume" "$work/empty.log" &&
   ok "--resume of a directory with no run: exit 2" ||
   { bad "--resume of a directory with no run: exit $rc"; tail -3 "$work/empty.log"; }
+# 5. The exit code is the one the run recorded, however the launcher's mpirun ends.
+for how in mpirun tree; do
+  T="$work/term-$how"
+  start "$T" "$work/long.yaml" --run-dir "$T"
+  wait_past "$T" 20 || bad "SIGTERM to $how: no training"
+  mpirun_pid=$(pgrep -P "$launcher" | head -1)
+  if [ $how == mpirun ]; then
+    kill -TERM "$mpirun_pid"
+  else
+    kill -TERM "$launcher" "$mpirun_pid" $(pgrep -P "$mpirun_pid")
+  fi
+  wait_launcher 120
+  rc=$?
+  if [ $rc -eq 99 ] && grep -q '"event":"run_end".*"exit_code":99' "$T/timeline.jsonl"; then
+    ok "SIGTERM to $how: exit 99, the code the timeline recorded"
+  else
+    bad "SIGTERM to $how: exit $rc"; tail -5 "$T.log"
+  fi
+done
+K="$work/kill-rank0"
+start "$K" "$work/long.yaml" --run-dir "$K"
+wait_past "$K" 20 || bad "kill -9 of rank 0: no training"
+kill -9 "$(rank 0)"
+wait_launcher 120
+rc=$?
+[ $rc -eq 1 ] && grep -q "rank 0 recorded no exit code" "$K.log" &&
+  ok "kill -9 of rank 0: exit 1 with the reason (not 137)" ||
+  { bad "kill -9 of rank 0: exit $rc"; tail -5 "$K.log"; }
 finish

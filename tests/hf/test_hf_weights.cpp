@@ -2,6 +2,7 @@
 // it its share of the file, not the whole model; the values are the file's.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <vector>
@@ -164,6 +165,76 @@ TEST(HfWeights, ShapeMismatchAndUnknownArchitectureAreInputErrors) {
               std::string::npos)
         << e.what();
   }
+  fs::remove_all(dir);
+}
+
+// Every way a model shape enters is held to the same limits before anything is sized from it: a
+// config.json with 10^9 layers is refused at once (it used to grow memory until killed), and
+// 4 * n_embd cannot overflow.
+TEST(HfWeights, ShapesBeyondTheLimitsAreRefusedByFieldBeforeAnyAllocation) {
+  std::vector<float> flat;
+  const fs::path dir = write_model(tiny_llama(), flat);
+  auto refusal = [&](const std::string& config) {
+    std::ofstream(dir / "config.json") << config;
+    try {
+      scan_model_dir(dir, read_config(dir).model);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  const std::string llama = R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 64,
+      "hidden_size": 32, "intermediate_size": 48, "num_attention_heads": 4,
+      "num_key_value_heads": 2, "max_position_embeddings": 16, "rope_theta": 50000.0, )";
+  EXPECT_EQ(refusal(llama + R"("num_hidden_layers": 2})"), "(no error)");
+  EXPECT_NE(refusal(llama + R"("num_hidden_layers": 1000000000})")
+                .find("config.json: num_hidden_layers: 1000000000 is out of range (valid: 1..256)"),
+            std::string::npos);
+  EXPECT_NE(refusal(R"({"architectures": ["GPT2LMHeadModel"], "vocab_size": 64, "n_layer": 1,
+      "n_head": 2, "n_positions": 16, "n_embd": 1000000000})")
+                .find("config.json: n_embd: 1000000000 is out of range"),
+            std::string::npos);
+  EXPECT_NE(
+      refusal(llama + R"("num_hidden_layers": 2, "vocab_size": 999999999})").find("vocab_size"),
+      std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST(HfWeights, ANonFiniteWeightIsRefusedNamingItsTensor) {
+  std::vector<float> flat;
+  const ModelConfig m = tiny_llama();
+  const fs::path dir = write_model(m, flat);
+  // config.json and the one weight file, each checksummed.
+  EXPECT_EQ(scan_model_dir(dir, m).files.size(), 2u);
+  // The first value of the embedding becomes NaN, in place in the file.
+  const SafetensorsFile f(dir / "model.safetensors");
+  const StTensor* t = f.find("model.embed_tokens.weight");
+  ASSERT_NE(t, nullptr);
+  {
+    std::fstream io(dir / "model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    io.seekp(static_cast<std::streamoff>(t->begin));
+    const float nan = std::nanf("");
+    io.write(reinterpret_cast<const char*>(&nan), 4);
+  }
+  try {
+    scan_model_dir(dir, m);
+    ADD_FAILURE() << "a NaN weight passed the scan";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("tensor 'model.embed_tokens.weight' holds a non-finite"),
+              std::string::npos)
+        << e.what();
+  }
+  const HfWeights w(dir, m);  // the headers are fine; reading the value is not
+  std::vector<float> row(static_cast<std::size_t>(m.d_model));
+  TensorSlice slice;
+  slice.name = "model.embed_tokens.weight";
+  slice.shape = {m.vocab_size, m.d_model};
+  slice.start = {0, 0};
+  slice.count = {1, m.d_model};
+  slice.data = row.data();
+  EXPECT_THROW(w.fill({slice}), InputError);
+  slice.start = {1, 0};  // the next row is finite
+  EXPECT_NO_THROW(w.fill({slice}));
   fs::remove_all(dir);
 }
 

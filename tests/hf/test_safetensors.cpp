@@ -1,10 +1,12 @@
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -178,6 +180,124 @@ TEST(Safetensors, UnfinishedWriterLeavesNothing) {
   }
   EXPECT_FALSE(fs::exists(dir / "u.safetensors"));
   EXPECT_FALSE(fs::exists(dir / "u.safetensors.tmp"));
+  fs::remove_all(dir);
+}
+
+// As strict as the format's reference reader (safetensors 0.4): the tensors tile the data
+// exactly, the header is one object padded with spaces only, no name twice.
+TEST(Safetensors, DataMustBeTiledExactlyAndTheHeaderClean) {
+  const fs::path dir = temp_dir();
+  auto message = [&](const std::string& header, const std::string& data) -> std::string {
+    write_raw(dir / "bad.safetensors", header, data);
+    try {
+      SafetensorsFile f(dir / "bad.safetensors");
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    return "(no error)";
+  };
+  const std::string eight(8, '\0'), twelve(12, '\0');
+  const std::string two = R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                          R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})";
+  EXPECT_EQ(message(two, eight), "(no error)");
+  EXPECT_EQ(message(two + "    ", eight), "(no error)");  // space padding, as writers pad
+  const std::string overlap = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                              R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})";
+  EXPECT_NE(message(overlap, eight).find("overlap the tensor before it"), std::string::npos);
+  const std::string gap = R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                          R"("b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})";
+  EXPECT_NE(message(gap, twelve).find("leave bytes 4..8 unused"), std::string::npos);
+  const std::string late = R"({"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})";
+  EXPECT_NE(message(late, eight).find("leave bytes 0..4 unused"), std::string::npos);
+  EXPECT_NE(message(two, twelve).find("4 bytes after the last tensor's data"), std::string::npos);
+  EXPECT_NE(message(two + std::string(8, '\0'), eight).find("NUL byte"), std::string::npos);
+  const std::string twice = R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                            R"("a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})";
+  EXPECT_NE(message(twice, eight).find("names 'a' twice"), std::string::npos);
+  EXPECT_NE(message(" " + two, eight).find("not a JSON object"), std::string::npos);
+  // A tensor of no elements takes no bytes, wherever it sits.
+  const std::string empty = R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                            R"("z":{"dtype":"F32","shape":[0],"data_offsets":[4,4]},)"
+                            R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})";
+  EXPECT_EQ(message(empty, eight), "(no error)");
+  fs::remove_all(dir);
+}
+
+TEST(Safetensors, ScanChecksumsEveryByteAndFindsNonFiniteValues) {
+  const fs::path dir = temp_dir();
+  const std::uint16_t bf_nan = 0x7FC0, f16_inf = 0xFC00, one = 0x3C00;
+  auto write = [&](std::uint16_t h, float f) {
+    std::string data(reinterpret_cast<const char*>(&h), 2);
+    data.append(2, '\0');  // a second F16 element
+    data.append(reinterpret_cast<const char*>(&f), 4);
+    write_raw(dir / "s.safetensors",
+              R"({"h":{"dtype":"F16","shape":[2],"data_offsets":[0,4]},)"
+              R"("f":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+              data);
+  };
+  auto scan = [&](const std::set<std::string>& checked) {
+    ByteHash h;
+    SafetensorsFile(dir / "s.safetensors").scan(h, checked);
+    return h.value();
+  };
+  write(one, 2.0f);
+  const std::uint64_t base = scan({"h", "f"});
+  write(one, 2.5f);
+  EXPECT_NE(scan({"h", "f"}), base);  // any byte changes the checksum
+  write(f16_inf, 1.0f);
+  try {
+    scan({"h", "f"});
+    ADD_FAILURE() << "an F16 infinity passed";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("tensor 'h' holds a non-finite value (-inf) at element 0"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_NO_THROW(scan({"f"}));  // a tensor the engine does not read is not checked
+  write(one, std::nanf(""));
+  EXPECT_THROW(scan({"f"}), InputError);
+  write(bf_nan, 1.0f);  // 0x7FC0 is an F16 NaN as well
+  EXPECT_THROW(scan({"h"}), InputError);
+  fs::remove_all(dir);
+}
+
+TEST(Safetensors, SetRefusesAmbiguousAndNonRegularWeightFiles) {
+  const fs::path dir = temp_dir();
+  const float one = 1.0f;
+  {
+    SafetensorsWriter w(dir / "model.safetensors", {{"a", {1}}}, {{"format", "pt"}});
+    w.write("a", &one, 1);
+    w.finish();
+  }
+  fs::copy_file(dir / "model.safetensors", dir / "s1.safetensors");
+  std::ofstream(dir / "model.safetensors.index.json")
+      << R"({"weight_map": {"a": "s1.safetensors"}})";
+  auto refusal = [&] {
+    try {
+      SafetensorsSet set(dir);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_NE(refusal().find("ambiguous"), std::string::npos);
+  fs::remove(dir / "model.safetensors");
+  EXPECT_EQ(refusal(), "(no error)");
+  fs::remove(dir / "s1.safetensors");
+  EXPECT_NE(refusal().find("s1.safetensors: does not exist"), std::string::npos) << refusal();
+  fs::create_directory(dir / "s1.safetensors");
+  EXPECT_NE(refusal().find("s1.safetensors: is a directory"), std::string::npos) << refusal();
+  fs::remove(dir / "s1.safetensors");
+  ASSERT_EQ(::mkfifo((dir / "s1.safetensors").c_str(), 0600), 0);
+  EXPECT_NE(refusal().find("s1.safetensors: is a FIFO"), std::string::npos) << refusal();
+  fs::remove(dir / "s1.safetensors");
+  fs::create_symlink("s1.safetensors", dir / "s1.safetensors");
+  EXPECT_NE(refusal().find("s1.safetensors: is a symbolic-link loop"), std::string::npos)
+      << refusal();
+  fs::remove(dir / "model.safetensors.index.json");
+  fs::create_directory(dir / "model.safetensors.index.json");
+  EXPECT_NE(refusal().find("model.safetensors.index.json: is a directory"), std::string::npos)
+      << refusal();
   fs::remove_all(dir);
 }
 
