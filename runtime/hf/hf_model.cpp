@@ -221,6 +221,7 @@ HfModel read_config(const fs::path& dir) {
   }
   try {
     m.validate();
+    m.check_parameters();
   } catch (const InputError& e) {
     throw InputError(fmt::format("{}: {}", file, e.what()));
   }

@@ -69,10 +69,12 @@ void ModelConfig::validate() const {
   if (max_seq_len < 1) bad(fmt::format("seq_len must be >= 1 (got {})", max_seq_len));
   if (!(norm_eps > 0)) bad("norm_eps must be > 0");
   if (d_model >= 1) within("d_ff (resolved from d_model)", ffn_dim(), model_limits::kDff);
-  if (n_layer >= 1 && n_head >= 1 && d_model >= 1 && d_model % n_head == 0 &&
-      static_cast<double>(num_parameters()) > model_limits::kParameters)
-    bad(fmt::format("the model has {:.3g} parameters, more than Saturn's limit of {:g}",
-                    static_cast<double>(num_parameters()), model_limits::kParameters));
+}
+
+void ModelConfig::check_parameters() const {
+  if (static_cast<double>(num_parameters()) > model_limits::kParameters)
+    throw InputError(fmt::format("the model has {:.3g} parameters, more than Saturn's limit of {:g}",
+                                 static_cast<double>(num_parameters()), model_limits::kParameters));
 }
 
 std::int64_t canonical_micro_batch(const TrainConfig& train) {

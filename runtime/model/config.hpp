@@ -50,6 +50,9 @@ struct ModelConfig {
   // Throws InputError naming the field when the shape is impossible or beyond model_limits
   // (what is valid, too).
   void validate() const;
+  // After validate(), once max_seq_len is final (a workload's job sizes GPT-2's position table
+  // by its seq_len): InputError when the model has more than model_limits::kParameters.
+  void check_parameters() const;
   std::int64_t num_parameters() const;
 };
 

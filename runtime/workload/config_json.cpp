@@ -208,6 +208,7 @@ ModelConfig model_config_from_json(const json& j) {
   // workload before anything is sized from it.
   try {
     m.validate();
+    m.check_parameters();
   } catch (const InputError& e) {
     throw InputError(fmt::format("model_config: {}", e.what()));
   }
