@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -172,16 +173,7 @@ std::string default_tokenizer_python() {
 
 EncodedText encode_with_hf_tokenizer(const HfTokenizerFile& tokenizer,
                                      const std::vector<fs::path>& inputs, const std::string& python,
-                                     const fs::path& scratch_dir) {
-  const fs::path ids_file = scratch_dir / fmt::format(".saturn-ids.tmp.{}", ::getpid());
-  struct RemoveOnExit {
-    fs::path p;
-    ~RemoveOnExit() {
-      std::error_code ignored;
-      fs::remove(p, ignored);
-    }
-  } cleanup{ids_file};
-
+                                     const fs::path& ids_file) {
   std::vector<std::string> argv = {python, "-c", kHfTokenizeScript, tokenizer.file.string(),
                                    ids_file.string()};
   for (const auto& p : inputs) argv.push_back(p.string());
@@ -216,6 +208,13 @@ EncodedText encode_with_hf_tokenizer(const HfTokenizerFile& tokenizer,
       if (kind == "not-utf8")
         throw InputError(
             fmt::format("data prepare --tokenizer: an input is not UTF-8 text: {}", message));
+      // The library fails on an input, or the tokenizer cannot be used in windows (each message
+      // names the file).
+      if (kind == "encode")
+        throw InputError(
+            fmt::format("data prepare --tokenizer: the library cannot encode {}", message));
+      if (kind == "unsupported" || kind == "unsplittable")
+        throw InputError(fmt::format("data prepare --tokenizer: {}", message));
       if (kind == "io") throw IoError(fmt::format("data prepare --tokenizer: {}", message));
       throw Error(fmt::format("data prepare --tokenizer: {}: {}", kind, message));
     }
@@ -235,33 +234,60 @@ EncodedText encode_with_hf_tokenizer(const HfTokenizerFile& tokenizer,
     throw Error(fmt::format("data prepare --tokenizer: unexpected output from '{}' ({}):\n{}",
                             python, e.what(), last_lines(output)));
   }
-  std::uint64_t total = 0;
-  for (auto c : r.counts) total += c;
+  for (auto c : r.counts) r.total += c;
   std::error_code ec;
   const auto bytes = fs::file_size(ids_file, ec);
-  if (ec || r.counts.size() != inputs.size() || bytes != total * sizeof(std::uint32_t))
+  if (ec || r.counts.size() != inputs.size() || bytes != r.total * sizeof(std::uint32_t))
     throw Error(fmt::format(
         "data prepare --tokenizer: the ids file {} holds {} bytes, not the {} ids of {} inputs "
         "the tokenizer reported",
-        ids_file.string(), ec ? 0 : bytes, total, r.counts.size()));
-  r.ids.resize(total);
-  std::FILE* f = std::fopen(ids_file.c_str(), "rb");
-  if (f == nullptr)
-    throw IoError(fmt::format("cannot open {}: {}", ids_file.string(), std::strerror(errno)));
-  const std::size_t got =
-      total == 0 ? 0 : std::fread(r.ids.data(), sizeof(std::uint32_t), total, f);
-  std::fclose(f);
-  if (got != total) throw IoError(fmt::format("cannot read {}", ids_file.string()));
-  // The library's count and the file's largest id must agree with what the ids hold.
-  const std::uint64_t vocab = std::max(r.vocab_size, tokenizer.vocab_size);
-  for (std::uint64_t i = 0; i < total; ++i)
-    if (r.ids[i] >= vocab)
-      throw Error(fmt::format(
-          "data prepare --tokenizer: the library produced id {} at position {}, outside the "
-          "vocabulary of {} that {} declares",
-          r.ids[i], i, vocab, tok));
-  r.vocab_size = vocab;
+        ids_file.string(), ec ? 0 : bytes, r.total, r.counts.size()));
+  // Every id must lie below the larger of the library's count and the file's largest id plus
+  // one (IdsReader checks each as it reads).
+  r.vocab_size = std::max(r.vocab_size, tokenizer.vocab_size);
   return r;
+}
+
+IdsReader::IdsReader(const fs::path& file, const EncodedText& text,
+                     const HfTokenizerFile& tokenizer)
+    : file_(file), tokenizer_(tokenizer.file.string()), vocab_size_(text.vocab_size) {
+  f_ = std::fopen(file.c_str(), "rb");
+  if (f_ == nullptr)
+    throw IoError(fmt::format("cannot open {}: {}", file.string(), std::strerror(errno)));
+}
+
+IdsReader::~IdsReader() {
+  if (f_ != nullptr) std::fclose(f_);
+}
+
+void IdsReader::read(std::span<std::uint16_t> out) {
+  read_as(out);
+}
+void IdsReader::read(std::span<std::uint32_t> out) {
+  read_as(out);
+}
+
+template <class T>
+void IdsReader::read_as(std::span<T> out) {
+  const std::uint64_t limit =
+      std::min<std::uint64_t>(vocab_size_, std::uint64_t{std::numeric_limits<T>::max()} + 1);
+  std::vector<std::uint32_t> buf(std::min<std::size_t>(out.size(), std::size_t{1} << 20));
+  for (std::size_t done = 0; done < out.size();) {
+    const std::size_t want = std::min(buf.size(), out.size() - done);
+    if (std::fread(buf.data(), sizeof(std::uint32_t), want, f_) != want)
+      throw IoError(
+          fmt::format("cannot read {}: it ends before id {}", file_.string(), position_ + want));
+    for (std::size_t i = 0; i < want; ++i) {
+      if (buf[i] >= limit)
+        throw Error(fmt::format(
+            "data prepare --tokenizer: the library produced id {} at position {}, outside the "
+            "vocabulary of {} that {} declares",
+            buf[i], position_ + i, vocab_size_, tokenizer_));
+      out[done + i] = static_cast<T>(buf[i]);
+    }
+    done += want;
+    position_ += want;
+  }
 }
 
 }  // namespace saturn::data

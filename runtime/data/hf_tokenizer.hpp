@@ -5,7 +5,9 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -28,19 +30,50 @@ HfTokenizerFile inspect_hf_tokenizer(const std::filesystem::path& path);
 std::string default_tokenizer_python();
 
 struct EncodedText {
-  std::vector<std::uint32_t> ids;     // every input's ids, in input order
   std::vector<std::uint64_t> counts;  // ids per input
-  std::uint64_t vocab_size = 0;       // the library's, added tokens included
+  std::uint64_t total = 0;            // ids in the ids file: the sum of counts
+  std::uint64_t vocab_size = 0;       // the library's (added tokens included) or the file's
   std::string library;                // e.g. "tokenizers 0.19.1"
 };
 
-// Encodes each input whole with Tokenizer.encode (post-processor included) and concatenates the
-// ids. `scratch_dir` holds a temporary ids file, removed on return. Throws InputError when the
-// interpreter cannot run or lacks the library, the library rejects the tokenizer, or an input
-// is not UTF-8 (each naming the file); Error when the output is inconsistent.
+// Encodes each input as the library's Tokenizer.encode of the whole text would (post-processor
+// included; truncation and padding off), in windows so that memory stays bounded whatever the
+// input (hf_tokenize.py says how the ids stay exact). Writes every input's ids, in input order,
+// to `ids_file` as little-endian uint32; the caller removes it, also on failure. Throws
+// InputError when the interpreter cannot run or lacks the library, the library rejects the
+// tokenizer or cannot encode an input, the tokenizer cannot be used in windows, or an input is
+// not UTF-8 (each naming the file); Error when the output is inconsistent.
 EncodedText encode_with_hf_tokenizer(const HfTokenizerFile& tokenizer,
                                      const std::vector<std::filesystem::path>& inputs,
                                      const std::string& python,
-                                     const std::filesystem::path& scratch_dir);
+                                     const std::filesystem::path& ids_file);
+
+// Reads an ids file that encode_with_hf_tokenizer wrote, front to back, a part at a time, so
+// that no more than one split's ids need be in memory.
+class IdsReader {
+ public:
+  // Throws IoError when the file cannot be opened.
+  IdsReader(const std::filesystem::path& file, const EncodedText& text,
+            const HfTokenizerFile& tokenizer);
+  ~IdsReader();
+  IdsReader(const IdsReader&) = delete;
+  IdsReader& operator=(const IdsReader&) = delete;
+
+  // Fills `out` with the next out.size() ids. Error when one is not below text.vocab_size
+  // (naming it and its position), or when it does not fit uint16 (for the first overload);
+  // IoError when the file ends early.
+  void read(std::span<std::uint16_t> out);
+  void read(std::span<std::uint32_t> out);
+
+ private:
+  template <class T>
+  void read_as(std::span<T> out);
+
+  std::filesystem::path file_;
+  std::string tokenizer_;
+  std::uint64_t vocab_size_ = 0;
+  std::uint64_t position_ = 0;  // ids read so far
+  std::FILE* f_ = nullptr;
+};
 
 }  // namespace saturn::data

@@ -8,8 +8,10 @@
 #include <cstring>
 #include <span>
 #include <system_error>
+#include <utility>
 
 #include "runtime/core/error.hpp"
+#include "runtime/core/files.hpp"
 #include "runtime/data/hf_tokenizer.hpp"
 #include "runtime/data/token_file.hpp"
 
@@ -71,11 +73,90 @@ std::uint64_t val_count(std::uint64_t n, double fraction, const char* unit) {
                  1, static_cast<std::uint64_t>(std::llround(static_cast<double>(n) * fraction))));
 }
 
-void create_output_dir(const fs::path& dir) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec)
-    throw IoError(fmt::format("cannot create output directory {}: {}", dir.string(), ec.message()));
+// The output directory and the files written into it. Each file is written under a staging name
+// and all are renamed into place together by commit(); until then, the destructor removes the
+// staged files, and the directory (with any missing parents) if create() made it, so a failed
+// run leaves neither a partial nor an empty output directory behind.
+class Output {
+ public:
+  explicit Output(fs::path dir) : dir_(std::move(dir)) {
+    // Only a directory known to be missing counts (exists() sets ec when it cannot tell).
+    std::error_code ec;
+    for (fs::path p = dir_; !p.empty() && !fs::exists(p, ec) && !ec; p = p.parent_path()) {
+      made_ = p;
+      if (p == p.parent_path()) break;
+    }
+  }
+  Output(const Output&) = delete;
+  Output& operator=(const Output&) = delete;
+  ~Output() {
+    if (committed_) return;
+    std::error_code ignored;
+    for (const auto& [staged, path] : files_) fs::remove(staged, ignored);
+    if (created_) fs::remove_all(made_, ignored);
+  }
+
+  // Called once there is something to write.
+  void create() {
+    std::error_code ec;
+    fs::create_directories(dir_, ec);
+    if (ec)
+      throw IoError(
+          fmt::format("cannot create output directory {}: {}", dir_.string(), ec.message()));
+    created_ = !made_.empty();
+  }
+
+  // The name to write `name` under until commit().
+  fs::path stage(const std::string& name) {
+    const fs::path path = dir_ / name;
+    check_output_file(path);  // renamed over by commit(): never a FIFO, a device or a link
+    files_.emplace_back(fs::path(path.string() + fmt::format(".staged.{}", ::getpid())), path);
+    return files_.back().first;
+  }
+
+  void commit() {
+    for (const auto& [staged, path] : files_) {
+      std::error_code ec;
+      fs::rename(staged, path, ec);
+      if (ec)
+        throw IoError(fmt::format("cannot rename {} to {}: {}", staged.string(), path.string(),
+                                  ec.message()));
+    }
+    committed_ = true;
+  }
+
+ private:
+  fs::path dir_;
+  fs::path made_;  // the topmost directory create() makes ("" when dir_ exists)
+  bool created_ = false;
+  bool committed_ = false;
+  std::vector<std::pair<fs::path, fs::path>> files_;  // (staged, final)
+};
+
+// A file removed when this goes out of scope.
+struct RemoveOnExit {
+  fs::path path;
+  explicit RemoveOnExit(fs::path p) : path(std::move(p)) {}
+  RemoveOnExit(const RemoveOnExit&) = delete;
+  RemoveOnExit& operator=(const RemoveOnExit&) = delete;
+  ~RemoveOnExit() {
+    std::error_code ignored;
+    fs::remove(path, ignored);
+  }
+};
+
+// Writes the next `count` ids of the ids file to `path`, so that one split at a time is in
+// memory: llm.c uint16 when `narrow`, else HDF5 uint32.
+void write_split(IdsReader& ids, std::uint64_t count, bool narrow, const fs::path& path) {
+  if (narrow) {
+    std::vector<std::uint16_t> tokens(count);
+    ids.read(tokens);
+    write_llmc_tokens(path, tokens);
+  } else {
+    std::vector<std::uint32_t> tokens(count);
+    ids.read(tokens);
+    write_hdf5_tokens(path, tokens);
+  }
 }
 
 }  // namespace
@@ -97,7 +178,8 @@ PrepareResult prepare_byte_dataset(const PrepareOptions& options) {
   const std::uint64_t n = tokens.size();
   const std::uint64_t n_val = val_count(n, options.val_fraction, "bytes");
 
-  create_output_dir(options.output_dir);
+  Output out(options.output_dir);
+  out.create();
   PrepareResult r;
   r.train_path = options.output_dir / "train.bin";
   r.val_path = options.output_dir / "val.bin";
@@ -106,8 +188,9 @@ PrepareResult prepare_byte_dataset(const PrepareOptions& options) {
   r.vocab_size = kByteVocabSize;
   r.tokenizer = "bytes";
   const std::span<const std::uint16_t> all(tokens);
-  write_llmc_tokens(r.train_path, all.first(r.train_tokens));
-  write_llmc_tokens(r.val_path, all.subspan(r.train_tokens));
+  write_llmc_tokens(out.stage("train.bin"), all.first(r.train_tokens));
+  write_llmc_tokens(out.stage("val.bin"), all.subspan(r.train_tokens));
+  out.commit();
   return r;
 }
 
@@ -119,20 +202,14 @@ PrepareResult prepare_tokenized_dataset(const PrepareOptions& options,
   check_options(options);
   const HfTokenizerFile tokenizer = inspect_hf_tokenizer(tokenizer_path);
   const std::string python = python_in.empty() ? default_tokenizer_python() : python_in;
-  // The ids file is written beside the output (it is as large as the data); a directory made
-  // here is removed again if encoding fails, so a failed run leaves nothing behind.
-  std::error_code exists_ec;
-  const bool existed = fs::exists(options.output_dir, exists_ec);
-  create_output_dir(options.output_dir);
-  EncodedText text;
-  try {
-    text = encode_with_hf_tokenizer(tokenizer, options.inputs, python, options.output_dir);
-  } catch (...) {
-    std::error_code ignored;
-    if (!existed) fs::remove(options.output_dir, ignored);  // only if still empty
-    throw;
-  }
-  const std::uint64_t n = text.ids.size();
+  // The ids file goes in the output directory (it is as large as the data), which is therefore
+  // made now; Output removes it again if anything below fails.
+  Output out(options.output_dir);
+  out.create();
+  RemoveOnExit ids_file{options.output_dir / fmt::format(".saturn-ids.tmp.{}", ::getpid())};
+  const EncodedText text =
+      encode_with_hf_tokenizer(tokenizer, options.inputs, python, ids_file.path);
+  const std::uint64_t n = text.total;
   const std::uint64_t n_val = val_count(n, options.val_fraction, "tokens");
 
   PrepareResult r;
@@ -141,35 +218,25 @@ PrepareResult prepare_tokenized_dataset(const PrepareOptions& options,
   r.vocab_size = text.vocab_size;
   r.tokenizer =
       fmt::format("{}, {}, {}", text.library, tokenizer.model_type, tokenizer.file.string());
-  const std::span<const std::uint32_t> all(text.ids);
   // llm.c's uint16 files when every id fits, else HDF5 uint32 (DESIGN.md "Token files").
-  if (text.vocab_size <= 65536) {
-    r.train_path = options.output_dir / "train.bin";
-    r.val_path = options.output_dir / "val.bin";
-    const std::vector<std::uint16_t> narrow(text.ids.begin(), text.ids.end());
-    const std::span<const std::uint16_t> n16(narrow);
-    write_llmc_tokens(r.train_path, n16.first(r.train_tokens));
-    write_llmc_tokens(r.val_path, n16.subspan(r.train_tokens));
-  } else {
-    r.train_path = options.output_dir / "train.h5";
-    r.val_path = options.output_dir / "val.h5";
-    write_hdf5_tokens(r.train_path, all.first(r.train_tokens));
-    write_hdf5_tokens(r.val_path, all.subspan(r.train_tokens));
-  }
+  const bool narrow = text.vocab_size <= 65536;
+  const char* ext = narrow ? ".bin" : ".h5";
+  r.train_path = options.output_dir / fmt::format("train{}", ext);
+  r.val_path = options.output_dir / fmt::format("val{}", ext);
+  IdsReader ids(ids_file.path, text, tokenizer);
+  write_split(ids, r.train_tokens, narrow, out.stage(r.train_path.filename().string()));
+  write_split(ids, r.val_tokens, narrow, out.stage(r.val_path.filename().string()));
   // The tokenizer beside its data: a later export or inspection needs the same one.
   const fs::path copy = options.output_dir / "tokenizer.json";
   std::error_code ec;
   if (!fs::equivalent(tokenizer.file, copy, ec)) {
-    const fs::path tmp = fs::path(copy.string() + fmt::format(".tmp.{}", ::getpid()));
-    fs::copy_file(tokenizer.file, tmp, fs::copy_options::overwrite_existing, ec);
-    if (!ec) fs::rename(tmp, copy, ec);
-    if (ec) {
-      std::error_code ignored;
-      fs::remove(tmp, ignored);
+    const fs::path staged = out.stage("tokenizer.json");
+    fs::copy_file(tokenizer.file, staged, fs::copy_options::overwrite_existing, ec);
+    if (ec)
       throw IoError(fmt::format("cannot copy {} to {}: {}", tokenizer.file.string(), copy.string(),
                                 ec.message()));
-    }
   }
+  out.commit();
   return r;
 }
 

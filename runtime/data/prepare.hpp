@@ -30,17 +30,19 @@ struct PrepareResult {
 // Tokenizes and concatenates the inputs, then writes the first (1 - val_fraction) of the tokens
 // to train.bin and the rest to val.bin (val gets round(n * val_fraction) tokens). Inputs are
 // checked before anything is written: a missing input, an empty stream or a fraction that leaves
-// either split empty is an InputError and leaves output_dir untouched. Files are written
-// atomically (temporary name, then rename).
+// either split empty is an InputError and leaves output_dir untouched. Files are written under
+// staging names and renamed into place once all are complete, and a failure removes what this
+// call wrote (output_dir too, if it made it), so a failed run leaves no partial or empty output.
 PrepareResult prepare_byte_dataset(const PrepareOptions& options);
 
 // The same with a Hugging Face tokenizer: `tokenizer` is a tokenizer.json or a directory
 // holding one, `python` the interpreter that runs the `tokenizers` library ("" =
-// default_tokenizer_python()). Each input is read as UTF-8 text and encoded whole by the
-// `tokenizers` library (hf_tokenizer.hpp); the ids are concatenated in input order and split as
-// above. The tokenizer and the inputs are checked before Python starts, and nothing is written
-// unless encoding succeeded. Also writes output_dir/tokenizer.json (a copy), so the data names
-// the tokenizer it was made with.
+// default_tokenizer_python()). Each input is read as UTF-8 text and encoded as the library's
+// encode of the whole text would be, in bounded memory (hf_tokenizer.hpp); the ids are
+// concatenated in input order and split as above. The tokenizer and the inputs are checked
+// before Python starts; the ids go to a temporary file in output_dir, and a failure leaves
+// output_dir as it was (removed, if this call made it). Also writes output_dir/tokenizer.json
+// (a copy), so the data names the tokenizer it was made with.
 PrepareResult prepare_tokenized_dataset(const PrepareOptions& options,
                                         const std::filesystem::path& tokenizer_path,
                                         const std::string& python);

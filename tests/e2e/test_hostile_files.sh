@@ -7,8 +7,8 @@
 #     it); an earlier export is replaced whole; -o equal to or inside --from is refused; --from
 #     missing, or of another model, is refused before anything is written; a failure part-way
 #     leaves the target as it was and no staging directory behind.
-#  2. -o of report, ckpt export --format safetensors and ckpt import: a FIFO, a symbolic link
-#     and a directory are refused and left as they were.
+#  2. -o of report, ckpt export --format safetensors and ckpt import, and data prepare's
+#     train.bin: a FIFO, a symbolic link and a directory are refused and left as they were.
 #  3. Shapes beyond the limits in config.json (n_layer 10^9 under a 3 GB address-space cap,
 #     n_embd 10^9): exit 2 at once from ckpt import and from `saturn train` with `from:`.
 #  4. Corrupt safetensors (overlapping offsets, trailing bytes, NUL padding, a name twice) and
@@ -128,6 +128,11 @@ expect2 "ckpt export safetensors -o symlink: refused" "is a symbolic link" \
 expect2 "ckpt import -o FIFO: refused" "is a FIFO" "$saturn" ckpt import "$work/hf" -o "$work/fifo"
 expect2 "ckpt import -o symlink: refused" "is a symbolic link" "$saturn" ckpt import "$work/hf" -o "$work/link"
 expect2 "ckpt import -o directory: refused" "is a directory" "$saturn" ckpt import "$work/hf" -o "$work/adir"
+mkdir "$work/prepared" && mkfifo "$work/prepared/train.bin"
+expect2 "data prepare with DIR/train.bin a FIFO: refused" "train.bin: is a FIFO" \
+  "$saturn" data prepare --input "$work/text.txt" --output "$work/prepared"
+[ -p "$work/prepared/train.bin" ] && [ ! -e "$work/prepared/val.bin" ] &&
+  ok "... and nothing written there" || bad "data prepare replaced train.bin or wrote val.bin"
 [ -p "$work/fifo" ] && [ -L "$work/link" ] && [ "$(readlink "$work/link")" == /proc/self/fd/1 ] &&
   [ -d "$work/adir" ] && ok "the FIFO, the link and the directory are as they were" ||
   bad "an -o target was replaced"
