@@ -14,8 +14,8 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
-#include "runtime/backend/cuda_provider.hpp"
 #include "runtime/backend/cpu/device.hpp"
+#include "runtime/backend/cuda_provider.hpp"
 #include "runtime/comm/comm_pair.hpp"
 #include "runtime/comm/mpi_communicator.hpp"
 #include "runtime/core/error.hpp"
@@ -45,7 +45,21 @@ int run(int argc, char** argv) {
   app.add_option("--warmup", warmup);
   app.add_option("--steps", steps);
   app.add_option("--knob", knobs);
+  bool list = false;
+  app.add_flag("--list", list,
+               "Print the registry's offered strategies (name, smallest degree, knob variants) as "
+               "JSON lines and exit");
   CLI11_PARSE(app, argc, argv);
+  if (list) {
+    for (const auto& info : parallel::strategy_registry())
+      if (info.offered)
+        std::printf("%s\n", nlohmann::json{{"strategy", info.name},
+                                           {"min_degree", info.min_degree},
+                                           {"knob_variants", info.knob_variants}}
+                                .dump()
+                                .c_str());
+    return 0;
+  }
 
   auto world = comm::MpiCommunicator::world();
   // The strategy gets its own communicator, so the benchmark's barriers and reductions are not

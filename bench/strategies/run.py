@@ -17,17 +17,16 @@ import os
 import subprocess
 import sys
 
-CONFIGS = [  # (strategy, knobs, smallest degree)
-    ("ddp", [], 1),
-    ("fsdp", [], 1),
-    ("pipeline", ["schedule=1f1b"], 1),
-    ("pipeline", ["schedule=gpipe"], 1),
-    ("tensor", [], 1),
-    ("offload", [], 1),
-    ("ddp+pipeline", [], 4),
-    ("ddp+tensor", [], 4),
-    ("ddp", ["recompute=true"], 1),
-]
+def configs(exe):
+    """(strategy, knobs, smallest degree) of every offered strategy and knob variant, from the
+    strategy registry (bench_strategies --list): a strategy added to Saturn is benchmarked too."""
+    p = subprocess.run([exe, "--list"], capture_output=True, text=True, timeout=60, check=True)
+    out = []
+    for line in p.stdout.splitlines():
+        r = json.loads(line)
+        for knobs in r["knob_variants"]:
+            out.append((r["strategy"], knobs, r["min_degree"]))
+    return out
 
 
 def mib(b):
@@ -63,7 +62,7 @@ def main():
     print(head)
     print("-" * len(head))
     for degree in [int(d) for d in args.degrees.split(",")]:
-        for strategy, knobs, smallest in CONFIGS:
+        for strategy, knobs, smallest in configs(exe):
             if degree < smallest:
                 continue
             cmd = [args.mpirun, "-np", str(degree), "--oversubscribe", "--allow-run-as-root", exe,

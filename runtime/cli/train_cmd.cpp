@@ -26,8 +26,8 @@ namespace {
 struct TrainArgs {
   std::string workload;
   std::string job;
-  std::string strategy = "single";
-  int degree = 0;  // 0: 1 for single, the number of ranks otherwise
+  std::string strategy = parallel::one_device_strategy();
+  int degree = 0;  // 0: 1 on one device, the number of ranks otherwise
   std::vector<std::string> knobs;
   std::string device = "auto";
   std::string run_dir;
@@ -44,6 +44,14 @@ std::string strategy_list() {
   return s;
 }
 
+// --strategy's help: every strategy of the registry with its own line.
+std::string strategy_help() {
+  std::string s = "The strategy, as the registry describes them (docs/strategies.md):";
+  for (const auto& info : parallel::strategy_registry())
+    s += fmt::format("\n  {}: {}", info.name, info.help);
+  return s;
+}
+
 const JobSpec& pick_job(const Workload& w, const TrainArgs& a) {
   if (!a.job.empty()) return find_job(w, a.job);
   if (w.jobs.size() == 1) return w.jobs.front();
@@ -53,7 +61,7 @@ const JobSpec& pick_job(const Workload& w, const TrainArgs& a) {
                                a.workload, w.jobs.size(), ids));
 }
 
-// One job on every rank of MPI_COMM_WORLD (one rank for --strategy single). Every failure
+// One job on every rank of MPI_COMM_WORLD (one rank for the one-device strategy). Every failure
 // before training is agreed by all ranks; rank 0 reports it (exit 2 for bad input, infeasible
 // configurations and out-of-memory), the other ranks exit with the same code silently.
 int run_job(const TrainArgs& a) {
@@ -117,19 +125,23 @@ int run_job(const TrainArgs& a) {
 }
 
 int run_train(const TrainArgs& a) {
-  if (a.strategy == "single") {
+  // An unknown name is reported by the ranks together, when they make the strategy.
+  bool one_device = false;
+  for (const auto& info : parallel::strategy_registry())
+    if (info.name == a.strategy) one_device = info.max_degree == 1;
+  if (one_device) {
     if (a.degree > 1)
       throw InputError(
-          fmt::format("--strategy single trains on one device; --degree {} needs a "
+          fmt::format("--strategy {} trains on one device; --degree {} needs a "
                       "parallel strategy ({})",
-                      a.degree, strategy_list()));
+                      a.strategy, a.degree, strategy_list()));
     if (comm::launched_with_several_ranks()) {
       if (comm::launcher_rank() > 0) return kExitBadInput;  // rank 0 reports it, once
       throw InputError(
-          fmt::format("--strategy single trains on one device, but this process was "
+          fmt::format("--strategy {} trains on one device, but this process was "
                       "started as one of several MPI ranks; pick a parallel strategy "
                       "({}) with --degree equal to the number of ranks",
-                      strategy_list()));
+                      a.strategy, strategy_list()));
     }
     if (!a.knobs.empty()) throw InputError("--knob applies to parallel strategies only");
   }
@@ -144,9 +156,7 @@ void add_train_command(CLI::App& root, Action* action) {
       "train", "Train one job of a workload on one device (or D ranks under mpirun, --strategy).");
   cmd->add_option("workload", args->workload, "Workload file (YAML)")->required();
   cmd->add_option("--job", args->job, "Job id (needed when the workload has several jobs)");
-  cmd->add_option("--strategy", args->strategy,
-                  "single (one device), or under mpirun: ddp, fsdp, pipeline, tensor, offload, "
-                  "ddp+pipeline, ddp+tensor (docs/strategies.md)");
+  cmd->add_option("--strategy", args->strategy, strategy_help())->capture_default_str();
   cmd->add_option("--degree", args->degree,
                   "Ranks for the strategy; must equal mpirun's -np (default: the number of ranks)");
   cmd->add_option("--knob", args->knobs,

@@ -30,6 +30,11 @@ using saturn::dtype_size;
 
 enum class ReduceOp { kSum, kAvg, kMax, kMin };
 
+// The kinds of collective operation, as strategies' estimates and the calibration name them
+// (CommStats byte conventions: allreduce and reduce-scatter count the whole buffer, all-gather
+// and send the rank's contribution).
+enum class CollOp { kAllreduce, kAllGather, kReduceScatter, kSendRecv };
+
 const char* reduce_op_name(ReduceOp op);
 
 // What one communicator did since it was created or last reset. `seconds` is wall time spent

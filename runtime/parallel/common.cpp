@@ -171,7 +171,7 @@ void SliceSet::import_into(const std::vector<float*>& segments, const StateSlice
                               fmt::join(e.slice.count, ", ")));
     if (s.data == nullptr) throw Error(fmt::format("import: slice of {} has no data", s.name));
     float* dst = segments.at(static_cast<std::size_t>(e.segment)) + e.offset;
-    if (s.data == dst) continue;  // filled in place
+    if (s.data == dst) continue;              // filled in place
     if (e.rows == 1 || e.stride == e.cols) {  // contiguous on the device: one copy
       device_->upload(dst, s.data, static_cast<std::size_t>(e.rows * e.cols) * sizeof(float));
       continue;
@@ -235,6 +235,16 @@ void check_capacity(Estimate& e, const Knobs& knobs, const std::string& what) {
 }
 
 void finish_estimate(Estimate& e, const StrategySpec& spec, const std::string& what) {
+  // What the cost model's optimizer and reproducible-mode terms count, unless the strategy said
+  // otherwise: AdamW's two moments per local parameter, the fp64 accumulator's elements.
+  const auto bytes_of = [&](const char* tag) {
+    const auto it = e.device_breakdown.find(tag);
+    return it == e.device_breakdown.end() ? std::size_t{0} : it->second;
+  };
+  if (e.optimizer_elements == 0)
+    e.optimizer_elements = static_cast<double>(bytes_of("optimizer state")) / (2.0 * sizeof(float));
+  if (spec.train.reproducible && e.accumulated_elements == 0)
+    e.accumulated_elements = static_cast<double>(bytes_of("fp64 gradient accumulator")) / 8.0;
   const std::size_t fixed = backend_traits(spec.backend).device_workspace;
   if (fixed > 0) {
     e.device_breakdown["backend workspace"] = fixed;

@@ -82,9 +82,9 @@ class DeviceSum {
  public:
   DeviceSum() = default;
   explicit DeviceSum(Device& device);
-  void reset();                                // to 0
-  void add(const float* x, double weight);     // += double(*x) * weight, x a device scalar
-  double read();                               // waits
+  void reset();                             // to 0
+  void add(const float* x, double weight);  // += double(*x) * weight, x a device scalar
+  double read();                            // waits
  private:
   Device* device_ = nullptr;
   Buffer<double> value_;
@@ -114,8 +114,10 @@ class ScopedTimer {
 Estimate& infeasible(Estimate& e, const std::string& reason);
 // Marks the estimate infeasible when the busiest rank exceeds the capacities in `knobs`.
 void check_capacity(Estimate& e, const Knobs& knobs, const std::string& what);
-// The last step of every estimate: adds what the backend itself holds on each device (the GEMM
-// library's workspace on CUDA), then check_capacity.
+// The last step of every estimate: the cost model's optimizer and reproducible-mode element
+// counts from the breakdown's "optimizer state" and "fp64 gradient accumulator" unless the
+// strategy set them, what the backend itself holds on each device (the GEMM library's workspace
+// on CUDA), then check_capacity.
 void finish_estimate(Estimate& e, const StrategySpec& spec, const std::string& what);
 
 // Checks shared by every strategy: degree >= 1, the model valid, the global batch divisible

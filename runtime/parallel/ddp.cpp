@@ -9,6 +9,26 @@
 
 namespace saturn::parallel {
 
+StrategyInfo ddp_strategy() {
+  StrategyInfo s;
+  s.name = "ddp";
+  s.help = "a whole replica per rank; gradients allreduced in buckets during the backward";
+  s.make = [](const StrategySpec& spec) { return std::make_unique<DdpStrategy>(spec, "ddp", 1); };
+  return s;
+}
+
+StrategyInfo single_device_strategy() {
+  StrategyInfo s;
+  s.name = "single";
+  s.help = "one device (DDP's degree-1 case): what `saturn train` runs without --strategy";
+  s.max_degree = 1;
+  s.offered = false;
+  s.make = [](const StrategySpec& spec) {
+    return std::make_unique<DdpStrategy>(spec, "single", 1);
+  };
+  return s;
+}
+
 DdpStrategy::DdpStrategy(StrategySpec spec, std::string name, int tp)
     : Strategy(std::move(spec)), name_(std::move(name)), tp_(tp < 1 ? 1 : tp) {
   dp_ = spec_.degree >= tp_ ? spec_.degree / tp_ : 1;
@@ -86,6 +106,26 @@ Estimate DdpStrategy::estimate() const {
   e.flops =
       tokens_per_step * (block_flops_per_token(c, T) * c.n_layer / tp_ + head_flops_per_token(c));
   e.layout = tp_ > 1 ? fmt::format("dp={} x tp={}", dp_, tp_) : fmt::format("dp={}", dp_);
+  // The cost: a tensor-parallel group allreduces activations in every block (inside a node,
+  // not hidden); replicas allreduce the gradients once, as the fp64 sums after the last
+  // micro-batch when reproducible, else in a bucket per layer (or of bucket_bytes) while the
+  // backward runs.
+  e.tensor_degree = tp_;
+  if (tp_ > 1) {
+    const double calls = (4.0 + (spec_.knobs.recompute ? 2.0 : 0.0)) * c.n_layer *
+                         static_cast<double>(e.micro_batches);
+    const double bytes = calls * N * c.d_model * static_cast<double>(dtype_size(bt.activations));
+    e.comm_schedule.push_back({comm::CollOp::kAllreduce, tp_, calls, bytes, false, false, calls});
+  }
+  if (dp_ > 1) {
+    const double bytes = static_cast<double>(repro ? 2 * P : P);
+    const double calls = repro ? 1.0
+                         : spec_.knobs.bucket_bytes > 0
+                             ? std::ceil(bytes / static_cast<double>(spec_.knobs.bucket_bytes))
+                             : c.n_layer + 2.0;
+    e.comm_schedule.push_back(
+        {comm::CollOp::kAllreduce, dp_, calls, bytes, !repro && spec_.knobs.overlap, true, 1.0});
+  }
   finish_estimate(e, spec_, name_);
   return e;
 }

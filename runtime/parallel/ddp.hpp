@@ -56,4 +56,9 @@ class DdpStrategy : public Strategy {
   DeviceSum loss_;
 };
 
+// Registry entries (registry.cpp): ddp, and the one-device strategy (DDP's degree-1 case, named
+// for what it is).
+StrategyInfo ddp_strategy();
+StrategyInfo single_device_strategy();
+
 }  // namespace saturn::parallel

@@ -35,7 +35,7 @@ std::size_t transient_peak(const ParameterLayout& layout, int ranks, bool tied, 
     return ShardMap::shard_len(layout.group_size(g), ranks, layout.align());
   };
   const std::size_t n = static_cast<std::size_t>(ranks);
-  auto W = [&](int g) { return bt.footprint(len(g) * n * wbytes); };        // gathered weights
+  auto W = [&](int g) { return bt.footprint(len(g) * n * wbytes); };         // gathered weights
   auto A = [&](int g) { return bt.footprint(len(g) * n * sizeof(float)); };  // gradient buffer
   auto A64 = [&](int g) { return bt.footprint(len(g) * n * sizeof(double)); };
   auto R = [&](int g) { return bt.footprint(len(g) * sizeof(float)); };  // reduced shard
@@ -105,6 +105,16 @@ std::size_t transient_peak(const ParameterLayout& layout, int ranks, bool tied, 
 
 }  // namespace
 
+StrategyInfo fsdp_strategy() {
+  StrategyInfo s;
+  s.name = "fsdp";
+  s.help =
+      "ZeRO-3: parameters, gradients and AdamW state sharded 1/N, each layer gathered when "
+      "used";
+  s.make = [](const StrategySpec& spec) { return std::make_unique<FsdpStrategy>(spec); };
+  return s;
+}
+
 FsdpStrategy::FsdpStrategy(StrategySpec spec)
     : Strategy(std::move(spec)),
       layout_(spec_.model, 1, backend_traits(spec_.backend).param_align) {}
@@ -132,21 +142,17 @@ Estimate FsdpStrategy::estimate() const {
   ModelOptions o;
   o.storage = ParamStorage::kBorrowed;
   o.recompute = spec_.knobs.recompute;
-  const std::size_t acts =
-      model_activation_bytes(spec_.backend, c, o, static_cast<int>(micro), T);
+  const std::size_t acts = model_activation_bytes(spec_.backend, c, o, static_cast<int>(micro), T);
   const std::size_t tokens = TokenStage::bytes(bt, micro, T, rows / micro, true, true);
   const bool tied = TiedHead(c, layout_).tied;
   const bool repro = spec_.train.reproducible;
   const std::size_t wbytes = dtype_size(bt.weights);
-  const std::size_t transient = transient_peak(layout_, N, tied, spec_.knobs.prefetch,
-                                               spec_.knobs.overlap, repro, bt);
+  const std::size_t transient =
+      transient_peak(layout_, N, tied, spec_.knobs.prefetch, spec_.knobs.overlap, repro, bt);
   const std::size_t params = ParamStore::bytes(bt, map.total());
-  e.device_breakdown = {{"parameters", params},
-                        {"gradients", shards},
-                        {"optimizer state", moments},
-                        {"activations", acts},
-                        {"tokens", tokens},
-                        {"gathered (peak)", transient}};
+  e.device_breakdown = {{"parameters", params},       {"gradients", shards},
+                        {"optimizer state", moments}, {"activations", acts},
+                        {"tokens", tokens},           {"gathered (peak)", transient}};
   e.device_bytes = params + shards + moments + acts + tokens + transient;
   if (repro) {
     const std::size_t acc = bt.footprint(map.total() * sizeof(double));
@@ -168,6 +174,20 @@ Estimate FsdpStrategy::estimate() const {
   }
   if (tied) per_micro += len(-1) * wbytes + rs * static_cast<std::uint64_t>(N) * len(-1) * 4;
   e.comm_bytes = per_micro * static_cast<std::uint64_t>(e.micro_batches);
+  // The cost: per micro-batch every group is gathered for the forward and again for the
+  // backward (the head once; overlapping compute with prefetch, each gather waited for), and
+  // its gradients reduce-scattered (overlapping the next group's backward).
+  const double m = static_cast<double>(e.micro_batches), groups = L + 2.0, ties = tied ? 1.0 : 0.0;
+  double gathered = 0;
+  for (int g = -1; g <= L; ++g)
+    gathered += (g == L ? 1.0 : 2.0) * static_cast<double>(len(g) * wbytes);
+  gathered = m * (gathered + ties * static_cast<double>(len(-1) * wbytes));
+  e.comm_schedule = {{comm::CollOp::kAllGather, N, m * (2 * groups - 1 + ties), gathered,
+                      spec_.knobs.prefetch, true, m * (2 * groups - 1)},
+                     {comm::CollOp::kReduceScatter, N, m * (groups + ties),
+                      static_cast<double>(e.comm_bytes) - gathered, spec_.knobs.overlap, true, 0}};
+  // Reproducible: each gathered group gradient is widened to fp64 before its reduction.
+  if (repro) e.accumulated_elements = static_cast<double>(c.num_parameters());
   e.flops =
       static_cast<double>(rows) * T * (block_flops_per_token(c, T) * L + head_flops_per_token(c));
   e.layout = fmt::format("dp={} (sharded 1/{})", N, N);
@@ -212,15 +232,14 @@ void FsdpStrategy::setup(comm::CommPair& comms, Device& device, MemoryPool& /*ho
   grad_buffers_.resize(static_cast<std::size_t>(L + 2));
 
   // Each rank keeps only its part of every canonical tensor while the weights stream past.
-  generate_canonical_weights(c, spec_.train.seed,
-                             [&](std::size_t k, const ParamTensor&, const float* values) {
-                               const ParamTensor& t = layout_.tensors()[k];
-                               const ShardMap::Piece p =
-                                   shards_.owned(t.layer, t.offset, t.offset + t.numel);
-                               if (!p.empty())
-                                 device.upload(params_.master() + p.pos, values + (p.begin - t.offset),
-                                               (p.end - p.begin) * sizeof(float));
-                             });
+  generate_canonical_weights(
+      c, spec_.train.seed, [&](std::size_t k, const ParamTensor&, const float* values) {
+        const ParamTensor& t = layout_.tensors()[k];
+        const ShardMap::Piece p = shards_.owned(t.layer, t.offset, t.offset + t.numel);
+        if (!p.empty())
+          device.upload(params_.master() + p.pos, values + (p.begin - t.offset),
+                        (p.end - p.begin) * sizeof(float));
+      });
   params_.refresh();
   slices_ = SliceSet(device);
   for (const auto& t : layout_.tensors()) {
@@ -229,8 +248,8 @@ void FsdpStrategy::setup(comm::CommPair& comms, Device& device, MemoryPool& /*ho
       slices_.add_flat_range(t, p.begin - t.offset, p.end - t.offset, t.layer + 1,
                              p.begin - shards_.group(t.layer).own_begin, true);
   }
-  tokens_ = TokenStage(device, c.vocab_size, micro_, spec_.train.seq_len, rows / micro_, true,
-                       true);
+  tokens_ =
+      TokenStage(device, c.vocab_size, micro_, spec_.train.seq_len, rows / micro_, true, true);
   loss_ = DeviceSum(device);
 }
 
@@ -243,8 +262,8 @@ void FsdpStrategy::start_gather(int g) {
   slot->buf = Buffer<std::byte>(device_->memory(),
                                 G.shard * static_cast<std::size_t>(size_) * dtype_size(wt),
                                 "gathered parameters");
-  slot->req = comms_->data().iall_gather(params_.weights_at(G.offset), slot->buf.data(), G.shard,
-                                          wt);
+  slot->req =
+      comms_->data().iall_gather(params_.weights_at(G.offset), slot->buf.data(), G.shard, wt);
 }
 
 const void* FsdpStrategy::acquire(int g) {
@@ -279,13 +298,12 @@ void FsdpStrategy::launch_reduction(int g) {
     device_->widen(r->grads64.data(), g32.data(), g32.size());
     g32.reset();
     r->shard64 = Buffer<double>(device_->memory(), G.shard, "gathered gradients");
-    r->req = data.ireduce_scatter(r->grads64.data(), r->shard64.data(), G.shard,
-                                  comm::ReduceOp::kSum);
+    r->req =
+        data.ireduce_scatter(r->grads64.data(), r->shard64.data(), G.shard, comm::ReduceOp::kSum);
   } else {
     r->grads = std::move(grad_buffers_[static_cast<std::size_t>(g + 1)]);
     r->shard = Buffer<float>(device_->memory(), G.shard, "gathered gradients");
-    r->req = data.ireduce_scatter(r->grads.data(), r->shard.data(), G.shard,
-                                  comm::ReduceOp::kSum);
+    r->req = data.ireduce_scatter(r->grads.data(), r->shard.data(), G.shard, comm::ReduceOp::kSum);
   }
   reductions_.push_back(std::move(r));
   if (!spec_.knobs.overlap) complete_reductions();
@@ -303,8 +321,8 @@ void FsdpStrategy::complete_reductions() {
   reductions_.clear();
 }
 
-void FsdpStrategy::micro_step(const std::int32_t* tokens, const std::int32_t* targets,
-                              float dloss, bool backward) {
+void FsdpStrategy::micro_step(const std::int32_t* tokens, const std::int32_t* targets, float dloss,
+                              bool backward) {
   Model& m = *model_;
   const int L = spec_.model.n_layer;
   const bool prefetch = spec_.knobs.prefetch;
@@ -404,8 +422,8 @@ StepResult FsdpStrategy::train_step(const data::Batch& batch, std::int64_t step)
       auto& opt = opts_[static_cast<std::size_t>(g + 1)];
       if (!opt) continue;
       const ShardMap::Group& G = shards_.group(g);
-      opt->step(params_.master() + G.offset, params_.weights_at(G.offset),
-                grads_.data() + G.offset, r.lr, scale, step + 1);
+      opt->step(params_.master() + G.offset, params_.weights_at(G.offset), grads_.data() + G.offset,
+                r.lr, scale, step + 1);
     }
   }
   ++stats_.steps;

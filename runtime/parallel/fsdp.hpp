@@ -71,4 +71,7 @@ class FsdpStrategy : public Strategy {
   DeviceSum loss_;
 };
 
+// Registry entry (registry.cpp).
+StrategyInfo fsdp_strategy();
+
 }  // namespace saturn::parallel

@@ -73,4 +73,23 @@ std::unique_ptr<Strategy> make_ddp_tensor(const StrategySpec& spec) {
   return std::make_unique<DdpStrategy>(spec, "ddp+tensor", t);
 }
 
+StrategyInfo ddp_pipeline_strategy() {
+  StrategyInfo s;
+  s.name = "ddp+pipeline";
+  s.help = "data-parallel replicas of a pipeline (a 2-D grid; --knob stages=P)";
+  s.min_degree = 4;
+  s.knob_variants.push_back({"schedule=gpipe"});
+  s.make = make_ddp_pipeline;
+  return s;
+}
+
+StrategyInfo ddp_tensor_strategy() {
+  StrategyInfo s;
+  s.name = "ddp+tensor";
+  s.help = "data-parallel replicas of a tensor-parallel group (a 2-D grid; --knob tensor_degree=T)";
+  s.min_degree = 4;
+  s.make = make_ddp_tensor;
+  return s;
+}
+
 }  // namespace saturn::parallel

@@ -18,4 +18,8 @@ int hybrid_tensor_degree(const StrategySpec& spec);
 std::unique_ptr<Strategy> make_ddp_pipeline(const StrategySpec& spec);
 std::unique_ptr<Strategy> make_ddp_tensor(const StrategySpec& spec);
 
+// Registry entries (registry.cpp): a hybrid needs two replicas of an inner group of two.
+StrategyInfo ddp_pipeline_strategy();
+StrategyInfo ddp_tensor_strategy();
+
 }  // namespace saturn::parallel

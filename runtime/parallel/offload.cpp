@@ -105,6 +105,16 @@ std::size_t phases_peak(const std::vector<OffloadPhase>& phases, const BackendTr
 
 }  // namespace
 
+StrategyInfo offload_strategy() {
+  StrategyInfo s;
+  s.name = "offload";
+  s.help = "data parallelism with the fp32 master weights and AdamW state in host memory";
+  // Its host memory makes it worth trying on one device, where it fits what nothing else does.
+  s.plain_at_one_device = false;
+  s.make = [](const StrategySpec& spec) { return std::make_unique<OffloadStrategy>(spec); };
+  return s;
+}
+
 OffloadStrategy::OffloadStrategy(StrategySpec spec)
     : Strategy(std::move(spec)),
       layout_(spec_.model, 1, backend_traits(spec_.backend).param_align) {}
@@ -167,6 +177,14 @@ Estimate OffloadStrategy::estimate() const {
       static_cast<double>(rows) * T * (block_flops_per_token(c, T) * L + head_flops_per_token(c));
   e.layout = fmt::format("dp={}, parameters and optimizer on the host{}", spec_.degree,
                          spec_.knobs.prefetch ? ", next group prefetched" : "");
+  // The cost: the replicas allreduce the gradients on the host side as DDP does (one call of
+  // the fp64 sums when reproducible); AdamW runs over the host's copy.
+  if (spec_.degree > 1)
+    e.comm_schedule.push_back({comm::CollOp::kAllreduce, spec_.degree, repro ? 1.0 : L + 2.0,
+                               static_cast<double>(e.comm_bytes), !repro && spec_.knobs.overlap,
+                               true, 1.0});
+  e.optimizer_elements = static_cast<double>(e.host_bytes / 2) / (2.0 * sizeof(float));
+  if (repro) e.accumulated_elements = static_cast<double>(c.num_parameters());
   finish_estimate(e, spec_, "offload");
   return e;
 }

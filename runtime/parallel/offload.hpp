@@ -91,4 +91,7 @@ class OffloadStrategy : public Strategy {
   DeviceSum loss_;
 };
 
+// Registry entry (registry.cpp).
+StrategyInfo offload_strategy();
+
 }  // namespace saturn::parallel

@@ -35,6 +35,17 @@ void reduce_stage(comm::Communicator* tie, comm::Communicator* dp, bool first_st
 
 }  // namespace
 
+StrategyInfo pipeline_strategy() {
+  StrategyInfo s;
+  s.name = "pipeline";
+  s.help = "layers split into stages, micro-batches streamed through them (1F1B or GPipe)";
+  s.knob_variants.push_back({"schedule=gpipe"});
+  s.make = [](const StrategySpec& spec) {
+    return std::make_unique<PipelineStrategy>(spec, "pipeline", spec.degree);
+  };
+  return s;
+}
+
 PipelineStrategy::PipelineStrategy(StrategySpec spec, std::string name, int stages)
     : Strategy(std::move(spec)), name_(std::move(name)), p_(stages < 1 ? 1 : stages) {
   dp_ = spec_.degree >= p_ ? spec_.degree / p_ : 1;
@@ -240,6 +251,22 @@ Estimate PipelineStrategy::estimate() const {
                           pl.bounds[static_cast<std::size_t>(s + 1)]);
   e.layout = fmt::format("dp={} x pp={}; stages{}; {} m={}", dp_, p_, stages,
                          gpipe ? "gpipe" : "1f1b", pl.m);
+  // The cost: every micro-batch's activations go forward and their gradients back over each
+  // link of the busiest stage, each exchange waited for; the rest of its bytes are the tied
+  // embedding's and the replicas' gradient allreduces after the last micro-batch.
+  e.pipeline_stages = p_;
+  const double m = static_cast<double>(pl.m);
+  const double links = p_ > 2 ? 2 : (p_ > 1 ? 1 : 0);
+  const double exchanges = m * 2 * links;
+  const double sent =
+      std::min(exchanges * static_cast<double>(NC), static_cast<double>(e.comm_bytes));
+  e.comm_schedule.push_back({comm::CollOp::kSendRecv, 2, exchanges, sent, false, true, exchanges});
+  if (const double rest = static_cast<double>(e.comm_bytes) - sent; rest > 0) {
+    const double calls =
+        (head.tied ? 1.0 : 0.0) + (dp_ > 1 ? std::ceil(static_cast<double>(L) / p_) + 1 : 0.0);
+    e.comm_schedule.push_back(
+        {comm::CollOp::kAllreduce, std::max(dp_, 2), std::max(calls, 1.0), rest, false, true, 0});
+  }
   finish_estimate(e, spec_, name_);
   return e;
 }

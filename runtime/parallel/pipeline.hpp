@@ -79,7 +79,7 @@ class PipelineStrategy : public Strategy {
   ParamStore params_;
   Buffer<float> grads_;
   std::unique_ptr<AdamW> opt_;
-  bool tied_copy_ = false;  // GPT-2 last stage (p > 1): its own copy of the token embedding
+  bool tied_copy_ = false;    // GPT-2 last stage (p > 1): its own copy of the token embedding
   std::size_t wte_size_ = 0;  // the tied embedding's elements (TiedHead; 0 for LLaMA)
   ParamStore wte_params_;
   Buffer<float> wte_grads_;
@@ -94,5 +94,8 @@ class PipelineStrategy : public Strategy {
   TokenStage tokens_;
   DeviceSum loss_;
 };
+
+// Registry entry (registry.cpp); ddp+pipeline's is hybrid.hpp's.
+StrategyInfo pipeline_strategy();
 
 }  // namespace saturn::parallel

@@ -5,12 +5,6 @@
 #include <algorithm>
 
 #include "runtime/core/error.hpp"
-#include "runtime/parallel/ddp.hpp"
-#include "runtime/parallel/fsdp.hpp"
-#include "runtime/parallel/hybrid.hpp"
-#include "runtime/parallel/offload.hpp"
-#include "runtime/parallel/pipeline.hpp"
-#include "runtime/parallel/tensor.hpp"
 
 namespace saturn::parallel {
 
@@ -53,27 +47,6 @@ void Strategy::reset_stats() {
   stats_ = StrategyStats{};
   for (auto* c : comms_)
     if (c) c->reset_stats();
-}
-
-const std::vector<std::string>& strategy_names() {
-  static const std::vector<std::string> names = {"ddp",     "fsdp",         "pipeline",  "tensor",
-                                                 "offload", "ddp+pipeline", "ddp+tensor"};
-  return names;
-}
-
-std::unique_ptr<Strategy> make_strategy(const std::string& name, const StrategySpec& spec) {
-  // One device is DDP's degree-1 case, named for what it is.
-  if (name == "single") return std::make_unique<DdpStrategy>(spec, "single", 1);
-  if (name == "ddp") return std::make_unique<DdpStrategy>(spec, "ddp", 1);
-  if (name == "fsdp") return std::make_unique<FsdpStrategy>(spec);
-  if (name == "pipeline") return std::make_unique<PipelineStrategy>(spec, "pipeline", spec.degree);
-  if (name == "tensor") return std::make_unique<TensorStrategy>(spec);
-  if (name == "offload") return std::make_unique<OffloadStrategy>(spec);
-  if (name == "ddp+pipeline") return make_ddp_pipeline(spec);
-  if (name == "ddp+tensor") return make_ddp_tensor(spec);
-  std::string valid;
-  for (const auto& n : strategy_names()) valid += (valid.empty() ? "" : ", ") + n;
-  throw InputError(fmt::format("unknown strategy '{}' (valid: {})", name, valid));
 }
 
 namespace {

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -67,6 +68,19 @@ struct StrategySpec {
   DeviceKind backend = DeviceKind::kCpu;
 };
 
+// One kind of collective a strategy issues per optimizer step, as its estimate declares it: the
+// cost model prices each as calls × latency + bytes / bandwidth (calibrated per operation and
+// group size), plus a wait per synchronisation point, without knowing which strategy issues it.
+struct CommCall {
+  comm::CollOp op = comm::CollOp::kAllreduce;
+  int group = 1;              // ranks taking part
+  double calls = 0;           // per step
+  double bytes = 0;           // per step on the busiest rank, as CommStats counts them
+  bool overlappable = false;  // issued while compute runs (hidden up to the calibrated share)
+  bool crosses_nodes = true;  // may span nodes (a tensor-parallel group never does)
+  double sync_points = 0;     // per step, waits for the slowest rank of the group
+};
+
 // A static estimate, computed from the spec alone (the profiler and solver call it for
 // configurations they never run). Memory figures mirror the allocations the strategy makes, so
 // they are the peaks MemoryPool measures (within a few percent).
@@ -82,6 +96,13 @@ struct Estimate {
   std::int64_t micro_batch = 0;           // sequences per micro-batch
   std::int64_t micro_batches = 0;         // micro-batches per step on a rank
   std::string layout;                     // e.g. "dp=2 x pp=2; stages [0,2) [2,4)"
+  // What the cost model turns into time (profile/cost_model.hpp), owned by the strategy:
+  std::vector<CommCall> comm_schedule;  // the step's collectives; their bytes make comm_bytes
+  int tensor_degree = 1;                // the compute of a block is split this many ways
+  int pipeline_stages = 1;              // > 1: stages idle (p - 1)/(m + p - 1) of the step
+  double optimizer_elements = 0;        // parameters this rank's AdamW updates per step
+  // Reproducible mode: fp32 gradient elements added into fp64 per micro-batch on this rank.
+  double accumulated_elements = 0;
 };
 
 struct StepResult {
@@ -161,10 +182,36 @@ class Strategy {
   std::vector<comm::Communicator*> comms_;
 };
 
-// Strategy names: ddp, fsdp, pipeline, tensor, offload, ddp+pipeline, ddp+tensor.
+// What a strategy tells the rest of Saturn about itself. The registry (registry.cpp, one line
+// per strategy) is the one list: the workload's `strategies:`, the command line's help, the
+// profiler's candidate configurations and the cost model know strategies only through it and
+// through Strategy::estimate().
+struct StrategyInfo {
+  std::string name;
+  std::string help;    // one line: what it splits or shards, for --help and messages
+  int min_degree = 1;  // fewest ranks it is offered on
+  int max_degree = 0;  // most ranks (0: any)
+  // Offered to the planner (the profiler and the solver). The one-device strategy is not: a
+  // degree-1 configuration of one that is stands for it.
+  bool offered = true;
+  // On one device it trains as a plain single device does (it splits or shards nothing there):
+  // the profiler tries only one such strategy at degree 1, the first of the registry the
+  // workload allows.
+  bool plain_at_one_device = true;
+  // The knob settings worth estimating, each a list of KEY=VALUE (the defaults first).
+  std::vector<std::vector<std::string>> knob_variants = {{}, {"recompute=true"}};
+  std::function<std::unique_ptr<Strategy>(const StrategySpec& spec)> make;
+};
+
+// Every strategy, offered ones first in the order the planner tries them.
+const std::vector<StrategyInfo>& strategy_registry();
+// InputError for an unknown name (lists the valid ones).
+const StrategyInfo& strategy_info(const std::string& name);
+// The name of the one-device strategy (`saturn train` without --strategy).
+const std::string& one_device_strategy();
+// The offered strategies' names, in registry order.
 const std::vector<std::string>& strategy_names();
 // InputError for an unknown name (lists the valid ones). Never falls back to another strategy.
-// "single" (one device, degree 1) is also accepted: `saturn train` without --strategy.
 std::unique_ptr<Strategy> make_strategy(const std::string& name, const StrategySpec& spec);
 
 }  // namespace saturn::parallel

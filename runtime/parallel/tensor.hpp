@@ -20,4 +20,13 @@ class TensorStrategy : public DdpStrategy {
   explicit TensorStrategy(StrategySpec spec) : DdpStrategy(spec, "tensor", spec.degree) {}
 };
 
+// Registry entry (registry.cpp).
+inline StrategyInfo tensor_strategy() {
+  StrategyInfo s;
+  s.name = "tensor";
+  s.help = "Megatron tensor parallelism: each block's heads and MLP columns split over the ranks";
+  s.make = [](const StrategySpec& spec) { return std::make_unique<TensorStrategy>(spec); };
+  return s;
+}
+
 }  // namespace saturn::parallel

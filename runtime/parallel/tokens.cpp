@@ -7,8 +7,8 @@
 
 namespace saturn::parallel {
 
-TokenStage::TokenStage(Device& device, int vocab, std::int64_t micro, int T,
-                       std::int64_t capacity, bool inputs, bool targets)
+TokenStage::TokenStage(Device& device, int vocab, std::int64_t micro, int T, std::int64_t capacity,
+                       bool inputs, bool targets)
     : device_(&device),
       vocab_(vocab),
       per_micro_(static_cast<std::size_t>(micro) * static_cast<std::size_t>(T)),
@@ -26,15 +26,13 @@ TokenStage::TokenStage(Device& device, int vocab, std::int64_t micro, int T,
 
 std::size_t TokenStage::bytes(const BackendTraits& traits, std::int64_t micro, int T,
                               std::int64_t capacity, bool inputs, bool targets) {
-  const std::size_t n =
-      static_cast<std::size_t>(micro) * static_cast<std::size_t>(T) *
-      static_cast<std::size_t>(capacity);
+  const std::size_t n = static_cast<std::size_t>(micro) * static_cast<std::size_t>(T) *
+                        static_cast<std::size_t>(capacity);
   const std::size_t one = traits.footprint(n * sizeof(std::int32_t));
   return ((inputs ? 1 : 0) + (targets ? 1 : 0)) * one + traits.footprint(sizeof(double));
 }
 
-void TokenStage::stage(const data::Batch& batch, std::int64_t k, std::int64_t row,
-                       std::int64_t n) {
+void TokenStage::stage(const data::Batch& batch, std::int64_t k, std::int64_t row, std::int64_t n) {
   if (k < 0 || k >= capacity_)
     throw Error(fmt::format("token stage: micro-batch {} outside its {} slots", k, capacity_));
   const std::int64_t micro = static_cast<std::int64_t>(per_micro_) / batch.seq_len;

@@ -40,9 +40,8 @@ struct LinkFit {
   double sync_s = 0;
 };
 
-// Collectives the cost model knows (CommStats byte conventions: allreduce and reduce-scatter
-// count the whole buffer, all-gather and send the rank's contribution).
-enum class CollOp { kAllreduce, kAllGather, kReduceScatter, kSendRecv };
+// Collectives the cost model knows (comm/communicator.hpp).
+using CollOp = comm::CollOp;
 const char* coll_op_name(CollOp op);
 
 // The work of one forward+backward micro-batch, as the compute model sees it.

@@ -65,20 +65,24 @@ std::vector<std::pair<int, int>> device_counts(const solver::Cluster& cluster) {
   return v;
 }
 
-// Knob settings worth estimating per strategy: the defaults, recomputation (less memory, more
-// time) and, for pipelines, the GPipe schedule (more memory, sometimes a shorter step).
-std::vector<std::vector<std::string>> knob_variants(const std::string& strategy) {
-  std::vector<std::vector<std::string>> v = {{}, {"recompute=true"}};
-  if (strategy == "pipeline" || strategy == "ddp+pipeline") v.push_back({"schedule=gpipe"});
-  return v;
+// Knob settings worth estimating per strategy: its registry entry's (the defaults,
+// recomputation: less memory, more time; a pipeline's GPipe schedule: more memory, sometimes a
+// shorter step).
+const std::vector<std::vector<std::string>>& knob_variants(const std::string& strategy) {
+  return parallel::strategy_info(strategy).knob_variants;
 }
 
 bool wanted_at(const std::string& strategy, int degree, const std::vector<std::string>& allowed) {
-  const bool has_ddp = std::find(allowed.begin(), allowed.end(), "ddp") != allowed.end();
-  // At one device ddp is the plain single-device run; fsdp, tensor and pipeline would do the
-  // same work with more bookkeeping. Hybrids need two replicas of an inner group of two.
-  if (degree == 1 && has_ddp && strategy != "ddp" && strategy != "offload") return false;
-  if ((strategy == "ddp+pipeline" || strategy == "ddp+tensor") && degree < 4) return false;
+  const parallel::StrategyInfo& info = parallel::strategy_info(strategy);
+  if (degree < info.min_degree || (info.max_degree > 0 && degree > info.max_degree)) return false;
+  // At one device, strategies that split or shard nothing there all do the plain single-device
+  // work, with more bookkeeping: when the registry's first such strategy (its plainest) is
+  // allowed, it alone is tried there.
+  if (degree == 1 && info.plain_at_one_device)
+    for (const auto& first : parallel::strategy_registry())
+      if (first.offered && first.plain_at_one_device)
+        return first.name == strategy ||
+               std::find(allowed.begin(), allowed.end(), first.name) == allowed.end();
   return true;
 }
 

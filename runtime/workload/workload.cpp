@@ -19,6 +19,7 @@
 #include "runtime/core/error.hpp"
 #include "runtime/data/token_file.hpp"
 #include "runtime/hf/hf_model.hpp"
+#include "runtime/parallel/strategy.hpp"
 #include "solver/problem.hpp"
 
 namespace saturn {
@@ -1302,9 +1303,7 @@ std::vector<std::int64_t> SelectionSettings::rung_steps() const {
 }
 
 const std::vector<std::string>& known_strategies() {
-  static const std::vector<std::string> k = {"ddp",     "fsdp",         "pipeline",  "tensor",
-                                             "offload", "ddp+pipeline", "ddp+tensor"};
-  return k;
+  return parallel::strategy_names();
 }
 
 std::string compact_number(double value) {

@@ -158,8 +158,8 @@ Workload add_submissions(const Workload& workload, const std::vector<Submission>
 // The job with this id; InputError listing the valid ids (and the closest one) otherwise.
 const JobSpec& find_job(const Workload& workload, const std::string& id);
 
-// Strategy names a workload may list: ddp, fsdp, pipeline, tensor, offload, ddp+pipeline,
-// ddp+tensor.
+// Strategy names a workload may list: the registry's offered strategies
+// (parallel::strategy_names()).
 const std::vector<std::string>& known_strategies();
 
 // Compact, exact number text for job ids: 0.0003 -> "3e-4", 0.001 -> "1e-3", 0.05 -> "0.05",
