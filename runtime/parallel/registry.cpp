@@ -11,6 +11,7 @@
 #include "runtime/parallel/offload.hpp"
 #include "runtime/parallel/pipeline.hpp"
 #include "runtime/parallel/tensor.hpp"
+#include "runtime/parallel/zero2.hpp"
 
 namespace saturn::parallel {
 
@@ -23,6 +24,7 @@ const std::vector<StrategyInfo>& strategy_registry() {
       offload_strategy(),        // offload.hpp
       ddp_pipeline_strategy(),   // hybrid.hpp
       ddp_tensor_strategy(),     // hybrid.hpp
+      zero2_strategy(),          // zero2.hpp
       single_device_strategy(),  // ddp.hpp; not offered: the planner's degree-1 ddp stands for it
   };
   return registry;

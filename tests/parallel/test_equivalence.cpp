@@ -111,6 +111,8 @@ const std::vector<Case> kCases = {
     {"ddp+pipeline", {}, 4, "ddp_pipeline"},
     {"ddp+pipeline", {"schedule=gpipe", "stages=4"}, 4, "ddp_pipeline_gpipe_p4"},
     {"ddp+tensor", {}, 4, "ddp_tensor"},
+    {"zero2", {}, 2, "zero2"},
+    {"zero2", {"recompute=true", "micro_batch_size=1"}, 2, "zero2_recompute_m1"},
 };
 
 INSTANTIATE_TEST_SUITE_P(Strategies, Equivalence,

@@ -172,6 +172,9 @@ const std::vector<Config> kConfigs = {
     {"pipeline", 4, {"balance=false"}, "pipeline_x4_1f1b"},
     {"ddp+pipeline", 4, {}, "ddp_pipeline_x4"},
     {"ddp+pipeline", 4, {"schedule=gpipe"}, "ddp_pipeline_x4_gpipe"},
+    {"zero2", 1, {}, "zero2_x1"},
+    {"zero2", 2, {}, "zero2_x2"},
+    {"zero2", 4, {"recompute=true"}, "zero2_x4_recompute"},
 };
 
 // A tied LLaMA's embedding takes two gradient terms (classifier, embedding) as GPT-2's does,

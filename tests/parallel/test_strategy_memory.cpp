@@ -122,6 +122,8 @@ TEST(Memory, EstimatesAreWithin15PercentOfMeasuredPeaks) {
       {"offload", {"overlap=false"}},
       {"ddp+pipeline", {}},
       {"ddp+tensor", {"recompute=true"}},
+      {"zero2", {}},
+      {"zero2", {"recompute=true"}},
   };
   for (Arch arch : {Arch::kGpt2, Arch::kLlama}) {
     for (const bool heavy : {true, false}) {

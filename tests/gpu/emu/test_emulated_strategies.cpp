@@ -182,6 +182,7 @@ const std::vector<Case> kCases = {
     {"offload", {}, 1, "offload", false},
     {"ddp+pipeline", {}, 4, "ddp_pipeline", false},
     {"ddp+tensor", {}, 4, "ddp_tensor", true},
+    {"zero2", {}, 1, "zero2", false},
 };
 
 std::string strategy_name(const ::testing::TestParamInfo<std::tuple<std::string, Case>>& p) {
@@ -282,6 +283,7 @@ const std::vector<Case> kReproducibleGpt2 = {
     {"pipeline", {}, 1, "pipeline_1f1b", false},
     {"offload", {}, 1, "offload", false},
     {"ddp+pipeline", {}, 4, "ddp_pipeline", false},
+    {"zero2", {}, 1, "zero2", false},
 };
 const std::vector<Case> kReproducibleLlama = {
     {"ddp", {}, 1, "ddp", false},
