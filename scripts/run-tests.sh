@@ -4,6 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh --tests
-scripts/build.sh -DSATURN_WERROR=ON
+scripts/build.sh
 build="${SATURN_BUILD_DIR:-build}"
 ctest --test-dir "$build" --output-on-failure -j "$(nproc)" --timeout 900
