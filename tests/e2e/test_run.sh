@@ -99,7 +99,7 @@ for j in s["jobs"]:
 assert "best_job" in s and s["makespan_s"] > 0 and s["predicted_makespan_s"] > 0
 print(len(strategies), "strategies used:", sorted(strategies), "makespan", round(s["makespan_s"], 1),
       "predicted", round(s["predicted_makespan_s"], 1))
-known = {"ddp", "fsdp", "pipeline", "tensor", "offload", "ddp+pipeline", "ddp+tensor"}
+known = {"ddp", "fsdp", "pipeline", "tensor", "offload", "ddp+pipeline", "ddp+tensor", "zero2"}
 assert strategies <= known, sorted(strategies)
 # deep can only pipeline and vocab only shard; small runs what is fastest for it (ddp here).
 assert len(strategies) >= 3, sorted(strategies)
