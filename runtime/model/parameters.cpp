@@ -203,4 +203,22 @@ BlockTensors ParameterLayout::block(int l) const {
   return b;
 }
 
+OuterTensors ParameterLayout::outer() const {
+  const int last = num_groups() - 2;  // the final norm and head's group
+  const ParamTensor* emb = tensors_.data() + group_first_tensor(-1);
+  const ParamTensor* fin = tensors_.data() + group_first_tensor(last);
+  const std::size_t n_fin = group_last_tensor(last) - group_first_tensor(last);
+  OuterTensors o{};
+  o.token_embedding = &emb[0];
+  o.final_norm_weight = &fin[0];
+  if (arch_ == Arch::kGpt2) {
+    o.position_embedding = &emb[1];
+    o.final_norm_bias = &fin[1];
+    o.head = &emb[0];  // always tied
+  } else {
+    o.head = n_fin > 1 ? &fin[1] : &emb[0];  // no lm_head.weight when tied
+  }
+  return o;
+}
+
 }  // namespace saturn

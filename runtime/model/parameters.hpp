@@ -46,6 +46,15 @@ struct BlockTensors {
   const ParamTensor *gatew, *upw, *downw;
 };
 
+// The tensors outside the blocks, by role (the ones an architecture lacks are null).
+struct OuterTensors {
+  const ParamTensor* token_embedding;     // wte / embed_tokens
+  const ParamTensor* position_embedding;  // gpt2's wpe
+  const ParamTensor* final_norm_weight;   // ln_f / model.norm
+  const ParamTensor* final_norm_bias;     // gpt2's ln_f bias
+  const ParamTensor* head;                // lm_head, or the token embedding when tied
+};
+
 class ParameterLayout {
  public:
   // tp_size > 1: the local layout of one tensor-parallel rank; n_head, kv_heads() and ffn_dim()
@@ -69,6 +78,8 @@ class ParameterLayout {
   const ParamTensor& find(const std::string& name) const;  // throws Error when absent
   // Block l's tensors, for every backend's model (one place knows the order they are added in).
   BlockTensors block(int l) const;
+  // The embeddings, final norm and head, likewise.
+  OuterTensors outer() const;
 
  private:
   void add(std::string name, std::vector<std::int64_t> shape, bool decay, int layer,

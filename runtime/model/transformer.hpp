@@ -1,7 +1,7 @@
 // The model program: the GPT decoder family (gpt2, llama) written once, forward, backward and
 // recomputation, over a backend's ops (runtime/backend/<backend>/backend.hpp). Each backend
-// instantiates it once (transformer_cpu.cpp; the CUDA backend's transformer_cuda.cpp); every
-// other file sees it through the Model interface (model.hpp).
+// instantiates it once (transformer_cpu.cpp; the CUDA backend's provider.cpp); every other file
+// sees it through the Model interface (model.hpp).
 //
 // A backend B provides its element types (B::Act for activations and their gradients,
 // B::Weight for the weights the kernels read, B::AttnSaved for what attention keeps for
@@ -45,8 +45,8 @@ class Transformer final : public Model {
     first_ = s.first_layer;
     end_ = s.end_layer < 0 ? config_.n_layer : s.end_layer;
     if (first_ < 0 || first_ > end_ || end_ > config_.n_layer)
-      throw InputError(fmt::format("model shard layers [{}, {}) are outside [0, {})", first_,
-                                   end_, config_.n_layer));
+      throw InputError(fmt::format("model shard layers [{}, {}) are outside [0, {})", first_, end_,
+                                   config_.n_layer));
     if (s.tp_rank < 0 || s.tp_rank >= s.tp_size)
       throw InputError(
           fmt::format("tensor-parallel rank {} is outside [0, {})", s.tp_rank, s.tp_size));
@@ -90,21 +90,20 @@ class Transformer final : public Model {
   }
   void refresh_weights() override {
     require_owned("refresh_weights");
-    if constexpr (kSeparateWeights) B::to_weights(*ctx_, weights_.data(), master_.data(), layout_.total());
+    if constexpr (kSeparateWeights)
+      B::to_weights(*ctx_, weights_.data(), master_.data(), layout_.total());
   }
   void init_weights(std::uint64_t seed) override {
     require_owned("init_weights");
     const auto& local = layout_.tensors();
     std::vector<float> staging;
-    generate_canonical_weights(config_, seed,
-                               [&](std::size_t k, const ParamTensor&, const float* values) {
-                                 const ParamTensor& t = local[k];
-                                 staging.resize(t.numel);
-                                 canonical_to_local(t, options_.shard.tp_rank, values,
-                                                    staging.data());
-                                 B::upload(*ctx_, master_.data() + t.offset, staging.data(),
-                                           t.numel);
-                               });
+    generate_canonical_weights(
+        config_, seed, [&](std::size_t k, const ParamTensor&, const float* values) {
+          const ParamTensor& t = local[k];
+          staging.resize(t.numel);
+          canonical_to_local(t, options_.shard.tp_rank, values, staging.data());
+          B::upload(*ctx_, master_.data() + t.offset, staging.data(), t.numel);
+        });
     refresh_weights();
   }
   void zero_grads() override {
@@ -126,8 +125,7 @@ class Transformer final : public Model {
   }
 
   void reserve(int B_, int T_, int slots) override {
-    if (acts_ && B_ == B_n_ && T_ == T_n_ && slots == static_cast<int>(acts_->slots.size()))
-      return;
+    if (acts_ && B_ == B_n_ && T_ == T_n_ && slots == static_cast<int>(acts_->slots.size())) return;
     if (T_ > config_.max_seq_len)
       throw InputError(fmt::format("sequence length {} exceeds the model's seq_len {}", T_,
                                    config_.max_seq_len));
@@ -164,10 +162,10 @@ class Transformer final : public Model {
     require_reserved();
     auto& s = cur();
     B::copy(*ctx_, s.tokens.data(), tokens, static_cast<std::size_t>(B_n_) * T_n_);
-    const auto& t = layout_.tensors();
-    const Weight* wpe = config_.arch == Arch::kGpt2 ? p(t[1]) : nullptr;
-    B::embedding_forward(*ctx_, resid(first_), s.tokens.data(), p(t[0]), wpe, B_n_, T_n_,
-                         config_.d_model);
+    const OuterTensors o = layout_.outer();
+    const Weight* wpe = o.position_embedding != nullptr ? p(*o.position_embedding) : nullptr;
+    B::embedding_forward(*ctx_, resid(first_), s.tokens.data(), p(*o.token_embedding), wpe, B_n_,
+                         T_n_, config_.d_model);
   }
 
   void block_forward(int l) override {
@@ -179,25 +177,20 @@ class Transformer final : public Model {
     require_reserved();
     auto& s = cur();
     const int N = B_n_ * T_n_, C = config_.d_model, V = config_.vocab_size;
-    const auto& t = layout_.tensors();
+    const OuterTensors o = layout_.outer();
     const Act* x = resid(config_.n_layer);
-    const Weight* head_w;
     if (config_.arch == Arch::kGpt2) {
-      const auto& lnw = t[t.size() - 2];
-      const auto& lnb = t[t.size() - 1];
-      B::layernorm_forward(*ctx_, s.lnf.data(), s.lnf_mean.data(), s.lnf_rstd.data(), x, p(lnw),
-                           p(lnb), N, C, config_.norm_eps);
-      head_w = p(t[0]);  // tied to the token embedding
+      B::layernorm_forward(*ctx_, s.lnf.data(), s.lnf_mean.data(), s.lnf_rstd.data(), x,
+                           p(*o.final_norm_weight), p(*o.final_norm_bias), N, C, config_.norm_eps);
     } else {
-      B::rmsnorm_forward(*ctx_, s.lnf.data(), s.lnf_rstd.data(), x, p(final_norm()), N, C,
+      B::rmsnorm_forward(*ctx_, s.lnf.data(), s.lnf_rstd.data(), x, p(*o.final_norm_weight), N, C,
                          config_.norm_eps);
-      head_w = p(head_weight());
     }
-    B::linear_forward(*ctx_, s.logits.data(), s.lnf.data(), head_w, nullptr, N, C, V, false);
+    B::linear_forward(*ctx_, s.logits.data(), s.lnf.data(), p(*o.head), nullptr, N, C, V, false);
     if (targets == nullptr) return;
     B::copy(*ctx_, s.targets.data(), targets, static_cast<std::size_t>(N));
-    B::crossentropy_forward(*ctx_, s.losses.data(), s.lse.data(), s.logits.data(),
-                            s.targets.data(), N, V);
+    B::crossentropy_forward(*ctx_, s.losses.data(), s.lse.data(), s.logits.data(), s.targets.data(),
+                            N, V);
     B::loss_mean(*ctx_, s.loss.data(), s.losses.data(), s.targets.data(), N);
   }
 
@@ -207,29 +200,24 @@ class Transformer final : public Model {
     auto& s = cur();
     const int N = B_n_ * T_n_, C = config_.d_model, V = config_.vocab_size;
     const std::size_t NC = static_cast<std::size_t>(N) * C;
-    const auto& t = layout_.tensors();
+    const OuterTensors o = layout_.outer();
     // The logits become their own gradient in place: a second [N, V] buffer would dominate
     // memory for large vocabularies.
-    B::crossentropy_backward(*ctx_, s.logits.data(), s.lse.data(), s.targets.data(), dloss, N,
-                             V);
+    B::crossentropy_backward(*ctx_, s.logits.data(), s.lse.data(), s.targets.data(), dloss, N, V);
     const Act* dlogits = s.logits.data();
     B::zero(*ctx_, a.dres.data(), NC);
     const Act* x = resid(config_.n_layer);
     // dln is overwritten by the head's input gradient (beta = 0): no zeroing first.
+    const ParamTensor &head = *o.head, &nw = *o.final_norm_weight;
+    B::linear_backward(*ctx_, a.dln.data(), g(head), nullptr, dlogits, s.lnf.data(), p(head), N, C,
+                       V, false, /*overwrite_dinp=*/true);
     if (config_.arch == Arch::kGpt2) {
-      B::linear_backward(*ctx_, a.dln.data(), g(t[0]), nullptr, dlogits, s.lnf.data(), p(t[0]), N,
-                         C, V, false, /*overwrite_dinp=*/true);
-      const auto& lnw = t[t.size() - 2];
-      const auto& lnb = t[t.size() - 1];
-      B::layernorm_backward(*ctx_, a.dres.data(), g(lnw), g(lnb), a.dln.data(), x, p(lnw),
+      const ParamTensor& nb = *o.final_norm_bias;
+      B::layernorm_backward(*ctx_, a.dres.data(), g(nw), g(nb), a.dln.data(), x, p(nw),
                             s.lnf_mean.data(), s.lnf_rstd.data(), N, C);
     } else {
-      const auto& head = head_weight();
-      const auto& nw = final_norm();
-      B::linear_backward(*ctx_, a.dln.data(), g(head), nullptr, dlogits, s.lnf.data(), p(head), N,
-                         C, V, false, /*overwrite_dinp=*/true);
-      B::rmsnorm_backward(*ctx_, a.dres.data(), g(nw), a.dln.data(), x, p(nw), s.lnf_rstd.data(),
-                          N, C);
+      B::rmsnorm_backward(*ctx_, a.dres.data(), g(nw), a.dln.data(), x, p(nw), s.lnf_rstd.data(), N,
+                          C);
     }
   }
 
@@ -287,21 +275,21 @@ class Transformer final : public Model {
       B::layernorm_backward(c, dres, g(*w.ln1w), g(*w.ln1b), a.dln.data(), x, p(*w.ln1w),
                             L.ln1_mean.data(), L.ln1_rstd.data(), N, C);
     } else {
-      B::linear_backward(c, a.dact.data(), g(*w.downw), nullptr, dres, L.act.data(), p(*w.downw),
-                         N, F, C, false, /*overwrite_dinp=*/true);
+      B::linear_backward(c, a.dact.data(), g(*w.downw), nullptr, dres, L.act.data(), p(*w.downw), N,
+                         F, C, false, /*overwrite_dinp=*/true);
       B::zero(c, a.dfc.data(), NF);  // swiglu_backward accumulates
       B::zero(c, a.dup.data(), NF);
       B::swiglu_backward(c, a.dfc.data(), a.dup.data(), a.dact.data(), L.fc.data(), L.up.data(),
                          NF);
       B::linear_backward(c, a.dln.data(), g(*w.gatew), nullptr, a.dfc.data(), L.ln2.data(),
                          p(*w.gatew), N, C, F, false, /*overwrite_dinp=*/true);
-      B::linear_backward(c, a.dln.data(), g(*w.upw), nullptr, a.dup.data(), L.ln2.data(),
-                         p(*w.upw), N, C, F, false);
+      B::linear_backward(c, a.dln.data(), g(*w.upw), nullptr, a.dup.data(), L.ln2.data(), p(*w.upw),
+                         N, C, F, false);
       column_parallel_done(a.dln.data());
       B::rmsnorm_backward(c, dres, g(*w.ln2w), a.dln.data(), L.res2.data(), p(*w.ln2w),
                           L.ln2_rstd.data(), N, C);
-      B::linear_backward(c, a.datty.data(), g(*w.projw), nullptr, dres, L.atty.data(),
-                         p(*w.projw), N, Cl, C, false, /*overwrite_dinp=*/true);
+      B::linear_backward(c, a.datty.data(), g(*w.projw), nullptr, dres, L.atty.data(), p(*w.projw),
+                         N, Cl, C, false, /*overwrite_dinp=*/true);
       B::zero(c, a.dqkv.data(), NW);
       // Grouped-query attention: a key/value head's gradient sums over its group's query heads.
       B::attention_backward(c, dq, dq + Cl, dq + Cl + KVl, a.datt.data(), a.datty.data(),
@@ -326,10 +314,10 @@ class Transformer final : public Model {
 
   void embed_backward() override {
     require_reserved();
-    const auto& t = layout_.tensors();
-    float* dwpe = config_.arch == Arch::kGpt2 ? g(t[1]) : nullptr;
-    B::embedding_backward(*ctx_, g(t[0]), dwpe, acts_->dres.data(), cur().tokens.data(), B_n_,
-                          T_n_, config_.d_model);
+    const OuterTensors o = layout_.outer();
+    float* dwpe = o.position_embedding != nullptr ? g(*o.position_embedding) : nullptr;
+    B::embedding_backward(*ctx_, g(*o.token_embedding), dwpe, acts_->dres.data(),
+                          cur().tokens.data(), B_n_, T_n_, config_.d_model);
   }
 
  private:
@@ -343,8 +331,8 @@ class Transformer final : public Model {
   }
   void require_owned(const char* what) const {
     if (options_.storage != ParamStorage::kOwned)
-      throw Error(fmt::format("{} needs owned parameter storage (this model borrows its groups)",
-                              what));
+      throw Error(
+          fmt::format("{} needs owned parameter storage (this model borrows its groups)", what));
   }
   void require_reserved() const {
     if (!acts_) throw Error("model pass before reserve(): no activations allocated");
@@ -359,16 +347,6 @@ class Transformer final : public Model {
     return cur().layers[static_cast<std::size_t>(l - first_)];
   }
   Act* resid(int l) { return cur().resid[static_cast<std::size_t>(l - first_)].data(); }
-  // LLaMA's final norm and head weight: lm_head.weight is the last tensor, or, tied, the token
-  // embedding (the first), and then the norm is the last.
-  const ParamTensor& final_norm() const {
-    const auto& t = layout_.tensors();
-    return config_.tie_embeddings ? t[t.size() - 1] : t[t.size() - 2];
-  }
-  const ParamTensor& head_weight() const {
-    const auto& t = layout_.tensors();
-    return config_.tie_embeddings ? t[0] : t[t.size() - 1];
-  }
 
   const Weight* p(const ParamTensor& t) const {
     const Weight* base = group_weights_[static_cast<std::size_t>(t.layer + 1)];
@@ -420,8 +398,8 @@ class Transformer final : public Model {
       row_parallel_done(L.res2.data(), p(*w.projb));
       // res2 += x, then ln2 = layernorm(res2): one pass on CUDA.
       B::residual_layernorm_forward(c, L.res2.data(), L.ln2.data(), L.ln2_mean.data(),
-                                    L.ln2_rstd.data(), L.res2.data(), x, p(*w.ln2w), p(*w.ln2b),
-                                    N, C, eps);
+                                    L.ln2_rstd.data(), L.res2.data(), x, p(*w.ln2w), p(*w.ln2b), N,
+                                    C, eps);
       // act = GELU(fc), fc = ln2 · Wfc + bfc kept for backward: one GEMM with its epilogue.
       B::linear_gelu_forward(c, L.act.data(), L.fc.data(), L.ln2.data(), p(*w.fcw), p(*w.fcb), N, C,
                              F, true);
@@ -437,8 +415,8 @@ class Transformer final : public Model {
                            H, Hkv, hd);
       B::linear_forward(c, L.res2.data(), L.atty.data(), p(*w.projw), nullptr, N, Cl, C, false);
       row_parallel_done(L.res2.data(), nullptr);
-      B::residual_rmsnorm_forward(c, L.res2.data(), L.ln2.data(), L.ln2_rstd.data(),
-                                  L.res2.data(), x, p(*w.ln2w), N, C, eps);
+      B::residual_rmsnorm_forward(c, L.res2.data(), L.ln2.data(), L.ln2_rstd.data(), L.res2.data(),
+                                  x, p(*w.ln2w), N, C, eps);
       B::linear_forward(c, L.fc.data(), L.ln2.data(), p(*w.gatew), nullptr, N, C, F, false);
       B::linear_forward(c, L.up.data(), L.ln2.data(), p(*w.upw), nullptr, N, C, F, false);
       B::swiglu_forward(c, L.act.data(), L.fc.data(), L.up.data(), NF);
