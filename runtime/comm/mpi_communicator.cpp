@@ -189,6 +189,26 @@ std::unique_ptr<MpiCommunicator> MpiCommunicator::borrow(MPI_Comm comm) {
   return std::unique_ptr<MpiCommunicator>(new MpiCommunicator(comm, false));
 }
 
+std::unique_ptr<MpiCommunicator> MpiCommunicator::create_group(MPI_Comm parent,
+                                                               const std::vector<int>& ranks,
+                                                               int tag) {
+  const auto check = [&](int rc, const char* what) {
+    if (rc != MPI_SUCCESS)
+      throw Error(fmt::format("{} for the group of ranks [{}] failed: {}", what,
+                              fmt::join(ranks, ", "), mpi_error_string(rc)));
+  };
+  MPI_Group whole = MPI_GROUP_NULL, part = MPI_GROUP_NULL;
+  MPI_Comm out = MPI_COMM_NULL;
+  check(MPI_Comm_group(parent, &whole), "MPI_Comm_group");
+  const int incl = MPI_Group_incl(whole, static_cast<int>(ranks.size()), ranks.data(), &part);
+  MPI_Group_free(&whole);
+  check(incl, "MPI_Group_incl");
+  const int made = MPI_Comm_create_group(parent, part, tag, &out);
+  MPI_Group_free(&part);
+  check(made, "MPI_Comm_create_group");
+  return adopt(out);
+}
+
 std::string MpiCommunicator::describe() const {
   return fmt::format("mpi rank {}/{}", rank_, size_);
 }

@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <memory>
+#include <vector>
 
 #include "runtime/comm/communicator.hpp"
 
@@ -18,6 +19,11 @@ class MpiCommunicator final : public Communicator {
   static std::unique_ptr<MpiCommunicator> adopt(MPI_Comm comm);
   // Uses `comm` without owning it; the caller keeps it alive.
   static std::unique_ptr<MpiCommunicator> borrow(MPI_Comm comm);
+  // The communicator of `ranks` (ranks of `parent`, in that order), made by those ranks alone
+  // (MPI_Comm_create_group with `tag`, which must be unique among groups made at once), owned.
+  // Every MPI call is checked: Error naming it and the ranks.
+  static std::unique_ptr<MpiCommunicator> create_group(MPI_Comm parent,
+                                                       const std::vector<int>& ranks, int tag);
   ~MpiCommunicator() override;
 
   int rank() const override { return rank_; }

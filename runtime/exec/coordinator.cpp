@@ -9,6 +9,7 @@
 #include <set>
 #include <thread>
 #include <utility>
+#include <variant>
 
 #include "runtime/core/error.hpp"
 #include "runtime/core/log.hpp"
@@ -47,32 +48,36 @@ std::optional<solver::Baseline> parse_policy(const std::string& name) {
       "unknown policy '{}': valid are saturn, current-practice, optimus-greedy, min", name));
 }
 
-// What the coordinator reacts to. Each turn of the loop gathers them (messages of the ranks,
-// a stop signal of rank 0, the re-plan interval) and handles them in that order; after them
-// the re-planner and dispatch run.
-struct CoordinatorEvent {
-  enum class Kind {
-    kRankReady,     // a rank is free for work
-    kProgress,      // a job's leader reported steps and metrics
-    kJobFinished,   // a job ran its last step
-    kJobFailed,     // a job's segment failed
-    kJobStopped,    // a job's segment stopped at a step boundary (checkpointed)
-    kSignal,        // a stop signal on some rank
-    kInterval,      // the re-plan interval passed
-    kJobCancelled,  // `saturn cancel` asked for the job (a request in RUN_DIR/spool)
-    kSubmitted,     // `saturn submit` adds jobs (a request in RUN_DIR/spool)
-  };
-  Kind kind;
+// What the coordinator reacts to. Each turn of the loop gathers them (the ranks' messages, the
+// spool's requests, a stop signal of rank 0, the re-plan interval) and handles them in that
+// order; after them the re-planner and dispatch run. Jobs are named by id and looked up when
+// an event is handled: a submission handled earlier in the turn grows the job table.
+struct RankFree {
   int rank = -1;
-  JobState* job = nullptr;
-  nlohmann::json message;  // progress: the message; ends: the outcome
-  int signal = 0;
-  SpoolRequest request{};  // submitted: the request
 };
+struct SignalArrived {
+  int signal = 0;
+};
+struct ReplanDue {};
+struct CancelAsked {  // `saturn cancel`, a request in RUN_DIR/spool
+  std::string job;
+  std::string request;
+};
+struct SubmitAsked {  // `saturn submit`, a request in RUN_DIR/spool
+  SpoolRequest request;
+};
+using CoordinatorEvent = std::variant<RankFree, SignalArrived, Progress, SegmentReport, CancelAsked,
+                                      SubmitAsked, ReplanDue>;
+
+template <class... F>
+struct Handlers : F... {
+  using F::operator()...;
+};
+template <class... F>
+Handlers(F...) -> Handlers<F...>;
 
 struct Coordinator::Impl {
   using Event = CoordinatorEvent;
-  using Kind = CoordinatorEvent::Kind;
 
   // The coordinator's own copy of the batch's workload (rank 0's worker thread has another):
   // `saturn submit` adds jobs to it.
@@ -204,8 +209,8 @@ struct Coordinator::Impl {
 
   // The job stopped at its rung's step: its metric there (the segment's last evaluation, at
   // that very step: rungs are multiples of eval_every).
-  void reached_rung(JobState& js, const nlohmann::json& o) {
-    const double metric = o.value("has_val", false) ? o.at("val_loss").get<double>() : NAN;
+  void reached_rung(JobState& js, const SegmentOutcome& o) {
+    const double metric = o.val_loss.value_or(NAN);
     const int rung = selection.level(js.index);
     selection.arrive(js.index, metric);
     js.held = true;
@@ -422,8 +427,7 @@ struct Coordinator::Impl {
     if (js.status != JobStatus::kRunning || js.stop_sent) return;
     // Addressed to this segment: if it has just ended, the leader's next segment drops it.
     const int segment = static_cast<int>(js.past_segments.size() + js.segments.size()) - 1;
-    send_json(control, js.segments.back().ranks.front(), kTagStop,
-              {{"reason", why}, {"job", js.spec->id}, {"segment", segment}});
+    send(control, js.segments.back().ranks.front(), StopRequest{js.spec->id, segment, why});
     js.stop_sent = true;
     js.status = JobStatus::kStopping;
   }
@@ -467,10 +471,9 @@ struct Coordinator::Impl {
     l.segment = static_cast<int>(js.past_segments.size() + js.segments.size());
     l.tag = 1 + (launches++ % 30000);
     l.pause_step = js.pause_step;
-    const nlohmann::json cmd = {{"type", "launch"}, {"launch", l.to_json()}};
     for (int r : ranks) {
       idle.erase(r);
-      send_json(control, r, kTagCommand, cmd);
+      send(control, r, Command{LaunchSegment{l}});
     }
     Segment seg;
     seg.config = js.config;
@@ -494,111 +497,88 @@ struct Coordinator::Impl {
 
   // ---- events ----
 
-  // This turn's events: ranks' messages (ready/signal, progress, segment reports, in that
-  // order), then rank 0's own stop signal and the re-plan interval.
+  // This turn's events: the ranks' messages (ready or signal, progress, segment reports, in that
+  // order), then the spool's requests.
   std::vector<Event> gather_events() {
     std::vector<Event> out;
     int from = -1;
-    while (auto m = try_recv_json(control, MPI_ANY_SOURCE, kTagReady, &from)) {
-      if (m->value("type", "") == "signal")
-        out.push_back({Kind::kSignal, from, nullptr, {}, m->value("signal", 0)});
+    while (auto m = try_receive<WorkerMessage>(control, MPI_ANY_SOURCE, &from)) {
+      if (const auto* s = std::get_if<StopSignal>(&*m))
+        out.emplace_back(SignalArrived{s->signal});
       else
-        out.push_back({Kind::kRankReady, from, nullptr, {}, 0});
+        out.emplace_back(RankFree{from});
     }
-    while (auto m = try_recv_json(control, MPI_ANY_SOURCE, kTagProgress, &from)) {
-      JobState* js = table.find(m->at("job").get<std::string>());
-      if (js != nullptr) out.push_back({Kind::kProgress, from, js, std::move(*m), 0});
-    }
-    while (auto m = try_recv_json(control, MPI_ANY_SOURCE, kTagReport, &from)) {
-      JobState* js = table.find(m->at("job").get<std::string>());
-      if (js == nullptr) continue;
-      const nlohmann::json& o = m->at("outcome");
-      const std::string status = o.at("status").get<std::string>();
-      const Kind kind = status == "finished" ? Kind::kJobFinished
-                        : status == "failed" ? Kind::kJobFailed
-                                             : Kind::kJobStopped;
-      out.push_back({kind, from, js, o, 0});
-    }
+    while (auto m = try_receive<Progress>(control, MPI_ANY_SOURCE)) out.emplace_back(*m);
+    while (auto m = try_receive<SegmentReport>(control, MPI_ANY_SOURCE)) out.emplace_back(*m);
     // Requests in RUN_DIR/spool (saturn cancel, saturn submit), twice a second.
     if (now() - last_spool_s >= 0.5) {
       last_spool_s = now();
       for (const SpoolRequest& r : take_spool_requests(setup.run_dir)) {
         if (!r.error.empty()) {
           log::warn("request {} rejected: {}", r.file.string(), r.error);
-          continue;
+        } else if (r.kind == "submit") {
+          out.emplace_back(SubmitAsked{r});
+        } else {
+          for (const auto& id : r.jobs) out.emplace_back(CancelAsked{id, r.file.string()});
         }
-        if (r.kind == "submit") {
-          out.push_back({Kind::kSubmitted, -1, nullptr, {}, 0, r});
-          continue;
-        }
-        // By id, looked up when handled: a submission taken earlier in this pass grows the
-        // table (its JobStates move) and may add the very job cancelled here.
-        for (const auto& id : r.jobs)
-          out.push_back(
-              {Kind::kJobCancelled, -1, nullptr, {{"job", id}, {"request", r.file.string()}}, 0});
       }
     }
     return out;
   }
 
   void handle(const Event& e) {
-    switch (e.kind) {
-      case Kind::kRankReady:
-        idle.insert(e.rank);
-        return;
-      case Kind::kProgress:
-        table.record_progress(*e.job, e.message);
-        return;
-      case Kind::kJobFinished:
-        on_job_finished(*e.job, e.message);
-        return;
-      case Kind::kJobFailed:
-        on_job_failed(*e.job, e.message);
-        return;
-      case Kind::kJobStopped:
-        on_job_stopped(*e.job, e.message);
-        return;
-      case Kind::kSignal:
-        on_signal(e.signal);
-        return;
-      case Kind::kInterval:
-        request_replan("interval");
-        return;
-      case Kind::kJobCancelled:
-        if (JobState* js = table.find(e.message.at("job").get<std::string>()))
-          on_job_cancelled(*js);
-        else
-          log::warn("request {}: no job '{}' in this batch",
-                    e.message.at("request").get<std::string>(),
-                    e.message.at("job").get<std::string>());
-        return;
-      case Kind::kSubmitted:
-        on_jobs_submitted(e.request);
-        return;
+    std::visit(Handlers{[&](const RankFree& r) { idle.insert(r.rank); },
+                        [&](const SignalArrived& s) { on_signal(s.signal); },
+                        [&](const ReplanDue&) { request_replan("interval"); },
+                        [&](const Progress& p) {
+                          if (JobState* js = table.find(p.job)) table.record_progress(*js, p);
+                        },
+                        [&](const SegmentReport& r) { on_segment_end(r); },
+                        [&](const CancelAsked& c) { on_cancel_asked(c); },
+                        [&](const SubmitAsked& s) { on_jobs_submitted(s.request); }},
+               e);
+  }
+
+  void on_segment_end(const SegmentReport& r) {
+    JobState* js = table.find(r.job);
+    if (js == nullptr) return;
+    switch (r.outcome.status) {
+      case SegmentStatus::kFinished:
+        return on_job_finished(*js, r.outcome);
+      case SegmentStatus::kFailed:
+        return on_job_failed(*js, r.outcome);
+      case SegmentStatus::kStopped:
+        return on_job_stopped(*js, r.outcome);
     }
+  }
+
+  void on_cancel_asked(const CancelAsked& c) {
+    if (JobState* js = table.find(c.job))
+      on_job_cancelled(*js);
+    else
+      log::warn("request {}: no job '{}' in this batch", c.request, c.job);
   }
 
   // A segment's end, whatever its outcome: the segment closes and the event it writes to the
   // timeline gets the job's step.
-  nlohmann::json close_segment(JobState& js, const nlohmann::json& o) {
+  nlohmann::json close_segment(JobState& js, const SegmentOutcome& o) {
     ++version;
-    const std::string status = o.at("status").get<std::string>();
-    js.steps_done = o.value("step", js.steps_done);
-    if (o.value("has_val", false)) js.val_loss = o.at("val_loss").get<double>();
+    js.steps_done = o.step;
+    if (o.val_loss) js.val_loss = *o.val_loss;
     Segment& seg = js.segments.back();
     seg.end_s = now();
     seg.end_step = js.steps_done;
-    seg.end_status = status;
+    seg.end_status = segment_status_name(o.status);
     nlohmann::json e = {
         {"job", js.spec->id},
         {"step", js.steps_done},
         {"segment", static_cast<int>(js.past_segments.size() + js.segments.size()) - 1}};
     // The segment's device-memory peak on its busiest rank (what a GPU sweep is sized by).
-    if (o.value("peak_device_bytes", 0.0) > 0) e["peak_device_bytes"] = o.at("peak_device_bytes");
+    if (o.peak_device_bytes > 0) e["peak_device_bytes"] = o.peak_device_bytes;
     return e;
   }
 
-  void on_job_finished(JobState& js, const nlohmann::json& o) {
+  void on_job_finished(JobState& js, const SegmentOutcome& o) {
     nlohmann::json e = close_segment(js, o);
     js.status = JobStatus::kFinished;
     e["event"] = "job_end";
@@ -607,10 +587,10 @@ struct Coordinator::Impl {
     request_replan("job " + js.spec->id + " finished");
   }
 
-  void on_job_failed(JobState& js, const nlohmann::json& o) {
+  void on_job_failed(JobState& js, const SegmentOutcome& o) {
     nlohmann::json e = close_segment(js, o);
     js.status = JobStatus::kFailed;
-    js.reason = o.value("reason", "unknown");
+    js.reason = o.reason.empty() ? "unknown" : o.reason;
     if (selection.enabled()) selection.withdraw(js.index);
     e["event"] = "failure";
     e["reason"] = js.reason;
@@ -625,22 +605,20 @@ struct Coordinator::Impl {
     request_replan("job " + js.spec->id + " failed");
   }
 
-  void on_job_stopped(JobState& js, const nlohmann::json& o) {
+  void on_job_stopped(JobState& js, const SegmentOutcome& o) {
     nlohmann::json e = close_segment(js, o);
     e["event"] = "job_stop";
-    e["reason"] = o.value("reason", "");
+    e["reason"] = o.reason;
     event(e);
-    if (o.contains("early_stop")) {
-      stopped_early(js, o.at("early_stop"));
-      const bool by_signal = o.value("signal", 0) != 0;
-      if (by_signal && !stopping) on_signal(o.value("signal", 0));
+    if (!o.early_stop.is_null()) {
+      stopped_early(js, o.early_stop);
+      if (o.signal != 0 && !stopping) on_signal(o.signal);
       return;
     }
     if (!js.cancel_requested && js.pause_step > 0 && js.steps_done >= js.pause_step)
       reached_rung(js, o);
-    const bool by_signal =
-        o.value("signal", 0) != 0 || o.value("reason", "").rfind("signal", 0) == 0;
-    if (by_signal && !stopping) on_signal(o.value("signal", 0));
+    const bool by_signal = o.signal != 0 || o.reason.rfind("signal", 0) == 0;
+    if (by_signal && !stopping) on_signal(o.signal);
     js.status = stopping ? JobStatus::kStopped : JobStatus::kPending;
     if (js.move_after_stop && !stopping) js.status = JobStatus::kPending;
     if (js.cancel_requested) {
@@ -727,11 +705,9 @@ struct Coordinator::Impl {
     finish_taken_request(r);  // recorded in RUN_DIR/submitted by accept_submission
     ++version;
     accepted.push_back(r.submission);
-    nlohmann::json specs = nlohmann::json::array();
-    for (std::size_t j = batch.jobs.size(); j < a.batch.jobs.size(); ++j)
-      specs.push_back(job_message(a.batch.jobs[j]));
-    for (int rank = 0; rank < world_size; ++rank)
-      pending_sends.send_json(control, rank, kTagCommand, {{"type", "add_jobs"}, {"jobs", specs}});
+    const AddJobs added{std::vector<JobSpec>(
+        a.batch.jobs.begin() + static_cast<std::ptrdiff_t>(batch.jobs.size()), a.batch.jobs.end())};
+    for (int rank = 0; rank < world_size; ++rank) pending_sends.send(control, rank, Command{added});
     const std::size_t planning_first = setup.planning.jobs.size();
     for (std::size_t k = 0; k < a.planning.jobs.size(); ++k) {
       setup.planning.jobs.push_back(a.planning.jobs[k]);
@@ -801,9 +777,9 @@ struct Coordinator::Impl {
       std::vector<Event> events = gather_events();
       const bool busy = !events.empty();
       if (int sig = stop_signal_received(); sig != 0 && !stopping)
-        events.push_back({Kind::kSignal, 0, nullptr, {}, sig});
+        events.emplace_back(SignalArrived{sig});
       if (!stopping && now() - last_replan_s >= setup.replan_interval_s)
-        events.push_back({Kind::kInterval, -1, nullptr, {}, 0});
+        events.emplace_back(ReplanDue{});
       for (const Event& e : events) handle(e);
       apply_selection();
       pending_sends.progress();
@@ -813,8 +789,7 @@ struct Coordinator::Impl {
       if (table.all_done(stopping) && static_cast<int>(idle.size()) == world_size) {
         write_summary();
         const int code = table.exit_code();
-        for (int r = 0; r < world_size; ++r)
-          send_json(control, r, kTagCommand, {{"type", "exit"}, {"code", code}});
+        for (int r = 0; r < world_size; ++r) send(control, r, Command{Exit{code}});
         print_progress(true);
         event({{"event", "run_end"}, {"exit_code", code}});
         return code;

@@ -294,38 +294,28 @@ int worker_loop(const RunContext& ctx, Workload& workload) {
     return r;
   }();
   bool signal_sent = false;
-  send_json(ctx.control, 0, kTagReady, {{"type", "ready"}});
+  send(ctx.control, 0, WorkerMessage{RankReady{}});
   for (;;) {
-    std::optional<nlohmann::json> cmd;
+    std::optional<Command> cmd;
     auto pause = std::chrono::microseconds(200);
-    while (!(cmd = try_recv_json(ctx.control, 0, kTagCommand))) {
+    while (!(cmd = try_receive<Command>(ctx.control, 0))) {
       if (!signal_sent && stop_signal_received() != 0) {
-        send_json(ctx.control, 0, kTagReady,
-                  {{"type", "signal"}, {"signal", stop_signal_received()}});
+        send(ctx.control, 0, WorkerMessage{StopSignal{stop_signal_received()}});
         signal_sent = true;
       }
       std::this_thread::sleep_for(pause);
       pause = std::min(pause * 2, std::chrono::microseconds(20000));
     }
-    if ((*cmd)["type"] == "exit") return (*cmd)["code"].get<int>();
-    if ((*cmd)["type"] == "add_jobs") {  // not a task: the rank stays ready
-      for (const auto& j : (*cmd)["jobs"]) workload.jobs.push_back(job_from_message(j));
+    if (const auto* exit = std::get_if<Exit>(&*cmd)) return exit->code;
+    if (const auto* add = std::get_if<AddJobs>(&*cmd)) {  // not a task: the rank stays ready
+      workload.jobs.insert(workload.jobs.end(), add->jobs.begin(), add->jobs.end());
       continue;
     }
-    const SegmentLaunch launch = SegmentLaunch::from_json((*cmd)["launch"]);
-    MPI_Group world_group, group;
-    MPI_Comm_group(ctx.world, &world_group);
-    MPI_Group_incl(world_group, static_cast<int>(launch.ranks.size()), launch.ranks.data(), &group);
-    MPI_Comm job_comm = MPI_COMM_NULL;
-    MPI_Comm_create_group(ctx.world, group, launch.tag, &job_comm);
-    MPI_Group_free(&group);
-    MPI_Group_free(&world_group);
-    const SegmentOutcome outcome = run_segment(ctx, launch, job_comm);
-    MPI_Comm_free(&job_comm);
-    if (rank == launch.ranks.front())
-      send_json(ctx.control, 0, kTagReport,
-                {{"job", launch.job_id}, {"outcome", outcome.to_json()}});
-    send_json(ctx.control, 0, kTagReady, {{"type", "ready"}});
+    const SegmentLaunch& launch = std::get<LaunchSegment>(*cmd).launch;
+    const SegmentOutcome outcome = run_segment(
+        ctx, launch, *comm::MpiCommunicator::create_group(ctx.world, launch.ranks, launch.tag));
+    if (rank == launch.ranks.front()) send(ctx.control, 0, SegmentReport{launch.job_id, outcome});
+    send(ctx.control, 0, WorkerMessage{RankReady{}});
   }
 }
 

@@ -37,40 +37,8 @@ bool injected_failure(const std::string& job_id, std::int64_t step) {
 
 }  // namespace
 
-nlohmann::json SegmentLaunch::to_json() const {
-  nlohmann::json j = {{"job", job_id},  {"strategy", strategy}, {"knobs", knobs},
-                      {"ranks", ranks}, {"segment", segment},   {"tag", tag}};
-  if (pause_step > 0) j["pause_step"] = pause_step;
-  return j;
-}
-
-SegmentLaunch SegmentLaunch::from_json(const nlohmann::json& j) {
-  SegmentLaunch l;
-  l.job_id = j.at("job").get<std::string>();
-  l.strategy = j.at("strategy").get<std::string>();
-  l.knobs = j.at("knobs").get<std::vector<std::string>>();
-  l.ranks = j.at("ranks").get<std::vector<int>>();
-  l.segment = j.at("segment").get<int>();
-  l.tag = j.at("tag").get<int>();
-  l.pause_step = j.value("pause_step", std::int64_t{0});
-  return l;
-}
-
-nlohmann::json SegmentOutcome::to_json() const {
-  nlohmann::json j = {{"status", status},
-                      {"step", step},
-                      {"reason", reason},
-                      {"has_val", has_val},
-                      {"peak_device_bytes", peak_device_bytes}};
-  if (has_val) j["val_loss"] = val_loss;
-  if (signal != 0) j["signal"] = signal;
-  if (!early_stop.is_null()) j["early_stop"] = early_stop;
-  return j;
-}
-
-SegmentOutcome run_segment(const RunContext& ctx, const SegmentLaunch& launch, MPI_Comm group) {
-  const auto comm_ptr = comm::MpiCommunicator::borrow(group);
-  comm::Communicator& comm = *comm_ptr;
+SegmentOutcome run_segment(const RunContext& ctx, const SegmentLaunch& launch,
+                           comm::Communicator& comm) {
   const bool leader = comm.rank() == 0;
   const JobSpec& spec = find_job(*ctx.workload, launch.job_id);
   // A job `saturn submit` added with data of its own trains on that.
@@ -128,24 +96,17 @@ SegmentOutcome run_segment(const RunContext& ctx, const SegmentLaunch& launch, M
     if (leader) {
       // A stop sent as an earlier segment of this leader ended (a re-plan or cancel racing
       // its finish or rung) is stale: dropped, or it would stop this segment after one step.
-      while (auto m = try_recv_json(ctx.control, 0, kTagStop)) {
-        const nlohmann::json& stop = *m;
-        if (stop.value("job", launch.job_id) != launch.job_id ||
-            stop.value("segment", launch.segment) != launch.segment)
-          continue;
+      while (auto stop = try_receive<StopRequest>(ctx.control, 0)) {
+        if (stop->job != launch.job_id || stop->segment != launch.segment) continue;
         flags[0] |= 1;
-        stop_reason = stop.contains("reason") ? stop["reason"].get<std::string>() : "re-plan";
+        stop_reason = stop->reason;
         break;
       }
       if (r.has_val || r.step == job.train.steps ||
           std::chrono::duration<double>(now - last_progress).count() >= ctx.progress_interval_s) {
-        nlohmann::json p = {{"job", job.id},
-                            {"step", r.step},
-                            {"loss", r.loss},
-                            {"tokens_per_s", r.tokens_per_s},
-                            {"step_time_s", step_time}};
-        if (r.has_val) p["val_loss"] = r.val_loss;
-        send_json(ctx.control, 0, kTagProgress, p);
+        send(ctx.control, 0,
+             Progress{job.id, r.step, r.loss, r.tokens_per_s, step_time,
+                      r.has_val ? std::optional<double>(r.val_loss) : std::nullopt});
         last_progress = now;
       }
     }
@@ -182,10 +143,8 @@ SegmentOutcome run_segment(const RunContext& ctx, const SegmentLaunch& launch, M
     const TrainResult result = train_with_strategy(job, opt, par, comm);
     out.step = result.steps_done;
     out.peak_device_bytes = static_cast<double>(result.peak_device_bytes);
-    if (!result.steps.empty() && result.steps.back().has_val) {
-      out.has_val = true;
+    if (!result.steps.empty() && result.steps.back().has_val)
       out.val_loss = result.steps.back().val_loss;
-    }
     if (result.nonfinite_step > 0) {
       // early_stop.diverged: the trainer stopped at a non-finite loss, gradient norm or state
       // (weights, AdamW moments) before saving it.
@@ -195,14 +154,14 @@ SegmentOutcome run_segment(const RunContext& ctx, const SegmentLaunch& launch, M
       stop_reason = early_hit->describe();
     }
     if (result.stopped) {
-      out.status = "stopped";
+      out.status = SegmentStatus::kStopped;
       out.reason = stop_reason;
       if (leader && early_hit) out.early_stop = early_hit->to_json();
     } else {
-      out.status = "finished";
+      out.status = SegmentStatus::kFinished;
     }
   } catch (const comm::AgreedFailure& e) {
-    out.status = "failed";
+    out.status = SegmentStatus::kFailed;
     out.reason = e.what();
   } catch (const std::exception& e) {
     // A failure on this rank alone after set-up: the others may wait in a collective, so the
@@ -211,7 +170,8 @@ SegmentOutcome run_segment(const RunContext& ctx, const SegmentLaunch& launch, M
                e.what());
     MPI_Abort(MPI_COMM_WORLD, kExitFailure);
   }
-  if (out.status == "failed" && leader) log::warn("job {} failed: {}", job.id, out.reason);
+  if (out.status == SegmentStatus::kFailed && leader)
+    log::warn("job {} failed: {}", job.id, out.reason);
   return out;
 }
 

@@ -12,37 +12,11 @@
 #include <vector>
 
 #include "runtime/backend/device.hpp"
+#include "runtime/comm/communicator.hpp"
+#include "runtime/exec/messages.hpp"
 #include "runtime/workload/workload.hpp"
 
 namespace saturn::exec {
-
-struct SegmentLaunch {
-  std::string job_id;
-  std::string strategy;            // a parallel::strategy_names() entry
-  std::vector<std::string> knobs;  // KEY=VALUE (parallel::parse_knobs)
-  std::vector<int> ranks;          // world ranks, ascending; ranks[0] leads
-  int segment = 0;                 // 0, 1, ... per job (a re-plan starts a new one)
-  int tag = 0;                     // MPI_Comm_create_group tag, unique among live launches
-  // Stop (checkpointed) at this step: the job's next selection rung. 0: none.
-  std::int64_t pause_step = 0;
-
-  nlohmann::json to_json() const;
-  static SegmentLaunch from_json(const nlohmann::json& j);
-};
-
-struct SegmentOutcome {
-  std::string status;     // finished | stopped | failed
-  std::int64_t step = 0;  // optimizer steps done when the segment ended
-  std::string reason;     // failed: why; stopped: "signal N (SIGNAME)" or "re-plan"
-  int signal = 0;         // stopped by a stop signal some rank of the job received: its number
-  bool has_val = false;
-  double val_loss = 0;
-  double peak_device_bytes = 0;
-  // Stopped by the job's `early_stop:` rule: EarlyStopHit::to_json(); null otherwise.
-  nlohmann::json early_stop;
-
-  nlohmann::json to_json() const;
-};
 
 struct RunContext {
   MPI_Comm world = MPI_COMM_WORLD;
@@ -57,7 +31,8 @@ struct RunContext {
 };
 
 // Collective over `group` (the launch's ranks). Never throws for a job's own failure: the
-// group agrees on it and returns status "failed" with the reason.
-SegmentOutcome run_segment(const RunContext& ctx, const SegmentLaunch& launch, MPI_Comm group);
+// group agrees on it and returns SegmentStatus::kFailed with the reason.
+SegmentOutcome run_segment(const RunContext& ctx, const SegmentLaunch& launch,
+                           comm::Communicator& group);
 
 }  // namespace saturn::exec

@@ -129,12 +129,12 @@ const ConfigDetail& JobTable::detail(const JobState& js, int config) const {
       ->details[static_cast<std::size_t>(js.planning_index)][static_cast<std::size_t>(config)];
 }
 
-void JobTable::record_progress(JobState& js, const nlohmann::json& m) {
-  js.steps_done = m.at("step").get<std::int64_t>();
-  js.loss = m.value("loss", js.loss);
-  if (m.contains("val_loss")) js.val_loss = m["val_loss"].get<double>();
-  js.tokens_per_s = m.value("tokens_per_s", js.tokens_per_s);
-  const double st = m.value("step_time_s", 0.0);
+void JobTable::record_progress(JobState& js, const Progress& m) {
+  js.steps_done = m.step;
+  js.loss = m.loss;
+  if (m.val_loss) js.val_loss = *m.val_loss;
+  js.tokens_per_s = m.tokens_per_s;
+  const double st = m.step_time_s;
   if (st > 0) {
     js.step_time_s = js.step_time_s > 0 ? 0.7 * js.step_time_s + 0.3 * st : st;
     const double est = step_time_unscaled(js);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "runtime/exec/coordinator.hpp"
+#include "runtime/exec/messages.hpp"
 
 namespace saturn::exec {
 
@@ -111,7 +112,7 @@ class JobTable {
   double step_time_unscaled(const JobState& js) const;
   const ConfigDetail& detail(const JobState& js, int config) const;
   // A progress message of the job's leader: steps, losses, the measured step time.
-  void record_progress(JobState& js, const nlohmann::json& message);
+  void record_progress(JobState& js, const Progress& message);
   // Nothing runs any more and, unless the batch is stopping, nothing is left to start.
   bool all_done(bool stopping) const;
   // 0 all finished (or stopped by selection or early_stop), 1 some job failed, 99 work left

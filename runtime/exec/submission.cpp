@@ -43,22 +43,4 @@ AcceptedSubmission accept_submission(const CoordinatorSetup& setup, const Worklo
   return a;
 }
 
-nlohmann::json job_message(const JobSpec& spec) {
-  nlohmann::json j = spec;
-  j["init_from"] = spec.init_from.string();
-  j["train_data"] = spec.train_data.string();
-  j["val_data"] = spec.val_data.string();
-  j["where"] = spec.where;
-  return j;
-}
-
-JobSpec job_from_message(const nlohmann::json& m) {
-  JobSpec spec = job_spec_from_json(m);
-  spec.init_from = m.at("init_from").get<std::string>();
-  spec.train_data = m.at("train_data").get<std::string>();
-  spec.val_data = m.at("val_data").get<std::string>();
-  spec.where = m.at("where").get<std::string>();
-  return spec;
-}
-
 }  // namespace saturn::exec

@@ -27,8 +27,4 @@ AcceptedSubmission accept_submission(const CoordinatorSetup& setup, const Worklo
                                      const std::vector<Submission>& accepted,
                                      const SpoolRequest& request);
 
-// A job as the coordinator sends it to the ranks (their `add_jobs` command), and back.
-nlohmann::json job_message(const JobSpec& spec);
-JobSpec job_from_message(const nlohmann::json& message);
-
 }  // namespace saturn::exec
