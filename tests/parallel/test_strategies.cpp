@@ -76,7 +76,7 @@ TEST(Infeasible, ReportedWithTheReason) {
   EXPECT_TRUE(contains(reason("ddp+tensor", s), "proper divisor"));
   EXPECT_TRUE(contains(reason("ddp+pipeline", s), "proper divisor"));
   // Unknown names never fall back to another strategy.
-  EXPECT_THROW(parallel::make_strategy("zero2", s), InputError);
+  EXPECT_THROW(parallel::make_strategy("zero4", s), InputError);
   EXPECT_THROW(parallel::parse_knobs({"schedule=interleaved"}), InputError);
   EXPECT_THROW(parallel::parse_knobs({"stagez=2"}), InputError);
 }
