@@ -70,13 +70,13 @@ double packing_search_bound(const Prepared& prepared, double lower, double upper
 // 1e-9 relative), found by assigning every job to nodes (or whole-node options) such that each
 // node's jobs schedule exactly within the time left to them (the exact node search, at most
 // `node_budget` states per node's job set). Whole-node jobs run first on their nodes. Meant for
-// small clusters of few big jobs, where local search on lists misses narrow packings
-// (2x8-08-j14). 1: `out` holds such a plan; 0: none exists (a proof: the search ended with
-// every node test decided); -1: none found within the limits, or the problem has pinned jobs.
+// small clusters of few big jobs, where local search on lists misses narrow packings. 1: `out`
+// holds such a plan; 0: none exists (a proof: the search ended with every node test decided);
+// -1: none found within the limits, or the problem has pinned jobs.
 //
 // With `narrow_small`, jobs whose least area is at most 3% of a node's (devices x T) keep only
 // options within 10% of that least area: the exact node tests branch far less on the many small
-// jobs of 20-24-job instances (2x8-13-j24), and the result is never 0 (no proof).
+// jobs of bigger instances, and the result is never 0 (no proof).
 int packing_schedule(const Prepared& prepared, double T, double time_limit_s, long node_budget,
                      Schedule& out, bool narrow_small = false);
 

@@ -163,8 +163,8 @@ class ConfigurationLp {
  private:
   // Best pattern for one node type: max sum of pi_k / t over the chosen items, devices <= G,
   // at most m_k items of class k. Returns its value and per-class progress; NaN for nodes too
-  // big for the knapsack over devices (it returned 0, "no better pattern", and the LP of
-  // one-job patterns then claimed 246.7 s on a node of 10^6 devices whose optimum is 37.9 s).
+  // big for the knapsack over devices (0, "no better pattern", would let the LP of one-job
+  // patterns claim a bound above the optimum).
   double price(const std::vector<int>& type_items, int G, const std::vector<double>& pi,
                std::vector<std::pair<int, double>>& progress) const {
     if (G < 1 || G > 4096) return std::nan("");

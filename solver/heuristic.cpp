@@ -24,9 +24,8 @@ const Option& opt(const Prepared& p, size_t j, int o) {
 
 // Schedules compare by makespan, then by how many jobs end at the makespan, then by the sum of
 // ends. The count guides the search across plateaus: when several jobs end together at the
-// makespan, speeding up one of them does not lower it but is progress (22 jobs on 2x8: three
-// one-device jobs ending together at 9032 s held every 10 s solve there, 4% above CP-SAT's best,
-// as any one of them moved alone raised the sum of ends).
+// makespan, speeding up one of them does not lower it but is progress, although moving any one
+// of them alone may raise the sum of ends.
 struct Key {
   double makespan = kInfinity;
   int critical = 0;
@@ -245,503 +244,669 @@ std::vector<int> lpt_order(const Prepared& p, const std::vector<int>& option) {
   return order;
 }
 
-HeuristicResult local_search(const Prepared& p, HeuristicResult start,
-                             const HeuristicOptions& opts) {
-  // Iterated local search in epochs over (option, node, order) per job: descend with
-  // critical-job and random moves until a local stall, then restart from the epoch's best with
-  // a few random moves applied. An epoch that stops improving ends; the next starts from the
-  // overall best with a bigger kick (searches from one start settle in different local optima,
-  // measured on the 12-job families). Until the time limit or `stop_at`: a stall is no reason
-  // to stop while the gap is open, only to restart (issue 21: a stall limit ended 60 s solves
-  // after 15 s with a 5.9% gap).
-  const auto t0 = Clock::now();
-  const size_t J = p.num_jobs();
-  if (J == 0) return start;
-  std::mt19937 rng(opts.seed);
-  const long local_stall = 100 + 2 * static_cast<long>(J);
-  const long global_stall =
-      opts.stall_limit > 0 ? opts.stall_limit : std::numeric_limits<long>::max();
-  // Share of the search's time the ruin-and-recreate steps may take (as the windows' 30%).
-  const double recreate_share = 0.3;
-  const long epoch_stall = 4000 + 100 * static_cast<long>(J);
+namespace {
+
+// Jobs ending at the schedule's makespan.
+std::vector<size_t> ending_last(const Schedule& s) {
+  std::vector<size_t> out;
+  for (size_t j = 0; j < s.jobs.size(); ++j)
+    if (s.jobs[j].end >= s.makespan * (1 - 1e-12)) out.push_back(j);
+  return out;
+}
+
+// Per job the nodes its single-node options may use, when there are at least two to choose from
+// (the node move's choices).
+std::vector<std::vector<int>> node_choices_of(const Prepared& p) {
   const size_t N = p.cluster().nodes.size();
-  if (start.node.size() != J) start.node.assign(J, -1);
-  HeuristicResult best = start;
-  Key best_key = key_of(best.schedule);
-  HeuristicResult epoch_best = start;
-  Key epoch_key = best_key;
-  HeuristicResult cur = std::move(start);
-  Key cur_key = best_key;
-  long evaluations = cur.evaluations, since_best = 0, since_epoch_best = 0;
-  bool improved_any = false;
-  std::uniform_int_distribution<size_t> pick(0, J - 1);
-  // Nodes a job's single-node options may use (the node move's choices).
-  std::vector<std::vector<int>> node_choices(J);
-  for (size_t j = 0; j < J; ++j) {
+  std::vector<std::vector<int>> choices(p.num_jobs());
+  for (size_t j = 0; j < p.num_jobs(); ++j) {
     std::vector<char> any(N, 0);
     for (const Option& o : p.options[j])
       if (!o.whole_nodes() && !o.pinned)
         for (int n : o.eligible) any[static_cast<size_t>(n)] = 1;
     for (size_t n = 0; n < N; ++n)
-      if (any[n]) node_choices[j].push_back(static_cast<int>(n));
-    if (node_choices[j].size() < 2) node_choices[j].clear();  // nothing to choose
+      if (any[n]) choices[j].push_back(static_cast<int>(n));
+    if (choices[j].size() < 2) choices[j].clear();
   }
-  // An option at least as long as the best makespan so far cannot be part of a better plan:
-  // option moves skip it, and a new epoch takes such options out of its start (below). Without
-  // this the search stays in the basin of a job alone for the whole makespan on one device
-  // (2x8-05-j22: a one-device ViT-H job of 9032 s held every 10 s solve at 9032 s, 4% above
-  // CP-SAT's best), as every single move out of it lengthens the schedule at first.
-  auto too_long = [&](size_t j, int o) {
-    const Option& x = opt(p, j, o);
-    return !x.pinned && x.time_s >= best_key.makespan * (1 - 1e-9);
-  };
-  // Jobs in options as long as the best makespan take their least-work option that is shorter
-  // (a plan better than the best has none of them).
-  auto shorten = [&](std::vector<int>& option) {
-    for (size_t j = 0; j < J; ++j) {
-      if (!too_long(j, option[j])) continue;
-      int shorter = -1;
-      for (size_t o = 0; o < p.options[j].size(); ++o)
-        if (!too_long(j, static_cast<int>(o)) &&
-            (shorter < 0 || opt(p, j, static_cast<int>(o)).min_area < opt(p, j, shorter).min_area))
-          shorter = static_cast<int>(o);
-      if (shorter >= 0) option[j] = shorter;
-    }
-  };
-  // A random change of the list; false when it cannot change the schedule (the same position,
-  // or two identical jobs in the same option trading places), so no evaluation is spent on it.
-  auto random_move = [&](std::vector<int>& option, std::vector<int>& order,
-                         std::vector<int>& node) {
-    const int kind = static_cast<int>(rng() % (N > 1 ? 4 : 3));
-    if (kind == 3) {
-      // Put a job on a given node (or let the scheduler choose again).
-      const size_t j = pick(rng);
-      const auto& choices = node_choices[j];
-      if (choices.empty()) return false;
-      const int n = static_cast<int>(rng() % (choices.size() + 1)) - 1;
-      const int to = n < 0 ? -1 : choices[static_cast<size_t>(n)];
-      if (to == node[j]) return false;
-      node[j] = to;
-      return true;
-    }
-    if (kind == 0) {
-      const size_t j = pick(rng);
-      if (p.options[j].size() < 2) return false;
-      std::uniform_int_distribution<int> po(0, static_cast<int>(p.options[j].size()) - 1);
-      int o = po(rng);
-      if (o == option[j]) o = (o + 1) % static_cast<int>(p.options[j].size());
-      if (too_long(j, o)) return false;
-      option[j] = o;
-      return true;
-    }
-    const size_t a = pick(rng), b = pick(rng);
-    const size_t ja = static_cast<size_t>(order[a]), jb = static_cast<size_t>(order[b]);
-    const bool twins =
-        p.job_class[ja] == p.job_class[jb] && option[ja] == option[jb] && node[ja] == node[jb];
-    if (a == b || (twins && (kind == 1 || std::max(a, b) - std::min(a, b) == 1))) return false;
-    if (kind == 1) {
-      std::swap(order[a], order[b]);
-    } else {
-      const int j = order[std::max(a, b)];
-      order.erase(order.begin() + static_cast<std::ptrdiff_t>(std::max(a, b)));
-      order.insert(order.begin() + static_cast<std::ptrdiff_t>(std::min(a, b)), j);
-    }
-    return true;
-  };
-  // Candidates are listed into reused storage (list_schedule_on_into): allocation took about
-  // 40% of the search's time. On one node the node choice is free (all -1).
-  ClusterState scratch(p);
-  const std::vector<int> any_node(J, -1);
-  auto evaluate_into = [&](const std::vector<int>& option, const std::vector<int>& order,
-                           const std::vector<int>& node, Schedule& out, double cutoff = kInfinity) {
-    ++evaluations;
-    return list_schedule_on_into(p, option, order, N > 1 ? node : any_node, out, scratch, cutoff);
-  };
-  auto evaluate = [&](const std::vector<int>& option, const std::vector<int>& order,
-                      const std::vector<int>& node) {
-    Schedule s;
-    evaluate_into(option, order, node, s);
-    return s;
-  };
-  // Forward-backward improvement (double justification, as in list-scheduling heuristics for
-  // project scheduling): list the jobs again latest end first, which in mirrored time is a
-  // schedule no longer than this one, then forward again in the order of its mirrored starts,
-  // each job on the node it had. A job listed in the start order of a feasible schedule starts
-  // no later there, so neither pass lengthens the schedule; together they pack the jobs tighter
-  // from both ends. Not with pinned jobs: they must start at time 0, which mirroring breaks.
-  bool pinned = false;
-  for (size_t j = 0; j < J; ++j)
-    for (const Option& o : p.options[j]) pinned = pinned || o.pinned;
-  const bool justify_on = !pinned;
-  std::vector<int> j_order(J), j_node(J);
-  Schedule backward, forward;
-  auto by_end_desc = [&](const Schedule& s) {
-    std::iota(j_order.begin(), j_order.end(), 0);
-    std::stable_sort(j_order.begin(), j_order.end(), [&](int a, int b) {
-      return s.jobs[static_cast<size_t>(a)].end > s.jobs[static_cast<size_t>(b)].end;
-    });
-    for (size_t j = 0; j < J; ++j)
-      j_node[j] = s.jobs[j].nodes.size() == 1 ? s.jobs[j].nodes[0] : -1;
-  };
-  auto justify = [&](const std::vector<int>& option, std::vector<int>& order,
-                     std::vector<int>& node, Schedule& s) {
-    if (!justify_on || !std::isfinite(s.makespan)) return;
-    by_end_desc(s);
-    list_schedule_on_into(p, option, j_order, j_node, backward, scratch);
-    ++evaluations;
-    if (!std::isfinite(backward.makespan)) return;
-    by_end_desc(backward);
-    list_schedule_on_into(p, option, j_order, j_node, forward, scratch);
-    ++evaluations;
-    if (!key_of(forward).better_than(key_of(s))) return;
-    order = j_order;
-    node = j_node;
-    std::swap(s, forward);
-  };
-  long stall = 0;
-  auto accept = [&](const std::vector<int>& option, const std::vector<int>& order,
-                    const std::vector<int>& node, Schedule& s) {
-    const Key k = key_of(s);
-    if (!k.better_than(cur_key)) {
-      ++stall;
-      return false;
-    }
-    cur_key = k;
-    cur.option = option;
-    cur.order = order;
-    cur.node = node;
-    std::swap(cur.schedule, s);  // s keeps storage for the next candidate
-    stall = 0;
-    if (cur_key.better_than(epoch_key)) {
-      epoch_key = cur_key;
-      epoch_best.option = cur.option;
-      epoch_best.order = cur.order;
-      epoch_best.node = cur.node;
-      epoch_best.schedule = cur.schedule;
-      since_epoch_best = 0;
-    }
-    if (cur_key.better_than(best_key)) {
-      best_key = cur_key;
-      best.option = cur.option;
-      best.order = cur.order;
-      best.node = cur.node;
-      best.schedule = cur.schedule;
-      since_best = 0;
-      improved_any = true;
-      if (opts.on_improvement) opts.on_improvement(best.schedule.makespan);
-    }
-    return true;
-  };
-  Schedule candidate;
-  auto try_candidate = [&](std::vector<int>& option, std::vector<int>& order,
-                           std::vector<int>& node) {
-    evaluate_into(option, order, node, candidate);
-    justify(option, order, node, candidate);
-    ++since_best;
-    ++since_epoch_best;
-    return accept(option, order, node, candidate);
-  };
-  // Large-neighbourhood steps (resolve_window) from the epoch's best, within a share of the
-  // time: a window of 4-5 jobs starting near a critical (or random) job's start, across all
-  // nodes, re-placed exactly. They change several jobs at once, which single moves reach only
-  // through worse schedules.
-  double lns_seconds = 0;
-  std::vector<int> freed, by_distance(J);
-  auto lns_step = [&] {
-    const auto l0 = Clock::now();
-    const Schedule& base = epoch_best.schedule;
-    size_t centre = pick(rng);
-    if (rng() % 2 == 0) {
-      std::vector<size_t> critical;
-      for (size_t j = 0; j < J; ++j)
-        if (base.jobs[j].end >= base.makespan * (1 - 1e-12)) critical.push_back(j);
-      if (!critical.empty()) centre = critical[rng() % critical.size()];
-    }
-    // One window in three is the schedule's tail: the jobs ending last, on every node. Moving
-    // a job that ends the makespan on one node to the other often needs other jobs there to
-    // move or change shape at once (2x8-02-j16: a short job after the two long ones of one
-    // node, in seven devices, and a one-device job away from it), which start windows around
-    // one job miss when the jobs involved start far apart.
-    const bool tail = rng() % 3 == 0;
-    const double t = tail ? base.makespan : base.jobs[centre].start;
-    auto when = [&](int j) {
-      const Placement& pl = base.jobs[static_cast<size_t>(j)];
-      return tail ? pl.end : pl.start;
-    };
-    std::iota(by_distance.begin(), by_distance.end(), 0);
-    // Nearest first, ties broken at random so that repeated windows differ.
-    std::shuffle(by_distance.begin(), by_distance.end(), rng);
-    std::stable_sort(by_distance.begin(), by_distance.end(),
-                     [&](int a, int b) { return std::fabs(when(a) - t) < std::fabs(when(b) - t); });
-    const size_t k = std::min(J, size_t{4} + rng() % 2);
-    freed.clear();
-    for (size_t i = 0; i < J && freed.size() < k; ++i) {
-      const size_t j = static_cast<size_t>(by_distance[i]);
-      if (!opt(p, j, epoch_best.option[j]).pinned) freed.push_back(static_cast<int>(j));
-    }
-    if (freed.empty()) return false;
-    long budget = 40000;
-    WindowResult w =
-        resolve_window(p, freed, epoch_best.option, base, best_key.makespan * (1 - 1e-9), budget);
-    ++evaluations;
-    lns_seconds += seconds_since(l0);
-    if (!w.improved) return false;
-    cur_key = key_of(epoch_best.schedule);  // compare with the window's start
-    stall = 0;
-    return accept(w.option, w.order, w.node, w.schedule);
-  };
-  // Ruin and recreate (list form of large-neighbourhood search): 2-4 related jobs leave the
-  // epoch's best list; each goes back, in random order, at the list position, option and node
-  // that give the best partial schedule; then the whole list is justified. Unlike the windows
-  // above, the other jobs are listed again rather than kept at their starts, so freeing a job
-  // early in the schedule can shift every later one (2x8-12-j22: five 2-device jobs of 3837 s
-  // wait behind short jobs whose reshuffling moves them all).
-  double recreate_seconds = 0;
-  std::vector<int> removed, rr_option, rr_order, rr_node, trial_order;
-  std::vector<char> is_removed(J);
-  std::vector<size_t> positions;
-  Schedule rr_schedule, trial;
-  // Takes k jobs out of `from` (related or random) and puts each back at its best (position,
-  // option, node); the result is in rr_option, rr_order, rr_node, rr_schedule.
-  auto ruin_recreate = [&](const HeuristicResult& from, size_t k) {
-    const Schedule& base = from.schedule;
-    k = std::min(J, k);
-    removed.clear();
-    std::fill(is_removed.begin(), is_removed.end(), 0);
-    auto take = [&](size_t j) {
-      if (is_removed[j] || removed.size() >= k || opt(p, j, from.option[j]).pinned) return;
-      is_removed[j] = 1;
-      removed.push_back(static_cast<int>(j));
-    };
-    const int how = static_cast<int>(rng() % (N > 1 ? 5 : 3));
-    if (how == 4) {
-      // A job ending at the makespan on one node and the jobs of the other nodes that run
-      // while it does (nearest in time first), 2 more than the other ways take: moving a job
-      // to another node pays only with that node repacked at once (2x8-12-j22: five 2-device
-      // jobs of 3837 s wait behind short jobs, and a short job moved across must find room
-      // there), which a single move or a ruin of one node's jobs cannot do.
-      std::vector<size_t> critical;
-      for (size_t j = 0; j < J; ++j)
-        if (base.jobs[j].end >= base.makespan * (1 - 1e-12) && base.jobs[j].nodes.size() == 1)
-          critical.push_back(j);
-      if (critical.empty()) return false;
-      const size_t centre = critical[rng() % critical.size()];
-      const int node_of = base.jobs[centre].nodes[0];
-      const Placement& c = base.jobs[centre];
-      k = std::min(J, k + 2);
-      take(centre);
-      auto distance = [&](int j) {
-        const Placement& pl = base.jobs[static_cast<size_t>(j)];
-        if (pl.end > c.start && pl.start < c.end) return 0.0;  // overlaps it
-        return std::min(std::fabs(pl.start - c.end), std::fabs(c.start - pl.end));
-      };
-      std::iota(by_distance.begin(), by_distance.end(), 0);
-      std::shuffle(by_distance.begin(), by_distance.end(), rng);
-      std::stable_sort(by_distance.begin(), by_distance.end(),
-                       [&](int a, int b) { return distance(a) < distance(b); });
-      for (size_t i = 0; i < J && removed.size() < k; ++i) {
-        const Placement& pl = base.jobs[static_cast<size_t>(by_distance[i])];
-        if (pl.nodes.size() == 1 && pl.nodes[0] != node_of)
-          take(static_cast<size_t>(by_distance[i]));
-      }
-    } else if (how == 0) {
-      // Random jobs.
-      for (size_t tries = 0; tries < 4 * k && removed.size() < k; ++tries) take(pick(rng));
-    } else if (how == 3) {
-      // Random jobs of one node, mostly of a node that ends at the makespan: jobs that share
-      // devices over time there (a long job's devices are a column that others must fill).
-      size_t centre = pick(rng);
-      if (rng() % 3 != 0)
-        for (size_t j = 0; j < J; ++j)
-          if (base.jobs[j].end >= base.makespan * (1 - 1e-12)) centre = j;
-      if (base.jobs[centre].nodes.size() != 1) return false;
-      const int node_of = base.jobs[centre].nodes[0];
-      std::iota(by_distance.begin(), by_distance.end(), 0);
-      std::shuffle(by_distance.begin(), by_distance.end(), rng);
-      for (size_t i = 0; i < J && removed.size() < k; ++i) {
-        const Placement& pl = base.jobs[static_cast<size_t>(by_distance[i])];
-        if (pl.nodes.size() == 1 && pl.nodes[0] == node_of)
-          take(static_cast<size_t>(by_distance[i]));
-      }
-    } else {
-      // A critical job (how 1) or a random one (how 2) and the jobs nearest to it in start time
-      // (on any node): the ones whose devices it would take or leave.
-      size_t centre = pick(rng);
-      if (how == 1) {
-        std::vector<size_t> critical;
-        for (size_t j = 0; j < J; ++j)
-          if (base.jobs[j].end >= base.makespan * (1 - 1e-12)) critical.push_back(j);
-        if (!critical.empty()) centre = critical[rng() % critical.size()];
-      }
-      const double t = base.jobs[centre].start;
-      std::iota(by_distance.begin(), by_distance.end(), 0);
-      std::shuffle(by_distance.begin(), by_distance.end(), rng);
-      std::stable_sort(by_distance.begin(), by_distance.end(), [&](int a, int b) {
-        return std::fabs(base.jobs[static_cast<size_t>(a)].start - t) <
-               std::fabs(base.jobs[static_cast<size_t>(b)].start - t);
-      });
-      take(centre);
-      for (size_t i = 0; i < J && removed.size() < k; ++i)
-        take(static_cast<size_t>(by_distance[i]));
-    }
-    if (removed.empty()) return false;
-    std::shuffle(removed.begin(), removed.end(), rng);
-    rr_option = from.option;
-    rr_node = from.node;
-    rr_order.clear();
-    for (int j : from.order)
-      if (!is_removed[static_cast<size_t>(j)]) rr_order.push_back(j);
-    for (int j : removed) {
-      const size_t ju = static_cast<size_t>(j);
-      // Every list position on small instances; on big ones 24 random positions (one insertion
-      // tries positions x options x nodes lists, each linear in the jobs).
-      positions.resize(rr_order.size() + 1);
-      std::iota(positions.begin(), positions.end(), size_t{0});
-      if (positions.size() > 32) {
-        std::shuffle(positions.begin(), positions.end(), rng);
-        positions.resize(24);
-      }
-      if (seconds_since(t0) >= opts.time_limit_s) return false;
-      Key best_key_here;
-      int best_o = rr_option[ju], best_n = rr_node[ju];
-      size_t best_pos = rr_order.size();
-      static const std::vector<int> kAnyNode = {-1};
-      const std::vector<int>& nodes = node_choices[ju].empty() ? kAnyNode : node_choices[ju];
-      for (size_t o = 0; o < p.options[ju].size(); ++o) {
-        if (too_long(ju, static_cast<int>(o))) continue;
-        rr_option[ju] = static_cast<int>(o);
-        for (int n : nodes) {
-          rr_node[ju] = n;
-          for (size_t at : positions) {
-            trial_order = rr_order;
-            trial_order.insert(trial_order.begin() + static_cast<std::ptrdiff_t>(at), j);
-            // A trial that ends a job after the best trial's makespan cannot beat it: stop
-            // listing it there (makespan first in the key).
-            const double cutoff =
-                best_key_here.makespan + 2e-9 * std::max(1.0, std::isfinite(best_key_here.makespan)
-                                                                  ? best_key_here.makespan
-                                                                  : 1.0);
-            if (!evaluate_into(rr_option, trial_order, rr_node, trial, cutoff)) continue;
-            const Key key = key_of(trial);
-            if (key.better_than(best_key_here)) {
-              best_key_here = key;
-              best_o = static_cast<int>(o);
-              best_n = n;
-              best_pos = at;
-            }
-          }
-        }
-      }
-      rr_option[ju] = best_o;
-      rr_node[ju] = best_n;
-      rr_order.insert(rr_order.begin() + static_cast<std::ptrdiff_t>(best_pos), j);
-    }
-    evaluate_into(rr_option, rr_order, rr_node, rr_schedule);
-    justify(rr_option, rr_order, rr_node, rr_schedule);
-    return true;
-  };
-  auto recreate_step = [&] {
-    const auto r0 = Clock::now();
-    const bool done = ruin_recreate(epoch_best, 2 + rng() % 3);
-    recreate_seconds += seconds_since(r0);
-    if (!done || !key_of(rr_schedule).better_than(epoch_key)) return false;
-    cur_key = epoch_key;  // compare with the step's start
-    stall = 0;
-    return accept(rr_option, rr_order, rr_node, rr_schedule);
-  };
-  std::vector<size_t> pos(J);
-  // The candidate's (option, order, node), storage reused from one candidate to the next.
-  std::vector<int> option, order, node;
-  auto at_bound = [&] { return best.schedule.makespan <= opts.stop_at * (1 + 1e-9); };
-  while (seconds_since(t0) < opts.time_limit_s && since_best < global_stall && !at_bound()) {
-    if (since_epoch_best >= epoch_stall) {
-      // New epoch: from the overall best with a bigger kick.
-      epoch_best.option = best.option;
-      epoch_best.order = best.order;
-      epoch_best.node = best.node;
-      shorten(epoch_best.option);
-      const int kicks = 3 + static_cast<int>(rng() % (1 + J / 3));
-      for (int i = 0; i < kicks; ++i)
-        random_move(epoch_best.option, epoch_best.order, epoch_best.node);
-      epoch_best.schedule = evaluate(epoch_best.option, epoch_best.order, epoch_best.node);
-      justify(epoch_best.option, epoch_best.order, epoch_best.node, epoch_best.schedule);
-      epoch_key = key_of(epoch_best.schedule);
-      since_epoch_best = 0;
-      stall = local_stall;  // start the epoch with a kick from its (new) best
-    }
-    if (stall >= local_stall && recreate_seconds < recreate_share * seconds_since(t0) &&
-        recreate_step())
-      continue;
-    if (stall >= local_stall && lns_seconds < 0.3 * seconds_since(t0) && lns_step()) continue;
-    if (stall >= local_stall) {
-      // Kick: restart from the epoch's best with 2-4 random moves, accepted whatever they do.
-      cur.option = epoch_best.option;
-      cur.order = epoch_best.order;
-      cur.node = epoch_best.node;
-      // From a best that holds a job alone for its whole makespan, every kick leaves that job
-      // in a shorter option: the basin of that option holds nothing better.
-      shorten(cur.option);
-      const int kicks = 2 + static_cast<int>(rng() % 3);
-      for (int i = 0; i < kicks; ++i) random_move(cur.option, cur.order, cur.node);
-      cur.schedule = evaluate(cur.option, cur.order, cur.node);
-      cur_key = key_of(cur.schedule);
-      stall = 0;
+  return choices;
+}
+
+bool any_pinned(const Prepared& p) {
+  for (const auto& options : p.options)
+    for (const Option& o : options)
+      if (o.pinned) return true;
+  return false;
+}
+
+// Iterated local search over (option, node, list position) per job, in epochs (run() tells the
+// story). Three lists are kept: the current one, the epoch's best and the overall best.
+class LocalSearch {
+ public:
+  // `start.node` has one entry per job.
+  LocalSearch(const Prepared& p, HeuristicResult start, const HeuristicOptions& opts,
+              Clock::time_point t0);
+  HeuristicResult run();
+
+ private:
+  // Share of the search's time each kind of large step (windows, ruin and recreate) may take.
+  static constexpr double kWindowShare = 0.3;
+  static constexpr double kRecreateShare = 0.3;
+
+  bool time_left() const { return seconds_since(t0_) < opts_.time_limit_s; }
+  bool at_bound() const { return best_.schedule.makespan <= opts_.stop_at * (1 + 1e-9); }
+
+  // Restarts.
+  void new_epoch();
+  void kick();
+  bool too_long(size_t j, int o) const;
+  void shorten(std::vector<int>& option) const;
+
+  // Descent from the current list.
+  bool improve_critical();
+  bool change_option(size_t j);
+  bool change_node(size_t j);
+  bool move_earlier(size_t j);
+  bool random_moves();
+  bool random_move(std::vector<int>& option, std::vector<int>& order, std::vector<int>& node);
+  bool random_node(std::vector<int>& node);
+  bool random_option(std::vector<int>& option);
+  bool random_reorder(const std::vector<int>& option, std::vector<int>& order,
+                      const std::vector<int>& node, bool swap);
+
+  // Large steps from the epoch's best.
+  bool window_step();
+  void choose_window(const Schedule& base);
+  bool recreate_step();
+  bool ruin_recreate(const HeuristicResult& from, size_t k);
+  bool ruin(const HeuristicResult& from, size_t k);
+  void take(const HeuristicResult& from, size_t j, size_t k);
+  void ruin_random(const HeuristicResult& from, size_t k);
+  void ruin_near_start(const HeuristicResult& from, size_t k, bool around_critical);
+  void ruin_node(const HeuristicResult& from, size_t k);
+  void ruin_across_nodes(const HeuristicResult& from, size_t k);
+  bool reinsert(size_t j);
+
+  // Candidates.
+  void start_candidate();
+  bool try_candidate();
+  bool evaluate_into(const std::vector<int>& option, const std::vector<int>& order,
+                     const std::vector<int>& node, Schedule& out, double cutoff = kInfinity);
+  Schedule evaluate(const std::vector<int>& option, const std::vector<int>& order,
+                    const std::vector<int>& node);
+  void justify(const std::vector<int>& option, std::vector<int>& order, std::vector<int>& node,
+               Schedule& s);
+  void list_by_end_desc(const Schedule& s);
+  bool accept(const std::vector<int>& option, const std::vector<int>& order,
+              const std::vector<int>& node, Schedule& s);
+
+  const Prepared& p_;
+  const HeuristicOptions& opts_;
+  const Clock::time_point t0_;
+  const size_t J_, N_;
+  std::mt19937 rng_;
+  std::uniform_int_distribution<size_t> pick_;  // a random job
+  // Candidates without improvement that end a descent (local), an epoch, and the search.
+  const long local_stall_, global_stall_, epoch_stall_;
+  const std::vector<std::vector<int>> node_choices_;
+  const bool justify_on_;
+
+  HeuristicResult best_, epoch_best_, cur_;
+  Key best_key_, epoch_key_, cur_key_;
+  long evaluations_, since_best_ = 0, since_epoch_best_ = 0;
+  long stall_ = 0;  // candidates since the current list last improved or was restarted
+  bool improved_any_ = false;
+
+  // Reused storage: the candidate's (option, order, node) and schedule, list positions, the
+  // listing's timelines, the justification's passes, the large steps' jobs and trials.
+  std::vector<int> option_, order_, node_;
+  Schedule candidate_;
+  std::vector<size_t> pos_;
+  ClusterState scratch_;
+  const std::vector<int> any_node_;
+  std::vector<int> j_order_, j_node_;
+  Schedule backward_, forward_;
+  double window_seconds_ = 0, recreate_seconds_ = 0;
+  std::vector<int> freed_, by_distance_;
+  std::vector<int> removed_, rr_option_, rr_order_, rr_node_, trial_order_;
+  std::vector<char> is_removed_;
+  std::vector<size_t> positions_;
+  Schedule rr_schedule_, trial_;
+};
+
+LocalSearch::LocalSearch(const Prepared& p, HeuristicResult start, const HeuristicOptions& opts,
+                         Clock::time_point t0)
+    : p_(p),
+      opts_(opts),
+      t0_(t0),
+      J_(p.num_jobs()),
+      N_(p.cluster().nodes.size()),
+      rng_(opts.seed),
+      pick_(0, J_ - 1),
+      local_stall_(100 + 2 * static_cast<long>(J_)),
+      global_stall_(opts.stall_limit > 0 ? opts.stall_limit : std::numeric_limits<long>::max()),
+      epoch_stall_(4000 + 100 * static_cast<long>(J_)),
+      node_choices_(node_choices_of(p)),
+      // Mirrored time breaks pinned jobs, which must start at time 0.
+      justify_on_(!any_pinned(p)),
+      best_(start),
+      epoch_best_(start),
+      cur_(std::move(start)),
+      best_key_(key_of(best_.schedule)),
+      epoch_key_(best_key_),
+      cur_key_(best_key_),
+      evaluations_(cur_.evaluations),
+      pos_(J_),
+      scratch_(p),
+      any_node_(J_, -1),
+      j_order_(J_),
+      j_node_(J_),
+      by_distance_(J_),
+      is_removed_(J_) {}
+
+// Descend from the current list (moves of the critical jobs first, then random ones) until a
+// local stall; then a large step from the epoch's best while its share of the time allows, else
+// a kick. An epoch that stops improving gives way to a new one from the overall best. Only the
+// time limit, `stop_at` or `stall_limit` end the search: a stall is a reason to restart.
+HeuristicResult LocalSearch::run() {
+  while (time_left() && since_best_ < global_stall_ && !at_bound()) {
+    if (since_epoch_best_ >= epoch_stall_) new_epoch();
+    if (stall_ < local_stall_) {
+      if (!improve_critical()) random_moves();
       continue;
     }
-    bool progress = false;
-    // Critical jobs: those ending at the makespan.
-    std::vector<int> critical;
-    for (size_t j = 0; j < J; ++j)
-      if (cur.schedule.jobs[j].end >= cur.schedule.makespan * (1 - 1e-12))
-        critical.push_back(static_cast<int>(j));
-    for (size_t i = 0; i < cur.order.size(); ++i) pos[static_cast<size_t>(cur.order[i])] = i;
-    for (int j : critical) {
-      const size_t ju = static_cast<size_t>(j);
-      for (size_t o = 0; o < p.options[ju].size() && !progress; ++o) {
-        if (static_cast<int>(o) == cur.option[ju] || too_long(ju, static_cast<int>(o))) continue;
-        option = cur.option;
-        order = cur.order;
-        node = cur.node;
-        option[ju] = static_cast<int>(o);
-        progress = try_candidate(option, order, node);
+    if (recreate_seconds_ < kRecreateShare * seconds_since(t0_) && recreate_step()) continue;
+    if (window_seconds_ < kWindowShare * seconds_since(t0_) && window_step()) continue;
+    kick();
+  }
+  best_.evaluations = evaluations_;
+  if (improved_any_ && best_.method.find("+local") == std::string::npos) best_.method += "+local";
+  return std::move(best_);
+}
+
+// A new epoch starts from the overall best with a bigger kick than kick()'s: searches from one
+// start settle in different local optima.
+void LocalSearch::new_epoch() {
+  epoch_best_.option = best_.option;
+  epoch_best_.order = best_.order;
+  epoch_best_.node = best_.node;
+  shorten(epoch_best_.option);
+  const int kicks = 3 + static_cast<int>(rng_() % (1 + J_ / 3));
+  for (int i = 0; i < kicks; ++i)
+    random_move(epoch_best_.option, epoch_best_.order, epoch_best_.node);
+  epoch_best_.schedule = evaluate(epoch_best_.option, epoch_best_.order, epoch_best_.node);
+  justify(epoch_best_.option, epoch_best_.order, epoch_best_.node, epoch_best_.schedule);
+  epoch_key_ = key_of(epoch_best_.schedule);
+  since_epoch_best_ = 0;
+  stall_ = local_stall_;  // start the epoch with a kick from its (new) best
+}
+
+// Restart from the epoch's best with 2-4 random moves, accepted whatever they do.
+void LocalSearch::kick() {
+  cur_.option = epoch_best_.option;
+  cur_.order = epoch_best_.order;
+  cur_.node = epoch_best_.node;
+  shorten(cur_.option);
+  const int kicks = 2 + static_cast<int>(rng_() % 3);
+  for (int i = 0; i < kicks; ++i) random_move(cur_.option, cur_.order, cur_.node);
+  cur_.schedule = evaluate(cur_.option, cur_.order, cur_.node);
+  cur_key_ = key_of(cur_.schedule);
+  stall_ = 0;
+}
+
+// An option at least as long as the best makespan so far cannot be part of a better plan. Every
+// single move out of such a basin (a job alone on one device for the whole makespan) lengthens
+// the schedule at first, so option moves skip these options and restarts take them out.
+bool LocalSearch::too_long(size_t j, int o) const {
+  const Option& x = opt(p_, j, o);
+  return !x.pinned && x.time_s >= best_key_.makespan * (1 - 1e-9);
+}
+
+// Jobs in options too long (above) take their least-work option that is shorter.
+void LocalSearch::shorten(std::vector<int>& option) const {
+  for (size_t j = 0; j < J_; ++j) {
+    if (!too_long(j, option[j])) continue;
+    int shorter = -1;
+    for (size_t o = 0; o < p_.options[j].size(); ++o)
+      if (!too_long(j, static_cast<int>(o)) &&
+          (shorter < 0 || opt(p_, j, static_cast<int>(o)).min_area < opt(p_, j, shorter).min_area))
+        shorter = static_cast<int>(o);
+    if (shorter >= 0) option[j] = shorter;
+  }
+}
+
+// The first improving move of a job ending at the makespan: another option, another node, or
+// an earlier list position.
+bool LocalSearch::improve_critical() {
+  for (size_t i = 0; i < cur_.order.size(); ++i) pos_[static_cast<size_t>(cur_.order[i])] = i;
+  for (size_t j : ending_last(cur_.schedule))
+    if (change_option(j) || change_node(j) || move_earlier(j)) return true;
+  return false;
+}
+
+bool LocalSearch::change_option(size_t j) {
+  for (size_t o = 0; o < p_.options[j].size(); ++o) {
+    if (static_cast<int>(o) == cur_.option[j] || too_long(j, static_cast<int>(o))) continue;
+    start_candidate();
+    option_[j] = static_cast<int>(o);
+    if (try_candidate()) return true;
+  }
+  return false;
+}
+
+bool LocalSearch::change_node(size_t j) {
+  const Placement& now = cur_.schedule.jobs[j];
+  for (int n : node_choices_[j]) {
+    if (n == cur_.node[j] || (now.nodes.size() == 1 && now.nodes[0] == n)) continue;
+    start_candidate();
+    node_[j] = n;
+    if (try_candidate()) return true;
+  }
+  return false;
+}
+
+// To the front, halfway there, or one place earlier.
+bool LocalSearch::move_earlier(size_t j) {
+  const size_t at = pos_[j];
+  for (size_t target : {size_t{0}, at / 2, at > 0 ? at - 1 : 0}) {
+    if (target >= at) continue;
+    start_candidate();
+    order_.erase(order_.begin() + static_cast<std::ptrdiff_t>(at));
+    order_.insert(order_.begin() + static_cast<std::ptrdiff_t>(target), static_cast<int>(j));
+    if (try_candidate()) return true;
+  }
+  return false;
+}
+
+// Up to 16 random moves from the current list, until one improves it.
+bool LocalSearch::random_moves() {
+  for (int tries = 0; tries < 16 && stall_ < local_stall_; ++tries) {
+    start_candidate();
+    if (random_move(option_, order_, node_) && try_candidate()) return true;
+  }
+  return false;
+}
+
+// A random change of the list: one job's option or node, a swap of two jobs, or a job moved
+// earlier. False when it cannot change the schedule, so no evaluation is spent on it.
+bool LocalSearch::random_move(std::vector<int>& option, std::vector<int>& order,
+                              std::vector<int>& node) {
+  const int kind = static_cast<int>(rng_() % (N_ > 1 ? 4 : 3));
+  if (kind == 3) return random_node(node);
+  if (kind == 0) return random_option(option);
+  return random_reorder(option, order, node, /*swap=*/kind == 1);
+}
+
+// A job on a given node (or the scheduler's choice again).
+bool LocalSearch::random_node(std::vector<int>& node) {
+  const size_t j = pick_(rng_);
+  const auto& choices = node_choices_[j];
+  if (choices.empty()) return false;
+  const int n = static_cast<int>(rng_() % (choices.size() + 1)) - 1;
+  const int to = n < 0 ? -1 : choices[static_cast<size_t>(n)];
+  if (to == node[j]) return false;
+  node[j] = to;
+  return true;
+}
+
+bool LocalSearch::random_option(std::vector<int>& option) {
+  const size_t j = pick_(rng_);
+  if (p_.options[j].size() < 2) return false;
+  std::uniform_int_distribution<int> po(0, static_cast<int>(p_.options[j].size()) - 1);
+  int o = po(rng_);
+  if (o == option[j]) o = (o + 1) % static_cast<int>(p_.options[j].size());
+  if (too_long(j, o)) return false;
+  option[j] = o;
+  return true;
+}
+
+// Two list positions: swap their jobs, or move the later one to the earlier place. Identical
+// jobs in the same option and node trading places change nothing.
+bool LocalSearch::random_reorder(const std::vector<int>& option, std::vector<int>& order,
+                                 const std::vector<int>& node, bool swap) {
+  const size_t a = pick_(rng_), b = pick_(rng_);
+  const size_t ja = static_cast<size_t>(order[a]), jb = static_cast<size_t>(order[b]);
+  const bool twins =
+      p_.job_class[ja] == p_.job_class[jb] && option[ja] == option[jb] && node[ja] == node[jb];
+  if (a == b || (twins && (swap || std::max(a, b) - std::min(a, b) == 1))) return false;
+  if (swap) {
+    std::swap(order[a], order[b]);
+  } else {
+    const int j = order[std::max(a, b)];
+    order.erase(order.begin() + static_cast<std::ptrdiff_t>(std::max(a, b)));
+    order.insert(order.begin() + static_cast<std::ptrdiff_t>(std::min(a, b)), j);
+  }
+  return true;
+}
+
+// Large-neighbourhood step: a window of 4-5 jobs of the epoch's best, across all nodes,
+// re-placed exactly (resolve_window). It changes several jobs at once, which single moves reach
+// only through worse schedules.
+bool LocalSearch::window_step() {
+  const auto l0 = Clock::now();
+  const Schedule& base = epoch_best_.schedule;
+  choose_window(base);
+  if (freed_.empty()) return false;
+  long budget = 40000;
+  WindowResult w =
+      resolve_window(p_, freed_, epoch_best_.option, base, best_key_.makespan * (1 - 1e-9), budget);
+  ++evaluations_;
+  window_seconds_ += seconds_since(l0);
+  if (!w.improved) return false;
+  cur_key_ = key_of(epoch_best_.schedule);  // compare with the window's start
+  stall_ = 0;
+  return accept(w.option, w.order, w.node, w.schedule);
+}
+
+// The jobs starting nearest to a critical (or random) job's start; one window in three is the
+// schedule's tail instead, the jobs ending last on every node: moving a job that ends the
+// makespan to another node often needs jobs there to move or change shape at once, and these
+// may start far apart.
+void LocalSearch::choose_window(const Schedule& base) {
+  size_t centre = pick_(rng_);
+  if (rng_() % 2 == 0) {
+    const std::vector<size_t> critical = ending_last(base);
+    if (!critical.empty()) centre = critical[rng_() % critical.size()];
+  }
+  const bool tail = rng_() % 3 == 0;
+  const double t = tail ? base.makespan : base.jobs[centre].start;
+  auto when = [&](int j) {
+    const Placement& pl = base.jobs[static_cast<size_t>(j)];
+    return tail ? pl.end : pl.start;
+  };
+  std::iota(by_distance_.begin(), by_distance_.end(), 0);
+  // Nearest first, ties broken at random so that repeated windows differ.
+  std::shuffle(by_distance_.begin(), by_distance_.end(), rng_);
+  std::stable_sort(by_distance_.begin(), by_distance_.end(),
+                   [&](int a, int b) { return std::fabs(when(a) - t) < std::fabs(when(b) - t); });
+  const size_t k = std::min(J_, size_t{4} + rng_() % 2);
+  freed_.clear();
+  for (size_t i = 0; i < J_ && freed_.size() < k; ++i) {
+    const size_t j = static_cast<size_t>(by_distance_[i]);
+    if (!opt(p_, j, epoch_best_.option[j]).pinned) freed_.push_back(static_cast<int>(j));
+  }
+}
+
+// Ruin and recreate (the list form of large-neighbourhood search) on 2-4 jobs of the epoch's
+// best, within its share of the time. Unlike the windows, the other jobs are listed again rather
+// than kept at their starts, so freeing a job early in the schedule can shift every later one.
+bool LocalSearch::recreate_step() {
+  const auto r0 = Clock::now();
+  const bool done = ruin_recreate(epoch_best_, 2 + rng_() % 3);
+  recreate_seconds_ += seconds_since(r0);
+  if (!done || !key_of(rr_schedule_).better_than(epoch_key_)) return false;
+  cur_key_ = epoch_key_;  // compare with the step's start
+  stall_ = 0;
+  return accept(rr_option_, rr_order_, rr_node_, rr_schedule_);
+}
+
+// Takes k related (or random) jobs out of `from`'s list and puts each back, in random order, at
+// its best (position, option, node); then justifies the whole list. The result is in rr_option_,
+// rr_order_, rr_node_, rr_schedule_; false when nothing was taken or time ran out.
+bool LocalSearch::ruin_recreate(const HeuristicResult& from, size_t k) {
+  if (!ruin(from, std::min(J_, k))) return false;
+  std::shuffle(removed_.begin(), removed_.end(), rng_);
+  rr_option_ = from.option;
+  rr_node_ = from.node;
+  rr_order_.clear();
+  for (int j : from.order)
+    if (!is_removed_[static_cast<size_t>(j)]) rr_order_.push_back(j);
+  for (int j : removed_)
+    if (!reinsert(static_cast<size_t>(j))) return false;
+  evaluate_into(rr_option_, rr_order_, rr_node_, rr_schedule_);
+  justify(rr_option_, rr_order_, rr_node_, rr_schedule_);
+  return true;
+}
+
+// Chooses the jobs to take out (removed_, is_removed_) one of several ways; the last one only
+// on several nodes.
+bool LocalSearch::ruin(const HeuristicResult& from, size_t k) {
+  removed_.clear();
+  std::fill(is_removed_.begin(), is_removed_.end(), 0);
+  const auto how = rng_() % (N_ > 1 ? 5 : 3);
+  if (how == 0)
+    ruin_random(from, k);
+  else if (how == 1 || how == 2)
+    ruin_near_start(from, k, /*around_critical=*/how == 1);
+  else if (how == 3)
+    ruin_node(from, k);
+  else
+    ruin_across_nodes(from, k);
+  return !removed_.empty();
+}
+
+void LocalSearch::take(const HeuristicResult& from, size_t j, size_t k) {
+  if (is_removed_[j] || removed_.size() >= k || opt(p_, j, from.option[j]).pinned) return;
+  is_removed_[j] = 1;
+  removed_.push_back(static_cast<int>(j));
+}
+
+void LocalSearch::ruin_random(const HeuristicResult& from, size_t k) {
+  for (size_t tries = 0; tries < 4 * k && removed_.size() < k; ++tries) take(from, pick_(rng_), k);
+}
+
+// A critical (or random) job and the jobs nearest to it in start time, on any node: the ones
+// whose devices it would take or leave.
+void LocalSearch::ruin_near_start(const HeuristicResult& from, size_t k, bool around_critical) {
+  const Schedule& base = from.schedule;
+  size_t centre = pick_(rng_);
+  if (around_critical) {
+    const std::vector<size_t> critical = ending_last(base);
+    if (!critical.empty()) centre = critical[rng_() % critical.size()];
+  }
+  const double t = base.jobs[centre].start;
+  std::iota(by_distance_.begin(), by_distance_.end(), 0);
+  std::shuffle(by_distance_.begin(), by_distance_.end(), rng_);
+  std::stable_sort(by_distance_.begin(), by_distance_.end(), [&](int a, int b) {
+    return std::fabs(base.jobs[static_cast<size_t>(a)].start - t) <
+           std::fabs(base.jobs[static_cast<size_t>(b)].start - t);
+  });
+  take(from, centre, k);
+  for (size_t i = 0; i < J_ && removed_.size() < k; ++i)
+    take(from, static_cast<size_t>(by_distance_[i]), k);
+}
+
+// Random jobs of one node, mostly of the node that ends last: jobs that share devices over time
+// there (a long job's devices are a column that others must fill).
+void LocalSearch::ruin_node(const HeuristicResult& from, size_t k) {
+  const Schedule& base = from.schedule;
+  size_t centre = pick_(rng_);
+  if (rng_() % 3 != 0) {
+    const std::vector<size_t> critical = ending_last(base);
+    if (!critical.empty()) centre = critical.back();
+  }
+  if (base.jobs[centre].nodes.size() != 1) return;
+  const int node_of = base.jobs[centre].nodes[0];
+  std::iota(by_distance_.begin(), by_distance_.end(), 0);
+  std::shuffle(by_distance_.begin(), by_distance_.end(), rng_);
+  for (size_t i = 0; i < J_ && removed_.size() < k; ++i) {
+    const Placement& pl = base.jobs[static_cast<size_t>(by_distance_[i])];
+    if (pl.nodes.size() == 1 && pl.nodes[0] == node_of)
+      take(from, static_cast<size_t>(by_distance_[i]), k);
+  }
+}
+
+// A job ending the makespan on one node and 2 more jobs than the other ways take, of the other
+// nodes, running while it does (nearest in time first): moving a job to another node pays only
+// with that node repacked at once, which neither a single move nor one node's ruin can do.
+void LocalSearch::ruin_across_nodes(const HeuristicResult& from, size_t k) {
+  const Schedule& base = from.schedule;
+  std::vector<size_t> critical = ending_last(base);
+  std::erase_if(critical, [&](size_t j) { return base.jobs[j].nodes.size() != 1; });
+  if (critical.empty()) return;
+  const size_t centre = critical[rng_() % critical.size()];
+  const int node_of = base.jobs[centre].nodes[0];
+  const Placement& c = base.jobs[centre];
+  k = std::min(J_, k + 2);
+  take(from, centre, k);
+  auto distance = [&](int j) {
+    const Placement& pl = base.jobs[static_cast<size_t>(j)];
+    if (pl.end > c.start && pl.start < c.end) return 0.0;  // overlaps it
+    return std::min(std::fabs(pl.start - c.end), std::fabs(c.start - pl.end));
+  };
+  std::iota(by_distance_.begin(), by_distance_.end(), 0);
+  std::shuffle(by_distance_.begin(), by_distance_.end(), rng_);
+  std::stable_sort(by_distance_.begin(), by_distance_.end(),
+                   [&](int a, int b) { return distance(a) < distance(b); });
+  for (size_t i = 0; i < J_ && removed_.size() < k; ++i) {
+    const Placement& pl = base.jobs[static_cast<size_t>(by_distance_[i])];
+    if (pl.nodes.size() == 1 && pl.nodes[0] != node_of)
+      take(from, static_cast<size_t>(by_distance_[i]), k);
+  }
+}
+
+// Puts job j back into rr_order_ at the (position, option, node) that gives the best partial
+// schedule; false when time ran out. Every position on small lists, 24 random ones on big lists
+// (one insertion lists positions x options x nodes trials, each linear in the jobs).
+bool LocalSearch::reinsert(size_t j) {
+  positions_.resize(rr_order_.size() + 1);
+  std::iota(positions_.begin(), positions_.end(), size_t{0});
+  if (positions_.size() > 32) {
+    std::shuffle(positions_.begin(), positions_.end(), rng_);
+    positions_.resize(24);
+  }
+  if (!time_left()) return false;
+  Key best_here;
+  int best_o = rr_option_[j], best_n = rr_node_[j];
+  size_t best_pos = rr_order_.size();
+  static const std::vector<int> kAnyNode = {-1};
+  const std::vector<int>& nodes = node_choices_[j].empty() ? kAnyNode : node_choices_[j];
+  for (size_t o = 0; o < p_.options[j].size(); ++o) {
+    if (too_long(j, static_cast<int>(o))) continue;
+    rr_option_[j] = static_cast<int>(o);
+    for (int n : nodes) {
+      rr_node_[j] = n;
+      for (size_t at : positions_) {
+        trial_order_ = rr_order_;
+        trial_order_.insert(trial_order_.begin() + static_cast<std::ptrdiff_t>(at),
+                            static_cast<int>(j));
+        // A trial that ends a job after the best trial's makespan cannot beat it (makespan
+        // first in the key): listing stops there.
+        const double cutoff =
+            best_here.makespan +
+            2e-9 * std::max(1.0, std::isfinite(best_here.makespan) ? best_here.makespan : 1.0);
+        if (!evaluate_into(rr_option_, trial_order_, rr_node_, trial_, cutoff)) continue;
+        const Key key = key_of(trial_);
+        if (!key.better_than(best_here)) continue;
+        best_here = key;
+        best_o = static_cast<int>(o);
+        best_n = n;
+        best_pos = at;
       }
-      if (progress) break;
-      for (size_t k = 0; k < node_choices[ju].size() && !progress; ++k) {
-        const int n = node_choices[ju][k];
-        if (n == cur.node[ju] ||
-            (cur.schedule.jobs[ju].nodes.size() == 1 && cur.schedule.jobs[ju].nodes[0] == n))
-          continue;
-        option = cur.option;
-        order = cur.order;
-        node = cur.node;
-        node[ju] = n;
-        progress = try_candidate(option, order, node);
-      }
-      if (progress) break;
-      const size_t at = pos[ju];
-      for (size_t target : {size_t{0}, at / 2, at > 0 ? at - 1 : 0}) {
-        if (target >= at) continue;
-        option = cur.option;
-        order = cur.order;
-        node = cur.node;
-        order.erase(order.begin() + static_cast<std::ptrdiff_t>(at));
-        order.insert(order.begin() + static_cast<std::ptrdiff_t>(target), j);
-        if ((progress = try_candidate(option, order, node))) break;
-      }
-      if (progress) break;
-    }
-    // Random moves: change one job's option or node, swap two jobs, or move a job earlier.
-    for (int tries = 0; tries < 16 && !progress && stall < local_stall; ++tries) {
-      option = cur.option;
-      order = cur.order;
-      node = cur.node;
-      if (!random_move(option, order, node)) continue;
-      progress = try_candidate(option, order, node);
     }
   }
-  best.evaluations = evaluations;
-  if (improved_any && best.method.find("+local") == std::string::npos) best.method += "+local";
-  return best;
+  rr_option_[j] = best_o;
+  rr_node_[j] = best_n;
+  rr_order_.insert(rr_order_.begin() + static_cast<std::ptrdiff_t>(best_pos), static_cast<int>(j));
+  return true;
+}
+
+// The candidate starts as a copy of the current list.
+void LocalSearch::start_candidate() {
+  option_ = cur_.option;
+  order_ = cur_.order;
+  node_ = cur_.node;
+}
+
+bool LocalSearch::try_candidate() {
+  evaluate_into(option_, order_, node_, candidate_);
+  justify(option_, order_, node_, candidate_);
+  ++since_best_;
+  ++since_epoch_best_;
+  return accept(option_, order_, node_, candidate_);
+}
+
+// Into reused storage (list_schedule_on_into): allocation was a large share of the search's
+// time. On one node the node choice is free (all -1).
+bool LocalSearch::evaluate_into(const std::vector<int>& option, const std::vector<int>& order,
+                                const std::vector<int>& node, Schedule& out, double cutoff) {
+  ++evaluations_;
+  return list_schedule_on_into(p_, option, order, N_ > 1 ? node : any_node_, out, scratch_, cutoff);
+}
+
+Schedule LocalSearch::evaluate(const std::vector<int>& option, const std::vector<int>& order,
+                               const std::vector<int>& node) {
+  Schedule s;
+  evaluate_into(option, order, node, s);
+  return s;
+}
+
+// Forward-backward improvement (double justification, as in list-scheduling heuristics for
+// project scheduling): list the jobs again latest end first, which in mirrored time is a
+// schedule no longer than this one, then forward again in the order of its mirrored starts,
+// each job on the node it had. A job listed in the start order of a feasible schedule starts no
+// later there, so neither pass lengthens the schedule; together they pack the jobs tighter from
+// both ends. Takes the result when it is better.
+void LocalSearch::justify(const std::vector<int>& option, std::vector<int>& order,
+                          std::vector<int>& node, Schedule& s) {
+  if (!justify_on_ || !std::isfinite(s.makespan)) return;
+  list_by_end_desc(s);
+  list_schedule_on_into(p_, option, j_order_, j_node_, backward_, scratch_);
+  ++evaluations_;
+  if (!std::isfinite(backward_.makespan)) return;
+  list_by_end_desc(backward_);
+  list_schedule_on_into(p_, option, j_order_, j_node_, forward_, scratch_);
+  ++evaluations_;
+  if (!key_of(forward_).better_than(key_of(s))) return;
+  order = j_order_;
+  node = j_node_;
+  std::swap(s, forward_);
+}
+
+// j_order_: the jobs latest end first; j_node_: each job's node (-1 on several).
+void LocalSearch::list_by_end_desc(const Schedule& s) {
+  std::iota(j_order_.begin(), j_order_.end(), 0);
+  std::stable_sort(j_order_.begin(), j_order_.end(), [&](int a, int b) {
+    return s.jobs[static_cast<size_t>(a)].end > s.jobs[static_cast<size_t>(b)].end;
+  });
+  for (size_t j = 0; j < J_; ++j)
+    j_node_[j] = s.jobs[j].nodes.size() == 1 ? s.jobs[j].nodes[0] : -1;
+}
+
+// Takes the candidate as the current list when it beats it (s keeps the old schedule's storage
+// for the next candidate), and as the epoch's and the overall best when it beats those.
+bool LocalSearch::accept(const std::vector<int>& option, const std::vector<int>& order,
+                         const std::vector<int>& node, Schedule& s) {
+  const Key k = key_of(s);
+  if (!k.better_than(cur_key_)) {
+    ++stall_;
+    return false;
+  }
+  cur_key_ = k;
+  cur_.option = option;
+  cur_.order = order;
+  cur_.node = node;
+  std::swap(cur_.schedule, s);
+  stall_ = 0;
+  auto record = [&](HeuristicResult& to) {
+    to.option = cur_.option;
+    to.order = cur_.order;
+    to.node = cur_.node;
+    to.schedule = cur_.schedule;
+  };
+  if (cur_key_.better_than(epoch_key_)) {
+    epoch_key_ = cur_key_;
+    record(epoch_best_);
+    since_epoch_best_ = 0;
+  }
+  if (cur_key_.better_than(best_key_)) {
+    best_key_ = cur_key_;
+    record(best_);
+    since_best_ = 0;
+    improved_any_ = true;
+    if (opts_.on_improvement) opts_.on_improvement(best_.schedule.makespan);
+  }
+  return true;
+}
+
+}  // namespace
+
+HeuristicResult local_search(const Prepared& p, HeuristicResult start,
+                             const HeuristicOptions& opts) {
+  const auto t0 = Clock::now();
+  const size_t J = p.num_jobs();
+  if (J == 0) return start;
+  if (start.node.size() != J) start.node.assign(J, -1);
+  return LocalSearch(p, std::move(start), opts, t0).run();
 }
 
 HeuristicResult heuristic_schedule(const Prepared& p, double lower_bound,

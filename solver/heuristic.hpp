@@ -6,8 +6,10 @@
 //     scheduling with backfilling, node-aware (list_schedule in schedule.hpp).
 //  2. Greedy allotment during list scheduling: each job, in LPT order, takes the option and
 //     node that finish earliest among options within a work budget of its least-work one.
-//  3. Local search from the best: change a critical job's option, move it earlier in the list,
-//     random option changes and swaps; accept improvements of (makespan, sum of ends).
+//  3. Iterated local search from the best over (option, node, list position) per job: moves of
+//     the jobs ending at the makespan (option, node, earlier in the list), random moves, exact
+//     re-solves of small windows, ruin and recreate, kicks and epochs; improvements of
+//     (makespan, jobs ending at it, sum of ends) are accepted.
 #pragma once
 
 #include <functional>

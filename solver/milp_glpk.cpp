@@ -118,8 +118,8 @@ MipResult solve_with_glpk(const LinearModel& m, const MipParams& params) {
   iocp.presolve = GLP_OFF;
   iocp.cb_func = on_event;
   iocp.cb_info = &cb;
-  // No MIR cuts: GLPK generates them at the root without calling back, which overran a 2.75 s
-  // limit by 4.6 s on a 120-slot model (12 jobs on 4x8), and they raised no bound there.
+  // No MIR cuts: GLPK generates them at the root without calling back, so they can overrun the
+  // time limit, and they raised no bound on the benchmark models.
   iocp.mir_cuts = GLP_OFF;
   iocp.cov_cuts = GLP_ON;
   iocp.clq_cuts = GLP_ON;

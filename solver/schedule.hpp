@@ -91,7 +91,7 @@ Schedule list_schedule_on(const Prepared& prepared, const std::vector<int>& opti
 
 // list_schedule_on into `out`, reusing its storage and the timelines of `scratch` (a
 // ClusterState of the same Prepared): local search lists hundreds of thousands of candidates,
-// and allocation took about 40% of its time (perf, 2x8-05-j22). With a finite `cutoff` it stops
+// and allocating for each took a large share of its time. With a finite `cutoff` it stops
 // as soon as a job ends after it and returns false; `out` then holds a partial schedule that
 // must not be used (its makespan is the end that passed the cutoff). True when complete (a job
 // that fits nowhere still makes the makespan infinite, as above).

@@ -61,12 +61,11 @@ Plan solve(const Problem& problem, const SolveOptions& options, SolveReport* rep
     return makespan <= lower * (1 + std::max(1e-9, options.gap_tolerance));
   };
   // Plans from the node-packing search (packing_schedule): on few nodes with few jobs each,
-  // a plan is a packing of jobs into nodes whose jobs schedule exactly, which the search finds
-  // in milliseconds where local search on lists stalls (2x8-08-j14: 14936 s after 10 s of
-  // local search; a packing of 14768 s in 5 ms, below CP-SAT's best of 14810 s). Bisection
-  // between the bound and the best plan: a packing found within the trial makespan is the new
-  // best; a search that ends with every node decided proves the trial too short (a bound);
-  // one out of budget claims nothing but raises the trial all the same.
+  // a plan is a packing of jobs into nodes whose jobs schedule exactly, which the search can
+  // find quickly where local search on lists stalls. Bisection between the bound and the best
+  // plan: a packing found within the trial makespan is the new best; a search that ends with
+  // every node decided proves the trial too short (a bound); one out of budget claims nothing
+  // but raises the trial all the same.
   // Not with pinned jobs (re-planning: running jobs keep their devices from time 0), which
   // the packing search does not place.
   bool pinned = false;
@@ -76,7 +75,7 @@ Plan solve(const Problem& problem, const SolveOptions& options, SolveReport* rep
       problem.jobs.size() <= 16 * problem.cluster.nodes.size()) {
     const auto p0 = Clock::now();
     // 15% of the time (at most 2 s), 25% (at most 3 s) while the last trial was decided: the
-    // search is paying then (2x8-12-j22: a plan, a proof, a plan at 4254 s took 1.1 s).
+    // search is paying then.
     const double packing_share = std::min(2.0, 0.15 * options.time_limit_s);
     const double productive_share = std::min(3.0, 0.25 * options.time_limit_s);
     // Off the grid, down to a relative 1e-8 (a gap below 1e-7 is reported as optimal).
@@ -104,8 +103,8 @@ Plan solve(const Problem& problem, const SolveOptions& options, SolveReport* rep
       Schedule found;
       const double t0_trial = seconds_since(p0);
       // First with small jobs narrowed to their least-work options, within 70% of the time left
-      // (no proof, but on 24 jobs a plan where the full search runs out of time: 2x8-13-j24
-      // needs about 0.9 s for it), then in full.
+      // (no proof, but with many jobs a plan where the full search runs out of time), then in
+      // full.
       int r = packing_schedule(prepared, T, 0.7 * left, budget, found, /*narrow_small=*/true);
       if (r < 0)
         r = packing_schedule(prepared, T, left - seconds_since(p0) + t0_trial, budget, found);
@@ -130,8 +129,8 @@ Plan solve(const Problem& problem, const SolveOptions& options, SolveReport* rep
     }
   }
   // With a plan in hand, the exact node-packing bound can search between the bounds. Its
-  // per-node tests (LP, and exact schedules of the biggest jobs) prove most of the 12-job
-  // benchmark instances optimal, some only after 1-3 s of search: it gets up to 30% of the time.
+  // per-node tests (LP, and exact schedules of the biggest jobs) often prove the optimum, but
+  // some only after seconds of search: it gets up to 30% of the time.
   if (best.makespan > lower * (1 + std::max(1e-9, options.gap_tolerance))) {
     note(best.makespan,
          packing_search_bound(prepared, lower, best.makespan,
@@ -150,8 +149,7 @@ Plan solve(const Problem& problem, const SolveOptions& options, SolveReport* rep
     mo.backend = options.backend;
     const bool exact = mo.slot_s > 0 || exact_slot(prepared, best, mo.max_slots) > 0;
     // Without exact slots the MILP is an improver only, and local search improves plans faster
-    // (on the 12-job benchmark families no improver round ever won, and the seconds it took
-    // cost local search up to 1.3 points of gap); its bound round (below) is opt-in too.
+    // with the same seconds; its bound round (below) is opt-in too.
     if (!exact && !options.milp_improver)
       rep.milp.status = "skipped: slots not exact (local search and the packing bound do better)";
     for (int round = 0; round < 6 && !proven(best.makespan) && (exact || options.milp_improver);
