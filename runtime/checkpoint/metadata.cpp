@@ -9,6 +9,7 @@
 
 #include "runtime/checkpoint/checksum.hpp"
 #include "runtime/checkpoint/h5.hpp"
+#include "runtime/core/json_fields.hpp"
 #include "runtime/data/loader.hpp"
 #include "runtime/workload/config_json.hpp"
 
@@ -20,35 +21,36 @@ std::string dataset_path(int kind, const std::string& name) {
   return std::string(kGroup[kind]) + "/" + name;
 }
 
+namespace {
+
+// model and train are written and read apart: their JSON is config_json's, and reading it
+// validates the shape.
+constexpr auto kMetaFields = std::make_tuple(
+    json_fields::field("job_id", &CheckpointMeta::job_id),
+    json_fields::field("step", &CheckpointMeta::step),
+    json_fields::field("tokens_seen", &CheckpointMeta::tokens_seen),
+    json_fields::field("schedule_step", &CheckpointMeta::schedule_step),
+    json_fields::field("strategy", &CheckpointMeta::strategy),
+    json_fields::field("devices", &CheckpointMeta::devices),
+    json_fields::field("data_position", &CheckpointMeta::data_position),
+    json_fields::field("rng_state", &CheckpointMeta::rng_state),
+    json_fields::optional_field("compute_threads", &CheckpointMeta::compute_threads),
+    json_fields::field("created_utc", &CheckpointMeta::created_utc));
+
+}  // namespace
+
 json meta_to_json(const CheckpointMeta& m) {
-  return json{{"job_id", m.job_id},
-              {"step", m.step},
-              {"tokens_seen", m.tokens_seen},
-              {"schedule_step", m.schedule_step},
-              {"model", to_json(m.model)},
-              {"train", to_json(m.train)},
-              {"strategy", m.strategy},
-              {"devices", m.devices},
-              {"data_position", m.data_position},
-              {"rng_state", m.rng_state},
-              {"compute_threads", m.compute_threads},
-              {"created_utc", m.created_utc}};
+  json j = json_fields::object_of(m, kMetaFields);
+  j["model"] = to_json(m.model);
+  j["train"] = to_json(m.train);
+  return j;
 }
 
 CheckpointMeta meta_from_json(const json& j) {
   CheckpointMeta m;
-  m.job_id = j.at("job_id").get<std::string>();
-  m.step = j.at("step").get<std::int64_t>();
-  m.tokens_seen = j.at("tokens_seen").get<std::int64_t>();
-  m.schedule_step = j.at("schedule_step").get<std::int64_t>();
+  json_fields::read_fields(j, m, kMetaFields, "");
   m.model = model_config_from_json(j.at("model"));
   m.train = train_config_from_json(j.at("train"));
-  m.strategy = j.at("strategy").get<std::string>();
-  m.devices = j.at("devices").get<int>();
-  m.data_position = j.at("data_position").get<std::string>();
-  m.rng_state = j.at("rng_state").get<std::string>();
-  m.compute_threads = j.value("compute_threads", 0);
-  m.created_utc = j.at("created_utc").get<std::string>();
   return m;
 }
 

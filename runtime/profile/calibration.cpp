@@ -16,6 +16,7 @@
 #include "runtime/comm/agree.hpp"
 #include "runtime/comm/comm_pair.hpp"
 #include "runtime/core/error.hpp"
+#include "runtime/core/json_fields.hpp"
 #include "runtime/core/log.hpp"
 #include "runtime/core/memory.hpp"
 #include "runtime/core/rng.hpp"
@@ -172,74 +173,69 @@ double Calibration::sync_seconds(int group, bool inter_node, double points) cons
 
 // ---- serialisation ----------------------------------------------------------------------------
 
+namespace {
+
+// gemm_rate, gemm_shapes and links (arrays and a map) are written and read apart. Optional:
+// absent in records written before the field (device and timer: those are the CPU's).
+constexpr auto kCalibrationFields = std::make_tuple(
+    json_fields::field("hardware_id", &Calibration::hardware_id),
+    json_fields::optional_field("device", &Calibration::device),
+    json_fields::optional_field("timer", &Calibration::timer),
+    json_fields::optional_field("copy_pinned", &Calibration::copy_pinned),
+    json_fields::field("created_utc", &Calibration::created_utc),
+    json_fields::field("seconds", &Calibration::seconds),
+    json_fields::optional_field("quick", &Calibration::quick),
+    json_fields::field("gemm_scale", &Calibration::gemm_scale),
+    json_fields::field("attn_s_per_flop", &Calibration::attn_s_per_flop),
+    json_fields::field("elem_s_per_unit", &Calibration::elem_s_per_unit),
+    json_fields::field("compute_fit_error", &Calibration::compute_fit_error),
+    json_fields::field("optimizer_s_per_param", &Calibration::optimizer_s_per_param),
+    json_fields::field("copy_bytes_per_s", &Calibration::copy_bytes_per_s),
+    json_fields::field("overlap", &Calibration::overlap),
+    json_fields::optional_field("probe_flops_per_s", &Calibration::probe_flops_per_s));
+
+constexpr auto kLinkFields =
+    std::make_tuple(json_fields::field("group", &LinkFit::group),
+                    json_fields::field("inter_node", &LinkFit::inter_node),
+                    json_fields::field("alpha_s", &LinkFit::alpha_s),
+                    json_fields::field("beta_s_per_byte", &LinkFit::beta_s_per_byte),
+                    json_fields::field("fit_error", &LinkFit::fit_error),
+                    json_fields::optional_field("sync_s", &LinkFit::sync_s));
+
+}  // namespace
+
 nlohmann::json Calibration::to_json() const {
+  nlohmann::json j = json_fields::object_of(*this, kCalibrationFields);
   nlohmann::json gemm = nlohmann::json::array();
   for (const auto& [flops, rate] : gemm_rate) gemm.push_back({flops, rate});
-  nlohmann::json l = nlohmann::json::object();
-  for (const auto& [op, fits] : links) {
-    nlohmann::json arr = nlohmann::json::array();
-    for (const auto& f : fits)
-      arr.push_back({{"group", f.group},
-                     {"inter_node", f.inter_node},
-                     {"alpha_s", f.alpha_s},
-                     {"beta_s_per_byte", f.beta_s_per_byte},
-                     {"fit_error", f.fit_error},
-                     {"sync_s", f.sync_s}});
-    l[op] = arr;
-  }
+  j["gemm_rate"] = std::move(gemm);
   nlohmann::json shapes = nlohmann::json::array();
   for (const auto& g : gemm_shapes)
     shapes.push_back({g.shape[0], g.shape[1], g.shape[2], g.seconds});
-  return {{"hardware_id", hardware_id},
-          {"device", device},
-          {"timer", timer},
-          {"gemm_shapes", shapes},
-          {"copy_pinned", copy_pinned},
-          {"created_utc", created_utc},
-          {"seconds", seconds},
-          {"quick", quick},
-          {"gemm_rate", gemm},
-          {"gemm_scale", gemm_scale},
-          {"attn_s_per_flop", attn_s_per_flop},
-          {"elem_s_per_unit", elem_s_per_unit},
-          {"compute_fit_error", compute_fit_error},
-          {"optimizer_s_per_param", optimizer_s_per_param},
-          {"copy_bytes_per_s", copy_bytes_per_s},
-          {"overlap", overlap},
-          {"probe_flops_per_s", probe_flops_per_s},
-          {"links", l}};
+  j["gemm_shapes"] = std::move(shapes);
+  nlohmann::json l = nlohmann::json::object();
+  for (const auto& [op, fits] : links) {
+    nlohmann::json arr = nlohmann::json::array();
+    for (const auto& f : fits) arr.push_back(json_fields::object_of(f, kLinkFields));
+    l[op] = arr;
+  }
+  j["links"] = std::move(l);
+  return j;
 }
 
 Calibration Calibration::from_json(const nlohmann::json& j) {
   Calibration c;
   try {
-    c.hardware_id = j.at("hardware_id").get<std::string>();
-    c.created_utc = j.at("created_utc").get<std::string>();
-    c.seconds = j.at("seconds").get<double>();
-    c.quick = j.value("quick", false);  // absent in stores written before the flag
+    json_fields::read_fields(j, c, kCalibrationFields, "");
     for (const auto& p : j.at("gemm_rate")) c.gemm_rate.emplace_back(p.at(0), p.at(1));
-    c.gemm_scale = j.at("gemm_scale").get<double>();
-    c.attn_s_per_flop = j.at("attn_s_per_flop").get<double>();
-    c.elem_s_per_unit = j.at("elem_s_per_unit").get<double>();
-    c.compute_fit_error = j.at("compute_fit_error").get<double>();
-    c.optimizer_s_per_param = j.at("optimizer_s_per_param").get<double>();
-    c.copy_bytes_per_s = j.at("copy_bytes_per_s").get<double>();
-    c.overlap = j.at("overlap").get<double>();
-    c.probe_flops_per_s = j.value("probe_flops_per_s", 0.0);
-    // Absent in records written before GPU calibration: those are the CPU's.
-    c.device = j.value("device", std::string("cpu"));
-    c.timer = j.value("timer", std::string("steady_clock"));
-    c.copy_pinned = j.value("copy_pinned", false);
     if (j.contains("gemm_shapes"))
       for (const auto& g : j.at("gemm_shapes"))
         c.gemm_shapes.push_back(GemmShapeTime{
             {g.at(0).get<int>(), g.at(1).get<int>(), g.at(2).get<int>()}, g.at(3).get<double>()});
     for (const auto& [op, arr] : j.at("links").items())
-      for (const auto& f : arr)
-        c.links[op].push_back(LinkFit{f.at("group").get<int>(), f.at("inter_node").get<bool>(),
-                                      f.at("alpha_s").get<double>(),
-                                      f.at("beta_s_per_byte").get<double>(),
-                                      f.at("fit_error").get<double>(), f.value("sync_s", 0.0)});
+      for (std::size_t i = 0; i < arr.size(); ++i)
+        json_fields::read_fields(arr.at(i), c.links[op].emplace_back(), kLinkFields,
+                                 fmt::format("links.{}[{}]", op, i));
   } catch (const nlohmann::json::exception& e) {
     throw InputError(fmt::format("calibration record: {}", e.what()));
   }

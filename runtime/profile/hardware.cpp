@@ -12,6 +12,7 @@
 
 #include "runtime/backend/cuda_provider.hpp"
 #include "runtime/core/error.hpp"
+#include "runtime/core/json_fields.hpp"
 #include "runtime/core/log.hpp"
 #include "runtime/profile/text_comm.hpp"
 
@@ -108,39 +109,38 @@ std::string Hardware::describe() const {
                      layout);
 }
 
+namespace {
+
+constexpr auto kFields = std::make_tuple(
+    json_fields::field("device_kind", &Hardware::device_kind),
+    json_fields::field("cpu_model", &Hardware::cpu_model),
+    json_fields::field("cores", &Hardware::cores),
+    json_fields::field("threads_per_rank", &Hardware::threads_per_rank),
+    json_fields::field("blas", &Hardware::blas), json_fields::field("mpi", &Hardware::mpi),
+    json_fields::field("ranks_per_node", &Hardware::ranks_per_node));
+
+// CUDA fingerprints only (and none written before GPU profiling): present when gpu_count > 0.
+constexpr auto kGpuFields =
+    std::make_tuple(json_fields::field("gpu_model", &Hardware::gpu_model),
+                    json_fields::field("gpu_count", &Hardware::gpu_count),
+                    json_fields::field("gpu_memory_bytes", &Hardware::gpu_memory_bytes),
+                    json_fields::field("gpu_driver", &Hardware::gpu_driver),
+                    json_fields::field("gpu_runtime", &Hardware::gpu_runtime));
+
+}  // namespace
+
 nlohmann::json Hardware::to_json() const {
-  nlohmann::json j = {
-      {"device_kind", device_kind},           {"cpu_model", cpu_model}, {"cores", cores},
-      {"threads_per_rank", threads_per_rank}, {"blas", blas},           {"mpi", mpi},
-      {"ranks_per_node", ranks_per_node}};
-  if (gpu_count > 0) {
-    j["gpu_model"] = gpu_model;
-    j["gpu_count"] = gpu_count;
-    j["gpu_memory_bytes"] = gpu_memory_bytes;
-    j["gpu_driver"] = gpu_driver;
-    j["gpu_runtime"] = gpu_runtime;
-  }
+  nlohmann::json j = json_fields::object_of(*this, kFields);
+  if (gpu_count > 0) json_fields::write_fields(j, *this, kGpuFields);
   return j;
 }
 
 Hardware Hardware::from_json(const nlohmann::json& j) {
   Hardware h;
   try {
-    h.device_kind = j.at("device_kind").get<std::string>();
-    h.cpu_model = j.at("cpu_model").get<std::string>();
-    h.cores = j.at("cores").get<int>();
-    h.threads_per_rank = j.at("threads_per_rank").get<int>();
-    h.blas = j.at("blas").get<std::string>();
-    h.mpi = j.at("mpi").get<std::string>();
-    h.ranks_per_node = j.at("ranks_per_node").get<std::vector<int>>();
-    // CUDA fingerprints only (and none written before GPU profiling).
-    h.gpu_count = j.value("gpu_count", 0);
-    if (h.gpu_count > 0) {
-      h.gpu_model = j.at("gpu_model").get<std::string>();
-      h.gpu_memory_bytes = j.at("gpu_memory_bytes").get<std::size_t>();
-      h.gpu_driver = j.at("gpu_driver").get<std::string>();
-      h.gpu_runtime = j.at("gpu_runtime").get<std::string>();
-    }
+    json_fields::read_fields(j, h, kFields, "");
+    json_fields::read_value(j, "", "gpu_count", h.gpu_count, false);
+    if (h.gpu_count > 0) json_fields::read_fields(j, h, kGpuFields, "");
   } catch (const nlohmann::json::exception& e) {
     throw InputError(fmt::format("hardware fingerprint: {}", e.what()));
   }

@@ -6,9 +6,12 @@
 
 #include <string>
 #include <system_error>
+#include <tuple>
+#include <type_traits>
 
 #include "runtime/checkpoint/h5.hpp"
 #include "runtime/core/error.hpp"
+#include "runtime/core/json_fields.hpp"
 #include "runtime/profile/util.hpp"
 
 namespace saturn::profile {
@@ -39,107 +42,95 @@ std::string ProfileKey::id() const {
   return hash_hex(text());
 }
 
-// ---- JSON (broadcasts) ------------------------------------------------------------------------
+// ---- Field tables -----------------------------------------------------------------------------
 
 namespace {
 
-nlohmann::json estimate_json(const CostEstimate& e) {
-  return {{"feasible", e.feasible},
-          {"reason", e.reason},
-          {"step_s", e.step_s},
-          {"compute_s", e.compute_s},
-          {"bubble_s", e.bubble_s},
-          {"comm_s", e.comm_s},
-          {"transfer_s", e.transfer_s},
-          {"optimizer_s", e.optimizer_s},
-          {"eval_s", e.eval_s},
-          {"device_bytes", e.device_bytes},
-          {"host_bytes", e.host_bytes},
-          {"comm_bytes", e.comm_bytes},
-          {"host_transfer_bytes", e.host_transfer_bytes},
-          {"flops", e.flops},
-          {"micro_batch", e.micro_batch},
-          {"micro_batches", e.micro_batches},
-          {"layout", e.layout}};
+// A field of both forms of the store: its JSON key (broadcasts) and its HDF5 attribute on the
+// entry's group (nullptr: not in the file).
+template <class S, class T>
+struct StoreField : json_fields::Field<S, T> {
+  const char* attr;
+};
+
+template <class S, class T>
+constexpr StoreField<S, T> stored(const char* key, const char* attr, T S::*member,
+                                  bool required = true) {
+  return {{key, member, required}, attr};
 }
 
-CostEstimate estimate_from(const nlohmann::json& j) {
-  CostEstimate e;
-  e.feasible = j.at("feasible");
-  e.reason = j.at("reason");
-  e.step_s = j.at("step_s");
-  e.compute_s = j.at("compute_s");
-  e.bubble_s = j.at("bubble_s");
-  e.comm_s = j.at("comm_s");
-  e.transfer_s = j.at("transfer_s");
-  e.optimizer_s = j.at("optimizer_s");
-  e.eval_s = j.at("eval_s");
-  e.device_bytes = j.at("device_bytes");
-  e.host_bytes = j.at("host_bytes");
-  e.comm_bytes = j.at("comm_bytes");
-  e.host_transfer_bytes = j.at("host_transfer_bytes");
-  e.flops = j.at("flops");
-  e.micro_batch = j.at("micro_batch");
-  e.micro_batches = j.at("micro_batches");
-  e.layout = j.at("layout");
-  return e;
-}
+constexpr auto kEstimateFields = std::make_tuple(
+    stored("feasible", "est_feasible", &CostEstimate::feasible),
+    stored("reason", "est_reason", &CostEstimate::reason),
+    stored("step_s", "est_step_s", &CostEstimate::step_s),
+    stored("compute_s", "est_compute_s", &CostEstimate::compute_s),
+    stored("bubble_s", "est_bubble_s", &CostEstimate::bubble_s),
+    stored("comm_s", "est_comm_s", &CostEstimate::comm_s),
+    stored("transfer_s", "est_transfer_s", &CostEstimate::transfer_s),
+    stored("optimizer_s", "est_optimizer_s", &CostEstimate::optimizer_s),
+    stored("eval_s", "est_eval_s", &CostEstimate::eval_s),
+    stored("device_bytes", "est_device_bytes", &CostEstimate::device_bytes),
+    stored("host_bytes", "est_host_bytes", &CostEstimate::host_bytes),
+    stored("comm_bytes", "est_comm_bytes", &CostEstimate::comm_bytes),
+    stored("host_transfer_bytes", "est_host_transfer_bytes", &CostEstimate::host_transfer_bytes),
+    stored("flops", "est_flops", &CostEstimate::flops),
+    stored("micro_batch", "micro_batch", &CostEstimate::micro_batch),
+    stored("micro_batches", "micro_batches", &CostEstimate::micro_batches),
+    stored("layout", "layout", &CostEstimate::layout));
+
+// clock: optional in JSON (absent before device timers), never in the file.
+constexpr auto kMeasurementFields = std::make_tuple(
+    stored("feasible", "trial_feasible", &Measurement::feasible),
+    stored("reason", "trial_reason", &Measurement::reason),
+    stored("step_s", "trial_step_s", &Measurement::step_s),
+    stored("step_min_s", "trial_step_min_s", &Measurement::step_min_s),
+    stored("step_max_s", "trial_step_max_s", &Measurement::step_max_s),
+    stored("steps", "trial_steps", &Measurement::steps),
+    stored("eval_s", "trial_eval_s", &Measurement::eval_s),
+    stored("comm_s", "trial_comm_s", &Measurement::comm_s),
+    stored("peak_device_bytes", "trial_peak_device_bytes", &Measurement::peak_device_bytes),
+    stored("peak_host_bytes", "trial_peak_host_bytes", &Measurement::peak_host_bytes),
+    stored("device_capacity", "trial_device_capacity", &Measurement::device_capacity),
+    stored("concurrent", "trial_concurrent", &Measurement::concurrent),
+    stored("wall_s", "trial_wall_s", &Measurement::wall_s),
+    stored("measured_utc", "measured_utc", &Measurement::measured_utc),
+    stored("clock", nullptr, &Measurement::clock, false));
+
+// The key's JSON, flat: these and the ConfigSpec's. Its attributes (the key text, knobs as text)
+// are written by hand.
+constexpr auto kKeyFields = std::make_tuple(json_fields::field("signature", &ProfileKey::signature),
+                                            json_fields::field("hardware", &ProfileKey::hardware));
+constexpr auto kSpecFields = std::make_tuple(json_fields::field("strategy", &ConfigSpec::strategy),
+                                             json_fields::field("knobs", &ConfigSpec::knobs),
+                                             json_fields::field("degree", &ConfigSpec::degree),
+                                             json_fields::field("nodes", &ConfigSpec::nodes));
 
 }  // namespace
 
+// ---- JSON (broadcasts) ------------------------------------------------------------------------
+
 nlohmann::json measurement_to_json(const Measurement& m) {
-  return {{"feasible", m.feasible},
-          {"reason", m.reason},
-          {"step_s", m.step_s},
-          {"step_min_s", m.step_min_s},
-          {"step_max_s", m.step_max_s},
-          {"steps", m.steps},
-          {"eval_s", m.eval_s},
-          {"comm_s", m.comm_s},
-          {"peak_device_bytes", m.peak_device_bytes},
-          {"peak_host_bytes", m.peak_host_bytes},
-          {"device_capacity", m.device_capacity},
-          {"concurrent", m.concurrent},
-          {"wall_s", m.wall_s},
-          {"measured_utc", m.measured_utc},
-          {"clock", m.clock}};
+  return json_fields::object_of(m, kMeasurementFields);
 }
 
 Measurement measurement_from_json(const nlohmann::json& j) {
   Measurement m;
-  m.feasible = j.at("feasible");
-  m.reason = j.at("reason");
-  m.step_s = j.at("step_s");
-  m.step_min_s = j.at("step_min_s");
-  m.step_max_s = j.at("step_max_s");
-  m.steps = j.at("steps");
-  m.eval_s = j.at("eval_s");
-  m.comm_s = j.at("comm_s");
-  m.peak_device_bytes = j.at("peak_device_bytes");
-  m.peak_host_bytes = j.at("peak_host_bytes");
-  m.device_capacity = j.at("device_capacity");
-  m.concurrent = j.at("concurrent");
-  m.wall_s = j.at("wall_s");
-  m.measured_utc = j.at("measured_utc");
-  m.clock = j.value("clock", std::string("steady_clock"));
+  json_fields::read_fields(j, m, kMeasurementFields, "measurement");
   return m;
 }
 
 namespace {
 
 nlohmann::json key_json(const ProfileKey& k) {
-  return {{"signature", k.signature},  {"strategy", k.config.strategy}, {"knobs", k.config.knobs},
-          {"degree", k.config.degree}, {"nodes", k.config.nodes},       {"hardware", k.hardware}};
+  nlohmann::json j = json_fields::object_of(k, kKeyFields);
+  json_fields::write_fields(j, k.config, kSpecFields);
+  return j;
 }
 
 ProfileKey key_from(const nlohmann::json& j) {
   ProfileKey k;
-  k.signature = j.at("signature");
-  k.config.strategy = j.at("strategy");
-  k.config.knobs = j.at("knobs").get<std::vector<std::string>>();
-  k.config.degree = j.at("degree");
-  k.config.nodes = j.at("nodes");
-  k.hardware = j.at("hardware");
+  json_fields::read_fields(j, k, kKeyFields, "key");
+  json_fields::read_fields(j, k.config, kSpecFields, "key");
   return k;
 }
 
@@ -150,7 +141,7 @@ std::string ProfileStore::to_text() const {
   for (const auto& [id, e] : entries_) {
     nlohmann::json j = {{"key", key_json(e.key)},
                         {"model_name", e.model_name},
-                        {"estimate", estimate_json(e.estimate)},
+                        {"estimate", json_fields::object_of(e.estimate, kEstimateFields)},
                         {"estimated_utc", e.estimated_utc}};
     if (e.measured) j["measured"] = measurement_to_json(*e.measured);
     entries.push_back(std::move(j));
@@ -172,7 +163,7 @@ ProfileStore ProfileStore::from_text(const std::string& text) {
       ProfileEntry p;
       p.key = key_from(e.at("key"));
       p.model_name = e.at("model_name");
-      p.estimate = estimate_from(e.at("estimate"));
+      json_fields::read_fields(e.at("estimate"), p.estimate, kEstimateFields, "estimate");
       p.estimated_utc = e.at("estimated_utc");
       if (e.contains("measured")) p.measured = measurement_from_json(e.at("measured"));
       s.put(p);
@@ -257,6 +248,46 @@ h5::Handle open_group(hid_t parent, const std::string& name) {
   return g;
 }
 
+// One attribute per field of the table, typed as the member: bool as an integer 0/1, floating
+// point as a double, unsigned as u64, signed as int64, strings as strings.
+template <class S, class... F>
+void write_attrs(hid_t g, const S& s, const std::tuple<F...>& fields) {
+  auto write = [g](const char* name, const auto& v) {
+    using T = std::decay_t<decltype(v)>;
+    if (name == nullptr) return;
+    if constexpr (std::is_same_v<T, bool>)
+      h5::write_int_attr(g, name, v ? 1 : 0);
+    else if constexpr (std::is_floating_point_v<T>)
+      write_double(g, name, v);
+    else if constexpr (std::is_unsigned_v<T>)
+      h5::write_u64_attr(g, name, v);
+    else if constexpr (std::is_integral_v<T>)
+      h5::write_int_attr(g, name, v);
+    else
+      h5::write_string_attr(g, name, v);
+  };
+  std::apply([&](const auto&... f) { (write(f.attr, s.*(f.member)), ...); }, fields);
+}
+
+template <class S, class... F>
+void read_attrs(hid_t g, S& s, const std::tuple<F...>& fields) {
+  auto read = [g](const char* name, auto& v) {
+    using T = std::decay_t<decltype(v)>;
+    if (name == nullptr) return;
+    if constexpr (std::is_same_v<T, bool>)
+      v = h5::read_int_attr(g, name) != 0;
+    else if constexpr (std::is_floating_point_v<T>)
+      v = read_double(g, name);
+    else if constexpr (std::is_unsigned_v<T>)
+      v = h5::read_u64_attr(g, name);
+    else if constexpr (std::is_integral_v<T>)
+      v = static_cast<T>(h5::read_int_attr(g, name));
+    else
+      v = h5::read_string_attr(g, name);
+  };
+  std::apply([&](const auto&... f) { (read(f.attr, s.*(f.member)), ...); }, fields);
+}
+
 void write_entry(hid_t g, const ProfileEntry& p) {
   using namespace h5;
   write_string_attr(g, "key", p.key.text());
@@ -267,42 +298,10 @@ void write_entry(hid_t g, const ProfileEntry& p) {
   write_int_attr(g, "degree", p.key.config.degree);
   write_int_attr(g, "nodes", p.key.config.nodes);
   write_string_attr(g, "hardware", p.key.hardware);
-  const CostEstimate& e = p.estimate;
-  write_int_attr(g, "est_feasible", e.feasible ? 1 : 0);
-  write_string_attr(g, "est_reason", e.reason);
-  write_double(g, "est_step_s", e.step_s);
-  write_double(g, "est_compute_s", e.compute_s);
-  write_double(g, "est_bubble_s", e.bubble_s);
-  write_double(g, "est_comm_s", e.comm_s);
-  write_double(g, "est_transfer_s", e.transfer_s);
-  write_double(g, "est_optimizer_s", e.optimizer_s);
-  write_double(g, "est_eval_s", e.eval_s);
-  write_u64_attr(g, "est_device_bytes", e.device_bytes);
-  write_u64_attr(g, "est_host_bytes", e.host_bytes);
-  write_u64_attr(g, "est_comm_bytes", e.comm_bytes);
-  write_u64_attr(g, "est_host_transfer_bytes", e.host_transfer_bytes);
-  write_double(g, "est_flops", e.flops);
-  write_int_attr(g, "micro_batch", e.micro_batch);
-  write_int_attr(g, "micro_batches", e.micro_batches);
-  write_string_attr(g, "layout", e.layout);
+  write_attrs(g, p.estimate, kEstimateFields);
   write_string_attr(g, "estimated_utc", p.estimated_utc);
   write_int_attr(g, "measured", p.measured ? 1 : 0);
-  if (!p.measured) return;
-  const Measurement& m = *p.measured;
-  write_int_attr(g, "trial_feasible", m.feasible ? 1 : 0);
-  write_string_attr(g, "trial_reason", m.reason);
-  write_double(g, "trial_step_s", m.step_s);
-  write_double(g, "trial_step_min_s", m.step_min_s);
-  write_double(g, "trial_step_max_s", m.step_max_s);
-  write_int_attr(g, "trial_steps", m.steps);
-  write_double(g, "trial_eval_s", m.eval_s);
-  write_double(g, "trial_comm_s", m.comm_s);
-  write_u64_attr(g, "trial_peak_device_bytes", m.peak_device_bytes);
-  write_u64_attr(g, "trial_peak_host_bytes", m.peak_host_bytes);
-  write_u64_attr(g, "trial_device_capacity", m.device_capacity);
-  write_int_attr(g, "trial_concurrent", m.concurrent ? 1 : 0);
-  write_double(g, "trial_wall_s", m.wall_s);
-  write_string_attr(g, "measured_utc", m.measured_utc);
+  if (p.measured) write_attrs(g, *p.measured, kMeasurementFields);
 }
 
 ProfileEntry read_entry(hid_t g) {
@@ -320,42 +319,10 @@ ProfileEntry read_entry(hid_t g) {
   p.key.config.degree = static_cast<int>(read_int_attr(g, "degree"));
   p.key.config.nodes = static_cast<int>(read_int_attr(g, "nodes"));
   p.key.hardware = read_string_attr(g, "hardware");
-  CostEstimate& e = p.estimate;
-  e.feasible = read_int_attr(g, "est_feasible") != 0;
-  e.reason = read_string_attr(g, "est_reason");
-  e.step_s = read_double(g, "est_step_s");
-  e.compute_s = read_double(g, "est_compute_s");
-  e.bubble_s = read_double(g, "est_bubble_s");
-  e.comm_s = read_double(g, "est_comm_s");
-  e.transfer_s = read_double(g, "est_transfer_s");
-  e.optimizer_s = read_double(g, "est_optimizer_s");
-  e.eval_s = read_double(g, "est_eval_s");
-  e.device_bytes = read_u64_attr(g, "est_device_bytes");
-  e.host_bytes = read_u64_attr(g, "est_host_bytes");
-  e.comm_bytes = read_u64_attr(g, "est_comm_bytes");
-  e.host_transfer_bytes = read_u64_attr(g, "est_host_transfer_bytes");
-  e.flops = read_double(g, "est_flops");
-  e.micro_batch = read_int_attr(g, "micro_batch");
-  e.micro_batches = read_int_attr(g, "micro_batches");
-  e.layout = read_string_attr(g, "layout");
+  read_attrs(g, p.estimate, kEstimateFields);
   p.estimated_utc = read_string_attr(g, "estimated_utc");
   if (read_int_attr(g, "measured") == 0) return p;
-  Measurement m;
-  m.feasible = read_int_attr(g, "trial_feasible") != 0;
-  m.reason = read_string_attr(g, "trial_reason");
-  m.step_s = read_double(g, "trial_step_s");
-  m.step_min_s = read_double(g, "trial_step_min_s");
-  m.step_max_s = read_double(g, "trial_step_max_s");
-  m.steps = static_cast<int>(read_int_attr(g, "trial_steps"));
-  m.eval_s = read_double(g, "trial_eval_s");
-  m.comm_s = read_double(g, "trial_comm_s");
-  m.peak_device_bytes = read_u64_attr(g, "trial_peak_device_bytes");
-  m.peak_host_bytes = read_u64_attr(g, "trial_peak_host_bytes");
-  m.device_capacity = read_u64_attr(g, "trial_device_capacity");
-  m.concurrent = read_int_attr(g, "trial_concurrent") != 0;
-  m.wall_s = read_double(g, "trial_wall_s");
-  m.measured_utc = read_string_attr(g, "measured_utc");
-  p.measured = m;
+  read_attrs(g, p.measured.emplace(), kMeasurementFields);
   return p;
 }
 
