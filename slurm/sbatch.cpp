@@ -15,6 +15,7 @@
 #include "launch/self_launch.hpp"
 #include "runtime/core/atomic_file.hpp"
 #include "runtime/core/error.hpp"
+#include "runtime/rundir/run_dir.hpp"
 
 namespace saturn::slurm {
 namespace {
@@ -175,7 +176,7 @@ std::string render_sbatch_script(const SbatchOptions& o) {
   line("workload=" + shell_quote(o.workload.string()));
   line("resume=");
   std::string state_test = "[ \"${SLURM_RESTART_COUNT:-0}\" -gt 0 ]";
-  for (const char* entry : kRunStateEntries)
+  for (const std::string& entry : RunDir::started_entries())
     state_test += fmt::format(" || [ -e \"$run_dir/{}\" ]", entry);
   line("if " + state_test + "; then");
   line("  resume=--resume");

@@ -28,10 +28,6 @@ BatchLauncher parse_launcher(std::string_view name);
 // InputError for any other form or a zero limit.
 long parse_time_limit(std::string_view text);
 
-// Entries of a run directory that mean a run already started there (DESIGN.md "Run
-// directory"); the script resumes when one exists.
-inline constexpr const char* kRunStateEntries[] = {"timeline.jsonl", "plans", "jobs"};
-
 inline constexpr int kDefaultSignalLead = 300;
 // Slurm keeps the --signal time in 16 bits.
 inline constexpr int kMaxSignalLead = 65535;

@@ -27,6 +27,17 @@ const char* device_kind_name(DeviceKind kind);  // "cpu", "cuda"
 // InputError naming the valid ones.
 DeviceKind parse_device_kind(const std::string& name);
 
+// What one rank trains on: its backend and device, and the memory it may use. One value wherever
+// a run, the planner, a trial or a job needs them, from the same flags on every command
+// (`--device`, `--device-memory`, `--host-memory`).
+struct Resources {
+  DeviceKind device = DeviceKind::kCpu;
+  int device_index = -1;  // the rank's device (the launch binding's); -1: its own
+  std::size_t device_bytes =
+      0;                       // device memory per rank; 0: unlimited (on a GPU: device_memory_for)
+  std::size_t host_bytes = 0;  // host memory per rank for offloaded state; 0: unlimited
+};
+
 // What a backend's model keeps, in which precision, and how its flat parameter layout is
 // aligned: all that memory estimates need, known without a device.
 struct BackendTraits {

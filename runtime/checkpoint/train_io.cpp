@@ -83,61 +83,72 @@ void check_resumable(const JobCheckpointing& job, const CheckpointMeta& m) {
 // Runs a save and agrees on its outcome over the job's ranks: a checkpoint that cannot be
 // written (a full disk, an I/O error) fails the job on every rank alike, as comm::AgreedFailure,
 // which `saturn run` reports as that job's failure (any other exception there stops the run).
-fs::path agreed_save(MPI_Comm comm, const std::function<fs::path()>& save) {
+fs::path agreed_save(comm::Communicator& comm, const std::function<fs::path()>& save) {
   fs::path file;
-  const auto c = comm::MpiCommunicator::borrow(comm);
-  comm::agree_on(*c, [&] { file = save(); });
+  comm::agree_on(comm, [&] { file = save(); });
   return file;
+}
+
+// Checkpoint files are written and read with MPI-IO over the job's ranks.
+MPI_Comm mpi_handle(const comm::Communicator& comm) {
+  const auto* mpi = dynamic_cast<const comm::MpiCommunicator*>(&comm);
+  if (mpi == nullptr)
+    throw Error(fmt::format(
+        "checkpoints are written with MPI-IO over the job's ranks; its communicator ({}) is not "
+        "an MPI one",
+        comm.describe()));
+  return mpi->handle();
 }
 
 }  // namespace
 
-fs::path save_training_checkpoint(MPI_Comm comm, const JobCheckpointing& job,
+void check_checkpointable(const comm::Communicator& comm) {
+  mpi_handle(comm);
+}
+
+fs::path save_training_checkpoint(comm::Communicator& comm, const JobCheckpointing& job,
                                   const TrainPoint& point, const StateView& state) {
   return save_training_checkpoint(comm, job, point, source_of(state));
 }
 
-fs::path save_training_checkpoint(MPI_Comm comm, const JobCheckpointing& job,
+fs::path save_training_checkpoint(comm::Communicator& comm, const JobCheckpointing& job,
                                   const TrainPoint& point, const SliceSource& source) {
   ensure_mpi();
   SaveOptions opt;
   opt.keep_last = job.keep_last;
   const fs::path file = agreed_save(comm, [&] {
-    return save_step_checkpoint(comm, job.job_dir, make_meta(job, point), source, opt);
+    return save_step_checkpoint(mpi_handle(comm), job.job_dir, make_meta(job, point), source, opt);
   });
-  int rank = 0;
-  MPI_Comm_rank(comm, &rank);
-  if (rank == 0) log::info("job {}: checkpoint {}", job.job_id, file.string());
+  if (comm.rank() == 0) log::info("job {}: checkpoint {}", job.job_id, file.string());
   return file;
 }
 
-fs::path save_final(MPI_Comm comm, const JobCheckpointing& job, const TrainPoint& point,
+fs::path save_final(comm::Communicator& comm, const JobCheckpointing& job, const TrainPoint& point,
                     const StateView& state) {
   return save_final(comm, job, point, source_of(state));
 }
 
-fs::path save_final(MPI_Comm comm, const JobCheckpointing& job, const TrainPoint& point,
+fs::path save_final(comm::Communicator& comm, const JobCheckpointing& job, const TrainPoint& point,
                     const SliceSource& source) {
   ensure_mpi();
   return agreed_save(comm, [&] {
-    return save_final_checkpoint(comm, job.job_dir, make_meta(job, point), source);
+    return save_final_checkpoint(mpi_handle(comm), job.job_dir, make_meta(job, point), source);
   });
 }
 
-std::optional<TrainPoint> resume_training(MPI_Comm comm, const JobCheckpointing& job,
+std::optional<TrainPoint> resume_training(comm::Communicator& comm, const JobCheckpointing& job,
                                           const StateView& into) {
   return resume_training(comm, job, source_of(into), [](StatePart, const StateSlices&) {});
 }
 
-std::optional<TrainPoint> resume_training(MPI_Comm comm, const JobCheckpointing& job,
+std::optional<TrainPoint> resume_training(comm::Communicator& comm, const JobCheckpointing& job,
                                           const SliceSource& source, const SliceSink& sink) {
   ensure_mpi();
-  int rank = 0;
-  MPI_Comm_rank(comm, &rank);
+  const int rank = comm.rank();
   ReadOptions opt;
   opt.expect_model = job.model;
   opt.check_meta = [&job](const CheckpointMeta& m) { check_resumable(job, m); };
-  const auto loaded = load_newest_valid(comm, job.job_dir, source, sink, opt);
+  const auto loaded = load_newest_valid(mpi_handle(comm), job.job_dir, source, sink, opt);
   if (!loaded) {
     if (rank == 0)
       log::info("job {}: no checkpoint to resume from in {}; starting from step 0", job.job_id,

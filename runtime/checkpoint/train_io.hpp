@@ -13,6 +13,7 @@
 
 #include "runtime/checkpoint/checkpoint.hpp"
 #include "runtime/checkpoint/store.hpp"
+#include "runtime/comm/communicator.hpp"
 #include "runtime/data/loader.hpp"
 #include "runtime/model/parameters.hpp"
 
@@ -49,18 +50,24 @@ CheckpointMeta make_meta(const JobCheckpointing& job, const TrainPoint& point);
 // checkpoint_every > 0 and step a multiple of it.
 bool checkpoint_due(const TrainConfig& train, std::int64_t step);
 
+// Error unless checkpoints can be written over `comm` (MPI-IO needs an MPI communicator): what
+// a trainer checks before it trains.
+void check_checkpointable(const comm::Communicator& comm);
+
 // jobs/<id>/checkpoints/step-<step>.h5, `latest`, retention. Collective over comm; a failure
 // (e.g. a full disk) is agreed by the ranks and thrown on all as comm::AgreedFailure. A parallel
 // trainer passes a SliceSource, e.g.
 //   [&](ckpt::StatePart p) { return strategy.export_state(parallel::StateKind(int(p))); }
-std::filesystem::path save_training_checkpoint(MPI_Comm comm, const JobCheckpointing& job,
-                                               const TrainPoint& point, const StateView& state);
-std::filesystem::path save_training_checkpoint(MPI_Comm comm, const JobCheckpointing& job,
-                                               const TrainPoint& point, const SliceSource& source);
+std::filesystem::path save_training_checkpoint(comm::Communicator& comm,
+                                               const JobCheckpointing& job, const TrainPoint& point,
+                                               const StateView& state);
+std::filesystem::path save_training_checkpoint(comm::Communicator& comm,
+                                               const JobCheckpointing& job, const TrainPoint& point,
+                                               const SliceSource& source);
 // jobs/<id>/final.h5. Collective over comm; failures as save_training_checkpoint's.
-std::filesystem::path save_final(MPI_Comm comm, const JobCheckpointing& job,
+std::filesystem::path save_final(comm::Communicator& comm, const JobCheckpointing& job,
                                  const TrainPoint& point, const StateView& state);
-std::filesystem::path save_final(MPI_Comm comm, const JobCheckpointing& job,
+std::filesystem::path save_final(comm::Communicator& comm, const JobCheckpointing& job,
                                  const TrainPoint& point, const SliceSource& source);
 
 // Loads the newest valid checkpoint of the job into `into` (falling back past corrupt ones,
@@ -70,9 +77,9 @@ std::filesystem::path save_final(MPI_Comm comm, const JobCheckpointing& job,
 // InputError, refusing to resume, when the newest valid one is not this job's: another job's,
 // another model, another batch_size or seq_len, or a step past the job's steps. Collective
 // over comm. A parallel trainer passes a source (export_state) and a sink (import_state).
-std::optional<TrainPoint> resume_training(MPI_Comm comm, const JobCheckpointing& job,
+std::optional<TrainPoint> resume_training(comm::Communicator& comm, const JobCheckpointing& job,
                                           const StateView& into);
-std::optional<TrainPoint> resume_training(MPI_Comm comm, const JobCheckpointing& job,
+std::optional<TrainPoint> resume_training(comm::Communicator& comm, const JobCheckpointing& job,
                                           const SliceSource& source, const SliceSink& sink);
 
 // Keeps the records of metrics.jsonl up to `step` (a resumed run appends after them).

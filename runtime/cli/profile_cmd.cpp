@@ -19,6 +19,7 @@
 #include "runtime/core/log.hpp"
 #include "runtime/parallel/strategy.hpp"
 #include "runtime/profile/profiler.hpp"
+#include "runtime/rundir/run_dir.hpp"
 #include "runtime/workload/workload.hpp"
 #include "solver/plan_io.hpp"
 #include "solver/problem.hpp"
@@ -49,7 +50,7 @@ int run_profile(const ProfileArgs& a) {
     profile::ProfileOptions opt;
     comm::agree_on(*world, [&] {
       // First: under auto this is collective, and no rank may have thrown before it.
-      req.device = resolve_device(a.device, *world);
+      req.resources.device = resolve_device(a.device, *world);
       LoadOptions lo;
       lo.check_data_files = false;  // trials use synthetic batches
       w = load_workload(a.workload, lo);
@@ -70,7 +71,7 @@ int run_profile(const ProfileArgs& a) {
       }
       req.workload = &w;
       opt.store = !a.store.empty() ? std::filesystem::path(a.store)
-                                   : std::filesystem::path("runs") / w.name / "profiles.h5";
+                                   : RunDir::default_for(w.name).profile_store();
       opt.trials = !a.no_trials;
       opt.trials_per_degree = a.trials;
       opt.refresh = a.refresh;
@@ -86,12 +87,12 @@ int run_profile(const ProfileArgs& a) {
       opt.trial.time_limit_s = a.trial_time_limit;
       opt.trial.serialize = a.serial;
       opt.trial.ballast = !a.no_ballast && !a.serial;
-      // As in `saturn run`: the estimates and the trials both know the capacity.
-      req.device_capacity = parse_bytes(a.device_memory, "--device-memory");
-      opt.trial.device_capacity = req.device_capacity;
-      // Host memory bounds offload; estimates and trials alike.
-      req.host_capacity = parse_bytes(a.host_memory, "--host-memory");
-      opt.trial.host_capacity = req.host_capacity;
+      // As in `saturn run`: the estimates and the trials both know the memory per rank (host
+      // memory bounds offload).
+      req.resources.device_bytes = parse_bytes(a.device_memory, "--device-memory");
+      req.resources.host_bytes = parse_bytes(a.host_memory, "--host-memory");
+      opt.trial.resources.device_bytes = req.resources.device_bytes;
+      opt.trial.resources.host_bytes = req.resources.host_bytes;
       opt.quiet = a.quiet;
     });
     const profile::ProfileResult r = profile::profile_workload(req, *world, opt);

@@ -14,6 +14,7 @@
 #include "runtime/core/error.hpp"
 #include "runtime/core/files.hpp"
 #include "runtime/report/run_data.hpp"
+#include "runtime/rundir/run_dir.hpp"
 
 namespace saturn::cli {
 
@@ -24,9 +25,8 @@ struct ReportArgs {
 };
 
 int run_report(const ReportArgs& a) {
-  const std::filesystem::path out = a.output.empty()
-                                        ? std::filesystem::path(a.run_dir) / "report.html"
-                                        : std::filesystem::path(a.output);
+  const std::filesystem::path out =
+      a.output.empty() ? RunDir(a.run_dir).report_file() : std::filesystem::path(a.output);
   check_output_file(out);  // before reading the run: a refused -o costs nothing
   const report::RunData run = report::read_run(a.run_dir);
   const std::string html = report::render_html(run);

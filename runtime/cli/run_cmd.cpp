@@ -19,6 +19,7 @@
 #include "runtime/exec/coordinator.hpp"
 #include "runtime/exec/executor.hpp"
 #include "runtime/parallel/strategy.hpp"
+#include "runtime/rundir/run_dir.hpp"
 
 namespace saturn::cli {
 namespace {
@@ -91,7 +92,7 @@ int run_run(RunArgs a, int argc, char** argv) {
   if (!a.resume_dir.empty()) {
     a.options.resume = true;
     a.options.run_dir = a.resume_dir;
-    if (a.workload.empty()) a.workload = (fs::path(a.resume_dir) / "workload.yaml").string();
+    if (a.workload.empty()) a.workload = RunDir(a.resume_dir).workload_copy().string();
   }
   if (a.resume_flag) a.options.resume = true;
   if (a.workload.empty())

@@ -13,6 +13,7 @@
 #include "runtime/cli/device_choice.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/log.hpp"
+#include "runtime/rundir/run_dir.hpp"
 #include "runtime/workload/run_workload.hpp"
 #include "runtime/workload/workload.hpp"
 #include "slurm/sbatch.hpp"
@@ -43,13 +44,14 @@ int run_sbatch(const SbatchArgs& a) {
 
   slurm::SbatchOptions o;
   o.workload = fs::absolute(a.workload).lexically_normal();
-  o.run_dir = fs::absolute(a.run_dir.empty() ? fs::path("runs") / w.name : fs::path(a.run_dir))
-                  .lexically_normal();
+  o.run_dir =
+      fs::absolute(a.run_dir.empty() ? RunDir::default_for(w.name).root() : fs::path(a.run_dir))
+          .lexically_normal();
   // A run directory that holds a run makes the job resume that run, with its own copy of the
   // workload: a WORKLOAD edited since would be silently ignored, so it is refused here, as
   // `saturn run --resume` refuses it.
-  if (fs::exists(o.run_dir / "timeline.jsonl") && run_copy_differs(o.run_dir, w)) {
-    const fs::path copy = o.run_dir / "workload.yaml";
+  if (RunDir(o.run_dir).holds_run() && run_copy_differs(o.run_dir, w)) {
+    const fs::path copy = RunDir(o.run_dir).workload_copy();
     throw InputError(fmt::format(
         "saturn sbatch: {} already holds a run whose workload ({}) differs from {}; the job "
         "would resume that run as it is: to change it, edit {}; to run {} as a new batch, "

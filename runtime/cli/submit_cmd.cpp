@@ -18,6 +18,7 @@
 #include "runtime/cli/commands.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/exec/spool.hpp"
+#include "runtime/rundir/run_dir.hpp"
 #include "runtime/workload/run_workload.hpp"
 #include "runtime/workload/workload.hpp"
 
@@ -34,7 +35,7 @@ struct SubmitArgs {
 
 int run_submit(const SubmitArgs& a) {
   const fs::path dir = a.run_dir;
-  if (!fs::exists(dir / "timeline.jsonl") || !fs::exists(dir / "workload.yaml"))
+  if (!RunDir(dir).holds_run() || !fs::exists(RunDir(dir).workload_copy()))
     throw InputError(fmt::format(
         "{} holds no run of `saturn run` (no timeline.jsonl and workload.yaml)", dir.string()));
   const fs::path file = fs::absolute(a.file).lexically_normal();

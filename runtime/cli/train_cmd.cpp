@@ -17,6 +17,7 @@
 #include "runtime/core/error.hpp"
 #include "runtime/core/log.hpp"
 #include "runtime/parallel/strategy.hpp"
+#include "runtime/rundir/run_dir.hpp"
 #include "runtime/train/parallel_trainer.hpp"
 #include "runtime/workload/workload.hpp"
 
@@ -31,7 +32,9 @@ struct TrainArgs {
   std::vector<std::string> knobs;
   std::string device = "auto";
   std::string run_dir;
-  std::string memory = "0";
+  std::string device_memory = "0";
+  std::string deprecated_memory;  // --memory, the old spelling of --device-memory
+  std::string host_memory = "0";
   std::int64_t max_steps = -1;
   bool quiet = false;
   bool resume = false;
@@ -77,7 +80,7 @@ int run_job(const TrainArgs& a) {
     std::filesystem::path run_dir;
     comm::agree_on(*world, [&] {
       // First: under auto this is collective, and no rank may have thrown before it.
-      opt.device = resolve_device(a.device, *world);
+      opt.resources.device = resolve_device(a.device, *world);
       par.knobs = parallel::parse_knobs(a.knobs);
       par.strategy = a.strategy;
       par.degree = a.degree > 0 ? a.degree : world->size();
@@ -91,26 +94,32 @@ int run_job(const TrainArgs& a) {
             "job {}: early_stop applies under `saturn run`; saturn train trains to the last "
             "step",
             spec.id);
-      // On a GPU the capacity is the device's (less a reserve); --memory may only lower it.
-      opt.device_capacity =
-          device_capacity_for(opt.device, std::max(0, comm::launcher_local_rank()),
-                              parse_bytes(a.memory, "--memory"), "--memory");
+      // On a GPU the capacity is the device's (less a reserve); --device-memory may only lower
+      // it.
+      const bool old_flag = !a.deprecated_memory.empty();
+      const char* flag = old_flag ? "--memory" : "--device-memory";
+      if (old_flag && rank == 0)
+        log::warn("--memory is deprecated: it is --device-memory, as in saturn run and profile");
+      opt.resources.device_bytes = device_capacity_for(
+          opt.resources.device, std::max(0, comm::launcher_local_rank()),
+          parse_bytes(old_flag ? a.deprecated_memory : a.device_memory, flag), flag);
+      opt.resources.host_bytes = parse_bytes(a.host_memory, "--host-memory");
       opt.max_steps = a.max_steps;
       opt.quiet = a.quiet || rank != 0;
       opt.resume = a.resume;
       opt.keep_checkpoints = a.keep_checkpoints;
       opt.export_hf = w.export_format == "hf";
-      run_dir = a.run_dir.empty() ? std::filesystem::path("runs") / w.name
-                                  : std::filesystem::path(a.run_dir);
-      opt.job_dir = run_dir / "jobs" / job.id;
+      run_dir =
+          a.run_dir.empty() ? RunDir::default_for(w.name).root() : std::filesystem::path(a.run_dir);
+      opt.job_dir = RunDir(run_dir).job_dir(job.id);
     });
     par.prepare = [&] {
       std::filesystem::create_directories(run_dir);
-      std::filesystem::copy_file(a.workload, run_dir / "workload.yaml",
+      std::filesystem::copy_file(a.workload, RunDir(run_dir).workload_copy(),
                                  std::filesystem::copy_options::overwrite_existing);
     };
     train_with_strategy(job, opt, par, *world);
-    if (rank == 0) log::info("metrics: {}", (opt.job_dir / "metrics.jsonl").string());
+    if (rank == 0) log::info("metrics: {}", RunDir::metrics_file(opt.job_dir).string());
     return kExitOk;
   } catch (const comm::AgreedFailure& e) {
     return comm::report_agreed_failure(*world, e);
@@ -168,10 +177,19 @@ void add_train_command(CLI::App& root, Action* action) {
       ->check(CLI::IsMember(device_option_values()))
       ->capture_default_str();
   cmd->add_option("--run-dir", args->run_dir, "Run directory (default: runs/<workload name>)");
-  cmd->add_option("--memory", args->memory,
-                  "Device memory capacity, e.g. 2GiB (0: unlimited on the CPU, the GPU's memory "
-                  "less 2 GiB reserved on CUDA, which it may only lower); exceeding it is a "
-                  "clean out-of-memory error");
+  CLI::Option* device_memory =
+      cmd->add_option("--device-memory", args->device_memory,
+                      "Device memory per rank, e.g. 2GiB (0: unlimited on the CPU, the GPU's "
+                      "memory less 2 GiB reserved on CUDA, which it may only lower); exceeding it "
+                      "is a clean out-of-memory error")
+          ->capture_default_str();
+  cmd->add_option("--memory", args->deprecated_memory,
+                  "Deprecated spelling of --device-memory (still accepted, with a warning)")
+      ->excludes(device_memory);
+  cmd->add_option("--host-memory", args->host_memory,
+                  "Host memory per rank for offloaded parameters and optimizer state, e.g. 64MiB "
+                  "(0: unlimited)")
+      ->capture_default_str();
   cmd->add_option("--max-steps", args->max_steps, "Stop after this many steps (smoke tests)");
   cmd->add_flag("--quiet", args->quiet, "No progress lines");
   cmd->add_flag("--resume", args->resume,

@@ -23,6 +23,7 @@
 #include "runtime/exec/signals.hpp"
 #include "runtime/exec/spool.hpp"
 #include "runtime/exec/submission.hpp"
+#include "runtime/rundir/run_dir.hpp"
 #include "runtime/workload/run_workload.hpp"
 #include "solver/gantt.hpp"
 #include "solver/plan_io.hpp"
@@ -123,7 +124,7 @@ struct Coordinator::Impl {
     // Submissions parse against the batch's text (workload.source_text, which --resume checked
     // equals the run directory's copy); their messages name the copy, the file `saturn submit`
     // users see.
-    batch.source = setup.run_dir / "workload.yaml";
+    batch.source = RunDir(setup.run_dir).workload_copy();
     accepted = accepted_submissions(setup.run_dir);
     if (setup.elapsed_before_s > 0) files.read_history(table);
     // Stopped by their early_stop in an earlier run: they stay stopped.
@@ -135,7 +136,7 @@ struct Coordinator::Impl {
           js->reason = EarlyStopHit::from_json(hit).describe() + " (before --resume)";
         }
     if (selection.enabled() && !setup.selection_state.is_null())
-      selection.restore(setup.selection_state, (setup.run_dir / "run_state.json").string());
+      selection.restore(setup.selection_state, RunDir(setup.run_dir).run_state_file().string());
     for (const auto& id : setup.cancelled)
       if (JobState* js = table.find(id); js != nullptr && js->status == JobStatus::kPending) {
         js->status = JobStatus::kCancelled;

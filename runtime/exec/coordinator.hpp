@@ -65,9 +65,9 @@ struct CoordinatorSetup {
   int next_plan_index = 0;
   double progress_interval_s = 5;
   bool quiet = false;
-  // Memory per rank the run was given (bytes, 0: unlimited): run_state.json keeps them, so a
+  // The memory per rank the run was given (bytes, 0: unlimited): run_state.json keeps it, so a
   // resume plans for the same machine unless told otherwise.
-  std::size_t device_capacity = 0, host_capacity = 0;
+  Resources resources;
   // On resume: run_state.json's "selection" (every rung metric and decision so far); null if none.
   nlohmann::json selection_state;
   // On resume: the jobs `saturn cancel` cancelled in earlier runs (run_state.json "cancelled").

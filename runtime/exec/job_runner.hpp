@@ -23,10 +23,7 @@ struct RunContext {
   MPI_Comm control = MPI_COMM_NULL;  // the coordinator's channel (rank 0)
   std::filesystem::path run_dir;
   const Workload* workload = nullptr;
-  std::size_t device_capacity = 0;       // per rank, bytes (0: unlimited)
-  std::size_t host_capacity = 0;         // per rank, bytes (0: unlimited)
-  DeviceKind device = DeviceKind::kCpu;  // the backend every job trains on
-  int device_index = -1;                 // this rank's device (launch binding), -1: its own
+  Resources resources;  // every job's backend, this rank's device, the memory per rank
   double progress_interval_s = 1.0;
 };
 

@@ -12,9 +12,7 @@ profile::ProfileRequest profile_request(const PlanningRequest& request) {
   pr.cluster = request.ranks->cluster;
   pr.device_rank = request.ranks->device_rank;
   pr.steps = request.remaining_steps;
-  pr.device_capacity = request.device_capacity;
-  pr.host_capacity = request.host_capacity;
-  pr.device = request.device;
+  pr.resources = request.resources;
   return pr;
 }
 
@@ -26,9 +24,7 @@ profile::ProfileOptions profile_options(const PlanningRequest& request) {
   opts.current_practice = request.current_practice;
   // Trials run in pools of the sizes the jobs will get, so an estimate that is wrong about
   // memory fails its trial instead of the job.
-  opts.trial.device_capacity = request.device_capacity;
-  opts.trial.host_capacity = request.host_capacity;
-  opts.trial.device_index = request.device_index;
+  opts.trial.resources = request.resources;
   // Calibrate once per hardware, not once per run directory (SATURN_CALIBRATION_CACHE=none
   // turns the shared cache off).
   opts.calibration_cache = profile::default_calibration_cache();

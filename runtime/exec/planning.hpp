@@ -20,13 +20,10 @@ struct PlanningRequest {
   const RankMap* ranks = nullptr;
   std::vector<std::int64_t> remaining_steps;  // per workload job; 0 = finished (left out)
   std::filesystem::path store;                // profile store (HDF5)
-  std::size_t device_capacity = 0;            // bytes per rank (0: unlimited)
-  std::size_t host_capacity = 0;              // bytes of host memory per rank (0: unlimited)
+  Resources resources;                        // the jobs' backend, this rank's device, memory
   bool quick_calibration = false;
   bool trials = true;
-  std::string current_practice;          // profile::ProfileOptions::current_practice
-  DeviceKind device = DeviceKind::kCpu;  // the backend of the jobs
-  int device_index = -1;                 // this rank's device (launch binding), -1: its own
+  std::string current_practice;  // profile::ProfileOptions::current_practice
 };
 
 // Collective over `world`: trials run on disjoint rank groups, results land in the store.

@@ -11,6 +11,7 @@
 #include "runtime/core/files.hpp"
 #include "runtime/core/log.hpp"
 #include "runtime/hf/hf_model.hpp"
+#include "runtime/rundir/run_dir.hpp"
 
 namespace saturn::exec {
 
@@ -25,7 +26,7 @@ void write_run_file(const fs::path& path, const std::string& text) {
 }
 
 RunFiles::RunFiles(const CoordinatorSetup& setup) : setup_(&setup) {
-  timeline_.open(setup.run_dir / "timeline.jsonl", std::ios::app);
+  timeline_.open(RunDir(setup.run_dir).timeline_file(), std::ios::app);
 }
 
 void RunFiles::event(nlohmann::json e, double t) {
@@ -35,7 +36,7 @@ void RunFiles::event(nlohmann::json e, double t) {
 }
 
 void RunFiles::read_history(JobTable& table) const {
-  std::istringstream in(read_input_file(setup_->run_dir / "timeline.jsonl"));
+  std::istringstream in(read_input_file(RunDir(setup_->run_dir).timeline_file()));
   std::string line;
   double last_t = 0;
   auto& jobs = table.jobs;
@@ -104,9 +105,9 @@ void RunFiles::read_history(JobTable& table) const {
 }
 
 void RunFiles::write_plan(int index, const nlohmann::json& plan) {
-  const fs::path dir = setup_->run_dir / "plans";
-  fs::create_directories(dir);
-  write_run_file(dir / fmt::format("plan-{:03}.json", index), plan.dump(2));
+  const RunDir run(setup_->run_dir);
+  fs::create_directories(run.plans_dir());
+  write_run_file(run.plan_file(index), plan.dump(2));
 }
 
 // What `--resume` needs besides checkpoints: wall time so far, the next plan number, the data
@@ -150,10 +151,10 @@ void RunFiles::write_run_state(double elapsed_s, int next_plan, const nlohmann::
                           {"val_data", fs::absolute(w.val_data).string()},
                           {"model_dirs", model_dirs},
                           {"model_checksums", checksums},
-                          {"device_memory_bytes", setup_->device_capacity},
-                          {"host_memory_bytes", setup_->host_capacity}};
+                          {"device_memory_bytes", setup_->resources.device_bytes},
+                          {"host_memory_bytes", setup_->resources.host_bytes}};
   for (const auto& [k, v] : extra.items()) state[k] = v;
-  write_run_file(setup_->run_dir / "run_state.json", state.dump(2));
+  write_run_file(RunDir(setup_->run_dir).run_state_file(), state.dump(2));
 }
 
 nlohmann::json RunFiles::job_entry(const JobTable& table, const JobState& js, double now) const {
@@ -222,7 +223,7 @@ void RunFiles::write_summary_file(const JobTable& table, const BatchFacts& facts
                       {"jobs", std::move(jobs)}};
   if (!best_id.empty()) s["best_job"] = {{"id", best_id}, {"val_loss", best}};
   for (const auto& [k, v] : facts.extra.items()) s[k] = v;
-  write_run_file(setup_->run_dir / "summary.json", s.dump(2));
+  write_run_file(RunDir(setup_->run_dir).summary_file(), s.dump(2));
 }
 
 }  // namespace saturn::exec

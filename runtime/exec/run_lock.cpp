@@ -20,6 +20,7 @@
 
 #include "runtime/core/error.hpp"
 #include "runtime/core/log.hpp"
+#include "runtime/rundir/run_dir.hpp"
 
 namespace saturn::exec {
 namespace {
@@ -117,7 +118,7 @@ RunLock RunLock::acquire(const fs::path& run_dir, bool create) {
           fmt::format("cannot create the run directory {}: {}", run_dir.string(), ec.message()));
     lock.created_dir_ = run_dir;
   }
-  const fs::path file = run_dir / kRunLockFile;
+  const fs::path file = RunDir(run_dir).lock_file();
   // A releasing holder unlinks the file while it still holds it: a lock taken on that unlinked
   // file is worthless, so it is dropped and the file opened again.
   for (int attempt = 0; attempt < 10; ++attempt) {

@@ -42,6 +42,5 @@ class RunLock {
 };
 
 // The file name of the lock in a run directory.
-inline constexpr const char* kRunLockFile = "run.lock";
 
 }  // namespace saturn::exec

@@ -12,13 +12,14 @@
 #include "runtime/core/atomic_file.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/files.hpp"
+#include "runtime/rundir/run_dir.hpp"
 
 namespace saturn::exec {
 
 namespace fs = std::filesystem;
 
 fs::path spool_dir(const fs::path& run_dir) {
-  return run_dir / "spool";
+  return RunDir(run_dir).spool_dir();
 }
 
 namespace {
@@ -98,7 +99,7 @@ std::vector<Submission> waiting_submissions(const fs::path& run_dir) {
 }
 
 void finish_taken_request(SpoolRequest& request) {
-  const fs::path to = request.file.parent_path() / "done";
+  const fs::path to = RunDir(request.run_dir).spool_done_dir();
   std::error_code ec;
   fs::create_directories(to, ec);
   const fs::path moved = to / request.file.filename();
@@ -113,9 +114,7 @@ void finish_taken_request(SpoolRequest& request) {
 }
 
 void reject_taken_request(SpoolRequest& request, const std::string& reason) {
-  // A submit request is rejected from the spool itself, any other from spool/done.
-  const fs::path parent = request.file.parent_path();
-  const fs::path to = (parent.filename() == "done" ? parent.parent_path() : parent) / "rejected";
+  const fs::path to = RunDir(request.run_dir).spool_rejected_dir();
   std::error_code ec;
   fs::create_directories(to, ec);
   const fs::path moved = to / request.file.filename();
@@ -132,6 +131,7 @@ std::vector<SpoolRequest> take_spool_requests(const fs::path& run_dir) {
   std::vector<SpoolRequest> out;
   for (const auto& f : request_files(dir)) {
     SpoolRequest r = parse_request(f);
+    r.run_dir = run_dir;
     if (r.error.empty() && r.kind == "submit") {
       // Stays in the spool until rank 0 has recorded it in RUN_DIR/submitted (then
       // finish_taken_request) or rejected it: a crash in between leaves it to be taken again.
@@ -139,7 +139,8 @@ std::vector<SpoolRequest> take_spool_requests(const fs::path& run_dir) {
       out.push_back(std::move(r));
       continue;
     }
-    const fs::path to = dir / (r.error.empty() ? "done" : "rejected");
+    const fs::path to =
+        r.error.empty() ? RunDir(run_dir).spool_done_dir() : RunDir(run_dir).spool_rejected_dir();
     fs::create_directories(to, ec);
     r.file = to / f.filename();
     fs::rename(f, r.file, ec);

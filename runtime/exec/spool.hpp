@@ -14,6 +14,7 @@
 namespace saturn::exec {
 
 struct SpoolRequest {
+  std::filesystem::path run_dir;  // whose spool it came from
   std::filesystem::path file;     // where it is now (spool/done or spool/rejected)
   std::string kind;               // "cancel" or "submit"
   std::vector<std::string> jobs;  // cancel: the ids to cancel; submit: the ids it adds

@@ -16,6 +16,7 @@
 #include "runtime/parallel/strategy.hpp"
 #include "runtime/profile/text_comm.hpp"
 #include "runtime/profile/util.hpp"
+#include "runtime/rundir/run_dir.hpp"
 
 namespace saturn::profile {
 namespace {
@@ -109,11 +110,12 @@ class Profiler {
         cal_(std::move(calibration)),
         store_(std::move(store)) {
     if (req_.workload == nullptr) throw InputError("profile: no workload given");
-    capacity_ = req_.device_capacity;
+    capacity_ = req_.resources.device_bytes;
     if (capacity_ == 0)
       for (const auto& n : req_.cluster.nodes)
         capacity_ = std::max(capacity_, static_cast<std::size_t>(n.memory_gib * kGiB));
-    trial_capacity_ = opt_.trial.device_capacity > 0 ? opt_.trial.device_capacity : capacity_;
+    trial_capacity_ =
+        opt_.trial.resources.device_bytes > 0 ? opt_.trial.resources.device_bytes : capacity_;
   }
 
   void estimate() {
@@ -143,7 +145,7 @@ class Profiler {
             c.key = ProfileKey{shapes_[s].signature, c.config, hw_id};
             c.key_id = c.key.id();
             c.est = estimate_cost(shapes_[s].model, shapes_[s].train, c.config, cal_, capacity_,
-                                  req_.host_capacity, req_.device);
+                                  req_.resources.host_bytes, req_.resources.device);
             if (const ProfileEntry* e = store_.find(c.key_id); e && e->measured)
               if (reusable(*e->measured, trial_capacity_)) c.measured = e->measured;
             c.status = c.est.feasible ? "estimate" : "infeasible: " + c.est.reason;
@@ -575,7 +577,7 @@ std::filesystem::path default_calibration_cache() {
 // The trials run on the request's backend.
 TrialOptions trial_options(const ProfileOptions& options, const ProfileRequest& request) {
   TrialOptions t = options.trial;
-  t.device = request.device;
+  t.resources.device = request.resources.device;
   return t;
 }
 
@@ -584,7 +586,7 @@ ProfileResult profile_workload(const ProfileRequest& request, comm::Communicator
   const auto t0 = Clock::now();
   const bool talk = !options.quiet && world.rank() == 0;
   std::vector<int> node_of_rank;
-  const Hardware hw = detect_hardware(world, &node_of_rank, request.device);
+  const Hardware hw = detect_hardware(world, &node_of_rank, request.resources.device);
   const ProfileRequest req = with_cluster(request, hw);
 
   // Rank 0 reads the store (and, when it lacks this hardware, the shared calibration cache);
@@ -617,8 +619,8 @@ ProfileResult profile_workload(const ProfileRequest& request, comm::Communicator
 
   // Calibration on the jobs' backend: each rank's GPU on CUDA, timed with its device timer.
   CalibrationOptions copt = options.calibration;
-  copt.device = request.device;
-  copt.device_index = options.trial.device_index;
+  copt.device = request.resources.device;
+  copt.device_index = options.trial.resources.device_index;
   // Calibration measures rates, not what fits: it runs before any job and frees what it took,
   // so it uses the device's own memory as the CPU's calibration uses the host's, not the
   // jobs' --device-memory (a test's or a small device's cap would leave it nothing to time).
@@ -643,10 +645,10 @@ ProfileResult profile_workload(const ProfileRequest& request, comm::Communicator
   // this hardware's: calibrate again.
   const bool stored_fits =
       rec && rec->calibration &&
-      (rec->calibration->device == "cpu") == (request.device == DeviceKind::kCpu);
+      (rec->calibration->device == "cpu") == (request.resources.device == DeviceKind::kCpu);
   if (talk && rec && rec->calibration && !stored_fits)
     log::info("the stored calibration of {} is the {}'s, not the {}'s: calibrating again",
-              hw.describe(), rec->calibration->device, device_kind_name(request.device));
+              hw.describe(), rec->calibration->device, device_kind_name(request.resources.device));
   if (stored_fits && !options.recalibrate) {
     cal = *rec->calibration;
   } else {
@@ -659,7 +661,7 @@ ProfileResult profile_workload(const ProfileRequest& request, comm::Communicator
   }
   if (talk)
     log::info("calibration of {}: rates of {}, timed with {}", hw.id(), cal.device, cal.timer);
-  if (request.device == DeviceKind::kCuda) {
+  if (request.resources.device == DeviceKind::kCuda) {
     // GEMM rates at the jobs' own shapes: estimate once to learn which shapes the estimates
     // time (micro-batches do not depend on the rates), time those the calibration lacks.
     Profiler first(req, options, hw, cal, store);
@@ -774,7 +776,8 @@ ProfileResult profile_from_store(const ProfileRequest& request, const ProfileOpt
   ProfileRequest req = with_cluster(request, hw);
   // The stored hardware's backend decides the estimates (memory and rates): a store profiled
   // with --device cuda is planned as CUDA jobs, from its GPU calibration.
-  if (hw.device_kind != device_kind_name(DeviceKind::kCpu)) req.device = DeviceKind::kCuda;
+  if (hw.device_kind != device_kind_name(DeviceKind::kCpu))
+    req.resources.device = DeviceKind::kCuda;
   // Nominal numbers stand in for whichever backend the hardware is (and say they are nominal).
   if (nominal) cal.device = hw.device_kind;
   ProfileOptions opt = options;
@@ -824,7 +827,7 @@ WorkloadProblem problem_from_store(const std::filesystem::path& workload,
   }
   in.store = store;
   if (in.store.empty()) {
-    const auto fallback = std::filesystem::path("runs") / in.workload.name / "profiles.h5";
+    const auto fallback = RunDir::default_for(in.workload.name).profile_store();
     std::error_code ec;
     if (std::filesystem::exists(fallback, ec)) in.store = fallback;
   } else if (!std::filesystem::exists(in.store)) {

@@ -69,9 +69,9 @@ struct ProfileRequest {
   solver::Cluster cluster;          // what the solver plans for
   std::vector<int> device_rank;     // global device id -> world rank (empty: ranks by host)
   std::vector<std::int64_t> steps;  // per workload job (empty: train.steps); 0 leaves a job out
-  std::size_t device_capacity = 0;  // bytes per device (0: the cluster's memory_gib, if any)
-  std::size_t host_capacity = 0;    // bytes of host memory per rank for offload (0: unlimited)
-  DeviceKind device = DeviceKind::kCpu;  // the backend the jobs (and the trials) run on
+  // The backend the jobs (and the trials) run on, and the memory per rank: device_bytes 0 means
+  // the cluster's memory_gib, if any; host_bytes 0, unlimited.
+  Resources resources;
 };
 
 // How to run one configuration of the problem, and where its numbers came from.

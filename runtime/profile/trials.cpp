@@ -126,7 +126,7 @@ Measurement run_one_trial(const TrialRequest& trial, comm::Communicator& group,
                           const TrialOptions& o) {
   const auto t0 = Clock::now();
   Measurement m;
-  m.device_capacity = o.device_capacity;
+  m.device_capacity = o.resources.device_bytes;
   m.measured_utc = utc_now();
   try {
     std::unique_ptr<Device> device;
@@ -143,12 +143,13 @@ Measurement run_one_trial(const TrialRequest& trial, comm::Communicator& group,
       spec.train = trial.train;
       spec.degree = trial.config.degree;
       spec.knobs = parallel::parse_knobs(trial.config.knobs);
-      spec.backend = o.device;
+      spec.backend = o.resources.device;
       s = parallel::make_strategy(trial.config.strategy, spec);
       // The rank's own device (its binding), whatever group the trial put it in.
-      device = make_device(o.device, o.device_index >= 0 ? o.device_index : group.rank(),
-                           o.device_capacity);
-      host = std::make_unique<MemoryPool>("host", o.host_capacity, device->host_allocator());
+      const Resources& res = o.resources;
+      device = make_device(res.device, res.device_index >= 0 ? res.device_index : group.rank(),
+                           res.device_bytes);
+      host = std::make_unique<MemoryPool>("host", res.host_bytes, device->host_allocator());
     });
     comms = comm::make_comm_pair(group, *device);
     comm::agree_on(group, [&] { s->setup(*comms, *device, *host); });

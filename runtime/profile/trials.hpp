@@ -31,19 +31,18 @@ struct TrialRequest {
 };
 
 struct TrialOptions {
-  int warmup_steps = 1;             // untimed steps first (first-touch of memory, caches)
-  int measure_steps = 2;            // timed steps; the median is the measurement
-  bool serialize = false;           // one trial at a time
-  bool ballast = true;              // idle ranks compute while a round runs (see above)
-  bool measure_eval = false;        // also time one evaluation (else Measurement::eval_s = 0)
-  std::size_t device_capacity = 0;  // bytes of each trial rank's device pool (0: unlimited)
-  std::size_t host_capacity = 0;    // and of its host pool (offload)
+  int warmup_steps = 1;       // untimed steps first (first-touch of memory, caches)
+  int measure_steps = 2;      // timed steps; the median is the measurement
+  bool serialize = false;     // one trial at a time
+  bool ballast = true;        // idle ranks compute while a round runs (see above)
+  bool measure_eval = false;  // also time one evaluation (else Measurement::eval_s = 0)
+  // The backend the trials run on, this rank's device (the launch binding's), and the capacity
+  // of each trial rank's device pool and host pool (offload); 0: unlimited.
+  Resources resources;
   // Wall-clock budget of one trial in seconds (0: none). A configuration so slow that its
   // steps overrun it is not worth more trial time: the steps done so far are the measurement
   // (Measurement::reason says so), and the round's other groups are not held up much longer.
   double time_limit_s = 60;
-  DeviceKind device = DeviceKind::kCpu;  // the backend the trials run on
-  int device_index = -1;  // this rank's device as the launch binding chose it (-1: its rank)
 };
 
 // The world's ranks by node (the trials' placement): a single-node configuration of degree d

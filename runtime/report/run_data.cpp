@@ -12,6 +12,7 @@
 
 #include "runtime/core/error.hpp"
 #include "runtime/core/json_file.hpp"
+#include "runtime/rundir/run_dir.hpp"
 #include "runtime/workload/run_workload.hpp"
 #include "runtime/workload/workload.hpp"
 #include "solver/gantt.hpp"
@@ -115,7 +116,7 @@ PlanInfo read_plan(const fs::path& file, int index) {
   const Where w{file, 0, ""};
   PlanInfo p;
   p.index = index;
-  p.file = (fs::path("plans") / file.filename()).string();
+  p.file = (RunDir(fs::path()).plans_dir() / file.filename()).string();  // relative
   p.created_s = w.number_or(j, "created_s", 0.0);
   p.makespan_s = w.number(j, "makespan_s");
   p.lower_bound_s = p.created_s + w.number_or(j, "lower_bound_s", 0.0);
@@ -197,125 +198,139 @@ std::string format_seconds(double s) {
   return solver::format_duration(s);
 }
 
-RunData read_run(const fs::path& dir) {
-  std::error_code ec;
-  if (!fs::exists(dir, ec))
-    throw InputError(fmt::format("{}: no such run directory", dir.string()));
-  if (!fs::is_directory(dir, ec))
-    throw InputError(
-        fmt::format("{}: not a directory (give the run directory of `saturn run`)", dir.string()));
-  const fs::path workload_file = dir / "workload.yaml";
-  const fs::path timeline_file = dir / "timeline.jsonl";
-  if (!fs::exists(workload_file))
-    throw InputError(fmt::format(
-        "{}: missing, so {} is not a run directory of `saturn run` (it holds workload.yaml, "
-        "cluster.json, plans/, timeline.jsonl, jobs/)",
-        workload_file.string(), dir.string()));
+namespace {
 
-  RunData run;
-  run.dir = dir;
-  // The batch as it stands: its copy of the workload and the jobs `saturn submit` added.
-  const Workload w = load_batch_workload(dir);
-  run.name = w.name;
-  if (w.selection.enabled()) run.rung_steps = w.selection.rung_steps();
-  std::map<std::string, std::size_t> index;
-  for (const auto& spec : w.jobs) {
-    JobInfo j;
-    j.id = spec.id;
-    j.model = spec.model_name;
-    j.lr = spec.train.optimizer.lr;
-    j.batch_size = spec.train.batch_size;
-    j.steps = spec.train.steps;
-    j.metrics = read_metrics(dir / "jobs" / spec.id / "metrics.jsonl");
-    index[j.id] = run.jobs.size();
-    run.jobs.push_back(std::move(j));
+// One run directory read into a RunData, in the order its files build the picture: the batch's
+// jobs and their metrics, the cluster, the plans, then the timeline replayed (every run of the
+// directory appended its events), and what follows from them.
+class RunReader {
+ public:
+  explicit RunReader(const fs::path& dir) : files_(dir) { run_.dir = dir; }
+
+  RunData read() {
+    check_directory();
+    read_jobs();
+    read_cluster();
+    read_plans();
+    if (fs::exists(files_.timeline_file())) replay_timeline();
+    shift_plans();
+    close_running_segments();
+    summarize_jobs();
+    label_ranks();
+    estimate_etas();
+    total_up();
+    pick_best_job();
+    note_freshness();
+    return std::move(run_);
   }
-  auto job_at = [&](const fs::path& file, int line, const std::string& id) -> JobInfo& {
-    auto it = index.find(id);
-    if (it == index.end())
+
+ private:
+  void check_directory() const {
+    const fs::path& dir = files_.root();
+    std::error_code ec;
+    if (!fs::exists(dir, ec))
+      throw InputError(fmt::format("{}: no such run directory", dir.string()));
+    if (!fs::is_directory(dir, ec))
+      throw InputError(fmt::format("{}: not a directory (give the run directory of `saturn run`)",
+                                   dir.string()));
+    if (!fs::exists(files_.workload_copy()))
+      throw InputError(fmt::format(
+          "{}: missing, so {} is not a run directory of `saturn run` (it holds workload.yaml, "
+          "cluster.json, plans/, timeline.jsonl, jobs/)",
+          files_.workload_copy().string(), dir.string()));
+  }
+
+  // The batch as it stands: its copy of the workload and the jobs `saturn submit` added.
+  void read_jobs() {
+    const Workload w = load_batch_workload(files_.root());
+    run_.name = w.name;
+    if (w.selection.enabled()) run_.rung_steps = w.selection.rung_steps();
+    for (const auto& spec : w.jobs) {
+      JobInfo j;
+      j.id = spec.id;
+      j.model = spec.model_name;
+      j.lr = spec.train.optimizer.lr;
+      j.batch_size = spec.train.batch_size;
+      j.steps = spec.train.steps;
+      j.metrics = read_metrics(RunDir::metrics_file(files_.job_dir(spec.id)));
+      index_[j.id] = run_.jobs.size();
+      run_.jobs.push_back(std::move(j));
+    }
+    open_.assign(run_.jobs.size(), nullptr);
+    limit_.assign(run_.jobs.size(), kNoLimit);
+  }
+
+  JobInfo& job_at(const fs::path& file, int line, const std::string& id) {
+    auto it = index_.find(id);
+    if (it == index_.end())
       throw InputError(fmt::format("{}{}: job '{}' is not a job of {}", file.string(),
                                    line > 0 ? fmt::format(":{}", line) : "", id,
-                                   workload_file.string()));
-    return run.jobs[it->second];
-  };
+                                   files_.workload_copy().string()));
+    return run_.jobs[it->second];
+  }
+  std::size_t index_of(const JobInfo& j) const {
+    return static_cast<std::size_t>(&j - run_.jobs.data());
+  }
 
   // Devices: cluster.json (the latest run's cluster) names each rank's node.
-  std::map<int, std::string> node_of_rank;
-  const fs::path cluster_file = dir / "cluster.json";
-  if (fs::exists(cluster_file)) {
-    const json c = read_json_file(cluster_file);
-    const Where wc{cluster_file, 0, ""};
+  void read_cluster() {
+    const fs::path file = files_.cluster_file();
+    if (!fs::exists(file)) return;
+    const json c = read_json_file(file);
+    const Where wc{file, 0, ""};
     const json& nodes = wc.need(c, "nodes");
-    if (!nodes.is_array()) fail(cluster_file, "nodes: expected an array");
+    if (!nodes.is_array()) fail(file, "nodes: expected an array");
     int devices = 0;
     for (std::size_t n = 0; n < nodes.size(); ++n) {
-      const Where wn{cluster_file, 0, fmt::format("nodes[{}].", n)};
+      const Where wn{file, 0, fmt::format("nodes[{}].", n)};
       const std::string name = wn.text(nodes[n], "name");
       devices += static_cast<int>(wn.integer(nodes[n], "devices"));
       if (nodes[n].contains("ranks"))
-        for (int r : wn.ranks(nodes[n], "ranks")) node_of_rank[r] = name;
+        for (int r : wn.ranks(nodes[n], "ranks")) node_of_rank_[r] = name;
     }
-    run.devices = devices;
+    run_.devices = devices;
   }
 
-  // Plans, in order of their index.
-  const fs::path plans_dir = dir / "plans";
-  if (fs::is_directory(plans_dir)) {
-    std::map<int, fs::path> files;
-    for (const auto& e : fs::directory_iterator(plans_dir)) {
-      const std::string f = e.path().filename().string();
-      int k = 0;
-      // plan-NNN.json only; plan-NNN.json.tmp.<pid> is a write in progress.
-      if (f.size() > 10 && f.rfind("plan-", 0) == 0 && f.substr(f.size() - 5) == ".json" &&
-          std::sscanf(f.c_str(), "plan-%d.json", &k) == 1)
-        files[k] = e.path();
-    }
-    for (const auto& [k, f] : files) run.plans.push_back(read_plan(f, k));
+  // Plans, in order of their index (plan-NNN.json only: plan-NNN.json.tmp.<pid> is a write in
+  // progress).
+  void read_plans() {
+    for (const auto& [k, f] : files_.plan_files()) run_.plans.push_back(read_plan(f, k));
+    for (const auto& p : run_.plans)
+      for (const auto& pj : p.jobs) {
+        JobInfo& j = job_at(files_.root() / p.file, 0, pj.id);
+        if (j.predicted_s < 0) j.predicted_s = pj.end_s - pj.start_s;
+      }
   }
-  for (const auto& p : run.plans)
-    for (const auto& pj : p.jobs) {
-      JobInfo& j = job_at(dir / p.file, 0, pj.id);
-      if (j.predicted_s < 0) j.predicted_s = pj.end_s - pj.start_s;
-    }
 
-  // The timeline: every run of this directory appended its events.
-  std::vector<Segment*> open(run.jobs.size(), nullptr);
-  std::vector<std::int64_t> limit(run.jobs.size(), kNoLimit);  // of the open segment's metrics
-  auto close = [&](std::size_t j, double t, std::int64_t step, const std::string& end,
-                   const std::string& reason) {
-    Segment* s = open[j];
+  void close(std::size_t j, double t, std::int64_t step, const std::string& end,
+             const std::string& reason) {
+    Segment* s = open_[j];
     if (s == nullptr) return;
     s->end_s = std::max(s->start_s, t);
     s->end_step = std::max(s->start_step, step);
     s->end = end;
     s->reason = reason;
-    open[j] = nullptr;
-  };
-  // Segments still open when their run ended or restarted were lost with the process.
-  auto lose = [&](std::size_t j, double t) {
-    if (open[j] == nullptr) return;
-    const double reached = std::min(t, reached_s(*open[j], limit[j], run.jobs[j].metrics));
-    std::int64_t step = open[j]->start_step;
-    for (const auto& m : run.jobs[j].metrics)
-      if (m.step > step && m.step <= limit[j] && open[j]->start_s + m.time_s <= reached + 1e-9)
+    open_[j] = nullptr;
+  }
+
+  // A segment still open when its run ended or restarted was lost with the process.
+  void lose(std::size_t j, double t) {
+    if (open_[j] == nullptr) return;
+    const double reached = std::min(t, reached_s(*open_[j], limit_[j], run_.jobs[j].metrics));
+    std::int64_t step = open_[j]->start_step;
+    for (const auto& m : run_.jobs[j].metrics)
+      if (m.step > step && m.step <= limit_[j] && open_[j]->start_s + m.time_s <= reached + 1e-9)
         step = m.step;
     close(j, reached, step, "lost", "no report from its ranks (the run was killed?)");
-    run.jobs[j].status = "interrupted";
-  };
-  auto close_lost = [&](double t) {
-    for (std::size_t j = 0; j < run.jobs.size(); ++j) lose(j, t);
-  };
-  // A run killed outright (SIGKILL, a lost node) never recorded its wall time, so the run that
-  // resumes it restarts the clock where the killed run started. Its events are shifted to
-  // begin where the killed run's segments got (by their metrics), keeping batch time monotonic.
-  double offset = 0;
-  std::map<int, double> plan_offset;   // plan index -> the shift of its run
-  std::vector<std::string> submitted;  // jobs `saturn submit` added (submit events)
-  if (fs::exists(timeline_file)) {
-    run.started = true;
-    const std::vector<JsonLine> events = read_jsonl(timeline_file);
-    // For each job_start, the step the same job's next job_start resumed from (look-ahead).
-    std::vector<std::int64_t> next_start(events.size(), kNoLimit);
+    run_.jobs[j].status = "interrupted";
+  }
+  void close_lost(double t) {
+    for (std::size_t j = 0; j < run_.jobs.size(); ++j) lose(j, t);
+  }
+
+  // For each job_start, the step the same job's next job_start resumed from (look-ahead).
+  std::vector<std::int64_t> next_starts(const std::vector<JsonLine>& events) const {
+    std::vector<std::int64_t> next(events.size(), kNoLimit);
     std::map<std::string, std::int64_t> later;
     for (std::size_t i = events.size(); i-- > 0;) {
       const json& e = events[i].value;
@@ -324,267 +339,331 @@ RunData read_run(const fs::path& dir) {
           !e["step"].is_number_integer())
         continue;
       const std::string id = e["job"].get<std::string>();
-      if (auto it = later.find(id); it != later.end()) next_start[i] = it->second;
+      if (auto it = later.find(id); it != later.end()) next[i] = it->second;
       later[id] = e["step"].get<std::int64_t>();
     }
+    return next;
+  }
+
+  void replay_timeline() {
+    run_.started = true;
+    const fs::path file = files_.timeline_file();
+    const std::vector<JsonLine> events = read_jsonl(file);
+    const std::vector<std::int64_t> next = next_starts(events);
     for (std::size_t i = 0; i < events.size(); ++i) {
-      const int line = events[i].line;
+      const Where we{file, events[i].line, ""};
       const json& e = events[i].value;
-      const Where we{timeline_file, line, ""};
       const std::string ev = we.text(e, "event");
-      double t = we.number(e, "t") + offset;
-      if (ev == "plan" && run.runs > 0) {
-        double reached = run.now_s;
-        for (std::size_t j = 0; j < run.jobs.size(); ++j)
-          if (open[j] != nullptr)
-            reached = std::max(reached, reached_s(*open[j], limit[j], run.jobs[j].metrics));
-        if (t < reached) {
-          offset += reached - t;
-          t = reached;
-        }
-      }
-      if ((ev == "plan" || ev == "replan") && e.contains("plan"))
-        plan_offset[static_cast<int>(we.integer(e, "plan"))] = offset;
-      run.now_s = std::max(run.now_s, t);
-      if (ev == "plan") {  // the first plan of a run: a new run of this directory
-        close_lost(t);
-        ++run.runs;
-        run.ended = false;
-        if (run.runs > 1) run.markers.push_back({t, "resume", "resumed", ""});
-      } else if (ev == "replan") {
-        ++run.replans;
-        run.markers.push_back(
-            {t, "replan",
-             fmt::format("plan {}: {}", e.contains("plan") ? we.integer(e, "plan") : -1,
-                         we.text_or(e, "reason")),
-             ""});
-      } else if (ev == "job_start") {
-        JobInfo& j = job_at(timeline_file, line, we.text(e, "job"));
-        const std::size_t k = static_cast<std::size_t>(&j - run.jobs.data());
-        lose(k, t);  // an open segment here means its run restarted without a plan event
-        Segment s;
-        s.strategy = we.text(e, "strategy");
-        if (e.contains("knobs") && e["knobs"].is_array())
-          for (const auto& x : e["knobs"])
-            if (x.is_string()) s.knobs.push_back(x.get<std::string>());
-        s.ranks = we.ranks(e, "ranks");
-        s.start_s = t;
-        s.end_s = t;
-        s.start_step = we.integer(e, "step");
-        s.end_step = s.start_step;
-        s.end = "running";
-        j.segments.push_back(s);
-        open[k] = &j.segments.back();
-        limit[k] = next_start[i];
-        j.status = "running";
-      } else if (ev == "job_end" || ev == "failure" || ev == "job_stop") {
-        JobInfo& j = job_at(timeline_file, line, we.text(e, "job"));
-        const std::size_t k = static_cast<std::size_t>(&j - run.jobs.data());
-        const std::int64_t step = e.contains("step") ? we.integer(e, "step") : 0;
-        const std::string reason = we.text_or(e, "reason");
-        if (open[k] == nullptr)
-          throw InputError(fmt::format("{}:{}: {} of job '{}' without its job_start",
-                                       timeline_file.string(), line, ev, j.id));
-        if (ev == "job_end") {
-          close(k, t, step, "finished", "");
-          j.status = "finished";
-          if (e.contains("val_loss") && e["val_loss"].is_number())
-            j.final_val_loss = e["val_loss"].get<double>();
-        } else if (ev == "failure") {
-          close(k, t, step, "failed", reason);
-          j.status = "failed";
-          j.reason = reason;
-          run.markers.push_back({t, "failure", "failed: " + j.id, j.id});
-        } else {
-          close(k, t, step, "stopped", reason);
-          // Moved by a re-plan: waits for its new devices. By a signal: for --resume.
-          j.status = reason.rfind("signal", 0) == 0 ? "stopped" : "pending";
-        }
-      } else if (ev == "selection_stop") {
-        // Stopped by the workload's selection rule at a rung (docs/workload.md, "selection"):
-        // done, not waiting for --resume.
-        JobInfo& j = job_at(timeline_file, line, we.text(e, "job"));
-        j.status = "stopped";
-        j.stopped_by = "selection";
-        j.stop_t = t;
-        j.stop_rung = e.contains("rung") ? static_cast<int>(we.integer(e, "rung")) : 0;
-        j.stop_step = e.contains("step") ? we.integer(e, "step") : 0;
-        j.stop_label = fmt::format("rung {}", j.stop_rung);
-        j.reason =
-            fmt::format("stopped by selection at rung {} (step {})", j.stop_rung, j.stop_step);
-      } else if (ev == "early_stop") {
-        // Stopped by its early_stop rule (diverged, patience): done, like a selection stop.
-        JobInfo& j = job_at(timeline_file, line, we.text(e, "job"));
-        j.status = "stopped";
-        j.stopped_by = "early_stop";
-        j.stop_t = t;
-        j.stop_step = e.contains("step") ? we.integer(e, "step") : 0;
-        const std::string rule = we.text_or(e, "rule");
-        j.stop_label = rule.empty() ? "early stop" : rule;
-        j.reason = fmt::format("stopped by early_stop ({}) at step {}", j.stop_label, j.stop_step);
-      } else if (ev == "cancel") {
-        JobInfo& j = job_at(timeline_file, line, we.text(e, "job"));
-        j.status = "cancelled";
-        j.reason = "cancelled (saturn cancel)";
-        j.stopped_by = "cancel";
-        j.stop_t = t;
-        j.stop_step = e.contains("step") ? we.integer(e, "step") : 0;
-        j.stop_label = "cancelled";
-      } else if (ev == "submit") {
-        if (e.contains("jobs") && e["jobs"].is_array())
-          for (const auto& id : e["jobs"])
-            if (id.is_string()) submitted.push_back(id.get<std::string>());
-      } else if (ev == "signal") {
-        run.markers.push_back(
+      const double t = batch_time(ev, we, e);
+      if (ev == "plan" || ev == "replan") on_plan(ev, we, e, t);
+      if (ev == "job_start") on_job_start(we, e, t, next[i]);
+      if (ev == "job_end" || ev == "failure" || ev == "job_stop") on_segment_end(ev, we, e, t);
+      if (ev == "selection_stop" || ev == "early_stop" || ev == "cancel") on_settled(ev, we, e, t);
+      if (ev == "submit" && e.contains("jobs") && e["jobs"].is_array())
+        for (const auto& id : e["jobs"])
+          if (id.is_string()) submitted_.push_back(id.get<std::string>());
+      if (ev == "signal")
+        run_.markers.push_back(
             {t, "signal",
              fmt::format("signal {}", e.contains("signal") ? we.integer(e, "signal") : 0), ""});
-      } else if (ev == "run_end") {
-        close_lost(t);
-        run.ended = true;
-        run.exit_code = static_cast<int>(we.integer(e, "exit_code"));
-        for (auto& j : run.jobs)
-          if (j.status == "pending" || j.status == "running") j.status = "stopped";
-      }
+      if (ev == "run_end") on_run_end(we, e, t);
       // Other events (checkpoints, future kinds) do not change the picture.
     }
   }
-  // Plans in the batch time of their run; each is the adopted one until the next.
-  for (auto& p : run.plans) {
-    double shift = 0;
-    for (const auto& [k, o] : plan_offset)
-      if (k <= p.index) shift = o;
-    p.created_s += shift;
-    p.makespan_s += shift;
-    p.lower_bound_s += shift;
-    for (auto& pj : p.jobs) {
-      pj.start_s += shift;
-      pj.end_s += shift;
+
+  // An event's time on the batch's clock. A run killed outright (SIGKILL, a lost node) never
+  // recorded its wall time, so the run that resumes it restarts the clock where the killed run
+  // started: its events are shifted to begin where the killed run's segments got (by their
+  // metrics), keeping batch time monotonic.
+  double batch_time(const std::string& ev, const Where& we, const json& e) {
+    double t = we.number(e, "t") + offset_;
+    if (ev == "plan" && run_.runs > 0) {
+      double reached = run_.now_s;
+      for (std::size_t j = 0; j < run_.jobs.size(); ++j)
+        if (open_[j] != nullptr)
+          reached = std::max(reached, reached_s(*open_[j], limit_[j], run_.jobs[j].metrics));
+      if (t < reached) {
+        offset_ += reached - t;
+        t = reached;
+      }
+    }
+    if ((ev == "plan" || ev == "replan") && e.contains("plan"))
+      plan_offset_[static_cast<int>(we.integer(e, "plan"))] = offset_;
+    run_.now_s = std::max(run_.now_s, t);
+    return t;
+  }
+
+  // "plan": the first plan of a run, so a new run of this directory; "replan": an adopted one.
+  void on_plan(const std::string& ev, const Where& we, const json& e, double t) {
+    if (ev == "plan") {
+      close_lost(t);
+      ++run_.runs;
+      run_.ended = false;
+      if (run_.runs > 1) run_.markers.push_back({t, "resume", "resumed", ""});
+      return;
+    }
+    ++run_.replans;
+    run_.markers.push_back(
+        {t, "replan",
+         fmt::format("plan {}: {}", e.contains("plan") ? we.integer(e, "plan") : -1,
+                     we.text_or(e, "reason")),
+         ""});
+  }
+
+  void on_job_start(const Where& we, const json& e, double t, std::int64_t next_start) {
+    JobInfo& j = job_at(we.file, we.line, we.text(e, "job"));
+    const std::size_t k = index_of(j);
+    lose(k, t);  // an open segment here means its run restarted without a plan event
+    Segment s;
+    s.strategy = we.text(e, "strategy");
+    if (e.contains("knobs") && e["knobs"].is_array())
+      for (const auto& x : e["knobs"])
+        if (x.is_string()) s.knobs.push_back(x.get<std::string>());
+    s.ranks = we.ranks(e, "ranks");
+    s.start_s = t;
+    s.end_s = t;
+    s.start_step = we.integer(e, "step");
+    s.end_step = s.start_step;
+    s.end = "running";
+    j.segments.push_back(s);
+    open_[k] = &j.segments.back();
+    limit_[k] = next_start;
+    j.status = "running";
+  }
+
+  void on_segment_end(const std::string& ev, const Where& we, const json& e, double t) {
+    JobInfo& j = job_at(we.file, we.line, we.text(e, "job"));
+    const std::size_t k = index_of(j);
+    const std::int64_t step = e.contains("step") ? we.integer(e, "step") : 0;
+    const std::string reason = we.text_or(e, "reason");
+    if (open_[k] == nullptr)
+      throw InputError(fmt::format("{}:{}: {} of job '{}' without its job_start", we.file.string(),
+                                   we.line, ev, j.id));
+    if (ev == "job_end") {
+      close(k, t, step, "finished", "");
+      j.status = "finished";
+      if (e.contains("val_loss") && e["val_loss"].is_number())
+        j.final_val_loss = e["val_loss"].get<double>();
+    } else if (ev == "failure") {
+      close(k, t, step, "failed", reason);
+      j.status = "failed";
+      j.reason = reason;
+      run_.markers.push_back({t, "failure", "failed: " + j.id, j.id});
+    } else {
+      close(k, t, step, "stopped", reason);
+      // Moved by a re-plan: waits for its new devices. By a signal: for --resume.
+      j.status = reason.rfind("signal", 0) == 0 ? "stopped" : "pending";
     }
   }
-  for (std::size_t p = 0; p + 1 < run.plans.size(); ++p)
-    run.plans[p].valid_until_s = run.plans[p + 1].created_s;
+
+  // Done as far as the batch is concerned: stopped by the workload's selection rule at a rung
+  // (docs/workload.md, "selection"), by the job's early_stop rule, or cancelled.
+  void on_settled(const std::string& ev, const Where& we, const json& e, double t) {
+    JobInfo& j = job_at(we.file, we.line, we.text(e, "job"));
+    j.stop_t = t;
+    j.stop_step = e.contains("step") ? we.integer(e, "step") : 0;
+    if (ev == "selection_stop") {
+      j.status = "stopped";
+      j.stopped_by = "selection";
+      j.stop_rung = e.contains("rung") ? static_cast<int>(we.integer(e, "rung")) : 0;
+      j.stop_label = fmt::format("rung {}", j.stop_rung);
+      j.reason = fmt::format("stopped by selection at rung {} (step {})", j.stop_rung, j.stop_step);
+    } else if (ev == "early_stop") {
+      j.status = "stopped";
+      j.stopped_by = "early_stop";
+      const std::string rule = we.text_or(e, "rule");
+      j.stop_label = rule.empty() ? "early stop" : rule;
+      j.reason = fmt::format("stopped by early_stop ({}) at step {}", j.stop_label, j.stop_step);
+    } else {
+      j.status = "cancelled";
+      j.reason = "cancelled (saturn cancel)";
+      j.stopped_by = "cancel";
+      j.stop_label = "cancelled";
+    }
+  }
+
+  void on_run_end(const Where& we, const json& e, double t) {
+    close_lost(t);
+    run_.ended = true;
+    run_.exit_code = static_cast<int>(we.integer(e, "exit_code"));
+    for (auto& j : run_.jobs)
+      if (j.status == "pending" || j.status == "running") j.status = "stopped";
+  }
+
+  // Plans in the batch time of their run; each is the adopted one until the next.
+  void shift_plans() {
+    for (auto& p : run_.plans) {
+      double shift = 0;
+      for (const auto& [k, o] : plan_offset_)
+        if (k <= p.index) shift = o;
+      p.created_s += shift;
+      p.makespan_s += shift;
+      p.lower_bound_s += shift;
+      for (auto& pj : p.jobs) {
+        pj.start_s += shift;
+        pj.end_s += shift;
+      }
+    }
+    for (std::size_t p = 0; p + 1 < run_.plans.size(); ++p)
+      run_.plans[p].valid_until_s = run_.plans[p + 1].created_s;
+  }
 
   // Segments still running: up to where their metrics got.
-  for (std::size_t j = 0; j < run.jobs.size(); ++j)
-    if (open[j] != nullptr) {
-      open[j]->end_s = reached_s(*open[j], limit[j], run.jobs[j].metrics);
-      run.now_s = std::max(run.now_s, open[j]->end_s);
-    }
+  void close_running_segments() {
+    for (std::size_t j = 0; j < run_.jobs.size(); ++j)
+      if (open_[j] != nullptr) {
+        open_[j]->end_s = reached_s(*open_[j], limit_[j], run_.jobs[j].metrics);
+        run_.now_s = std::max(run_.now_s, open_[j]->end_s);
+      }
+  }
 
-  // Per job: progress, times, losses.
-  std::set<int> ranks;
-  for (const auto& p : run.plans)
-    for (const auto& pj : p.jobs) ranks.insert(pj.ranks.begin(), pj.ranks.end());
-  for (auto& j : run.jobs) {
-    for (const auto& s : j.segments) {
-      ranks.insert(s.ranks.begin(), s.ranks.end());
-      j.actual_s += s.end_s - s.start_s;
-      run.busy_device_s += (s.end_s - s.start_s) * static_cast<double>(s.ranks.size());
-      j.steps_done = std::max(j.steps_done, s.end_step);
-    }
-    if (!j.metrics.empty()) {
-      j.steps_done = std::max(j.steps_done, j.metrics.back().step);
-      j.tokens_per_s = j.metrics.back().tokens_per_s;
-      for (auto it = j.metrics.rbegin(); it != j.metrics.rend(); ++it)
-        if (std::isfinite(it->loss)) {
-          j.last_loss = it->loss;
-          break;
-        }
-      if (!std::isfinite(j.final_val_loss))
+  // Per job: progress, times, losses, and the ranks the batch used.
+  void summarize_jobs() {
+    for (const auto& p : run_.plans)
+      for (const auto& pj : p.jobs) ranks_.insert(pj.ranks.begin(), pj.ranks.end());
+    for (auto& j : run_.jobs) {
+      for (const auto& s : j.segments) {
+        ranks_.insert(s.ranks.begin(), s.ranks.end());
+        j.actual_s += s.end_s - s.start_s;
+        run_.busy_device_s += (s.end_s - s.start_s) * static_cast<double>(s.ranks.size());
+        j.steps_done = std::max(j.steps_done, s.end_step);
+      }
+      if (!j.metrics.empty()) {
+        j.steps_done = std::max(j.steps_done, j.metrics.back().step);
+        j.tokens_per_s = j.metrics.back().tokens_per_s;
         for (auto it = j.metrics.rbegin(); it != j.metrics.rend(); ++it)
-          if (std::isfinite(it->val_loss)) {
-            j.final_val_loss = it->val_loss;
+          if (std::isfinite(it->loss)) {
+            j.last_loss = it->loss;
             break;
           }
-    }
-    if (j.status == "finished") j.steps_done = j.steps;
-    // Recent seconds per step: the newest stretch of metrics of the latest segment.
-    if (!j.segments.empty()) {
-      const Segment& s = j.segments.back();
-      std::vector<const MetricPoint*> seg;
-      for (const auto& m : j.metrics)
-        if (m.step > s.start_step && (s.end == "running" || m.step <= s.end_step))
-          seg.push_back(&m);
-      if (seg.size() >= 2) {
-        const std::size_t first = seg.size() > 20 ? seg.size() - 20 : 0;
-        const double dt = seg.back()->time_s - seg[first]->time_s;
-        const double ds = static_cast<double>(seg.back()->step - seg[first]->step);
-        if (dt > 0 && ds > 0) j.step_time_s = dt / ds;
-      } else if (seg.size() == 1 && seg[0]->time_s > 0) {
-        j.step_time_s = seg[0]->time_s / static_cast<double>(seg[0]->step - s.start_step);
+        if (!std::isfinite(j.final_val_loss))
+          for (auto it = j.metrics.rbegin(); it != j.metrics.rend(); ++it)
+            if (std::isfinite(it->val_loss)) {
+              j.final_val_loss = it->val_loss;
+              break;
+            }
       }
+      if (j.status == "finished") j.steps_done = j.steps;
+      j.step_time_s = recent_step_time(j);
     }
   }
-  for (int r : ranks) {
-    run.ranks.push_back(r);
-    auto it = node_of_rank.find(r);
-    run.rank_labels.push_back(it == node_of_rank.end() ? fmt::format("rank {}", r)
-                                                       : fmt::format("{} r{}", it->second, r));
+
+  // Recent seconds per step: the newest stretch of metrics of the latest segment (0: unknown).
+  static double recent_step_time(const JobInfo& j) {
+    if (j.segments.empty()) return j.step_time_s;
+    const Segment& s = j.segments.back();
+    std::vector<const MetricPoint*> seg;
+    for (const auto& m : j.metrics)
+      if (m.step > s.start_step && (s.end == "running" || m.step <= s.end_step)) seg.push_back(&m);
+    if (seg.size() >= 2) {
+      const std::size_t first = seg.size() > 20 ? seg.size() - 20 : 0;
+      const double dt = seg.back()->time_s - seg[first]->time_s;
+      const double ds = static_cast<double>(seg.back()->step - seg[first]->step);
+      if (dt > 0 && ds > 0) return dt / ds;
+    } else if (seg.size() == 1 && seg[0]->time_s > 0) {
+      return seg[0]->time_s / static_cast<double>(seg[0]->step - s.start_step);
+    }
+    return j.step_time_s;
   }
-  run.devices = std::max(run.devices, static_cast<int>(run.ranks.size()));
+
+  void label_ranks() {
+    for (int r : ranks_) {
+      run_.ranks.push_back(r);
+      auto it = node_of_rank_.find(r);
+      run_.rank_labels.push_back(it == node_of_rank_.end() ? fmt::format("rank {}", r)
+                                                           : fmt::format("{} r{}", it->second, r));
+    }
+    run_.devices = std::max(run_.devices, static_cast<int>(run_.ranks.size()));
+  }
 
   // ETAs: running jobs at their measured pace; waiting ones where the latest plan puts them.
-  const PlanInfo* latest = run.plans.empty() ? nullptr : &run.plans.back();
-  run.eta_s = run.ended ? 0.0 : -1.0;
-  for (auto& j : run.jobs) {
-    if (j.status == "finished" || j.status == "failed") {
-      j.eta_s = 0;
-      continue;
+  void estimate_etas() {
+    const PlanInfo* latest = run_.plans.empty() ? nullptr : &run_.plans.back();
+    run_.eta_s = run_.ended ? 0.0 : -1.0;
+    for (auto& j : run_.jobs) {
+      if (j.status == "finished" || j.status == "failed") {
+        j.eta_s = 0;
+        continue;
+      }
+      const double left = static_cast<double>(std::max<std::int64_t>(0, j.steps - j.steps_done));
+      if (j.status == "running" && j.step_time_s > 0) {
+        j.eta_s = left * j.step_time_s;
+      } else if (latest != nullptr && !run_.ended) {
+        for (const auto& pj : latest->jobs)
+          if (pj.id == j.id) j.eta_s = std::max(pj.end_s - run_.now_s, pj.end_s - pj.start_s);
+      }
+      if (!run_.ended && j.eta_s >= 0) run_.eta_s = std::max(run_.eta_s, j.eta_s);
     }
-    const double left = static_cast<double>(std::max<std::int64_t>(0, j.steps - j.steps_done));
-    if (j.status == "running" && j.step_time_s > 0) {
-      j.eta_s = left * j.step_time_s;
-    } else if (latest != nullptr && !run.ended) {
-      for (const auto& pj : latest->jobs)
-        if (pj.id == j.id) j.eta_s = std::max(pj.end_s - run.now_s, pj.end_s - pj.start_s);
-    }
-    if (!run.ended && j.eta_s >= 0) run.eta_s = std::max(run.eta_s, j.eta_s);
   }
 
-  run.makespan_s = run.now_s;
-  run.complete = run.ended;
-  for (const auto& j : run.jobs)
-    if (j.status != "finished" && j.status != "failed" && j.stopped_by.empty())
-      run.complete = false;  // stopped by selection or early_stop, or cancelled: done too
-  if (!run.plans.empty()) {
-    // Plan 0 knew nothing of jobs submitted later, which the measured makespan includes.
-    const PlanInfo* predicting = &run.plans.front();
-    for (const auto& id : submitted)
-      for (const auto& p : run.plans)
-        if (std::any_of(p.jobs.begin(), p.jobs.end(),
-                        [&](const PlannedJob& pj) { return pj.id == id; })) {
-          if (p.index > predicting->index) predicting = &p;
-          break;
-        }
-    run.predicted_makespan_s = predicting->makespan_s;
-    run.predicted_plan = predicting->index;
-    run.lower_bound_s = run.plans.front().lower_bound_s;
+  // The makespan, whether the batch is complete, the prediction to compare it with (plan 0
+  // knew nothing of jobs submitted later, which the measured makespan includes: the plan that
+  // first placed the last of them predicts), and the devices' utilisation.
+  void total_up() {
+    run_.makespan_s = run_.now_s;
+    run_.complete = run_.ended;
+    for (const auto& j : run_.jobs)
+      if (j.status != "finished" && j.status != "failed" && j.stopped_by.empty())
+        run_.complete = false;  // stopped by selection or early_stop, or cancelled: done too
+    if (!run_.plans.empty()) {
+      const PlanInfo* predicting = &run_.plans.front();
+      for (const auto& id : submitted_)
+        for (const auto& p : run_.plans)
+          if (std::any_of(p.jobs.begin(), p.jobs.end(),
+                          [&](const PlannedJob& pj) { return pj.id == id; })) {
+            if (p.index > predicting->index) predicting = &p;
+            break;
+          }
+      run_.predicted_makespan_s = predicting->makespan_s;
+      run_.predicted_plan = predicting->index;
+      run_.lower_bound_s = run_.plans.front().lower_bound_s;
+    }
+    if (run_.devices > 0 && run_.makespan_s > 0)
+      run_.utilisation = run_.busy_device_s / (static_cast<double>(run_.devices) * run_.makespan_s);
   }
-  if (run.devices > 0 && run.makespan_s > 0)
-    run.utilisation = run.busy_device_s / (static_cast<double>(run.devices) * run.makespan_s);
 
   // The best job: lowest final val loss among finished jobs, else the lowest so far.
-  double best = INFINITY;
-  for (int pass = 0; pass < 2 && run.best_job.empty(); ++pass) {
-    for (const auto& j : run.jobs) {
-      if (pass == 0 && j.status != "finished") continue;
-      if (std::isfinite(j.final_val_loss) && j.final_val_loss < best) {
-        best = j.final_val_loss;
-        run.best_job = j.id;
-        run.best_is_final = pass == 0;
+  void pick_best_job() {
+    double best = INFINITY;
+    for (int pass = 0; pass < 2 && run_.best_job.empty(); ++pass) {
+      for (const auto& j : run_.jobs) {
+        if (pass == 0 && j.status != "finished") continue;
+        if (std::isfinite(j.final_val_loss) && j.final_val_loss < best) {
+          best = j.final_val_loss;
+          run_.best_job = j.id;
+          run_.best_is_final = pass == 0;
+        }
       }
     }
+    for (auto& j : run_.jobs) j.best = j.id == run_.best_job;
   }
-  for (auto& j : run.jobs) j.best = j.id == run.best_job;
 
   // How fresh the files are: tells a live run from one that stopped without a run_end.
-  double age = file_age_s(timeline_file);
-  for (const auto& j : run.jobs) {
-    const double a = file_age_s(dir / "jobs" / j.id / "metrics.jsonl");
-    if (a >= 0 && (age < 0 || a < age)) age = a;
+  void note_freshness() {
+    double age = file_age_s(files_.timeline_file());
+    for (const auto& j : run_.jobs) {
+      const double a = file_age_s(RunDir::metrics_file(files_.job_dir(j.id)));
+      if (a >= 0 && (age < 0 || a < age)) age = a;
+    }
+    run_.seconds_since_update = age;
   }
-  run.seconds_since_update = age;
-  return run;
+
+  RunDir files_;
+  RunData run_;
+  std::map<std::string, std::size_t> index_;  // job id -> run_.jobs
+  std::map<int, std::string> node_of_rank_;
+  std::vector<Segment*> open_;          // per job: its segment still open in the replay
+  std::vector<std::int64_t> limit_;     // of the open segment's metrics
+  double offset_ = 0;                   // the shift of the current run's events
+  std::map<int, double> plan_offset_;   // plan index -> the shift of its run
+  std::vector<std::string> submitted_;  // jobs `saturn submit` added (submit events)
+  std::set<int> ranks_;
+};
+
+}  // namespace
+
+RunData read_run(const fs::path& dir) {
+  return RunReader(dir).read();
 }
 
 }  // namespace saturn::report

@@ -4,344 +4,378 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
-#include <memory>
 #include <nlohmann/json.hpp>
-#include <optional>
 
 #include "runtime/backend/cpu/ops.hpp"
 #include "runtime/checkpoint/tools.hpp"
-#include "runtime/checkpoint/train_io.hpp"
 #include "runtime/comm/agree.hpp"
-#include "runtime/comm/comm_pair.hpp"
 #include "runtime/comm/mpi_communicator.hpp"
 #include "runtime/core/clock.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/log.hpp"
-#include "runtime/core/memory.hpp"
-#include "runtime/data/loader.hpp"
 #include "runtime/hf/hf_model.hpp"
 #include "runtime/parallel/assemble.hpp"
+#include "runtime/rundir/run_dir.hpp"
 
 namespace saturn {
 
-TrainResult train_with_strategy(const TrainJob& job, const TrainOptions& options,
-                                const ParallelOptions& par, comm::Communicator& comm) {
-  const TrainConfig& tc = job.train;
-  const int rank = comm.rank();
-  parallel::StrategySpec spec{job.model, job.train, par.degree, par.knobs, options.device};
-  if (spec.knobs.device_capacity == 0) spec.knobs.device_capacity = options.device_capacity;
-  if (spec.knobs.host_capacity == 0) spec.knobs.host_capacity = options.host_capacity;
+Trainer::Trainer(TrainJob job, TrainOptions options, ParallelOptions parallel,
+                 comm::Communicator& comm)
+    : job_(std::move(job)),
+      options_(std::move(options)),
+      par_(std::move(parallel)),
+      comm_(comm),
+      rank_(comm.rank()),
+      spec_{job_.model, job_.train, par_.degree, par_.knobs, options_.resources.device} {
+  if (spec_.knobs.device_capacity == 0)
+    spec_.knobs.device_capacity = options_.resources.device_bytes;
+  if (spec_.knobs.host_capacity == 0) spec_.knobs.host_capacity = options_.resources.host_bytes;
+  total_steps_ =
+      options_.max_steps >= 0 ? std::min(options_.max_steps, job_.train.steps) : job_.train.steps;
+}
 
-  // Declared in this order so that the strategy goes first: it returns its buffers to the
-  // device and the pool, and its communicators are split from `comms`.
-  std::unique_ptr<Device> device;
-  // Offload's host state, in the memory the device copies from (pinned on a GPU): made with
-  // the device, which owns its allocator.
-  std::unique_ptr<MemoryPool> host;
-  std::unique_ptr<comm::CommPair> comms;
-  std::unique_ptr<parallel::Strategy> strategy;
-  std::optional<data::TokenLoader> train_loader, val_loader;
-  parallel::Estimate estimate;
-  // 1. Local checks, identical on every rank except for the device and the data files each
-  // rank opens.
-  comm::agree_on(comm, [&] {
-    if (par.degree != comm.size())
+Trainer::~Trainer() = default;
+
+TrainResult Trainer::run() {
+  setup();
+  const std::int64_t first_step = resume();
+  // Reproducible: GEMM bits independent of the thread count (ranks and runs may differ in it).
+  const cpu::FixedGemmGrid grid(job_.train.reproducible);
+  open_metrics(first_step);
+  announce();
+  t_start_ = t_last_print_ = Clock::now();
+  done_ = first_step;
+  if (!job_.init_from.empty() && first_step == 0) evaluate_imported();
+  for (std::int64_t step = first_step; step < total_steps_; ++step) {
+    const std::optional<StepRecord> r = train_step(step);
+    if (!r) break;  // a non-finite loss or norm stopped the job
+    record(*r, first_step);
+    const bool saved = ckpt::checkpoint_due(job_.train, r->step) && checkpoint(r->step);
+    if (result_.stopped) break;  // the state was poisoned: stopped without a checkpoint
+    // A stop after the last step changes nothing: the job is done and ends as finished, with
+    // final.h5 (a resume would otherwise find nothing left to run and no final weights).
+    if (stop_requested(*r) && r->step < job_.train.steps) {
+      if (!saved) checkpoint(r->step);  // a poisoned state stops the job without one
+      result_.stopped = true;
+      break;
+    }
+  }
+  finish();
+  return std::move(result_);
+}
+
+// Local checks, identical on every rank except for the device and the data files each rank
+// opens; then the communicators and the strategy's collective set-up, each agreed.
+void Trainer::setup() {
+  comm::agree_on(comm_, [&] {
+    if (par_.degree != comm_.size())
       throw InputError(
           fmt::format("--degree {} but {} ranks were started: the degree must equal "
                       "the number of ranks (mpirun -np {})",
-                      par.degree, comm.size(), par.degree));
-    strategy = parallel::make_strategy(par.strategy, spec);
-    estimate = strategy->estimate();
-    if (!estimate.feasible)
-      throw InputError(fmt::format("job {}: strategy {} at degree {} is infeasible: {}", job.id,
-                                   par.strategy, par.degree, estimate.reason));
-    train_loader.emplace(
-        data::TokenArray::open(job.train_data, static_cast<std::uint32_t>(job.model.vocab_size)),
-        tc.seq_len, tc.seed);
-    val_loader.emplace(data::TokenLoader::validation(
-        data::TokenArray::open(job.val_data, static_cast<std::uint32_t>(job.model.vocab_size)),
-        tc.seq_len));
+                      par_.degree, comm_.size(), par_.degree));
+    strategy_ = parallel::make_strategy(par_.strategy, spec_);
+    estimate_ = strategy_->estimate();
+    if (!estimate_.feasible)
+      throw InputError(fmt::format("job {}: strategy {} at degree {} is infeasible: {}", job_.id,
+                                   par_.strategy, par_.degree, estimate_.reason));
+    const auto vocab = static_cast<std::uint32_t>(job_.model.vocab_size);
+    train_loader_.emplace(data::TokenArray::open(job_.train_data, vocab), job_.train.seq_len,
+                          job_.train.seed);
+    val_loader_.emplace(data::TokenLoader::validation(data::TokenArray::open(job_.val_data, vocab),
+                                                      job_.train.seq_len));
     // The rank's own device: what the launch binding chose, else (a GPU) its node-local rank;
     // a CPU "device" index only names the pool.
-    int index = options.device_index;
+    const Resources& res = options_.resources;
+    int index = res.device_index;
     if (index < 0)
-      index = options.device == DeviceKind::kCpu ? rank : std::max(0, comm::launcher_local_rank());
-    device = make_device(options.device, index, spec.knobs.device_capacity);
-    host = std::make_unique<MemoryPool>(fmt::format("host:{}", rank), spec.knobs.host_capacity,
-                                        device->host_allocator());
+      index = res.device == DeviceKind::kCpu ? rank_ : std::max(0, comm::launcher_local_rank());
+    device_ = make_device(res.device, index, spec_.knobs.device_capacity);
+    host_ = std::make_unique<MemoryPool>(fmt::format("host:{}", rank_), spec_.knobs.host_capacity,
+                                         device_->host_allocator());
   });
+  if (!options_.job_dir.empty()) ckpt::check_checkpointable(comm_);  // before any rank trains
   // The data communicator (a duplicate of `comm`, staged when device memory is not host
   // memory): collective, so created once every rank has its device.
-  comms = comm::make_comm_pair(comm, *device);
-
-  // 2. Set-up: sub-communicators, then allocation and initial weights.
-  comm::agree_on(comm, [&] { strategy->setup(*comms, *device, *host); });
-
-  // 3. Checkpoints go through MPI-IO on the job's communicator; resume from the newest valid
-  // one when asked (any strategy and degree wrote it: the layout is canonical).
-  const auto* mpi = dynamic_cast<const comm::MpiCommunicator*>(&comm);
-  if (mpi == nullptr && !options.job_dir.empty())
-    throw Error("checkpoints need an MPI communicator for the job's ranks");
-  ckpt::JobCheckpointing ck{
-      job.id, job.model, tc, par.strategy, par.degree, options.job_dir, options.keep_checkpoints};
-  ck.compute_threads = cpu::compute_threads();
-  ck.sequences_per_epoch = train_loader->num_sequences();
-  const ckpt::SliceSource source = [&](ckpt::StatePart part) {
-    return strategy->export_state(static_cast<parallel::StateKind>(static_cast<int>(part)));
+  comms_ = comm::make_comm_pair(comm_, *device_);
+  comm::agree_on(comm_, [&] { strategy_->setup(*comms_, *device_, *host_); });
+  checkpoints_ = {job_.id,
+                  job_.model,
+                  job_.train,
+                  par_.strategy,
+                  par_.degree,
+                  options_.job_dir,
+                  options_.keep_checkpoints};
+  checkpoints_.compute_threads = cpu::compute_threads();
+  checkpoints_.sequences_per_epoch = train_loader_->num_sequences();
+  source_ = [this](ckpt::StatePart part) {
+    return strategy_->export_state(static_cast<parallel::StateKind>(static_cast<int>(part)));
   };
-  const ckpt::SliceSink sink = [&](ckpt::StatePart part, const StateSlices& slices) {
-    strategy->import_state(static_cast<parallel::StateKind>(static_cast<int>(part)), slices);
+  sink_ = [this](ckpt::StatePart part, const StateSlices& slices) {
+    strategy_->import_state(static_cast<parallel::StateKind>(static_cast<int>(part)), slices);
   };
+}
+
+// The newest valid checkpoint (any strategy and degree wrote it: the layout is canonical), or,
+// at the job's start, the Hugging Face weights it starts from. Returns the first step to run.
+std::int64_t Trainer::resume() {
   std::int64_t first_step = 0;
-  if (options.resume && !options.job_dir.empty()) {
-    comm::agree_on(comm, [&] {
-      if (const auto p = ckpt::resume_training(mpi->handle(), ck, source, sink)) {
+  if (options_.resume && !options_.job_dir.empty())
+    comm::agree_on(comm_, [&] {
+      if (const auto p = ckpt::resume_training(comm_, checkpoints_, source_, sink_)) {
         first_step = p->step;
-        train_loader->seek(p->position);
+        train_loader_->seek(p->position);
       }
     });
-  }
-  // Pre-trained weights: each rank reads the slices of the canonical tensors it holds (as a
-  // checkpoint restore does), straight from the safetensors files. Not after a resume, whose
-  // checkpoint already holds the trained weights.
-  if (!job.init_from.empty() && first_step == 0) {
-    comm::agree_on(comm, [&] {
-      const hf::HfWeights weights(job.init_from, job.model);
-      const StateSlices slices = strategy->export_state(parallel::StateKind::kParams);
-      weights.fill(slices);
-      strategy->import_state(parallel::StateKind::kParams, slices);
-    });
-    if (!options.quiet && rank == 0)
-      log::info("job {}: weights from {}", job.id, job.init_from.string());
-  }
-  // Reproducible: GEMM bits independent of the thread count (ranks and runs may differ in it).
-  const cpu::FixedGemmGrid grid(tc.reproducible);
+  if (!job_.init_from.empty() && first_step == 0) load_pretrained();
+  return first_step;
+}
 
-  // 4. Rank 0 prepares the output.
-  std::ofstream metrics;
-  comm::agree_on(comm, [&] {
-    if (rank != 0) return;
-    if (par.prepare) par.prepare();
-    if (!options.job_dir.empty()) {
-      std::filesystem::create_directories(options.job_dir);
-      const auto path = options.job_dir / "metrics.jsonl";
-      if (first_step > 0) ckpt::truncate_metrics(path, first_step);
-      metrics.open(path, std::ios::out | (first_step > 0 ? std::ios::app : std::ios::trunc));
-      if (!metrics) throw IoError(fmt::format("cannot write {}", path.string()));
-    }
+// Each rank reads the slices of the canonical tensors it holds (as a checkpoint restore does),
+// straight from the safetensors files.
+void Trainer::load_pretrained() {
+  comm::agree_on(comm_, [&] {
+    const hf::HfWeights weights(job_.init_from, job_.model);
+    const StateSlices slices = strategy_->export_state(parallel::StateKind::kParams);
+    weights.fill(slices);
+    strategy_->import_state(parallel::StateKind::kParams, slices);
   });
+  if (!options_.quiet && rank_ == 0)
+    log::info("job {}: weights from {}", job_.id, job_.init_from.string());
+}
 
-  const std::int64_t total_steps =
-      options.max_steps >= 0 ? std::min(options.max_steps, tc.steps) : tc.steps;
-  const std::int64_t evaluated_rows = eval_rows(tc);
-  const int T = tc.seq_len;
-  if (!options.quiet && rank == 0)
-    log::info(
-        "job {}: {} {}x{} d_model {} ({:.2f}M parameters), {} on {} ({}), batch {} in "
-        "micro-batches of {} x {} tokens, {} steps; estimated peak {} per rank",
-        job.id, arch_name(job.model.arch), job.model.n_layer, job.model.n_head, job.model.d_model,
-        static_cast<double>(job.model.num_parameters()) / 1e6, par.strategy,
-        par.degree == 1 ? device->describe() : fmt::format("{} ranks", par.degree), estimate.layout,
-        tc.batch_size, estimate.micro_batch, T, total_steps, format_bytes(estimate.device_bytes));
+// Rank 0 prepares the output: metrics.jsonl, cut back to the step a resume starts from.
+void Trainer::open_metrics(std::int64_t first_step) {
+  comm::agree_on(comm_, [&] {
+    if (rank_ != 0) return;
+    if (par_.prepare) par_.prepare();
+    if (options_.job_dir.empty()) return;
+    std::filesystem::create_directories(options_.job_dir);
+    const auto path = RunDir::metrics_file(options_.job_dir);
+    if (first_step > 0) ckpt::truncate_metrics(path, first_step);
+    metrics_.open(path, std::ios::out | (first_step > 0 ? std::ios::app : std::ios::trunc));
+    if (!metrics_) throw IoError(fmt::format("cannot write {}", path.string()));
+  });
+}
 
-  TrainResult result;
-  // Before any checkpoint: whether a step's update left a weight or an AdamW moment non-finite
-  // on some rank (its loss and gradient norm can still be finite: an update that overflows).
-  // Such a state is never saved: with nonfinite_stops the job stops diverged at `step`, its
-  // newest checkpoint the last good one; without, it fails. Collective over the job's ranks.
-  const auto poisoned = [&](std::int64_t step) {
-    // [0]: a weight, [1]: an AdamW moment is non-finite; [2]: the scan itself failed here
-    // (e.g. a device copy): agreed in the same reduction, so no rank waits in it alone.
-    std::int32_t bad[3] = {0, 0, 0};
-    float first_bad[2] = {0, 0};  // the first non-finite value of each kind on this rank
-    std::string scan_error;
-    try {
-      // Every rank exports every kind (the same calls on all of them), whatever it finds.
-      for (const auto kind :
-           {parallel::StateKind::kParams, parallel::StateKind::kAdamM, parallel::StateKind::kAdamV})
-        for (const TensorSlice& slice : strategy->export_state(kind)) {
-          const int k = kind == parallel::StateKind::kParams ? 0 : 1;
-          const std::int64_t n = slice.elements();
-          for (std::int64_t i = 0; i < n && bad[k] == 0; ++i)
-            if (!std::isfinite(slice.data[i])) {
-              bad[k] = 1;
-              first_bad[k] = slice.data[i];
-            }
-        }
-    } catch (const std::exception& e) {
-      bad[2] = 1;
-      scan_error = e.what();
-    }
-    comm.allreduce(bad, 3, comm::ReduceOp::kMax);
-    if (bad[2] != 0)
-      throw comm::AgreedFailure(
-          fmt::format("job {}: checking the state before the checkpoint at step {} failed{}{}",
-                      job.id, step, scan_error.empty() ? " on another rank" : ": ", scan_error),
-          kExitFailure, 0);
-    if (bad[0] == 0 && bad[1] == 0) return false;
-    const char* what = bad[0] != 0 ? "weights" : "optimizer_state";
-    if (!par.nonfinite_stops)
-      throw comm::AgreedFailure(
-          fmt::format("job {}: the {} became non-finite at step {} (its update overflowed; lower "
-                      "the learning rate?); not checkpointed",
-                      job.id, bad[0] != 0 ? "weights" : "AdamW moments", step),
-          kExitFailure, 0);
-    result.stopped = true;
-    result.nonfinite_step = step;
-    result.nonfinite_metric = what;
-    // This rank's first bad value of that kind (another rank may hold it: then NaN).
-    result.nonfinite_value = bad[0] != 0 ? first_bad[0] : first_bad[1];
-    if (std::isfinite(result.nonfinite_value)) result.nonfinite_value = NAN;
-    return true;
-  };
-  const auto t_start = Clock::now();
-  auto t_last_print = t_start;
-  double train_time = 0;  // excludes evaluation, for tokens/s
-  data::Batch batch;
-  std::int64_t done = first_step;
-  // A job that starts from imported weights is evaluated before its first step: the val loss
-  // of the model as imported (metrics line {"step": 0, "val_loss": ...}), the point of
-  // comparison for the fine-tuning that follows.
-  if (!job.init_from.empty() && first_step == 0) {
-    val_loader->seek({0, 0});
-    const double val0 = strategy->evaluate(val_loader->next_batch(evaluated_rows));
-    if (metrics) {
-      metrics << nlohmann::json{{"step", 0}, {"val_loss", val0}}.dump() << '\n';
-      metrics.flush();
-    }
-    if (!options.quiet && rank == 0)
-      log::info("job {}: val loss of the imported weights {:.4f}", job.id, val0);
+void Trainer::announce() const {
+  if (options_.quiet || rank_ != 0) return;
+  const ModelConfig& m = job_.model;
+  log::info(
+      "job {}: {} {}x{} d_model {} ({:.2f}M parameters), {} on {} ({}), batch {} in "
+      "micro-batches of {} x {} tokens, {} steps; estimated peak {} per rank",
+      job_.id, arch_name(m.arch), m.n_layer, m.n_head, m.d_model,
+      static_cast<double>(m.num_parameters()) / 1e6, par_.strategy,
+      par_.degree == 1 ? device_->describe() : fmt::format("{} ranks", par_.degree),
+      estimate_.layout, job_.train.batch_size, estimate_.micro_batch, job_.train.seq_len,
+      total_steps_, format_bytes(estimate_.device_bytes));
+}
+
+// A job that starts from imported weights is evaluated before its first step: the val loss of
+// the model as imported (metrics line {"step": 0, "val_loss": ...}), what the fine-tuning that
+// follows is measured against.
+void Trainer::evaluate_imported() {
+  val_loader_->seek({0, 0});
+  const double val0 = strategy_->evaluate(val_loader_->next_batch(eval_rows(job_.train)));
+  if (metrics_) {
+    metrics_ << nlohmann::json{{"step", 0}, {"val_loss", val0}}.dump() << '\n';
+    metrics_.flush();
   }
-  for (std::int64_t step = first_step; step < total_steps; ++step) {
-    const auto t0 = Clock::now();
-    batch = train_loader->next_batch(tc.batch_size);
-    const parallel::StepResult sr = strategy->train_step(batch, step);
-    // The loss and the global gradient norm are reduced over the ranks, so every rank sees the
-    // same values: an agreed failure. A non-finite norm poisons the update (the clip scale times
-    // an infinite gradient) even while the loss still looks finite.
-    if ((!std::isfinite(sr.loss) || !std::isfinite(sr.grad_norm)) && par.nonfinite_stops) {
-      result.stopped = true;
-      result.nonfinite_step = step + 1;
-      result.nonfinite_metric = std::isfinite(sr.loss) ? "grad_norm" : "loss";
-      result.nonfinite_value = std::isfinite(sr.loss) ? sr.grad_norm : sr.loss;
-      break;
-    }
-    if (!std::isfinite(sr.loss) || !std::isfinite(sr.grad_norm))
+  if (!options_.quiet && rank_ == 0)
+    log::info("job {}: val loss of the imported weights {:.4f}", job_.id, val0);
+}
+
+std::optional<StepRecord> Trainer::train_step(std::int64_t step) {
+  const TrainConfig& tc = job_.train;
+  const auto t0 = Clock::now();
+  const parallel::StepResult sr =
+      strategy_->train_step(train_loader_->next_batch(tc.batch_size), step);
+  // The loss and the global gradient norm are reduced over the ranks, so every rank sees the
+  // same values: an agreed outcome. A non-finite norm poisons the update (the clip scale times
+  // an infinite gradient) even while the loss still looks finite.
+  if (!std::isfinite(sr.loss) || !std::isfinite(sr.grad_norm)) {
+    const char* what = std::isfinite(sr.loss) ? "grad_norm" : "loss";
+    const double value = std::isfinite(sr.loss) ? sr.grad_norm : sr.loss;
+    if (!par_.nonfinite_stops)
       throw comm::AgreedFailure(
-          fmt::format("job {}: {} became {} at step {} (lower the learning rate?)", job.id,
-                      std::isfinite(sr.loss) ? "gradient norm" : "loss",
-                      std::isfinite(sr.loss) ? sr.grad_norm : sr.loss, step + 1),
+          fmt::format("job {}: {} became {} at step {} (lower the learning rate?)", job_.id,
+                      std::isfinite(sr.loss) ? "gradient norm" : "loss", value, step + 1),
           kExitFailure, 0);
-    const double dt = seconds_since(t0);
-    train_time += dt;
-    StepRecord r;
-    r.step = step + 1;
-    r.loss = sr.loss;
-    r.lr = sr.lr;
-    r.grad_norm = sr.grad_norm;
-    r.tokens_per_s = static_cast<double>(tc.batch_size * T) / dt;
-    const bool last = step + 1 == total_steps;
-    if ((tc.eval_every > 0 && r.step % tc.eval_every == 0) || last) {
-      r.has_val = true;
-      val_loader->seek({0, 0});
-      r.val_loss = strategy->evaluate(val_loader->next_batch(evaluated_rows));
-    }
-    r.time_s = seconds_since(t_start);
-    result.steps.push_back(r);
-    if (metrics) {
-      nlohmann::json line = {{"step", r.step},
-                             {"loss", r.loss},
-                             {"lr", r.lr},
-                             {"grad_norm", r.grad_norm},
-                             {"tokens_per_s", r.tokens_per_s},
-                             {"time_s", r.time_s}};
-      if (r.has_val) line["val_loss"] = r.val_loss;
-      metrics << line.dump() << '\n';
-      metrics.flush();
-    }
-    if (!options.quiet && rank == 0 &&
-        (r.has_val || seconds_since(t_last_print) >= options.progress_interval_s || r.step == 1)) {
-      const std::int64_t ran = r.step - first_step;  // this process's steps
-      const double rate = static_cast<double>(ran * tc.batch_size * T) / train_time;
-      const double eta =
-          static_cast<double>(total_steps - r.step) * train_time / static_cast<double>(ran);
-      const std::string val = r.has_val ? fmt::format(" | val {:.4f}", r.val_loss) : "";
-      log::info("step {:>{}}/{} | loss {:.4f}{} | lr {:.2e} | {} tok/s | ETA {}", r.step,
-                std::to_string(total_steps).size(), total_steps, r.loss, val, r.lr,
-                format_rate(rate), format_clock(eta));
-      t_last_print = Clock::now();
-    }
-    done = r.step;
-    bool saved = false;
-    if (!options.job_dir.empty() && ckpt::checkpoint_due(tc, r.step)) {
-      if (poisoned(r.step)) break;
-      ckpt::save_training_checkpoint(mpi->handle(), ck, {r.step, train_loader->position(), ""},
-                                     source);
-      saved = true;
-    }
-    // Every rank calls after_step (it agrees on the stop over the job's ranks). A stop that
-    // comes after the last step changes nothing: the job is done and ends as finished, with
-    // final.h5 (a resume would otherwise find nothing left to run and no final weights).
-    const bool stop_requested = par.after_step && par.after_step(r);
-    if (stop_requested && r.step < tc.steps) {
-      if (!options.job_dir.empty() && !saved) {
-        if (poisoned(r.step)) break;
-        ckpt::save_training_checkpoint(mpi->handle(), ck, {r.step, train_loader->position(), ""},
-                                       source);
-      }
-      result.stopped = true;
-      break;
-    }
+    result_.stopped = true;
+    result_.nonfinite_step = step + 1;
+    result_.nonfinite_metric = what;
+    result_.nonfinite_value = value;
+    return std::nullopt;
   }
-  result.steps_done = done;
-  // final.h5 marks a finished job (saturn run --resume skips it): not after --max-steps.
-  if (!result.stopped && done == tc.steps && !options.job_dir.empty() && !poisoned(done)) {
-    const auto final_file =
-        ckpt::save_final(mpi->handle(), ck, {done, train_loader->position(), ""}, source);
-    if (options.export_hf)
-      comm::agree_on(comm, [&] {
-        if (rank != 0) return;
+  const double dt = seconds_since(t0);
+  train_time_ += dt;
+  StepRecord r;
+  r.step = step + 1;
+  r.loss = sr.loss;
+  r.lr = sr.lr;
+  r.grad_norm = sr.grad_norm;
+  r.tokens_per_s = static_cast<double>(tc.batch_size * tc.seq_len) / dt;
+  if ((tc.eval_every > 0 && r.step % tc.eval_every == 0) || r.step == total_steps_) {
+    r.has_val = true;
+    val_loader_->seek({0, 0});
+    r.val_loss = strategy_->evaluate(val_loader_->next_batch(eval_rows(tc)));
+  }
+  r.time_s = seconds_since(t_start_);
+  return r;
+}
+
+// The step in the result, metrics.jsonl and, now and then, the log.
+void Trainer::record(const StepRecord& r, std::int64_t first_step) {
+  result_.steps.push_back(r);
+  done_ = r.step;
+  if (metrics_) {
+    nlohmann::json line = {{"step", r.step},
+                           {"loss", r.loss},
+                           {"lr", r.lr},
+                           {"grad_norm", r.grad_norm},
+                           {"tokens_per_s", r.tokens_per_s},
+                           {"time_s", r.time_s}};
+    if (r.has_val) line["val_loss"] = r.val_loss;
+    metrics_ << line.dump() << '\n';
+    metrics_.flush();
+  }
+  if (options_.quiet || rank_ != 0) return;
+  if (!r.has_val && seconds_since(t_last_print_) < options_.progress_interval_s && r.step != 1)
+    return;
+  const std::int64_t tokens = job_.train.batch_size * job_.train.seq_len;
+  const std::int64_t ran = r.step - first_step;  // this process's steps
+  const double rate = static_cast<double>(ran * tokens) / train_time_;
+  const double eta =
+      static_cast<double>(total_steps_ - r.step) * train_time_ / static_cast<double>(ran);
+  const std::string val = r.has_val ? fmt::format(" | val {:.4f}", r.val_loss) : "";
+  log::info("step {:>{}}/{} | loss {:.4f}{} | lr {:.2e} | {} tok/s | ETA {}", r.step,
+            std::to_string(total_steps_).size(), total_steps_, r.loss, val, r.lr, format_rate(rate),
+            format_clock(eta));
+  t_last_print_ = Clock::now();
+}
+
+ckpt::TrainPoint Trainer::point(std::int64_t step) const {
+  return {step, train_loader_->position(), "", 0};
+}
+
+bool Trainer::checkpoint(std::int64_t step) {
+  if (options_.job_dir.empty() || poisoned(step)) return false;
+  ckpt::save_training_checkpoint(comm_, checkpoints_, point(step), source_);
+  return true;
+}
+
+bool Trainer::stop_requested(const StepRecord& r) {
+  if (!par_.step_requests) return false;
+  const StepDecision d = agree_step(comm_, par_.step_requests(r));
+  if (d.fault)
+    throw comm::AgreedFailure(fmt::format("injected failure at step {} (SATURN_FAIL_JOB)", r.step),
+                              kExitFailure, comm_.size() - 1);
+  result_.decision = d;
+  return d.stop;
+}
+
+// final.h5 marks a finished job (saturn run --resume skips it): not after --max-steps, and
+// never of a poisoned state. Then the Hugging Face export, the peaks, the final parameters.
+void Trainer::finish() {
+  result_.steps_done = done_;
+  if (!result_.stopped && done_ == job_.train.steps && !options_.job_dir.empty() &&
+      !poisoned(done_)) {
+    const auto final_file = ckpt::save_final(comm_, checkpoints_, point(done_), source_);
+    if (options_.export_hf)
+      comm::agree_on(comm_, [&] {
+        if (rank_ != 0) return;
         ckpt::HfExportOptions hf_options;
         // The special tokens and tokenizer handed back; the directory may be gone by now
         // (a resumed run elsewhere), which costs them but not the weights.
         std::error_code ec;
-        if (!job.init_from.empty() && std::filesystem::is_directory(job.init_from, ec))
-          hf_options.origin = job.init_from;
-        else if (!job.init_from.empty())
+        if (!job_.init_from.empty() && std::filesystem::is_directory(job_.init_from, ec))
+          hf_options.origin = job_.init_from;
+        else if (!job_.init_from.empty())
           log::warn(
               "job {}: {} is gone: the Hugging Face export has no tokenizer files and null "
               "special-token ids",
-              job.id, job.init_from.string());
+              job_.id, job_.init_from.string());
         const ckpt::HfExportResult r =
-            ckpt::export_hf(final_file, options.job_dir / "hf", hf_options);
-        if (!options.quiet)
-          log::info("job {}: final weights as a Hugging Face model in {} ({} tensors)", job.id,
-                    (options.job_dir / "hf").string(), r.tensors);
+            ckpt::export_hf(final_file, RunDir::hf_export_dir(options_.job_dir), hf_options);
+        if (!options_.quiet)
+          log::info("job {}: final weights as a Hugging Face model in {} ({} tensors)", job_.id,
+                    RunDir::hf_export_dir(options_.job_dir).string(), r.tensors);
       });
   }
-  std::int64_t peak = static_cast<std::int64_t>(device->memory().peak());
-  comm.allreduce(&peak, 1, comm::ReduceOp::kMax);
-  result.peak_device_bytes = static_cast<std::size_t>(peak);
-  result.estimated_device_bytes = estimate.device_bytes;
-  if (par.gather_final_params)
-    result.final_params = parallel::assemble_canonical(
-        comm, job.model, strategy->export_state(parallel::StateKind::kParams));
-  if (!options.quiet && rank == 0) {
-    const parallel::StrategyStats st = strategy->stats();
+  std::int64_t peak = static_cast<std::int64_t>(device_->memory().peak());
+  comm_.allreduce(&peak, 1, comm::ReduceOp::kMax);
+  result_.peak_device_bytes = static_cast<std::size_t>(peak);
+  result_.estimated_device_bytes = estimate_.device_bytes;
+  if (par_.gather_final_params)
+    result_.final_params = parallel::assemble_canonical(
+        comm_, job_.model, strategy_->export_state(parallel::StateKind::kParams));
+  if (!options_.quiet && rank_ == 0) {
+    const parallel::StrategyStats st = strategy_->stats();
     log::info(
         "job {}: done in {}, peak device memory {} per rank (estimate {}), {:.0f}% of step time "
         "communicating (rank 0)",
-        job.id, format_clock(seconds_since(t_start)), format_bytes(result.peak_device_bytes),
-        format_bytes(estimate.device_bytes),
+        job_.id, format_clock(seconds_since(t_start_)), format_bytes(result_.peak_device_bytes),
+        format_bytes(estimate_.device_bytes),
         st.step_s > 0 ? 100.0 * st.comm.seconds / st.step_s : 0.0);
   }
-  return result;
+}
+
+// Before any checkpoint: a step's update may leave a weight or an AdamW moment non-finite on
+// some rank while its loss and norm look finite (an update that overflows). Such a state is
+// never saved: with nonfinite_stops the job stops diverged at `step`, its newest checkpoint the
+// last good one; without, it fails. Collective over the job's ranks.
+bool Trainer::poisoned(std::int64_t step) {
+  // [0]: a weight, [1]: an AdamW moment is non-finite; [2]: the scan itself failed here
+  // (e.g. a device copy): agreed in the same reduction, so no rank waits in it alone.
+  std::int32_t bad[3] = {0, 0, 0};
+  float first_bad[2] = {0, 0};  // the first non-finite value of each kind on this rank
+  std::string scan_error;
+  try {
+    // Every rank exports every kind (the same calls on all of them), whatever it finds.
+    for (const auto kind :
+         {parallel::StateKind::kParams, parallel::StateKind::kAdamM, parallel::StateKind::kAdamV})
+      for (const TensorSlice& slice : strategy_->export_state(kind)) {
+        const int k = kind == parallel::StateKind::kParams ? 0 : 1;
+        const std::int64_t n = slice.elements();
+        for (std::int64_t i = 0; i < n && bad[k] == 0; ++i)
+          if (!std::isfinite(slice.data[i])) {
+            bad[k] = 1;
+            first_bad[k] = slice.data[i];
+          }
+      }
+  } catch (const std::exception& e) {
+    bad[2] = 1;
+    scan_error = e.what();
+  }
+  comm_.allreduce(bad, 3, comm::ReduceOp::kMax);
+  if (bad[2] != 0)
+    throw comm::AgreedFailure(
+        fmt::format("job {}: checking the state before the checkpoint at step {} failed{}{}",
+                    job_.id, step, scan_error.empty() ? " on another rank" : ": ", scan_error),
+        kExitFailure, 0);
+  if (bad[0] == 0 && bad[1] == 0) return false;
+  if (!par_.nonfinite_stops)
+    throw comm::AgreedFailure(
+        fmt::format("job {}: the {} became non-finite at step {} (its update overflowed; lower "
+                    "the learning rate?); not checkpointed",
+                    job_.id, bad[0] != 0 ? "weights" : "AdamW moments", step),
+        kExitFailure, 0);
+  result_.stopped = true;
+  result_.nonfinite_step = step;
+  result_.nonfinite_metric = bad[0] != 0 ? "weights" : "optimizer_state";
+  // This rank's first bad value of that kind (another rank may hold it: then NaN).
+  result_.nonfinite_value = bad[0] != 0 ? first_bad[0] : first_bad[1];
+  if (std::isfinite(result_.nonfinite_value)) result_.nonfinite_value = NAN;
+  return true;
+}
+
+TrainResult train_with_strategy(const TrainJob& job, const TrainOptions& options,
+                                const ParallelOptions& parallel, comm::Communicator& comm) {
+  return Trainer(job, options, parallel, comm).run();
 }
 
 TrainResult train_single_device(const TrainJob& job, const TrainOptions& options) {
   ParallelOptions par;
-  par.strategy = "single";
+  par.strategy = parallel::one_device_strategy();
   par.degree = 1;
   par.gather_final_params = true;
   int initialized = 0;

@@ -10,6 +10,7 @@
 
 #include "runtime/backend/device.hpp"
 #include "runtime/model/config.hpp"
+#include "runtime/train/step_control.hpp"
 
 namespace saturn {
 
@@ -25,11 +26,8 @@ struct TrainJob {
 };
 
 struct TrainOptions {
-  std::filesystem::path job_dir;         // metrics.jsonl, final.h5 (empty: write nothing)
-  DeviceKind device = DeviceKind::kCpu;  // the backend every rank trains on
-  int device_index = -1;  // which device of the node (-1: the rank's own, see make_device)
-  std::size_t device_capacity = 0;   // bytes; 0 = unlimited
-  std::size_t host_capacity = 0;     // bytes of host memory per rank (offload); 0 = unlimited
+  std::filesystem::path job_dir;     // metrics.jsonl, final.h5 (empty: write nothing)
+  Resources resources;               // the backend every rank trains on, its device and memory
   double progress_interval_s = 2.0;  // progress lines at most this often (and at evaluations)
   bool quiet = false;
   std::int64_t max_steps = -1;  // stop early after this many steps (tests); -1: all
@@ -55,6 +53,7 @@ struct TrainResult {
   std::vector<StepRecord> steps;  // the steps this call ran (after a resume: from there on)
   std::int64_t steps_done = 0;    // optimizer steps of the job done when the call returned
   bool stopped = false;           // stopped early at a step boundary (checkpointed)
+  StepDecision decision;          // what the ranks agreed when a request stopped them
   // ParallelOptions::nonfinite_stops: the step at which training met a non-finite value (0:
   // none), what it was (nonfinite_metric) and the value:
   //  - "loss" or "grad_norm": the step's own, reduced over the ranks (NaN, ±Inf); the step is

@@ -10,13 +10,14 @@
 #include "runtime/core/atomic_file.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/files.hpp"
+#include "runtime/rundir/run_dir.hpp"
 
 namespace saturn {
 
 namespace fs = std::filesystem;
 
 fs::path submitted_dir(const fs::path& run_dir) {
-  return run_dir / "submitted";
+  return RunDir(run_dir).submitted_dir();
 }
 
 std::string accepted_name(std::size_t order, const std::string& request_name) {
@@ -68,27 +69,20 @@ std::vector<Submission> accepted_submissions(const fs::path& run_dir) {
 }
 
 bool run_copy_differs(const fs::path& run_dir, const Workload& w) {
-  const fs::path copy = run_dir / "workload.yaml";
+  const fs::path copy = RunDir(run_dir).workload_copy();
   std::error_code ec;
   if (!fs::exists(copy, ec)) return false;
   return read_input_file(copy) != w.source_text;
 }
 
-std::optional<nlohmann::json> read_run_state(const fs::path& run_dir) {
-  const fs::path file = run_dir / "run_state.json";
-  std::error_code ec;
-  if (!fs::exists(fs::symlink_status(file, ec))) return std::nullopt;
-  return nlohmann::json::parse(read_input_file(file), nullptr, false);
-}
-
 Workload load_batch_base(const fs::path& run_dir) {
   LoadOptions lo;
   lo.check_data_files = false;
-  const nlohmann::json state = read_run_state(run_dir).value_or(nlohmann::json());
+  const nlohmann::json state = RunDir(run_dir).read_run_state().value_or(nlohmann::json());
   if (state.is_object() && state.contains("model_dirs") && state["model_dirs"].is_object())
     for (const auto& [model, d] : state["model_dirs"].items())
       if (d.is_string()) lo.model_dirs[model] = d.get<std::string>();
-  Workload w = load_workload(run_dir / "workload.yaml", lo);
+  Workload w = load_workload(RunDir(run_dir).workload_copy(), lo);
   if (state.is_object())
     for (auto [key, file] : {std::pair{"train_data", &w.train_data}, {"val_data", &w.val_data}})
       if (state.contains(key) && state[key].is_string()) *file = state[key].get<std::string>();

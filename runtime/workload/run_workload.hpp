@@ -38,11 +38,6 @@ std::vector<Submission> accepted_submissions(const std::filesystem::path& run_di
 // copy. Throws IoError when the copy cannot be read.
 bool run_copy_differs(const std::filesystem::path& run_dir, const Workload& w);
 
-// RUN_DIR/run_state.json (what --resume needs besides checkpoints): nullopt when there is none;
-// a discarded value (is_discarded()) when it is not JSON; InputError naming it when it is not a
-// regular file (a directory or FIFO put there).
-std::optional<nlohmann::json> read_run_state(const std::filesystem::path& run_dir);
-
 // The workload the batch in run_dir started with: its copy of the workload with the data files
 // and model directories run_state.json recorded (absolute; the copy's relative paths meant the
 // original file's directory), data files not checked.

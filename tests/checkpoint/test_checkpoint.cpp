@@ -15,6 +15,7 @@
 #include "runtime/checkpoint/store.hpp"
 #include "runtime/checkpoint/tools.hpp"
 #include "runtime/checkpoint/train_io.hpp"
+#include "runtime/comm/mpi_communicator.hpp"
 #include "tests/checkpoint/ckpt_test_util.hpp"
 
 namespace saturn::ckpt {
@@ -357,11 +358,12 @@ TEST_F(OneProcess, SingleDeviceViewAndTrainPoint) {
   // 10 steps of 4 sequences: 40, i.e. epoch 2, index 6 of a 17-sequence epoch (positions that
   // contradict the step are not valid).
   TrainPoint pt{10, {2, 6}, ""};
-  save_training_checkpoint(MPI_COMM_SELF, job, pt,
+  const auto self = comm::MpiCommunicator::borrow(MPI_COMM_SELF);
+  save_training_checkpoint(*self, job, pt,
                            single_device_view(layout, p.data(), m.data(), v.data()));
   std::vector<float> p2(p.size()), m2(m.size()), v2(v.size());
-  const auto back = resume_training(MPI_COMM_SELF, job,
-                                    single_device_view(layout, p2.data(), m2.data(), v2.data()));
+  const auto back =
+      resume_training(*self, job, single_device_view(layout, p2.data(), m2.data(), v2.data()));
   ASSERT_TRUE(back);
   EXPECT_EQ(back->step, 10);
   EXPECT_EQ(back->position, (data::LoaderPosition{2, 6}));

@@ -16,6 +16,7 @@
 #include "runtime/cli/commands.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/data/token_file.hpp"
+#include "runtime/rundir/run_dir.hpp"
 #include "slurm/sbatch.hpp"
 #include "tests/data/test_util.hpp"
 
@@ -301,7 +302,7 @@ TEST(SbatchTemplate, HasTheSameConventions) {
         "while kill -0 \"$child\" 2>/dev/null; do wait \"$child\"; done",
         "  if scontrol requeue \"$SLURM_JOB_ID\"; then exit 0; fi", "  resume=--resume"})
     EXPECT_TRUE(has_line(t, line)) << line;
-  for (const char* entry : kRunStateEntries)
+  for (const std::string& entry : RunDir::started_entries())
     EXPECT_NE(t.find(fmt::format("[ -e \"$RUN_DIR/{}\" ]", entry)), std::string::npos) << entry;
   int rc = -1;
   shell("bash -n '" + path + "'", &rc);

@@ -145,7 +145,9 @@ TEST(Stop, AfterTheLastStepFinishesTheJob) {
     ParallelOptions par;
     par.strategy = "ddp";
     par.degree = w.size();
-    par.after_step = [stop_at](const StepRecord& r) { return r.step == stop_at; };
+    par.step_requests = [stop_at](const StepRecord& r) {
+      return StepRequests{.stop = r.step == stop_at};
+    };
     const TrainResult got = train_with_strategy(job, opt, par, w);
     const bool last = stop_at == tc.steps;
     EXPECT_EQ(got.stopped, !last) << id;

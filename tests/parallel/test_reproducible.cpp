@@ -207,7 +207,9 @@ TEST(ReproducibleResume, ChangedConfigurationsEndBitIdentical) {
         ParallelOptions par;
         par.strategy = strategy;
         par.degree = degree;
-        par.after_step = [stop_at](const StepRecord& r) { return r.step == stop_at; };
+        par.step_requests = [stop_at](const StepRecord& r) {
+          return StepRequests{.stop = r.step == stop_at};
+        };
         const TrainResult r = train_with_strategy(job, opt, par, comm);
         EXPECT_TRUE(r.stopped) << strategy;
         EXPECT_EQ(r.steps_done, stop_at) << strategy;

@@ -176,20 +176,20 @@ TEST_F(Profiler, TrialOutOfMemoryMarksOnlyThatConfiguration) {
       estimate_cost(job.model, job.train, ConfigSpec{"fsdp", {}, world_->size(), 1}, cal)
           .device_bytes;
   ASSERT_LT(sharded, whole);
-  opt.trial.device_capacity = (whole + sharded) / 2;
+  opt.trial.resources.device_bytes = (whole + sharded) / 2;
 
   const ProfileResult r = profile_workload(req, *world_, opt);
   int failed = 0, fine = 0;
   for (const auto& row : r.rows) {
     if (!row.tried_now) continue;
     ASSERT_TRUE(row.measured);
-    if (row.estimate.device_bytes > opt.trial.device_capacity) {
+    if (row.estimate.device_bytes > opt.trial.resources.device_bytes) {
       EXPECT_FALSE(row.measured->feasible) << row.config.label();
       EXPECT_NE(row.measured->reason.find("out of memory"), std::string::npos)
           << row.measured->reason;
       EXPECT_FALSE(row.in_problem) << row.config.label();
       ++failed;
-    } else if (row.estimate.device_bytes < opt.trial.device_capacity * 9 / 10) {
+    } else if (row.estimate.device_bytes < opt.trial.resources.device_bytes * 9 / 10) {
       EXPECT_TRUE(row.measured->feasible) << row.config.label() << ": " << row.measured->reason;
       ++fine;
     }
@@ -205,7 +205,7 @@ TEST_F(Profiler, TrialOutOfMemoryMarksOnlyThatConfiguration) {
 
   // With no limit the next run tries the failed ones again (they may fit now).
   ProfileOptions again = opt;
-  again.trial.device_capacity = 0;
+  again.trial.resources.device_bytes = 0;
   const ProfileResult r2 = profile_workload(req, *world_, again);
   EXPECT_EQ(r2.stats.trials_run, failed);
   EXPECT_EQ(r2.stats.trials_failed, 0);

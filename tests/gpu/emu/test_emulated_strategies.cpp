@@ -89,7 +89,7 @@ const Reference& reference(const std::string& model, DeviceKind kind, const Shar
     TrainJob job{"ref", tiny_model_named(model), three_steps(), data.train(), data.val()};
     TrainOptions opt;
     opt.quiet = true;
-    opt.device = kind;
+    opt.resources.device = kind;
     const TrainResult r = train_single_device(job, opt);
     ref.params = r.final_params;
     for (const auto& s : r.steps) ref.losses.push_back(s.loss);
@@ -126,7 +126,7 @@ TEST_P(EmulatedStrategy, MatchesTheEmulatedSingleDeviceAndTheCpu) {
   TrainJob job{"emu", tiny_model_named(model), three_steps(), data.train(), data.val()};
   TrainOptions opt;
   opt.quiet = true;
-  opt.device = DeviceKind::kCuda;
+  opt.resources.device = DeviceKind::kCuda;
   ParallelOptions par;
   par.strategy = c.strategy;
   par.degree = w.size();
@@ -233,7 +233,7 @@ const std::vector<float>& reproducible_reference(Arch arch, const SharedData& da
     TrainJob job{"ref", tiny_model(arch), reproducible_steps(), data.train(), data.val()};
     TrainOptions opt;
     opt.quiet = true;
-    opt.device = DeviceKind::kCuda;
+    opt.resources.device = DeviceKind::kCuda;
     params = train_single_device(job, opt).final_params;
     n = static_cast<std::int64_t>(params.size());
   }
@@ -254,7 +254,7 @@ TEST_P(EmulatedReproducible, BitIdenticalToTheEmulatedSingleDevice) {
   TrainJob job{"repro", tiny_model(arch), reproducible_steps(), data.train(), data.val()};
   TrainOptions opt;
   opt.quiet = true;
-  opt.device = DeviceKind::kCuda;
+  opt.resources.device = DeviceKind::kCuda;
   ParallelOptions par;
   par.strategy = c.strategy;
   par.degree = w.size();

@@ -227,7 +227,7 @@ TEST_F(GpuProfiling, CostModelUsesTheGpuCalibrationForCudaJobs) {
   // shapes, and its estimates are the GPU calibration's.
   ProfileRequest req;
   req.workload = &w;
-  req.device = DeviceKind::kCuda;
+  req.resources.device = DeviceKind::kCuda;
   ProfileOptions opt;
   opt.trials = true;
   opt.calibration = gpu_options();
