@@ -6,6 +6,7 @@
 
 #include "runtime/core/error.hpp"
 #include "runtime/parallel/param_store.hpp"
+#include "runtime/parallel/replica_eval.hpp"
 
 namespace saturn::parallel {
 
@@ -263,17 +264,8 @@ StepResult DdpStrategy::train_step(const data::Batch& batch, std::int64_t step) 
 }
 
 double DdpStrategy::evaluate(const data::Batch& batch) {
-  const int T = spec_.train.seq_len;
-  const RowRange rows = shard_rows(batch.batch_size, dp_rank_, dp_);
-  loss_.reset();
-  tokens_.for_each_micro(batch, rows.begin, rows.count, micro_, true,
-                         [&](std::int64_t k, std::int64_t n) {
-                           model_->forward(tokens_.inputs(k), tokens_.targets(k));
-                           loss_.add(model_->loss(), static_cast<double>(n * T));
-                         });
-  double sum = loss_.read();
-  dp_comm_->control().allreduce(&sum, 1, comm::ReduceOp::kSum);
-  return sum / static_cast<double>(batch.batch_size * T);
+  return replica_eval_loss(batch, spec_.train.seq_len, dp_rank_, dp_, micro_, *model_, tokens_,
+                           loss_, dp_comm_->control());
 }
 
 std::vector<float*> DdpStrategy::segments(StateKind kind) {

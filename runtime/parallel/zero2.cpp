@@ -7,6 +7,7 @@
 
 #include "runtime/core/error.hpp"
 #include "runtime/parallel/param_store.hpp"
+#include "runtime/parallel/replica_eval.hpp"
 
 namespace saturn::parallel {
 
@@ -231,17 +232,8 @@ StepResult Zero2Strategy::train_step(const data::Batch& batch, std::int64_t step
 }
 
 double Zero2Strategy::evaluate(const data::Batch& batch) {
-  const int T = spec_.train.seq_len;
-  const RowRange rows = shard_rows(batch.batch_size, rank_, size_);
-  loss_.reset();
-  tokens_.for_each_micro(batch, rows.begin, rows.count, micro_, true,
-                         [&](std::int64_t k, std::int64_t n) {
-                           model_->forward(tokens_.inputs(k), tokens_.targets(k));
-                           loss_.add(model_->loss(), static_cast<double>(n * T));
-                         });
-  double sum = loss_.read();
-  comms_->control().allreduce(&sum, 1, comm::ReduceOp::kSum);
-  return sum / static_cast<double>(batch.batch_size * T);
+  return replica_eval_loss(batch, spec_.train.seq_len, rank_, size_, micro_, *model_, tokens_,
+                           loss_, comms_->control());
 }
 
 std::vector<float*> Zero2Strategy::moments(StateKind kind) {
