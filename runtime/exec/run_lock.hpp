@@ -41,6 +41,4 @@ class RunLock {
   int fd_ = -1;
 };
 
-// The file name of the lock in a run directory.
-
 }  // namespace saturn::exec

@@ -2,8 +2,8 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <cstdio>
+#include <map>
 
 #include "runtime/core/atomic_file.hpp"
 #include "runtime/core/files.hpp"
@@ -72,7 +72,12 @@ fs::path RunDir::hf_export_dir(const fs::path& job_dir) {
 }
 
 const std::vector<std::string>& RunDir::started_entries() {
-  static const std::vector<std::string> entries = {"timeline.jsonl", "plans", "jobs"};
+  // Relative to the root, as the Slurm script tests them ([ -e "$RUN_DIR/<entry>" ]).
+  static const std::vector<std::string> entries = [] {
+    const RunDir any("");
+    return std::vector<std::string>{any.timeline_file().string(), any.plans_dir().string(),
+                                    any.jobs_dir().string()};
+  }();
   return entries;
 }
 
@@ -87,17 +92,18 @@ bool RunDir::holds_start() const {
 }
 
 std::vector<std::pair<int, fs::path>> RunDir::plan_files() const {
-  std::vector<std::pair<int, fs::path>> out;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(plans_dir(), ec)) {
-    const std::string f = e.path().filename().string();
-    int k = -1;
-    if (f.size() > 10 && f.rfind("plan-", 0) == 0 && f.substr(f.size() - 5) == ".json" &&
-        std::sscanf(f.c_str(), "plan-%d.json", &k) == 1)
-      out.emplace_back(k, e.path());
-  }
-  std::sort(out.begin(), out.end());
-  return out;
+  // One file per index (plan-1.json and plan-001.json are one plan); a plans directory that
+  // cannot be listed throws (filesystem_error names it) rather than reading as "no plans".
+  std::map<int, fs::path> files;
+  if (fs::is_directory(plans_dir()))
+    for (const auto& e : fs::directory_iterator(plans_dir())) {
+      const std::string f = e.path().filename().string();
+      int k = -1;
+      if (f.size() > 10 && f.rfind("plan-", 0) == 0 && f.substr(f.size() - 5) == ".json" &&
+          std::sscanf(f.c_str(), "plan-%d.json", &k) == 1)
+        files[k] = e.path();
+    }
+  return {files.begin(), files.end()};
 }
 
 std::optional<nlohmann::json> RunDir::read_run_state() const {

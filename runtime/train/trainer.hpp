@@ -53,7 +53,7 @@ struct TrainResult {
   std::vector<StepRecord> steps;  // the steps this call ran (after a resume: from there on)
   std::int64_t steps_done = 0;    // optimizer steps of the job done when the call returned
   bool stopped = false;           // stopped early at a step boundary (checkpointed)
-  StepDecision decision;          // what the ranks agreed when a request stopped them
+  StepDecision decision;          // the last step's agreed decision (a signal, even if finished)
   // ParallelOptions::nonfinite_stops: the step at which training met a non-finite value (0:
   // none), what it was (nonfinite_metric) and the value:
   //  - "loss" or "grad_norm": the step's own, reduced over the ranks (NaN, ±Inf); the step is
