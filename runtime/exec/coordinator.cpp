@@ -13,13 +13,13 @@
 
 #include "runtime/core/error.hpp"
 #include "runtime/core/log.hpp"
+#include "runtime/exec/batch_selection.hpp"
 #include "runtime/exec/early_stop.hpp"
 #include "runtime/exec/job_runner.hpp"
 #include "runtime/exec/job_table.hpp"
 #include "runtime/exec/messages.hpp"
 #include "runtime/exec/replanner.hpp"
 #include "runtime/exec/run_files.hpp"
-#include "runtime/exec/selection.hpp"
 #include "runtime/exec/signals.hpp"
 #include "runtime/exec/spool.hpp"
 #include "runtime/exec/submission.hpp"
@@ -88,7 +88,7 @@ struct Coordinator::Impl {
   std::vector<JobState>& jobs;
   RunFiles files;
   Replanner replanner;
-  Selection selection;
+  BatchSelection selection;
   MPI_Comm control = MPI_COMM_NULL;
   int world_size = 0;
   std::set<int> idle;  // ranks waiting for a command
@@ -119,7 +119,7 @@ struct Coordinator::Impl {
         jobs(table.jobs),
         files(setup),
         replanner(setup, table),
-        selection(setup.workload->selection, job_ids(*setup.workload)) {
+        selection(*setup.workload) {
     plan_index = setup.next_plan_index;
     // Submissions parse against the batch's text (workload.source_text, which --resume checked
     // equals the run directory's copy); their messages name the copy, the file `saturn submit`
@@ -135,131 +135,35 @@ struct Coordinator::Impl {
           js->early_stop = hit;
           js->reason = EarlyStopHit::from_json(hit).describe() + " (before --resume)";
         }
-    if (selection.enabled() && !setup.selection_state.is_null())
-      selection.restore(setup.selection_state, RunDir(setup.run_dir).run_state_file().string());
+    selection.restore(setup.selection_state, RunDir(setup.run_dir).run_state_file().string());
     for (const auto& id : setup.cancelled)
       if (JobState* js = table.find(id); js != nullptr && js->status == JobStatus::kPending) {
         js->status = JobStatus::kCancelled;
         js->reason = "cancelled (saturn cancel, before --resume)";
-        if (selection.enabled()) selection.withdraw(js->index);
+        selection.withdraw(*js);
       }
-    restore_selection();
+    selection.apply_restored(jobs);
     table.fail_unplanned();
-  }
-
-  static std::vector<std::string> job_ids(const Workload& w) {
-    std::vector<std::string> ids;
-    for (const auto& j : w.jobs) ids.push_back(j.id);
-    return ids;
   }
 
   // ---- selection ----
 
-  std::string stop_reason(const SelectionDecision& d) const {
-    const std::string metric =
-        std::isnan(d.metric) ? std::string("missing") : fmt::format("{:.6g}", d.metric);
-    return fmt::format("{}: rung {} (step {}): {} {}, place {} of {}, {} go on",
-                       selection.settings().method, d.rung, d.step, selection.settings().metric,
-                       metric, d.place, d.compared, d.kept);
-  }
-
-  // --resume: every decision of the interrupted run stands (run_state.json's "selection").
-  void restore_selection() {
-    if (!selection.enabled()) return;
-    for (auto& js : jobs) {
-      const int j = js.index;
-      if (!js.early_stop.is_null()) {
-        selection.withdraw(j);  // a state saved before its withdrawal was: no rung waits for it
-        continue;
-      }
-      if (selection.stopped(j)) {
-        js.status = JobStatus::kStopped;
-        js.selected_out = true;
-        const auto rungs = selection.job_json(j);
-        const auto& last = rungs.back();
-        js.reason = fmt::format("{}: rung {} (step {}) (decided before --resume)",
-                                selection.settings().method, last["rung"].get<int>(),
-                                last["step"].get<std::int64_t>());
-        continue;
-      }
-      if (js.status != JobStatus::kPending) continue;
-      // Failed in an earlier run: its rungs were decided without it, so it stays out (a retry
-      // would reach rungs already decided, or make a complete rung wait again).
-      if (selection.withdrawn(j)) {
-        js.status = JobStatus::kFailed;
-        js.reason = fmt::format(
-            "failed before --resume at step {}; withdrawn from selection, which decided its "
-            "rungs without it",
-            js.steps_done);
-        continue;
-      }
-      js.held = selection.waiting(j);
-      js.pause_step = selection.pause_step(j);
-      // A checkpoint at or past the next rung whose arrival the run state does not hold (a
-      // hard kill between the checkpoint and run_state.json): its metric is missing.
-      if (!js.held && js.pause_step > 0 && js.steps_done >= js.pause_step) {
-        log::warn(
-            "job {}: resumed at step {}, at or past its rung at step {} with no metric "
-            "recorded: it ranks as missing",
-            js.spec->id, js.steps_done, js.pause_step);
-        selection.arrive(j, NAN);
-        js.held = true;
-      }
-    }
-  }
-
-  // The job stopped at its rung's step: its metric there (the segment's last evaluation, at
-  // that very step: rungs are multiples of eval_every).
+  // At once, not at the next timer: a hard kill before it would make --resume count this
+  // job's metric as missing and decide the rung differently.
   void reached_rung(JobState& js, const SegmentOutcome& o) {
-    const double metric = o.val_loss.value_or(NAN);
-    const int rung = selection.level(js.index);
-    selection.arrive(js.index, metric);
-    js.held = true;
-    event({{"event", "rung"},
-           {"job", js.spec->id},
-           {"rung", rung},
-           {"step", js.steps_done},
-           {selection.settings().metric,
-            std::isnan(metric) ? nlohmann::json() : nlohmann::json(metric)}});
-    // At once, not at the next timer: a hard kill before it would make --resume count this
-    // job's metric as missing and decide the rung differently.
+    event(selection.reached_rung(js, o));
     write_run_state();
   }
 
-  // Applies what the rule decides now: losers stop (status stopped, their ranks are already
-  // free: they wait at the rung), winners go on; either way the batch re-plans at once.
+  // What the rule decides now; either way the batch re-plans at once, and --resume keeps
+  // every decision.
   void apply_selection() {
-    if (!selection.enabled()) return;
-    const auto decisions = selection.decide();
-    if (decisions.empty()) return;
+    BatchSelection::Decided d = selection.decide(jobs, setup.quiet);
+    if (d.events.empty()) return;
     ++version;
-    for (const auto& d : decisions) {
-      JobState& js = jobs[static_cast<std::size_t>(d.job)];
-      nlohmann::json e = {{"event", d.promoted ? "promote" : "selection_stop"},
-                          {"job", js.spec->id},
-                          {"rung", d.rung},
-                          {"step", d.step},
-                          {selection.settings().metric,
-                           std::isnan(d.metric) ? nlohmann::json() : nlohmann::json(d.metric)},
-                          {"place", d.place},
-                          {"compared", d.compared},
-                          {"kept", d.kept}};
-      event(e);
-      if (d.promoted) {
-        // Not dispatched on the devices of the plan before its rung: the re-plan requested
-        // below places it.
-        JobTable::promote(js, selection.pause_step(d.job));
-      } else {
-        js.held = false;
-        js.status = JobStatus::kStopped;
-        js.selected_out = true;
-        js.pause_step = 0;
-        js.reason = stop_reason(d);
-        if (!setup.quiet) log::info("job {} stopped by {}", js.spec->id, js.reason);
-      }
-    }
-    request_replan(fmt::format("selection at rung {}", decisions.back().rung));
-    write_run_state();  // --resume keeps every decision
+    for (auto& e : d.events) event(std::move(e));
+    request_replan(fmt::format("selection at rung {}", d.rung));
+    write_run_state();
   }
 
   double now() const {
@@ -270,7 +174,7 @@ struct Coordinator::Impl {
 
   void write_run_state() {
     nlohmann::json extra = nlohmann::json::object();
-    if (selection.enabled()) extra["selection"] = selection.to_json();
+    if (selection.enabled()) extra["selection"] = selection.run_state();
     nlohmann::json cancelled = nlohmann::json::array();
     // A cancel still waiting for its job's stop counts: its spool request is already taken. A
     // job its early_stop stopped first is recorded as that, once.
@@ -290,28 +194,14 @@ struct Coordinator::Impl {
     facts.makespan_s = now();
     facts.plans = plan_index;
     facts.exit_code = table.exit_code();
-    if (selection.enabled()) {
-      const auto& s = selection.settings();
-      facts.extra["selection"] = {
-          {"method", s.method},       {"metric", s.metric},
-          {"min_steps", s.min_steps}, {"reduction_factor", s.reduction_factor},
-          {"max_rungs", s.max_rungs}, {"rung_steps", selection.rung_steps()}};
-    }
+    if (selection.enabled()) facts.extra["selection"] = selection.settings_json();
     files.write_summary(table, facts, now(), [&](const JobState& js) {
       nlohmann::json j = nlohmann::json::object();
       if (!js.early_stop.is_null()) {
         j["stopped_by"] = "early_stop";
         j["early_stop"] = js.early_stop;
       }
-      if (!selection.enabled()) return j;
-      const nlohmann::json rungs = selection.job_json(js.index);
-      j["rungs"] = rungs;
-      if (js.selected_out) {
-        j["stopped_by"] = "selection";
-        j["rung"] = rungs.back()["rung"];
-        j["rung_step"] = rungs.back()["step"];
-        j["metric"] = {{selection.settings().metric, rungs.back()[selection.settings().metric]}};
-      }
+      selection.add_job_summary(js, j);
       return j;
     });
     write_run_state();
@@ -592,7 +482,7 @@ struct Coordinator::Impl {
     nlohmann::json e = close_segment(js, o);
     js.status = JobStatus::kFailed;
     js.reason = o.reason.empty() ? "unknown" : o.reason;
-    if (selection.enabled()) selection.withdraw(js.index);
+    selection.withdraw(js);
     e["event"] = "failure";
     e["reason"] = js.reason;
     event(e);
@@ -639,7 +529,7 @@ struct Coordinator::Impl {
     js.pause_step = 0;
     const EarlyStopHit h = EarlyStopHit::from_json(hit);
     js.reason = h.describe();
-    if (selection.enabled()) selection.withdraw(js.index);
+    selection.withdraw(js);
     nlohmann::json e = {{"event", "early_stop"}, {"job", js.spec->id}};
     for (const auto& [k, v] : hit.items()) e[k] = v;
     event(e);
@@ -674,7 +564,7 @@ struct Coordinator::Impl {
     js.status = JobStatus::kCancelled;
     js.held = false;
     js.reason = "cancelled (saturn cancel)";
-    if (selection.enabled()) selection.withdraw(js.index);
+    selection.withdraw(js);
     event({{"event", "cancel"}, {"job", js.spec->id}, {"step", js.steps_done}});
     if (!setup.quiet) log::info("job {} cancelled at step {}", js.spec->id, js.steps_done);
     request_replan("job " + js.spec->id + " cancelled");
