@@ -68,7 +68,7 @@ struct OptimizerConfig {
 
 struct ScheduleConfig {
   std::int64_t warmup = 0;       // linear warmup steps
-  std::string decay = "cosine";  // cosine | linear | constant
+  std::string decay = "cosine";  // cosine | linear | constant | hf_cosine | hf_linear
   double min_lr_ratio = 0.1;     // final lr = lr * min_lr_ratio
 };
 

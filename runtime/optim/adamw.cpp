@@ -4,12 +4,32 @@
 #include <cmath>
 #include <numbers>
 
-
 namespace saturn {
+
+namespace {
+
+// transformers' get_cosine_schedule_with_warmup and get_linear_schedule_with_warmup: LambdaLR's
+// factor at optimizer step `step`, computed in their order so that the rates are equal to the
+// bit: from 0 over the warmup, to 0 at total_steps.
+double transformers_factor(const ScheduleConfig& sched, std::int64_t step,
+                           std::int64_t total_steps) {
+  if (step < sched.warmup)
+    return static_cast<double>(step) / static_cast<double>(std::max<std::int64_t>(1, sched.warmup));
+  const double span = static_cast<double>(std::max<std::int64_t>(1, total_steps - sched.warmup));
+  if (sched.decay == "hf_linear")
+    return std::max(0.0, static_cast<double>(total_steps - step) / span);
+  const double progress = static_cast<double>(step - sched.warmup) / span;
+  // num_cycles = 0.5 (their default): cos(pi * 0.5 * 2 * progress).
+  return std::max(0.0, 0.5 * (1.0 + std::cos(std::numbers::pi * 0.5 * 2.0 * progress)));
+}
+
+}  // namespace
 
 double scheduled_lr(const OptimizerConfig& opt, const ScheduleConfig& sched, std::int64_t step,
                     std::int64_t total_steps) {
   const double lr = opt.lr;
+  if (sched.decay == "hf_cosine" || sched.decay == "hf_linear")
+    return lr * transformers_factor(sched, step, total_steps);
   if (step < sched.warmup)
     return lr * static_cast<double>(step + 1) / static_cast<double>(sched.warmup);
   if (sched.decay == "constant") return lr;

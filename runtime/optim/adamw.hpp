@@ -15,8 +15,10 @@
 
 namespace saturn {
 
-// Learning rate at optimizer step `step` (0-based): linear warmup to lr over `warmup` steps,
-// then cosine / linear decay to lr·min_lr_ratio at `total_steps`, or constant.
+// Learning rate at optimizer step `step` (0-based): linear warmup to lr over `warmup` steps
+// (lr·(step+1)/warmup), then cosine / linear decay to lr·min_lr_ratio at `total_steps`, or
+// constant. hf_cosine / hf_linear are transformers' get_cosine_schedule_with_warmup /
+// get_linear_schedule_with_warmup exactly: lr·step/warmup from 0, then decay to 0.
 double scheduled_lr(const OptimizerConfig& opt, const ScheduleConfig& sched, std::int64_t step,
                     std::int64_t total_steps);
 

@@ -48,7 +48,7 @@ const Keys kModelKeys = {"arch",       "n_layer",        "n_head",     "n_kv_hea
                          "rope_theta", "tie_embeddings", "from"};
 const Keys kSolverKeys = {"backend", "time_limit", "introspection"};
 const Keys kIntrospectionKeys = {"interval", "threshold"};
-const Keys kDecays = {"cosine", "linear", "constant"};
+const Keys kDecays = {"cosine", "linear", "constant", "hf_cosine", "hf_linear"};
 const Keys kBackends = {"glpk", "cbc"};
 const Keys kExportFormats = {"hf"};
 const Keys kSelectionKeys = {"method", "metric", "min_steps", "reduction_factor", "max_rungs"};
@@ -855,6 +855,15 @@ void Parser::finish_job(JobSpec job, const Provenance& prov, const YAML::Mark& m
     fail(at.mark, at.path,
          fmt::format("warmup {} exceeds steps {} of job '{}' (valid: 0..{})", t.schedule.warmup,
                      t.steps, job.id, t.steps));
+  }
+  // transformers' schedules decay to 0: a min_lr_ratio set beside them would do nothing.
+  if ((t.schedule.decay == "hf_cosine" || t.schedule.decay == "hf_linear") &&
+      prov.count("schedule.min_lr_ratio")) {
+    const Where& at = prov.at("schedule.min_lr_ratio");
+    fail(at.mark, at.path,
+         fmt::format("min_lr_ratio has no effect with decay {} of job '{}', which decays to 0 as "
+                     "transformers does (valid: leave min_lr_ratio out, or decay cosine or linear)",
+                     t.schedule.decay, job.id));
   }
   // Where a field was set, or the job itself for a built-in default.
   const auto at = [&](const char* field) {

@@ -18,7 +18,10 @@ save_pretrained:
     model config; a sharded export (index + shards) loads and imports the same;
   - bf16 weights import exactly (widened), and bad input is exit 2 naming the file and field:
     key/value heads that do not divide the query heads, rope_scaling, a workload key that
-    disagrees with config.json, a truncated safetensors file, a missing tensor.
+    disagrees with config.json, a truncated safetensors file, a missing tensor;
+  - schedules (issue 30): decay hf_cosine / hf_linear give every step the learning rate that
+    transformers' get_cosine_schedule_with_warmup / get_linear_schedule_with_warmup give, to the
+    bit; a min_lr_ratio beside them is exit 2.
 
 Usage: test_hf_models.py --saturn SATURN --probe HF_PROBE --venv VENV
 transformers and safetensors come from VENV (scripts/install-deps.sh --tests makes it). Without
@@ -43,7 +46,7 @@ ARGS = argparse.ArgumentParser()
 ARGS.add_argument("--saturn", required=True)
 ARGS.add_argument("--probe", required=True)
 ARGS.add_argument("--venv", required=True)
-ARGS.add_argument("--only", default="", help="gpt2, llama or llama-tied (default: all)")
+ARGS.add_argument("--only", default="", help="gpt2, llama, llama-tied or schedules (default: all)")
 ARGS.add_argument("--no-mpi", action="store_true", help="skip the fsdp/tensor runs")
 args = ARGS.parse_args()
 
@@ -528,6 +531,57 @@ def check_errors(src, data, tmp):
            rc == 2 and "true disagrees with tie_word_embeddings = false" in err,
            err.strip()[-400:])
 
+def check_schedules(data, tmp):
+    """decay hf_cosine / hf_linear: every step's learning rate (metrics.jsonl) equals, to the bit,
+    transformers' get_cosine_schedule_with_warmup / get_linear_schedule_with_warmup stepped as
+    the Trainer steps it (one scheduler step after each optimizer step)."""
+    print("transformers' schedules:", flush=True)
+    steps, warmup, lr = 11, 4, 3e-3
+    for decay, make in (("hf_cosine", transformers.get_cosine_schedule_with_warmup),
+                        ("hf_linear", transformers.get_linear_schedule_with_warmup)):
+        wl = os.path.join(tmp, f"{decay}.yaml")
+        with open(wl, "w") as f:
+            f.write(f"""name: schedule
+data: {{train: {data}, val: {data}}}
+defaults:
+  seq_len: {T}
+  steps: {steps}
+  eval_every: 0
+  eval_batches: 1
+  optimizer: {{lr: {lr}}}
+  schedule: {{warmup: {warmup}, decay: {decay}}}
+models:
+  m: {{arch: gpt2, n_layer: 1, n_head: 2, d_model: 16, vocab_size: {VOCAB}}}
+jobs:
+  - {{name: j, model: m, batch_size: {B}}}
+""")
+        run_dir = os.path.join(tmp, f"{decay}-run")
+        p = run([args.saturn, "train", wl, "--run-dir", run_dir])
+        if p.returncode != 0:
+            expect(f"{decay}: saturn train", False, p.stderr[-300:])
+            continue
+        ours = [metrics(run_dir)[k]["lr"] for k in range(1, steps + 1)]
+        opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=lr)
+        sched = make(opt, num_warmup_steps=warmup, num_training_steps=steps)
+        ref = []
+        for _ in range(steps):
+            ref.append(sched.get_last_lr()[0])
+            opt.step()
+            sched.step()
+        expect(f"{decay}: the learning rate of each of {steps} steps = transformers' (bit-equal; "
+               f"first {ours[0]:.3g}, last {ours[-1]:.3g})", ours == ref,
+               "" if ours == ref else f"ours {ours} vs {ref}")
+    # min_lr_ratio beside them would do nothing: refused, naming it.
+    with open(wl) as f:
+        text = f.read().replace("decay: hf_linear}", "decay: hf_linear, min_lr_ratio: 0.1}")
+    bad = os.path.join(tmp, "hf-min-lr.yaml")
+    with open(bad, "w") as f:
+        f.write(text)
+    p = run([args.saturn, "train", bad, "--run-dir", os.path.join(tmp, "hf-min-lr")], expect_rc=2)
+    expect("hf_linear with min_lr_ratio: exit 2 naming the field", p.returncode == 2 and
+           "min_lr_ratio has no effect with decay hf_linear" in p.stderr, p.stderr[-300:])
+
+
 def main():
     print(f"transformers {transformers.__version__}, safetensors {safetensors.__version__}, "
           f"torch {torch.__version__}")
@@ -541,6 +595,11 @@ def main():
             check_bf16(src, tmp)
             check_run_resume(src, data, tmp)
             check_errors(src, data, tmp)
+        if args.only in ("", "schedules"):
+            rng = np.random.default_rng(7)
+            data = os.path.join(tmp, "schedule-data.bin")
+            write_tokens(data, rng.integers(0, VOCAB, size=64 * B * T + 1))
+            check_schedules(data, tmp)
     if failures:
         print(f"FAILED: {len(failures)} check(s): {failures}")
         return 1

@@ -495,7 +495,7 @@ TEST_F(WorkloadTest, BetasAndMinLrRatioRanges) {
       3, 21, "defaults.schedule.decay");
   EXPECT_CONTAINS(msg,
                   "unknown value 'cosin' (did you mean 'cosine'? valid: cosine, linear, "
-                  "constant)");
+                  "constant, hf_cosine, hf_linear)");
 }
 
 TEST_F(WorkloadTest, WarmupLongerThanSteps) {
