@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """Makes the small Hugging Face models examples/finetune.yaml starts from, the way a download
 would look: a tokenizer (tokenizer.json, a GPT-2-style byte-level BPE trained with the
-`tokenizers` library on the licence texts every Debian system ships) and a GPT-2 and a LLaMA
-model made by `transformers` itself, briefly pre-trained on that text so that they start from
-a loss well below a random model's (no model hub is needed).
+`tokenizers` library on the licence texts every Debian system ships) and a GPT-2, a LLaMA, a
+Mistral (sliding-window attention) and a Qwen2 (q/k/v biases) model made by `transformers`
+itself, briefly pre-trained on that text so that they start from a loss well below a random
+model's (no model hub is needed).
 
 Run with the Python that has transformers (scripts/install-deps.sh --tests makes it):
   ~/.cache/saturn/test-venv/bin/python examples/make_hf_model.py
-It writes examples/models/tiny-gpt2 and examples/models/tiny-llama (config.json,
+It writes examples/models/tiny-{gpt2,llama,mistral,qwen2} (config.json,
 model.safetensors, generation_config.json, tokenizer.json, tokenizer_config.json), then prints
 the `saturn data prepare --tokenizer` command that makes the example's data with the same
 tokenizer.
@@ -75,6 +76,15 @@ def main():
         vocab_size=V, hidden_size=128, intermediate_size=344, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
         rope_theta=50000.0, tie_word_embeddings=True, bos_token_id=eos, eos_token_id=eos))
+    # A window of 32 keys, half the example's seq_len of 64, so that it matters.
+    mistral = transformers.MistralForCausalLM(transformers.MistralConfig(
+        vocab_size=V, hidden_size=128, intermediate_size=344, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+        sliding_window=32, bos_token_id=eos, eos_token_id=eos))
+    qwen2 = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(
+        vocab_size=V, hidden_size=128, intermediate_size=344, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+        tie_word_embeddings=True, bos_token_id=eos, eos_token_id=eos))
     # Pre-training text: the files encoded one by one, as `saturn data prepare` does, minus the
     # last 10% of the ids, so that the example's val split (prepare's default) stays unseen.
     ids = []
@@ -82,7 +92,8 @@ def main():
         with open(f, encoding="utf-8", newline="") as fh:
             ids += tokenizer.backend_tokenizer.encode(fh.read()).ids
     ids = torch.tensor(ids[: int(len(ids) * 0.9)], dtype=torch.long)
-    for name, model in (("tiny-gpt2", gpt2), ("tiny-llama", llama)):
+    for name, model in (("tiny-gpt2", gpt2), ("tiny-llama", llama), ("tiny-mistral", mistral),
+                        ("tiny-qwen2", qwen2)):
         loss = pretrain(model, ids, a.pretrain_steps, 64, 8, 3e-3, a.seed) \
             if a.pretrain_steps > 0 else float("nan")
         out = os.path.join(a.out, name)

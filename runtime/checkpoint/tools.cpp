@@ -271,19 +271,25 @@ HfExportResult export_hf(const fs::path& file, const fs::path& target,
                                     options.origin.string()));
   StagedOutputDir out(target, out_options);
   const fs::path& dir = out.path();
-  const ParameterLayout layout(meta.model);
   HfExportResult result;
   result.model = meta.model;
+  // The family's file tensors (Phi-3 stacks q|k|v and gate|up), in layout order, so that the
+  // checkpoint's tensors stream into them one after the other.
+  const std::vector<hf::FileTensor> files = hf::file_tensors(meta.model);
+  std::map<std::string, std::string> file_of;  // layout tensor -> file tensor
+  for (const auto& f : files)
+    for (const auto& part : f.parts) file_of[part] = f.name;
   // Shards in layout order: a new one starts where the next tensor would overflow this one.
   std::vector<hf::SafetensorsWriter::Declared> shards(1);
   std::uint64_t in_shard = 0, total = 0;
-  for (const auto& t : layout.tensors()) {
-    const std::uint64_t bytes = t.numel * sizeof(float);
+  for (const auto& f : files) {
+    std::uint64_t bytes = sizeof(float);
+    for (auto d : f.shape) bytes *= static_cast<std::uint64_t>(d);
     if (!shards.back().empty() && in_shard + bytes > options.max_shard_bytes) {
       shards.emplace_back();
       in_shard = 0;
     }
-    shards.back().emplace_back(t.name, t.shape);
+    shards.back().emplace_back(f.name, f.shape);
     in_shard += bytes;
     total += bytes;
   }
@@ -311,9 +317,11 @@ HfExportResult export_hf(const fs::path& file, const fs::path& target,
                                                   shards[static_cast<std::size_t>(shard)], st_meta);
       in_current = 0;
     }
-    writer->write(name, data, elements);
-    ++in_current;
-    ++result.tensors;
+    // A part of a stacked tensor continues it; the tensor counts once it is whole.
+    if (writer->write(file_of.at(name), data, elements)) {
+      ++in_current;
+      ++result.tensors;
+    }
   });
   if (writer) writer->finish();
   if (n > 1) {

@@ -19,6 +19,9 @@ namespace {
 
 constexpr const char* kGpt2Arch = "GPT2LMHeadModel";
 constexpr const char* kLlamaArch = "LlamaForCausalLM";
+constexpr const char* kMistralArch = "MistralForCausalLM";
+constexpr const char* kQwen2Arch = "Qwen2ForCausalLM";
+constexpr const char* kPhi3Arch = "Phi3ForCausalLM";
 constexpr std::uint64_t kMaxConfigBytes = 16u << 20;
 
 // A float32 as the shortest decimal that reads back as the same float (1e-5f -> 1e-05, not
@@ -36,6 +39,8 @@ class ConfigReader {
     throw InputError(fmt::format("{}: {}: {}", file_, key, what));
   }
   bool has(const std::string& key) const { return j_.contains(key) && !j_.at(key).is_null(); }
+  bool contains(const std::string& key) const { return j_.contains(key); }  // null included
+  const std::string& file() const { return file_; }
   const json& at(const std::string& key) const { return j_.at(key); }
 
   int integer(const std::string& key, std::int64_t lo, std::int64_t hi) const {
@@ -44,6 +49,10 @@ class ConfigReader {
   }
   int integer_or(const std::string& key, int dflt, std::int64_t lo, std::int64_t hi) const {
     return has(key) ? integer_value(key, lo, hi) : dflt;
+  }
+  double number(const std::string& key) const {
+    if (!has(key)) fail(key, "missing (a number > 0)");
+    return number_or(key, 0.0);
   }
   double number_or(const std::string& key, double dflt) const {
     if (!has(key)) return dflt;
@@ -87,6 +96,241 @@ class ConfigReader {
 
 }  // namespace
 
+namespace {
+
+// The Hugging Face classes the engine computes, and the model_type each config.json says.
+struct Family {
+  const char* architecture;
+  const char* model_type;
+  Arch arch;
+};
+constexpr Family kFamilies[] = {
+    {kGpt2Arch, "gpt2", Arch::kGpt2},
+    {"GPT2Model", "gpt2", Arch::kGpt2},  // the bare model's files: its head is the embedding
+    {kLlamaArch, "llama", Arch::kLlama},
+    {kMistralArch, "mistral", Arch::kLlama},
+    {kQwen2Arch, "qwen2", Arch::kLlama},
+    {kPhi3Arch, "phi3", Arch::kLlama},
+};
+constexpr const char* kValidFamilies =
+    "GPT2LMHeadModel, GPT2Model, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM or "
+    "Phi3ForCausalLM";
+
+const Family& family_of(const ConfigReader& r) {
+  if (r.has("architectures")) {
+    const json& a = r.at("architectures");
+    if (!a.is_array() || a.size() != 1 || !a[0].is_string())
+      r.fail("architectures", fmt::format("expected one architecture, got {} (valid: {})", a.dump(),
+                                          kValidFamilies));
+    const std::string name = a[0].get<std::string>();
+    for (const Family& f : kFamilies)
+      if (name == f.architecture) return f;
+    r.fail("architectures", fmt::format("{} is not supported (valid: {})", name, kValidFamilies));
+  }
+  const std::string type = r.string_or("model_type", "");
+  for (const Family& f : kFamilies)
+    if (type == f.model_type) return f;
+  r.fail("model_type", fmt::format("'{}' with no `architectures` (valid: gpt2, llama, mistral, "
+                                   "qwen2 or phi3)",
+                                   type));
+}
+
+void read_gpt2(const ConfigReader& r, HfModel& out) {
+  using namespace model_limits;
+  ModelConfig& m = out.model;
+  m.arch = Arch::kGpt2;
+  out.field_names = {{"arch", "architectures"},
+                     {"n_layer", "n_layer"},
+                     {"n_head", "n_head"},
+                     {"n_kv_head", "n_head"},
+                     {"tie_embeddings", "tie_word_embeddings"},
+                     {"d_model", "n_embd"},
+                     {"d_ff", "n_inner"},
+                     {"vocab_size", "vocab_size"},
+                     {"norm_eps", "layer_norm_epsilon"},
+                     {"max_seq_len", "n_positions"}};
+  m.vocab_size = r.integer("vocab_size", 2, kVocab);
+  m.d_model = r.integer("n_embd", 1, kDModel);
+  m.n_layer = r.integer("n_layer", 1, kLayers);
+  m.n_head = r.integer("n_head", 1, kDModel);
+  m.n_kv_head = m.n_head;
+  m.tie_embeddings = true;
+  m.max_seq_len = r.integer("n_positions", 1, kPositions);
+  m.d_ff = r.integer_or("n_inner", 4 * m.d_model, 1, kDff);
+  m.norm_eps = static_cast<float>(r.number_or("layer_norm_epsilon", 1e-5));
+  const std::string act = r.string_or("activation_function", "gelu_new");
+  if (act != "gelu_new" && act != "gelu_pytorch_tanh")
+    r.fail("activation_function",
+           fmt::format("'{}' is not implemented by the engine (valid: gelu_new or "
+                       "gelu_pytorch_tanh, the tanh approximation of GELU)",
+                       act));
+  r.require_bool("tie_word_embeddings", true, true, "GPT-2's head is its token embedding");
+  r.require_bool("scale_attn_weights", true, true,
+                 "attention scores are scaled by 1/sqrt(head_dim)");
+  r.require_bool("scale_attn_by_inverse_layer_idx", false, false, "no per-layer scaling");
+  r.require_bool("reorder_and_upcast_attn", false, false, "attention in float32 as written");
+  r.require_bool("add_cross_attention", false, false, "a decoder-only model");
+}
+
+// rope_scaling of a LLaMA config: null or default (plain), linear, llama3 (Llama 3.1, 3.2).
+void read_rope_scaling(const ConfigReader& r, ModelConfig& m) {
+  if (!r.has("rope_scaling")) return;
+  const json& s = r.at("rope_scaling");
+  const std::string valid =
+      "valid: null, {\"rope_type\": \"default\"}, {\"rope_type\": \"linear\", \"factor\": F} or "
+      "{\"rope_type\": \"llama3\", \"factor\", \"low_freq_factor\", \"high_freq_factor\", "
+      "\"original_max_position_embeddings\"}";
+  if (!s.is_object())
+    r.fail("rope_scaling", fmt::format("{} is not an object ({})", s.dump(), valid));
+  const ConfigReader sr(fs::path(r.file() + ": rope_scaling"), s);
+  // transformers reads `rope_type`, and the older `type` when it is absent.
+  const std::string type =
+      sr.has("rope_type") ? sr.string_or("rope_type", "") : sr.string_or("type", "");
+  if (type == "default") return;
+  if (type != "linear" && type != "llama3")
+    r.fail("rope_scaling",
+           fmt::format("rope_type '{}' is not implemented by the engine ({})", type, valid));
+  m.rope_scaling = parse_rope_scaling(type);
+  m.rope_factor = static_cast<float>(sr.number("factor"));
+  if (m.rope_scaling == RopeScalingKind::kLlama3) {
+    m.rope_low_freq_factor = static_cast<float>(sr.number("low_freq_factor"));
+    m.rope_high_freq_factor = static_cast<float>(sr.number("high_freq_factor"));
+    m.rope_original_max_positions =
+        sr.integer("original_max_position_embeddings", 1, model_limits::kPositions);
+  }
+  for (const auto& [key, value] : s.items())
+    if (key != "rope_type" && key != "type" && key != "factor" &&
+        (m.rope_scaling == RopeScalingKind::kLinear ||
+         (key != "low_freq_factor" && key != "high_freq_factor" &&
+          key != "original_max_position_embeddings")))
+      sr.fail(key, fmt::format("{} is not a field of rope_type {} the engine computes (valid: {})",
+                               value.dump(), type,
+                               m.rope_scaling == RopeScalingKind::kLinear
+                                   ? "factor"
+                                   : "factor, low_freq_factor, high_freq_factor, "
+                                     "original_max_position_embeddings"));
+}
+
+// LlamaForCausalLM, MistralForCausalLM and Qwen2ForCausalLM: one engine architecture (RMSNorm,
+// SwiGLU, rotary, grouped-query attention) with each family's switches.
+void read_llama_family(const ConfigReader& r, const Family& family, HfModel& out) {
+  using namespace model_limits;
+  ModelConfig& m = out.model;
+  m.arch = Arch::kLlama;
+  out.field_names = {{"arch", "architectures"},
+                     {"n_layer", "num_hidden_layers"},
+                     {"n_head", "num_attention_heads"},
+                     {"n_kv_head", "num_key_value_heads"},
+                     {"tie_embeddings", "tie_word_embeddings"},
+                     {"d_model", "hidden_size"},
+                     {"d_ff", "intermediate_size"},
+                     {"vocab_size", "vocab_size"},
+                     {"norm_eps", "rms_norm_eps"},
+                     {"rope_theta", "rope_theta"},
+                     {"max_seq_len", "max_position_embeddings"},
+                     {"sliding_window", "sliding_window"}};
+  const std::string arch = family.architecture;
+  m.vocab_size = r.integer("vocab_size", 2, kVocab);
+  m.d_model = r.integer("hidden_size", 1, kDModel);
+  m.d_ff = r.integer("intermediate_size", 1, kDff);
+  m.n_layer = r.integer("num_hidden_layers", 1, kLayers);
+  m.n_head = r.integer("num_attention_heads", 1, kDModel);
+  m.max_seq_len = r.integer_or("max_position_embeddings", 2048, 1, kPositions);
+  m.norm_eps = static_cast<float>(r.number_or("rms_norm_eps", 1e-6));
+  m.rope_theta = static_cast<float>(r.number_or("rope_theta", 10000.0));
+  // Grouped-query attention: any divisor of the query heads (transformers' default: equal).
+  m.n_kv_head = r.integer_or("num_key_value_heads", m.n_head, 1, kDModel);
+  if (m.n_head % m.n_kv_head != 0)
+    r.fail("num_key_value_heads",
+           fmt::format("{} does not divide num_attention_heads {} (valid: a divisor of it; each "
+                       "key/value head serves an equal group of query heads)",
+                       m.n_kv_head, m.n_head));
+  if (r.has("head_dim") && arch != kPhi3Arch && m.d_model % m.n_head == 0) {
+    const int hd = r.integer("head_dim", 1, kDModel);
+    if (hd != m.d_model / m.n_head)
+      r.fail("head_dim", fmt::format("{} is not hidden_size / num_attention_heads, which the "
+                                     "engine computes for {} (valid: {})",
+                                     hd, arch, m.d_model / m.n_head));
+  }
+  const std::string act = r.string_or("hidden_act", "silu");
+  if (act != "silu")
+    r.fail("hidden_act", fmt::format("'{}' is not implemented by the engine (valid: silu)", act));
+  // transformers' default for all of them: untied.
+  m.tie_embeddings = r.boolean_or("tie_word_embeddings", false);
+  // Their embedding is nn.Embedding(vocab, hidden, padding_idx=pad_token_id): that row gets no
+  // gradient from the lookup. (The field is also kept as it came, for the export.)
+  // A negative id counts from the end, as torch's padding_idx does.
+  if (r.has("pad_token_id")) {
+    const int pad = r.integer("pad_token_id", -m.vocab_size, m.vocab_size - 1);
+    m.padding_idx = pad < 0 ? m.vocab_size + pad : pad;
+  }
+  if (arch == kLlamaArch) {
+    read_rope_scaling(r, m);
+    // attention_bias: q, k, v and o projections; mlp_bias: gate, up and down.
+    m.qkv_bias = m.o_bias = r.boolean_or("attention_bias", false);
+    m.mlp_bias = r.boolean_or("mlp_bias", false);
+  } else if (arch == kMistralArch) {
+    // MistralConfig's default window is 4096; null turns it off.
+    m.sliding_window = r.has("sliding_window")        ? r.integer("sliding_window", 1, kPositions)
+                       : r.contains("sliding_window") ? 0
+                                                      : 4096;
+  } else if (arch == kPhi3Arch) {
+    // PhiConfig's default is none. transformers 4.44 applies the window only under
+    // flash_attention_2 (its eager and sdpa paths attend to every earlier key); the engine
+    // computes the model as configured, which equals those paths up to the window's length.
+    m.sliding_window = r.has("sliding_window") ? r.integer("sliding_window", 1, kPositions) : 0;
+  } else {  // Qwen2
+    m.qkv_bias = true;
+    r.require_bool("use_sliding_window", false, false,
+                   "transformers 4.44 computes Qwen2's sliding window only under "
+                   "flash_attention_2, and the engine not at all");
+  }
+  if (arch == kPhi3Arch && r.has("rope_scaling"))
+    r.fail("rope_scaling", fmt::format("{} is not implemented by the engine (Phi-3's su/longrope "
+                                       "scaling; valid: null)",
+                                       r.at("rope_scaling").dump()));
+  if (arch != kLlamaArch && r.has("rope_scaling"))
+    r.fail("rope_scaling", fmt::format("{} is not read by transformers' {} (valid: null)",
+                                       r.at("rope_scaling").dump(), arch));
+}
+
+// The config.json fields the engine computes from (read above, or written by config_json with
+// the value the engine assumes), besides transformers' bookkeeping: everything else is the
+// origin's to keep (dropouts, initializer_range, token ids, ...).
+bool engine_field(const std::string& key) {
+  static const std::set<std::string> kEngine = {
+      // bookkeeping: written by the export itself
+      "architectures", "model_type", "transformers_version", "_name_or_path", "torch_dtype",
+      // GPT-2
+      "vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "n_inner", "activation_function",
+      "layer_norm_epsilon", "scale_attn_weights", "scale_attn_by_inverse_layer_idx",
+      "reorder_and_upcast_attn", "add_cross_attention", "tie_word_embeddings",
+      // the LLaMA family
+      "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+      "num_key_value_heads", "head_dim", "hidden_act", "max_position_embeddings", "rms_norm_eps",
+      "rope_theta", "rope_scaling", "attention_bias", "mlp_bias", "sliding_window",
+      "use_sliding_window"};
+  return kEngine.count(key) != 0;
+}
+
+// config.json fields the export writes back as they came (ModelConfig::hf_extra_fields).
+constexpr std::size_t kMaxExtraFieldsBytes = 16u << 10;
+
+std::string extra_fields(const ConfigReader& r, const json& j) {
+  json extra = json::object();
+  for (const auto& [key, value] : j.items())
+    if (!engine_field(key)) extra[key] = value;
+  std::string text = extra.dump();
+  if (text.size() > kMaxExtraFieldsBytes)
+    r.fail("(fields the engine does not compute)",
+           fmt::format("{} bytes of them, more than the {} a checkpoint keeps (valid: a "
+                       "model's configuration, not data)",
+                       text.size(), kMaxExtraFieldsBytes));
+  return text;
+}
+
+}  // namespace
+
 HfModel read_config(const fs::path& dir) {
   HfModel out;
   out.config_file = dir / "config.json";
@@ -102,123 +346,24 @@ HfModel read_config(const fs::path& dir) {
   if (!j.is_object()) throw InputError(fmt::format("{}: expected a JSON object", file));
   const ConfigReader r(out.config_file, j);
 
-  // The family: `architectures` when given, else `model_type`.
-  const std::string valid = fmt::format("{} or {}", kGpt2Arch, kLlamaArch);
-  if (r.has("architectures")) {
-    const json& a = r.at("architectures");
-    if (!a.is_array() || a.size() != 1 || !a[0].is_string())
-      r.fail("architectures",
-             fmt::format("expected one architecture, got {} (valid: {})", a.dump(), valid));
-    out.architecture = a[0].get<std::string>();
-    if (out.architecture != kGpt2Arch && out.architecture != kLlamaArch)
-      r.fail("architectures",
-             fmt::format("{} is not supported (valid: {})", out.architecture, valid));
-  } else {
-    const std::string type = r.string_or("model_type", "");
-    if (type == "gpt2")
-      out.architecture = kGpt2Arch;
-    else if (type == "llama")
-      out.architecture = kLlamaArch;
-    else
-      r.fail("model_type",
-             fmt::format("'{}' with no `architectures` (valid: gpt2 or llama)", type));
-  }
+  // The family: `architectures` when given, else `model_type`; both must agree.
+  const Family& family = family_of(r);
+  out.architecture = family.architecture;
   const std::string type = r.string_or("model_type", "");
-  const std::string expected_type = out.architecture == kGpt2Arch ? "gpt2" : "llama";
-  if (!type.empty() && type != expected_type)
+  if (!type.empty() && type != family.model_type)
     r.fail("model_type", fmt::format("'{}' does not match architectures {} (valid: {})", type,
-                                     out.architecture, expected_type));
-
+                                     out.architecture, family.model_type));
+  // Saturn's limits (model_limits) are checked field by field before any size is derived from
+  // them (4 * n_embd, the layout), so that the message names config.json's own field.
+  if (family.arch == Arch::kGpt2)
+    read_gpt2(r, out);
+  else
+    read_llama_family(r, family, out);
   ModelConfig& m = out.model;
-  auto& names = out.field_names;
-  // Saturn's limits (model_limits), checked field by field before any size is derived from them
-  // (4 * n_embd, the layout), so that the message names config.json's own field.
-  using namespace model_limits;
-  if (out.architecture == kGpt2Arch) {
-    m.arch = Arch::kGpt2;
-    names = {{"arch", "architectures"},
-             {"n_layer", "n_layer"},
-             {"n_head", "n_head"},
-             {"n_kv_head", "n_head"},
-             {"tie_embeddings", "tie_word_embeddings"},
-             {"d_model", "n_embd"},
-             {"d_ff", "n_inner"},
-             {"vocab_size", "vocab_size"},
-             {"norm_eps", "layer_norm_epsilon"},
-             {"max_seq_len", "n_positions"}};
-    m.vocab_size = r.integer("vocab_size", 2, kVocab);
-    m.d_model = r.integer("n_embd", 1, kDModel);
-    m.n_layer = r.integer("n_layer", 1, kLayers);
-    m.n_head = r.integer("n_head", 1, kDModel);
-    m.n_kv_head = m.n_head;
-    m.tie_embeddings = true;
-    m.max_seq_len = r.integer("n_positions", 1, kPositions);
-    m.d_ff = r.integer_or("n_inner", 4 * m.d_model, 1, kDff);
-    m.norm_eps = static_cast<float>(r.number_or("layer_norm_epsilon", 1e-5));
-    const std::string act = r.string_or("activation_function", "gelu_new");
-    if (act != "gelu_new" && act != "gelu_pytorch_tanh")
-      r.fail("activation_function",
-             fmt::format("'{}' is not implemented by the engine (valid: gelu_new or "
-                         "gelu_pytorch_tanh, the tanh approximation of GELU)",
-                         act));
-    r.require_bool("tie_word_embeddings", true, true, "GPT-2's head is its token embedding");
-    r.require_bool("scale_attn_weights", true, true,
-                   "attention scores are scaled by 1/sqrt(head_dim)");
-    r.require_bool("scale_attn_by_inverse_layer_idx", false, false, "no per-layer scaling");
-    r.require_bool("add_cross_attention", false, false, "a decoder-only model");
-  } else {
-    m.arch = Arch::kLlama;
-    names = {{"arch", "architectures"},
-             {"n_layer", "num_hidden_layers"},
-             {"n_head", "num_attention_heads"},
-             {"n_kv_head", "num_key_value_heads"},
-             {"tie_embeddings", "tie_word_embeddings"},
-             {"d_model", "hidden_size"},
-             {"d_ff", "intermediate_size"},
-             {"vocab_size", "vocab_size"},
-             {"norm_eps", "rms_norm_eps"},
-             {"rope_theta", "rope_theta"},
-             {"max_seq_len", "max_position_embeddings"}};
-    m.vocab_size = r.integer("vocab_size", 2, kVocab);
-    m.d_model = r.integer("hidden_size", 1, kDModel);
-    m.d_ff = r.integer("intermediate_size", 1, kDff);
-    m.n_layer = r.integer("num_hidden_layers", 1, kLayers);
-    m.n_head = r.integer("num_attention_heads", 1, kDModel);
-    m.max_seq_len = r.integer_or("max_position_embeddings", 2048, 1, kPositions);
-    m.norm_eps = static_cast<float>(r.number_or("rms_norm_eps", 1e-6));
-    m.rope_theta = static_cast<float>(r.number_or("rope_theta", 10000.0));
-    // Grouped-query attention: any divisor of the query heads (transformers' default: equal).
-    m.n_kv_head = r.integer_or("num_key_value_heads", m.n_head, 1, kDModel);
-    if (m.n_head % m.n_kv_head != 0)
-      r.fail("num_key_value_heads",
-             fmt::format("{} does not divide num_attention_heads {} (valid: a divisor of it; each "
-                         "key/value head serves an equal group of query heads)",
-                         m.n_kv_head, m.n_head));
-    if (r.has("head_dim") && m.d_model % m.n_head == 0) {
-      const int hd = r.integer("head_dim", 1, kDModel);
-      if (hd != m.d_model / m.n_head)
-        r.fail("head_dim", fmt::format("{} is not hidden_size / num_attention_heads (valid: {})",
-                                       hd, m.d_model / m.n_head));
-    }
-    if (r.has("rope_scaling")) {
-      const json& s = r.at("rope_scaling");
-      const bool plain =
-          s.is_object() && ((s.contains("rope_type") && s["rope_type"] == "default") ||
-                            (s.contains("type") && s["type"] == "default"));
-      if (!plain)
-        r.fail("rope_scaling",
-               fmt::format("{} is not implemented by the engine (valid: null, plain rotary "
-                           "positions with rope_theta)",
-                           s.dump()));
-    }
-    const std::string act = r.string_or("hidden_act", "silu");
-    if (act != "silu")
-      r.fail("hidden_act", fmt::format("'{}' is not implemented by the engine (valid: silu)", act));
-    r.require_bool("attention_bias", false, false, "LLaMA attention has no biases");
-    r.require_bool("mlp_bias", false, false, "LLaMA's MLP has no biases");
-    // transformers' LlamaConfig default: untied.
-    m.tie_embeddings = r.boolean_or("tie_word_embeddings", false);
-  }
+  // A directory saved from GPT2Model exports as the model with its head, which is what
+  // transformers' AutoModelForCausalLM makes of it.
+  m.hf_architecture = out.architecture == std::string("GPT2Model") ? kGpt2Arch : out.architecture;
+  m.hf_extra_fields = extra_fields(r, j);
   try {
     m.validate();
     m.check_parameters();
@@ -227,6 +372,59 @@ HfModel read_config(const fs::path& dir) {
   }
   return out;
 }
+
+namespace {
+
+// The class an export writes: the origin's, else the one the engine's switches imply. Throws
+// InputError when that class cannot express the model.
+std::string export_architecture(const ModelConfig& m) {
+  if (m.arch == Arch::kGpt2) return kGpt2Arch;
+  std::string a = m.hf_architecture;
+  if (a.empty())
+    a = m.sliding_window > 0                     ? kMistralArch
+        : m.qkv_bias && !m.o_bias && !m.mlp_bias ? kQwen2Arch
+                                                 : kLlamaArch;
+  const auto cannot = [&](const char* what) {
+    throw InputError(fmt::format("the model cannot be exported as {}: {}", a, what));
+  };
+  if (a == kLlamaArch) {
+    if (m.sliding_window > 0) cannot("LLaMA has no sliding window (MistralForCausalLM has)");
+    if (m.qkv_bias != m.o_bias)
+      cannot(
+          "LLaMA's attention_bias covers q, k, v and o together (Qwen2ForCausalLM has q, k, "
+          "v biases alone)");
+  } else if (a == kMistralArch) {
+    if (m.qkv_bias || m.o_bias || m.mlp_bias) cannot("Mistral has no biases");
+    if (m.rope_scaling != RopeScalingKind::kNone) cannot("Mistral has no rope_scaling");
+  } else if (a == kPhi3Arch) {
+    if (m.qkv_bias || m.o_bias || m.mlp_bias) cannot("Phi-3 has no biases");
+    if (m.rope_scaling != RopeScalingKind::kNone) cannot("Saturn computes Phi-3 without scaling");
+  } else if (a == kQwen2Arch) {
+    if (!m.qkv_bias || m.o_bias || m.mlp_bias) cannot("Qwen2 has biases on q, k and v only");
+    if (m.sliding_window > 0 || m.rope_scaling != RopeScalingKind::kNone)
+      cannot("Qwen2 under transformers 4.44 has neither a sliding window nor rope_scaling");
+  } else {
+    cannot(
+        "not a class Saturn exports (valid: LlamaForCausalLM, MistralForCausalLM, "
+        "Qwen2ForCausalLM, Phi3ForCausalLM)");
+  }
+  return a;
+}
+
+ordered_json rope_scaling_json(const ModelConfig& m) {
+  if (m.rope_scaling == RopeScalingKind::kNone) return nullptr;
+  ordered_json s;
+  s["rope_type"] = rope_scaling_name(m.rope_scaling);
+  s["factor"] = shortest(m.rope_factor);
+  if (m.rope_scaling == RopeScalingKind::kLlama3) {
+    s["low_freq_factor"] = shortest(m.rope_low_freq_factor);
+    s["high_freq_factor"] = shortest(m.rope_high_freq_factor);
+    s["original_max_position_embeddings"] = m.rope_original_max_positions;
+  }
+  return s;
+}
+
+}  // namespace
 
 ordered_json config_json(const ModelConfig& m) {
   ordered_json j;
@@ -241,44 +439,70 @@ ordered_json config_json(const ModelConfig& m) {
     j["n_inner"] = m.ffn_dim();
     j["activation_function"] = "gelu_new";
     j["layer_norm_epsilon"] = shortest(m.norm_eps);
-    // The engine trains without dropout; 0 makes transformers' train mode compute the same.
-    j["resid_pdrop"] = 0.0;
-    j["embd_pdrop"] = 0.0;
-    j["attn_pdrop"] = 0.0;
     j["scale_attn_weights"] = true;
     j["scale_attn_by_inverse_layer_idx"] = false;
     j["reorder_and_upcast_attn"] = false;
     j["add_cross_attention"] = false;
-    j["initializer_range"] = 0.02;
     j["tie_word_embeddings"] = true;
   } else {
-    j["architectures"] = {kLlamaArch};
-    j["model_type"] = "llama";
+    const std::string a = export_architecture(m);
+    j["architectures"] = {a};
+    j["model_type"] = a == kMistralArch ? "mistral"
+                      : a == kQwen2Arch ? "qwen2"
+                      : a == kPhi3Arch  ? "phi3"
+                                        : "llama";
     j["vocab_size"] = m.vocab_size;
     j["hidden_size"] = m.d_model;
     j["intermediate_size"] = m.ffn_dim();
     j["num_hidden_layers"] = m.n_layer;
     j["num_attention_heads"] = m.n_head;
     j["num_key_value_heads"] = m.kv_heads();
-    j["head_dim"] = m.head_dim();
+    if (a == kLlamaArch || a == kMistralArch) j["head_dim"] = m.head_dim();
     j["hidden_act"] = "silu";
     j["max_position_embeddings"] = m.max_seq_len;
     j["rms_norm_eps"] = shortest(m.norm_eps);
     j["rope_theta"] = shortest(m.rope_theta);
-    j["rope_scaling"] = nullptr;
-    j["attention_bias"] = false;
-    j["attention_dropout"] = 0.0;
-    j["mlp_bias"] = false;
-    j["pretraining_tp"] = 1;
-    j["initializer_range"] = 0.02;
+    if (a == kLlamaArch) {
+      j["rope_scaling"] = rope_scaling_json(m);
+      j["attention_bias"] = m.qkv_bias;
+      j["mlp_bias"] = m.mlp_bias;
+    } else if (a == kMistralArch || a == kPhi3Arch) {
+      if (a == kPhi3Arch) j["rope_scaling"] = nullptr;
+      if (m.sliding_window > 0)
+        j["sliding_window"] = m.sliding_window;
+      else
+        j["sliding_window"] = nullptr;
+    } else {
+      j["use_sliding_window"] = false;
+      j["sliding_window"] = nullptr;
+    }
     j["tie_word_embeddings"] = m.tie_embeddings;
   }
-  // Saturn does not know the tokenizer's special tokens: none rather than transformers'
-  // defaults (GPT-2's 50256, LLaMA's 1 and 2), which may lie outside this vocabulary.
-  j["bos_token_id"] = nullptr;
-  j["eos_token_id"] = nullptr;
-  j["pad_token_id"] = nullptr;
-  j["use_cache"] = true;
+  if (m.hf_extra_fields.empty()) {
+    // A model Saturn made: no dropout (the engine trains without it, and 0 makes transformers'
+    // train mode compute the same), and no special tokens, since Saturn does not know the
+    // tokenizer's (transformers' defaults, GPT-2's 50256, LLaMA's 1 and 2, may lie outside this
+    // vocabulary).
+    if (m.arch == Arch::kGpt2) {
+      j["resid_pdrop"] = 0.0;
+      j["embd_pdrop"] = 0.0;
+      j["attn_pdrop"] = 0.0;
+    } else {
+      j["attention_dropout"] = 0.0;
+    }
+    if (m.arch == Arch::kLlama && export_architecture(m) == kLlamaArch) j["pretraining_tp"] = 1;
+    j["initializer_range"] = 0.02;
+    j["bos_token_id"] = nullptr;
+    j["eos_token_id"] = nullptr;
+    j["pad_token_id"] = nullptr;
+    j["use_cache"] = true;
+  } else {
+    // An imported model: the origin's fields the engine does not compute, as they came
+    // (dropouts, initializer_range, token ids, ...); what the origin left out stays out, so that
+    // transformers gives it the same default it gave the origin.
+    const json extra = json::parse(m.hf_extra_fields);
+    for (const auto& [key, value] : extra.items()) j[key] = value;
+  }
   j["torch_dtype"] = "float32";
   return j;
 }
@@ -317,35 +541,69 @@ std::string first_few(const std::vector<std::string>& v) {
 
 }  // namespace
 
+std::vector<FileTensor> file_tensors(const ModelConfig& model) {
+  const ParameterLayout layout(model);
+  const bool phi3 = model.hf_architecture == kPhi3Arch;
+  std::vector<FileTensor> out;
+  const auto& ts = layout.tensors();
+  for (std::size_t k = 0; k < ts.size(); ++k) {
+    const ParamTensor& t = ts[k];
+    const auto stacked = [&](const std::string& name, std::size_t n) {
+      FileTensor f{name, t.canonical_shape, {}};
+      f.shape[0] = 0;
+      for (std::size_t i = k; i < k + n; ++i) {
+        f.shape[0] += ts[i].canonical_shape[0];
+        f.parts.push_back(ts[i].name);
+      }
+      out.push_back(std::move(f));
+      k += n - 1;
+    };
+    // Phi-3: q|k|v in one qkv_proj, gate|up in one gate_up_proj (the layout keeps them
+    // adjacent, in that order).
+    if (phi3 && ends_with(t.name, ".self_attn.q_proj.weight")) {
+      stacked(t.name.substr(0, t.name.size() - 13) + "qkv_proj.weight", 3);
+    } else if (phi3 && ends_with(t.name, ".mlp.gate_proj.weight")) {
+      stacked(t.name.substr(0, t.name.size() - 16) + "gate_up_proj.weight", 2);
+    } else {
+      out.push_back({t.name, t.canonical_shape, {t.name}});
+    }
+  }
+  return out;
+}
+
 HfWeights::HfWeights(const fs::path& dir, const ModelConfig& model) : set_(dir) {
   const std::string src = set_.source().string();
   const ParameterLayout layout(model);
   std::vector<std::string> missing;
   std::map<std::string, bool> used;
-  for (const auto& t : layout.tensors()) {
-    std::string name = t.name;
+  for (const FileTensor& ft : file_tensors(model)) {
+    std::string name = ft.name;
     if (set_.find(name) == nullptr && model.arch == Arch::kGpt2 &&
         name.rfind("transformer.", 0) == 0 && set_.find(name.substr(12)) != nullptr)
       name = name.substr(12);  // saved from GPT2Model: no "transformer." prefix
     const StTensor* f = set_.find(name);
     if (f == nullptr) {
-      missing.push_back(t.name);
+      missing.push_back(ft.name);
       continue;
     }
     used[name] = true;
     if (!readable_as_float(f->dtype))
       throw InputError(fmt::format("{}: tensor '{}' has dtype {} (valid: F32, F16, BF16)",
                                    set_.file_of(name).path().string(), name, dtype_name(f->dtype)));
-    const bool positions = ends_with(t.name, "wpe.weight");
-    const bool fits = positions ? f->shape.size() == 2 && f->shape[1] == t.canonical_shape[1] &&
-                                      f->shape[0] >= t.canonical_shape[0]
-                                : f->shape == t.canonical_shape;
+    const bool positions = ends_with(ft.name, "wpe.weight");
+    const bool fits =
+        positions ? f->shape.size() == 2 && f->shape[1] == ft.shape[1] && f->shape[0] >= ft.shape[0]
+                  : f->shape == ft.shape;
     if (!fits)
       throw InputError(fmt::format(
           "{}: tensor '{}' has shape {}, the model of config.json needs {}{}",
-          set_.file_of(name).path().string(), name, shape_text(f->shape),
-          shape_text(t.canonical_shape), positions ? " (at least that many position rows)" : ""));
-    names_[t.name] = name;
+          set_.file_of(name).path().string(), name, shape_text(f->shape), shape_text(ft.shape),
+          positions ? " (at least that many position rows)" : ""));
+    std::int64_t row = 0;
+    for (const std::string& part : ft.parts) {
+      names_[part] = {name, row};
+      row += layout.find(part).canonical_shape[0];
+    }
   }
   if (!missing.empty())
     throw InputError(fmt::format("{}: {} tensor{} of the model missing: {}", src, missing.size(),
@@ -360,16 +618,24 @@ HfWeights::HfWeights(const fs::path& dir, const ModelConfig& model) : set_(dir) 
                                  arch_name(model.arch), first_few(unexpected)));
 }
 
-const std::string& HfWeights::file_name(const std::string& layout_name) const {
+const HfWeights::Place& HfWeights::place(const std::string& layout_name) const {
   const auto it = names_.find(layout_name);
   if (it == names_.end())
     throw Error(fmt::format("{}: no tensor for '{}'", set_.source().string(), layout_name));
   return it->second;
 }
 
+const std::string& HfWeights::file_name(const std::string& layout_name) const {
+  return place(layout_name).name;
+}
+
 void HfWeights::read_box(const std::string& layout_name, const std::vector<std::int64_t>& start,
                          const std::vector<std::int64_t>& count, float* out) const {
-  set_.read_box(file_name(layout_name), start, count, out);
+  const Place& at = place(layout_name);
+  if (at.row == 0) return set_.read_box(at.name, start, count, out);
+  std::vector<std::int64_t> shifted = start;  // a part of a stacked tensor: its rows
+  shifted[0] += at.row;
+  set_.read_box(at.name, shifted, count, out);
 }
 
 void HfWeights::fill(const StateSlices& slices) const {
@@ -388,7 +654,7 @@ void HfWeights::fill(const StateSlices& slices) const {
 
 std::set<std::string> HfWeights::used_names() const {
   std::set<std::string> used;
-  for (const auto& [layout_name, file_name] : names_) used.insert(file_name);
+  for (const auto& [layout_name, at] : names_) used.insert(at.name);
   return used;
 }
 

@@ -1,5 +1,5 @@
 // Hugging Face model directories in and out (docs/checkpoints.md, "Hugging Face models"):
-// config.json <-> ModelConfig for GPT2LMHeadModel and LlamaForCausalLM, and the weights of a
+// config.json <-> ModelConfig for the families docs/checkpoints.md lists, and the weights of a
 // directory checked against the engine's parameter layout and read box by box, so that each
 // rank reads only the slices it holds.
 //
@@ -59,6 +59,16 @@ struct ModelDirChecksums {
 
 class HfWeights;
 
+// How a family's files store the engine's layout tensors, in layout order: a file tensor is one
+// layout tensor of the same name, or (Phi-3's qkv_proj and gate_up_proj) several stacked along
+// their first dimension, in the order `parts` lists them.
+struct FileTensor {
+  std::string name;
+  std::vector<std::int64_t> shape;
+  std::vector<std::string> parts;  // layout tensor names
+};
+std::vector<FileTensor> file_tensors(const ModelConfig& model);
+
 // Reads every file of the model directory once, front to back: checksums each, and checks
 // that every value of every weight the engine reads for `model` is finite (InputError naming
 // the file and the tensor otherwise), besides HfWeights' checks of the headers. What `saturn
@@ -69,7 +79,8 @@ class HfWeights {
  public:
   HfWeights(const std::filesystem::path& dir, const ModelConfig& model);
   const SafetensorsSet& files() const { return set_; }
-  // The file's name of a layout tensor (GPT-2 saved from GPT2Model has no "transformer.").
+  // The file's name of a layout tensor (GPT-2 saved from GPT2Model has no "transformer.";
+  // Phi-3's q, k, v are rows of qkv_proj).
   const std::string& file_name(const std::string& layout_name) const;
   // The canonical box [start, start + count) of a layout tensor, as float32.
   void read_box(const std::string& layout_name, const std::vector<std::int64_t>& start,
@@ -83,7 +94,13 @@ class HfWeights {
 
  private:
   SafetensorsSet set_;
-  std::map<std::string, std::string> names_;
+  // Per layout tensor: its file tensor and the first row it occupies there.
+  struct Place {
+    std::string name;
+    std::int64_t row = 0;
+  };
+  const Place& place(const std::string& layout_name) const;
+  std::map<std::string, Place> names_;
 };
 
 }  // namespace saturn::hf

@@ -477,20 +477,24 @@ SafetensorsWriter::~SafetensorsWriter() {
   }
 }
 
-void SafetensorsWriter::write(const std::string& name, const float* data, std::size_t elements) {
+bool SafetensorsWriter::write(const std::string& name, const float* data, std::size_t elements) {
   if (next_ >= tensors_.size() || tensors_[next_].first != name)
     throw Error(fmt::format("{}: tensor '{}' written out of the declared order (expected {})",
                             out_.string(), name,
                             next_ < tensors_.size() ? "'" + tensors_[next_].first + "'" : "none"));
   std::uint64_t n = 1;
   for (auto d : tensors_[next_].second) n *= static_cast<std::uint64_t>(d);
-  if (n != elements)
+  if (written_in_next_ + elements > n)
     throw Error(fmt::format("{}: tensor '{}' declared with {} elements, given {}", out_.string(),
-                            name, n, elements));
+                            name, n, written_in_next_ + elements));
   if (std::fwrite(data, sizeof(float), elements, file_) != elements)
     throw IoError(fmt::format("cannot write {}: {}", tmp_.string(), std::strerror(errno)));
   data_bytes_ += elements * sizeof(float);
+  written_in_next_ += elements;
+  if (written_in_next_ < n) return false;
+  written_in_next_ = 0;
   ++next_;
+  return true;
 }
 
 void SafetensorsWriter::finish() {

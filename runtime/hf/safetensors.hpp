@@ -138,8 +138,10 @@ class SafetensorsWriter {
   ~SafetensorsWriter();
   SafetensorsWriter(const SafetensorsWriter&) = delete;
   SafetensorsWriter& operator=(const SafetensorsWriter&) = delete;
-  // The next declared tensor's data (Error when the name or size is not the one expected).
-  void write(const std::string& name, const float* data, std::size_t elements);
+  // The next declared tensor's data, whole or in consecutive parts (a stacked tensor written
+  // part by part); true when the tensor is complete. Error when the name is not the one
+  // expected or the parts exceed its size.
+  bool write(const std::string& name, const float* data, std::size_t elements);
   void finish();
   std::uint64_t data_bytes() const { return data_bytes_; }
 
@@ -147,6 +149,7 @@ class SafetensorsWriter {
   std::filesystem::path out_, tmp_;
   Declared tensors_;
   std::size_t next_ = 0;
+  std::uint64_t written_in_next_ = 0;  // elements of tensors_[next_] written so far
   std::uint64_t data_bytes_ = 0;
   std::FILE* file_ = nullptr;
   bool finished_ = false;

@@ -18,6 +18,36 @@ Arch parse_arch(const std::string& name) {
   throw InputError(fmt::format("unknown arch '{}' (valid: gpt2, llama)", name));
 }
 
+const char* rope_scaling_name(RopeScalingKind k) {
+  switch (k) {
+    case RopeScalingKind::kLinear:
+      return "linear";
+    case RopeScalingKind::kLlama3:
+      return "llama3";
+    case RopeScalingKind::kNone:
+      break;
+  }
+  return "none";
+}
+
+RopeScalingKind parse_rope_scaling(const std::string& name) {
+  if (name == "none") return RopeScalingKind::kNone;
+  if (name == "linear") return RopeScalingKind::kLinear;
+  if (name == "llama3") return RopeScalingKind::kLlama3;
+  throw InputError(fmt::format("unknown rope scaling '{}' (valid: none, linear, llama3)", name));
+}
+
+RotaryParams ModelConfig::rotary() const {
+  RotaryParams r;
+  r.theta = rope_theta;
+  r.scaling = rope_scaling;
+  r.factor = rope_factor;
+  r.low_freq_factor = rope_low_freq_factor;
+  r.high_freq_factor = rope_high_freq_factor;
+  r.original_max_positions = static_cast<float>(rope_original_max_positions);
+  return r;
+}
+
 int ModelConfig::ffn_dim() const {
   if (d_ff > 0) return d_ff;
   if (arch == Arch::kGpt2) return 4 * d_model;
@@ -69,12 +99,41 @@ void ModelConfig::validate() const {
   if (max_seq_len < 1) bad(fmt::format("seq_len must be >= 1 (got {})", max_seq_len));
   if (!(norm_eps > 0)) bad("norm_eps must be > 0");
   if (d_model >= 1) within("d_ff (resolved from d_model)", ffn_dim(), model_limits::kDff);
+  if (arch == Arch::kGpt2 && (qkv_bias || o_bias || mlp_bias || sliding_window != 0 ||
+                              rope_scaling != RopeScalingKind::kNone))
+    bad("gpt2 has its own biases, full causal attention and learned positions: qkv_bias, "
+        "o_bias, mlp_bias, sliding_window and rope_scaling are llama's");
+  if (padding_idx < -1 || padding_idx >= vocab_size)
+    bad(fmt::format(
+        "padding_idx {} is not a token of the vocabulary (valid: 0..{}, or -1 for none)",
+        padding_idx, vocab_size - 1));
+  if (arch == Arch::kGpt2 && padding_idx >= 0)
+    bad("gpt2's embedding has no padding_idx (transformers gives it none)");
+  if (sliding_window < 0)
+    bad(fmt::format("sliding_window must be >= 1, or 0 for full causal attention (got {})",
+                    sliding_window));
+  if (rope_scaling != RopeScalingKind::kNone && !(rope_factor >= 1.0f && rope_factor <= 1e6f))
+    bad(fmt::format("rope_scaling factor {} is out of range (valid: 1..1e6)", rope_factor));
+  if (rope_scaling == RopeScalingKind::kLlama3) {
+    if (!(rope_low_freq_factor > 0 && rope_high_freq_factor > rope_low_freq_factor &&
+          rope_high_freq_factor < 1e6f))
+      bad(
+          fmt::format("rope_scaling llama3 needs 0 < low_freq_factor < high_freq_factor (got {} "
+                      "and {})",
+                      rope_low_freq_factor, rope_high_freq_factor));
+    if (rope_original_max_positions < 1 || rope_original_max_positions > model_limits::kPositions)
+      bad(
+          fmt::format("rope_scaling original_max_position_embeddings {} is out of range (valid: "
+                      "1..{})",
+                      rope_original_max_positions, model_limits::kPositions));
+  }
 }
 
 void ModelConfig::check_parameters() const {
   if (static_cast<double>(num_parameters()) > model_limits::kParameters)
-    throw InputError(fmt::format("the model has {:.3g} parameters, more than Saturn's limit of {:g}",
-                                 static_cast<double>(num_parameters()), model_limits::kParameters));
+    throw InputError(
+        fmt::format("the model has {:.3g} parameters, more than Saturn's limit of {:g}",
+                    static_cast<double>(num_parameters()), model_limits::kParameters));
 }
 
 std::int64_t canonical_micro_batch(const TrainConfig& train) {
@@ -100,7 +159,9 @@ std::int64_t ModelConfig::num_parameters() const {
     return V * C + static_cast<std::int64_t>(max_seq_len) * C + L * per_layer + 2 * C;
   }
   const std::int64_t KV = kv_dim();
-  const std::int64_t per_layer = C + 2 * C * C + 2 * C * KV + C + 3 * C * F;
+  const std::int64_t biases =
+      (qkv_bias ? C + 2 * KV : 0) + (o_bias ? C : 0) + (mlp_bias ? 2 * F + C : 0);
+  const std::int64_t per_layer = C + 2 * C * C + 2 * C * KV + C + 3 * C * F + biases;
   return V * C + L * per_layer + C + (tied() ? 0 : V * C);
 }
 

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include "runtime/backend/rotary.hpp"
+
 namespace saturn {
 
 // The largest model shapes Saturn accepts, however a shape arrives (a workload's `models:`, a
@@ -41,12 +43,38 @@ struct ModelConfig {
   // llama: the head reads model.embed_tokens.weight (no lm_head.weight tensor). gpt2 is always
   // tied, whatever this says (tied() is what the engine asks).
   bool tie_embeddings = false;
+  // llama variants (Mistral, Qwen2, LLaMA's attention_bias and mlp_bias): biases on the q, k
+  // and v projections, on the attention output projection, and on the three MLP projections.
+  bool qkv_bias = false;
+  bool o_bias = false;
+  bool mlp_bias = false;
+  // Sliding-window causal attention (Mistral): query i sees keys i - sliding_window < j <= i.
+  // 0: every earlier key (plain causal).
+  int sliding_window = 0;
+  // nn.Embedding's padding_idx (transformers gives the llama family's embedding the config's
+  // pad_token_id): that row of the token embedding gets no gradient from the lookup (a tied
+  // head's gradient still reaches it). -1: none.
+  int padding_idx = -1;
+  // Rotary scaling (Llama 3.1/3.2's llama3, linear); kNone: plain rotary with rope_theta.
+  RopeScalingKind rope_scaling = RopeScalingKind::kNone;
+  float rope_factor = 1.0f;
+  float rope_low_freq_factor = 1.0f;
+  float rope_high_freq_factor = 4.0f;
+  int rope_original_max_positions = 8192;
+  // The Hugging Face class this model exports as (MistralForCausalLM, Qwen2ForCausalLM, ...);
+  // empty: the one the fields above imply (hf/hf_model.cpp). Computes nothing.
+  std::string hf_architecture;
+  // config.json fields of the model it was imported from that the engine does not compute
+  // (dropouts, initializer_range, token ids, ...), as a JSON object's text: written back on
+  // export, so that a model continued in transformers keeps them. Computes nothing.
+  std::string hf_extra_fields;
 
   int head_dim() const { return d_model / n_head; }
   int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
   int kv_dim() const { return kv_heads() * head_dim(); }  // width of k (and of v)
   bool tied() const { return arch == Arch::kGpt2 || tie_embeddings; }
-  int ffn_dim() const;  // d_ff resolved
+  int ffn_dim() const;          // d_ff resolved
+  RotaryParams rotary() const;  // rope_theta and the scaling, as the rotary ops take them
   // Throws InputError naming the field when the shape is impossible or beyond model_limits
   // (what is valid, too).
   void validate() const;
@@ -116,6 +144,9 @@ std::int64_t canonical_micro_batch(const TrainConfig& train);
 std::int64_t eval_rows(const TrainConfig& train);
 
 const char* arch_name(Arch a);
+const char* rope_scaling_name(RopeScalingKind k);  // none | linear | llama3
+// Throws InputError for an unknown name (lists the valid ones).
+RopeScalingKind parse_rope_scaling(const std::string& name);
 // Throws InputError for an unknown name (lists the valid ones).
 Arch parse_arch(const std::string& name);
 

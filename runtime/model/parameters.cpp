@@ -10,7 +10,12 @@
 namespace saturn {
 
 ParameterLayout::ParameterLayout(const ModelConfig& c, int tp_size, std::size_t align)
-    : tp_size_(tp_size), align_(align < 1 ? 1 : align), arch_(c.arch) {
+    : tp_size_(tp_size),
+      align_(align < 1 ? 1 : align),
+      arch_(c.arch),
+      qkv_bias_(c.qkv_bias),
+      o_bias_(c.o_bias),
+      mlp_bias_(c.mlp_bias) {
   if (tp_size < 1) throw InputError(fmt::format("tensor-parallel degree {} must be >= 1", tp_size));
   if (c.n_head % tp_size != 0)
     throw InputError(fmt::format(
@@ -68,11 +73,21 @@ ParameterLayout::ParameterLayout(const ModelConfig& c, int tp_size, std::size_t 
       add(p + "self_attn.q_proj.weight", {Cl, C}, true, l, 0);
       add(p + "self_attn.k_proj.weight", {KVl, C}, true, l, 0);
       add(p + "self_attn.v_proj.weight", {KVl, C}, true, l, 0);
+      if (c.qkv_bias) {  // adjacent too: one [C + 2·KV] bias of the fused GEMM
+        add(p + "self_attn.q_proj.bias", {Cl}, false, l, 0);
+        add(p + "self_attn.k_proj.bias", {KVl}, false, l, 0);
+        add(p + "self_attn.v_proj.bias", {KVl}, false, l, 0);
+      }
       add(p + "self_attn.o_proj.weight", {C, Cl}, true, l, 1);
+      // Row-parallel outputs' biases are replicated and added once, after the reduction.
+      if (c.o_bias) add(p + "self_attn.o_proj.bias", {C}, false, l);
       add(p + "post_attention_layernorm.weight", {C}, false, l);
       add(p + "mlp.gate_proj.weight", {Fl, C}, true, l, 0);
+      if (c.mlp_bias) add(p + "mlp.gate_proj.bias", {Fl}, false, l, 0);
       add(p + "mlp.up_proj.weight", {Fl, C}, true, l, 0);
+      if (c.mlp_bias) add(p + "mlp.up_proj.bias", {Fl}, false, l, 0);
       add(p + "mlp.down_proj.weight", {C, Fl}, true, l, 1);
+      if (c.mlp_bias) add(p + "mlp.down_proj.bias", {C}, false, l);
     }
     close_group();
     add("model.norm.weight", {C}, false, static_cast<int>(L));
@@ -192,13 +207,24 @@ BlockTensors ParameterLayout::block(int l) const {
     b.fcprojw = &t[10];
     b.fcprojb = &t[11];
   } else {
-    b.ln1w = &t[0];
-    b.qkvw = &t[1];  // q_proj, k_proj, v_proj adjacent: one [C + 2·KV, C] weight
-    b.projw = &t[4];
-    b.ln2w = &t[5];
-    b.gatew = &t[6];
-    b.upw = &t[7];
-    b.downw = &t[8];
+    // In the order the constructor adds them; the optional biases only when configured.
+    const ParamTensor* next = t;
+    auto take = [&next] { return next++; };
+    auto maybe = [&next](bool present) -> const ParamTensor* { return present ? next++ : nullptr; };
+    b.ln1w = take();
+    b.qkvw = take();  // q_proj, k_proj, v_proj adjacent: one [C + 2·KV, C] weight
+    next += 2;
+    b.qkvb = maybe(qkv_bias_);  // q, k, v biases adjacent likewise
+    if (qkv_bias_) next += 2;
+    b.projw = take();
+    b.projb = maybe(o_bias_);
+    b.ln2w = take();
+    b.gatew = take();
+    b.gateb = maybe(mlp_bias_);
+    b.upw = take();
+    b.upb = maybe(mlp_bias_);
+    b.downw = take();
+    b.downb = maybe(mlp_bias_);
   }
   return b;
 }

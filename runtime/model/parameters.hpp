@@ -42,8 +42,8 @@ struct BlockTensors {
   // gpt2
   const ParamTensor *ln1w, *ln1b, *qkvw, *qkvb, *projw, *projb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw,
       *fcprojb;
-  // llama
-  const ParamTensor *gatew, *upw, *downw;
+  // llama (qkvb, projb and the MLP biases only when the model has them)
+  const ParamTensor *gatew, *gateb, *upw, *upb, *downw, *downb;
 };
 
 // The tensors outside the blocks, by role (the ones an architecture lacks are null).
@@ -92,6 +92,7 @@ class ParameterLayout {
   int tp_size_ = 1;
   std::size_t align_ = 1;
   Arch arch_;
+  bool qkv_bias_ = false, o_bias_ = false, mlp_bias_ = false;
 };
 
 // A block of a local tensor and the box of the canonical tensor it holds. The local tensor is

@@ -263,7 +263,7 @@ class Transformer final : public Model {
       B::zero(c, a.dqkv.data(), NW);
       B::attention_backward(c, dq, dq + Cl, dq + Cl + KVl, a.datt.data(), a.datty.data(),
                             L.atty.data(), L.att.data(), q, q + Cl, q + Cl + KVl, W, B_n_, T_n_, H,
-                            Hkv, hd);
+                            Hkv, hd, 0);
       B::linear_backward(c, a.dln.data(), g(*w.qkvw), g(*w.qkvb), dq, L.ln1.data(), p(*w.qkvw), N,
                          C, W, true, /*overwrite_dinp=*/true);
       // The key bias shifts every score of a query row by the same amount, which softmax
@@ -275,36 +275,38 @@ class Transformer final : public Model {
       B::layernorm_backward(c, dres, g(*w.ln1w), g(*w.ln1b), a.dln.data(), x, p(*w.ln1w),
                             L.ln1_mean.data(), L.ln1_rstd.data(), N, C);
     } else {
-      B::linear_backward(c, a.dact.data(), g(*w.downw), nullptr, dres, L.act.data(), p(*w.downw), N,
-                         F, C, false, /*overwrite_dinp=*/true);
+      B::linear_backward(c, a.dact.data(), g(*w.downw), gb(w.downb), dres, L.act.data(),
+                         p(*w.downw), N, F, C, false, /*overwrite_dinp=*/true);
       B::zero(c, a.dfc.data(), NF);  // swiglu_backward accumulates
       B::zero(c, a.dup.data(), NF);
       B::swiglu_backward(c, a.dfc.data(), a.dup.data(), a.dact.data(), L.fc.data(), L.up.data(),
                          NF);
-      B::linear_backward(c, a.dln.data(), g(*w.gatew), nullptr, a.dfc.data(), L.ln2.data(),
+      B::linear_backward(c, a.dln.data(), g(*w.gatew), gb(w.gateb), a.dfc.data(), L.ln2.data(),
                          p(*w.gatew), N, C, F, false, /*overwrite_dinp=*/true);
-      B::linear_backward(c, a.dln.data(), g(*w.upw), nullptr, a.dup.data(), L.ln2.data(), p(*w.upw),
-                         N, C, F, false);
+      B::linear_backward(c, a.dln.data(), g(*w.upw), gb(w.upb), a.dup.data(), L.ln2.data(),
+                         p(*w.upw), N, C, F, false);
       column_parallel_done(a.dln.data());
       B::rmsnorm_backward(c, dres, g(*w.ln2w), a.dln.data(), L.res2.data(), p(*w.ln2w),
                           L.ln2_rstd.data(), N, C);
-      B::linear_backward(c, a.datty.data(), g(*w.projw), nullptr, dres, L.atty.data(), p(*w.projw),
-                         N, Cl, C, false, /*overwrite_dinp=*/true);
+      B::linear_backward(c, a.datty.data(), g(*w.projw), gb(w.projb), dres, L.atty.data(),
+                         p(*w.projw), N, Cl, C, false, /*overwrite_dinp=*/true);
       B::zero(c, a.dqkv.data(), NW);
       // Grouped-query attention: a key/value head's gradient sums over its group's query heads.
       B::attention_backward(c, dq, dq + Cl, dq + Cl + KVl, a.datt.data(), a.datty.data(),
                             L.atty.data(), L.att.data(), q, q + Cl, q + Cl + KVl, W, B_n_, T_n_, H,
-                            Hkv, hd);
+                            Hkv, hd, config_.sliding_window);
       // Rotary is linear: gradients w.r.t. the pre-rotary q and k need only the incoming
       // gradient. v has no rotary, so its part of each row is copied.
       B::zero(c, a.dqkv_pre.data(), NW);
-      B::rotary_backward(c, a.dqkv_pre.data(), dq, B_n_, T_n_, H, hd, W, config_.rope_theta);
-      B::rotary_backward(c, a.dqkv_pre.data() + Cl, dq + Cl, B_n_, T_n_, Hkv, hd, W,
-                         config_.rope_theta);
+      const RotaryParams rot = config_.rotary();
+      B::rotary_backward(c, a.dqkv_pre.data(), dq, B_n_, T_n_, H, hd, W, rot);
+      B::rotary_backward(c, a.dqkv_pre.data() + Cl, dq + Cl, B_n_, T_n_, Hkv, hd, W, rot);
       const std::size_t pitch = static_cast<std::size_t>(W);
       B::copy_rows(c, a.dqkv_pre.data() + Cl + KVl, pitch, dq + Cl + KVl, pitch,
                    static_cast<std::size_t>(KVl), static_cast<std::size_t>(N));
-      B::linear_backward(c, a.dln.data(), g(*w.qkvw), nullptr, a.dqkv_pre.data(), L.ln1.data(),
+      // With q/k/v biases (Qwen2) the key bias is rotated with each position: unlike GPT-2's,
+      // its gradient is not zero.
+      B::linear_backward(c, a.dln.data(), g(*w.qkvw), gb(w.qkvb), a.dqkv_pre.data(), L.ln1.data(),
                          p(*w.qkvw), N, C, W, false, /*overwrite_dinp=*/true);
       column_parallel_done(a.dln.data());
       B::rmsnorm_backward(c, dres, g(*w.ln1w), a.dln.data(), x, p(*w.ln1w), L.ln1_rstd.data(), N,
@@ -317,7 +319,7 @@ class Transformer final : public Model {
     const OuterTensors o = layout_.outer();
     float* dwpe = o.position_embedding != nullptr ? g(*o.position_embedding) : nullptr;
     B::embedding_backward(*ctx_, g(*o.token_embedding), dwpe, acts_->dres.data(),
-                          cur().tokens.data(), B_n_, T_n_, config_.d_model);
+                          cur().tokens.data(), B_n_, T_n_, config_.d_model, config_.padding_idx);
   }
 
  private:
@@ -354,6 +356,9 @@ class Transformer final : public Model {
       throw Error(fmt::format("parameters of {} (group {}) are not bound", t.name, t.layer));
     return base + (t.offset - layout_.group_begin(t.layer));
   }
+  // An optional tensor's weights or gradients (nullptr when the model lacks it).
+  const Weight* pb(const ParamTensor* t) const { return t != nullptr ? p(*t) : nullptr; }
+  float* gb(const ParamTensor* t) { return t != nullptr ? g(*t) : nullptr; }
   float* g(const ParamTensor& t) {
     float* base = group_grads_[static_cast<std::size_t>(t.layer + 1)];
     if (base == nullptr)
@@ -391,7 +396,7 @@ class Transformer final : public Model {
                            p(*w.ln1b), N, C, eps);
       B::linear_forward(c, q, L.ln1.data(), p(*w.qkvw), p(*w.qkvb), N, C, W, true);
       B::attention_forward(c, L.atty.data(), L.att.data(), q, q + Cl, q + Cl + KVl, W, B_n_, T_n_,
-                           H, Hkv, hd);
+                           H, Hkv, hd, 0);
       // res2 = x + proj(atty): the projection lands in res2, then x is added.
       B::linear_forward(c, L.res2.data(), L.atty.data(), p(*w.projw),
                         tp == 1 ? p(*w.projb) : nullptr, N, Cl, C, true);
@@ -408,20 +413,23 @@ class Transformer final : public Model {
       row_parallel_done(out, p(*w.fcprojb));
     } else {
       B::rmsnorm_forward(c, L.ln1.data(), L.ln1_rstd.data(), x, p(*w.ln1w), N, C, eps);
-      B::linear_forward(c, q, L.ln1.data(), p(*w.qkvw), nullptr, N, C, W, false);
-      B::rotary_forward(c, q, q, B_n_, T_n_, H, hd, W, config_.rope_theta);
-      B::rotary_forward(c, q + Cl, q + Cl, B_n_, T_n_, Hkv, hd, W, config_.rope_theta);
+      B::linear_forward(c, q, L.ln1.data(), p(*w.qkvw), pb(w.qkvb), N, C, W, false);
+      const RotaryParams rot = config_.rotary();
+      B::rotary_forward(c, q, q, B_n_, T_n_, H, hd, W, rot);
+      B::rotary_forward(c, q + Cl, q + Cl, B_n_, T_n_, Hkv, hd, W, rot);
       B::attention_forward(c, L.atty.data(), L.att.data(), q, q + Cl, q + Cl + KVl, W, B_n_, T_n_,
-                           H, Hkv, hd);
-      B::linear_forward(c, L.res2.data(), L.atty.data(), p(*w.projw), nullptr, N, Cl, C, false);
-      row_parallel_done(L.res2.data(), nullptr);
+                           H, Hkv, hd, config_.sliding_window);
+      B::linear_forward(c, L.res2.data(), L.atty.data(), p(*w.projw),
+                        tp == 1 ? pb(w.projb) : nullptr, N, Cl, C, false);
+      row_parallel_done(L.res2.data(), pb(w.projb));
       B::residual_rmsnorm_forward(c, L.res2.data(), L.ln2.data(), L.ln2_rstd.data(), L.res2.data(),
                                   x, p(*w.ln2w), N, C, eps);
-      B::linear_forward(c, L.fc.data(), L.ln2.data(), p(*w.gatew), nullptr, N, C, F, false);
-      B::linear_forward(c, L.up.data(), L.ln2.data(), p(*w.upw), nullptr, N, C, F, false);
+      B::linear_forward(c, L.fc.data(), L.ln2.data(), p(*w.gatew), pb(w.gateb), N, C, F, false);
+      B::linear_forward(c, L.up.data(), L.ln2.data(), p(*w.upw), pb(w.upb), N, C, F, false);
       B::swiglu_forward(c, L.act.data(), L.fc.data(), L.up.data(), NF);
-      B::linear_forward(c, out, L.act.data(), p(*w.downw), nullptr, N, F, C, false);
-      row_parallel_done(out, nullptr);
+      B::linear_forward(c, out, L.act.data(), p(*w.downw), tp == 1 ? pb(w.downb) : nullptr, N, F, C,
+                        false);
+      row_parallel_done(out, pb(w.downb));
     }
     B::residual_forward(c, out, out, L.res2.data(), NC);
   }

@@ -108,7 +108,10 @@ ComputeFeatures Calibration::features(const ModelConfig& m, int B, int T, int tp
   };
   for (const auto& [in, out] : block_linears(m, tp)) f.gemm_s += 3 * L * linear_s(in, out);
   f.gemm_s += 3 * linear_s(C, V);  // the head (replicated under tp)
-  f.attn_flops = L * 12.0 * N * T * C / t;
+  // Keys per query: T, or with a sliding window shorter than the sequence, the window and the
+  // one tile both backends cannot skip (64 rows: cpu/attention.cpp, cuda/attention.cu).
+  const double span = m.sliding_window > 0 ? std::min<double>(T, m.sliding_window + 64) : T;
+  f.attn_flops = L * 12.0 * N * span * C / t;
   // Norms, residuals, biases, activations and the softmax rows of every block, then the loss.
   f.elem_units = N * (L * (8 * C + 3 * F / t + H / t * T) + 3 * V + 2 * C);
   return f;

@@ -26,10 +26,17 @@ std::string signature_of(const ModelConfig& m, const TrainConfig& t) {
   const std::string kv =
       m.kv_heads() != m.n_head ? fmt::format(" kv{}", m.kv_heads()) : std::string();
   const char* tied = m.arch == Arch::kLlama && m.tied() ? " tied" : "";
-  return fmt::format("{} L{} H{} d{} ff{} V{} T{} B{} mb{} {}{}{}{}", arch_name(m.arch), m.n_layer,
-                     m.n_head, m.d_model, m.ffn_dim(), m.vocab_size, t.seq_len, t.batch_size,
-                     t.micro_batch_size, t.optimizer.type, t.reproducible ? " repro" : "", kv,
-                     tied);
+  // The llama variants likewise: biases (other GEMM epilogues, more parameters) and a sliding
+  // window shorter than the sequence (less attention work). Rotary scaling costs nothing.
+  const std::string bias = fmt::format("{}{}{}", m.qkv_bias ? " qkvb" : "", m.o_bias ? " ob" : "",
+                                       m.mlp_bias ? " mlpb" : "");
+  const std::string window = m.sliding_window > 0 && m.sliding_window < t.seq_len
+                                 ? fmt::format(" win{}", m.sliding_window)
+                                 : std::string();
+  return fmt::format("{} L{} H{} d{} ff{} V{} T{} B{} mb{} {}{}{}{}{}{}", arch_name(m.arch),
+                     m.n_layer, m.n_head, m.d_model, m.ffn_dim(), m.vocab_size, t.seq_len,
+                     t.batch_size, t.micro_batch_size, t.optimizer.type,
+                     t.reproducible ? " repro" : "", kv, tied, bias, window);
 }
 
 std::string ProfileKey::text() const {

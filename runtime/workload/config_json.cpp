@@ -23,6 +23,14 @@ constexpr auto kModelFields = std::make_tuple(
     optional_field("norm_eps", &ModelConfig::norm_eps),
     optional_field("rope_theta", &ModelConfig::rope_theta));
 
+// model_config.rope_scaling, present only when the model scales its rotary frequencies (its
+// `type` is read and written beside these).
+constexpr auto kRopeScalingFields = std::make_tuple(
+    optional_field("factor", &ModelConfig::rope_factor),
+    optional_field("low_freq_factor", &ModelConfig::rope_low_freq_factor),
+    optional_field("high_freq_factor", &ModelConfig::rope_high_freq_factor),
+    optional_field("original_max_position_embeddings", &ModelConfig::rope_original_max_positions));
+
 constexpr auto kTrainFields = std::make_tuple(
     optional_field("batch_size", &TrainConfig::batch_size),
     optional_field("micro_batch_size", &TrainConfig::micro_batch_size),
@@ -66,6 +74,19 @@ void to_json(json& j, const ModelConfig& m) {
   // The resolved values, not the members (0 heads: n_head; gpt2: always tied).
   j["n_kv_head"] = m.kv_heads();
   j["tie_embeddings"] = m.tied();
+  // The llama variants' switches only when set, so that the files of other models stay as they
+  // were.
+  if (m.qkv_bias) j["qkv_bias"] = true;
+  if (m.o_bias) j["o_bias"] = true;
+  if (m.mlp_bias) j["mlp_bias"] = true;
+  if (m.sliding_window > 0) j["sliding_window"] = m.sliding_window;
+  if (m.padding_idx >= 0) j["padding_idx"] = m.padding_idx;
+  if (m.rope_scaling != RopeScalingKind::kNone) {
+    j["rope_scaling"] = json_fields::object_of(m, kRopeScalingFields);
+    j["rope_scaling"]["type"] = rope_scaling_name(m.rope_scaling);
+  }
+  if (!m.hf_architecture.empty()) j["hf_architecture"] = m.hf_architecture;
+  if (!m.hf_extra_fields.empty()) j["hf_extra_fields"] = json::parse(m.hf_extra_fields);
 }
 
 void from_json(const json& j, ModelConfig& m) {
@@ -83,6 +104,30 @@ void from_json(const json& j, ModelConfig& m) {
   // key/value heads, an untied LLaMA (GPT-2 is tied whatever the file says).
   read(j, "n_kv_head", m.n_kv_head, what);
   read(j, "tie_embeddings", m.tie_embeddings, what);
+  for (const auto& [key, member] :
+       {std::pair{"qkv_bias", &ModelConfig::qkv_bias}, std::pair{"o_bias", &ModelConfig::o_bias},
+        std::pair{"mlp_bias", &ModelConfig::mlp_bias}})
+    read(j, key, m.*member, what);
+  read(j, "sliding_window", m.sliding_window, what);
+  read(j, "padding_idx", m.padding_idx, what);
+  read(j, "hf_architecture", m.hf_architecture, what);
+  if (j.contains("rope_scaling")) {
+    const json& r = j.at("rope_scaling");
+    json_fields::read_fields<InputError>(r, m, kRopeScalingFields, "model_config.rope_scaling");
+    std::string type = "none";
+    json_fields::read_value<InputError>(r, "model_config.rope_scaling", "type", type, true);
+    try {
+      m.rope_scaling = parse_rope_scaling(type);
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("{}.rope_scaling.type: {}", what, e.what()));
+    }
+  }
+  if (j.contains("hf_extra_fields")) {
+    if (!j.at("hf_extra_fields").is_object())
+      throw InputError(fmt::format("{}.hf_extra_fields: expected an object, got {}", what,
+                                   j.at("hf_extra_fields").dump()));
+    m.hf_extra_fields = j.at("hf_extra_fields").dump();
+  }
   if (j.contains("tie_embeddings") && m.arch == Arch::kGpt2 && !m.tie_embeddings)
     throw InputError(
         fmt::format("{}.tie_embeddings: false, but gpt2's head is always its token "

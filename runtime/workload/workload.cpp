@@ -9,6 +9,7 @@
 #include <charconv>
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <map>
 #include <optional>
@@ -43,9 +44,12 @@ const Keys kDataKeys = {"train", "val"};
 const Keys kSubmissionKeys = {"data", "defaults", "models", "jobs"};
 const Keys kOptimizerKeys = {"type", "lr", "betas", "eps", "weight_decay", "grad_clip"};
 const Keys kScheduleKeys = {"warmup", "decay", "min_lr_ratio"};
-const Keys kModelKeys = {"arch",       "n_layer",        "n_head",     "n_kv_head",
-                         "d_model",    "d_ff",           "vocab_size", "norm_eps",
-                         "rope_theta", "tie_embeddings", "from"};
+const Keys kModelKeys = {"arch",       "n_layer",        "n_head",       "n_kv_head",
+                         "d_model",    "d_ff",           "vocab_size",   "norm_eps",
+                         "rope_theta", "tie_embeddings", "qkv_bias",     "o_bias",
+                         "mlp_bias",   "sliding_window", "rope_scaling", "from"};
+const Keys kRopeScalingKeys = {"type", "factor", "low_freq_factor", "high_freq_factor",
+                               "original_max_position_embeddings"};
 const Keys kSolverKeys = {"backend", "time_limit", "introspection"};
 const Keys kIntrospectionKeys = {"interval", "threshold"};
 const Keys kDecays = {"cosine", "linear", "constant", "hf_cosine", "hf_linear"};
@@ -300,6 +304,7 @@ class Parser {
   std::string name(const YAML::Node& v, const YAML::Mark& mark, const std::string& path,
                    const char* what) const;
   std::string choice(const Entry& e, const Keys& valid) const;
+  bool boolean(const Entry& e) const;
 
   void set_field(const std::string& canon, const YAML::Node& v, const YAML::Mark& mark,
                  const std::string& path, TrainConfig& tc, Provenance& prov,
@@ -310,6 +315,10 @@ class Parser {
   fs::path data_path(const Entry& e) const;
   void check_data(const Entry& e, const fs::path& file, const std::vector<JobSpec>& jobs) const;
   void parse_models(const Entry& e);
+  // A llama's variant keys (biases, sliding_window, rope_scaling) into `mc`; with `from`, each
+  // key given must agree with config.json (`agree(entry, given, theirs)`).
+  using Agree = std::function<void(const Entry&, const std::string&, const std::string&)>;
+  void parse_llama_variants(const MapView& m, ModelConfig& mc, bool from, const Agree& agree) const;
   void parse_selection(const Entry& e, Workload& w) const;
   void parse_jobs(const Entry& e, const TrainConfig& base, const Provenance& base_prov,
                   Workload& w);
@@ -733,7 +742,9 @@ void Parser::parse_models(const Entry& e) {
       if (given != theirs)
         fail(x.mark(), x.path,
              fmt::format("{} disagrees with {} = {} in {} (valid: {}, or leave it out)", given,
-                         pre->field_names.at(x.key), theirs, pre->config_file.string(), theirs));
+                         pre->field_names.count(x.key) ? pre->field_names.at(x.key)
+                                                       : "the model's " + x.key,
+                         theirs, pre->config_file.string(), theirs));
     };
     if (const Entry* a = pre ? m.find("arch") : &require(m, "arch", required)) {
       const std::string s = string(*a);
@@ -773,11 +784,7 @@ void Parser::parse_models(const Entry& e) {
     shape_key("n_kv_head", mc.n_kv_head, 1, limits::kDModel, ", dividing n_head", false);
     shape_key("d_ff", mc.d_ff, 1, limits::kDff, "", false);
     if (const Entry* x = m.find("tie_embeddings")) {
-      // YAML 1.2's booleans only, as for `reproducible`.
-      const YAML::Node& b = x->value;
-      if (!b.IsScalar() || b.Tag() == "!" || (b.Scalar() != "true" && b.Scalar() != "false"))
-        fail(x->mark(), x->path, fmt::format("expected true or false, got {}", describe(b)));
-      const bool tie = b.Scalar() == "true";
+      const bool tie = boolean(*x);
       if (mc.arch == Arch::kGpt2 && !tie)
         fail(x->mark(), x->path,
              "gpt2's head is always its token embedding (valid: true, or leave it out)");
@@ -787,6 +794,7 @@ void Parser::parse_models(const Entry& e) {
         mc.tie_embeddings = tie;
     }
     shape_key("vocab_size", mc.vocab_size, 2, limits::kVocab, "; 256 for byte data", false);
+    parse_llama_variants(m, mc, pre.has_value(), agree);
     for (const auto& [f, hi] :
          {std::pair<const char*, double>{"norm_eps", 1.0}, {"rope_theta", 1e12}}) {
       if (const Entry* x = m.find(f)) {
@@ -824,6 +832,81 @@ void Parser::parse_models(const Entry& e) {
     }
     models_.emplace(name, std::make_pair(mc, key.Mark()));
     model_names_.push_back(name);
+  }
+}
+
+bool Parser::boolean(const Entry& x) const {
+  // YAML 1.2's booleans only, as for `reproducible`.
+  const YAML::Node& b = x.value;
+  if (!b.IsScalar() || b.Tag() == "!" || (b.Scalar() != "true" && b.Scalar() != "false"))
+    fail(x.mark(), x.path, fmt::format("expected true or false, got {}", describe(b)));
+  return b.Scalar() == "true";
+}
+
+void Parser::parse_llama_variants(const MapView& m, ModelConfig& mc, bool from,
+                                  const Agree& agree) const {
+  const auto llama_only = [&](const Entry& x) {
+    if (mc.arch != Arch::kLlama)
+      fail(x.mark(), x.path,
+           fmt::format("{} is a llama key (gpt2 has its own biases, full causal attention and "
+                       "learned positions; leave it out)",
+                       x.key));
+  };
+  for (const auto& [key, member] :
+       {std::pair{"qkv_bias", &ModelConfig::qkv_bias}, std::pair{"o_bias", &ModelConfig::o_bias},
+        std::pair{"mlp_bias", &ModelConfig::mlp_bias}}) {
+    const Entry* x = m.find(key);
+    if (x == nullptr) continue;
+    llama_only(*x);
+    const bool b = boolean(*x);
+    if (from)
+      agree(*x, b ? "true" : "false", mc.*member ? "true" : "false");
+    else
+      mc.*member = b;
+  }
+  if (const Entry* x = m.find("sliding_window")) {
+    llama_only(*x);
+    const std::int64_t n = integer(*x);
+    if (n < 0 || n > limits::kSeqLen)
+      fail(x->mark(), x->path,
+           fmt::format("{} is out of range (valid: 1..{} keys a query sees, or 0 for full causal "
+                       "attention)",
+                       n, limits::kSeqLen));
+    if (from)
+      agree(*x, std::to_string(n), std::to_string(mc.sliding_window));
+    else
+      mc.sliding_window = static_cast<int>(n);
+  }
+  const Entry* rs = m.find("rope_scaling");
+  if (rs == nullptr) return;
+  llama_only(*rs);
+  if (from)
+    fail(rs->mark(), rs->path,
+         "the rotary scaling of a `from:` model is its config.json's (leave rope_scaling out)");
+  const MapView r = map(rs->value, rs->mark(), rs->path, kRopeScalingKeys);
+  const Entry& type = require(r, "type", "type: linear or llama3");
+  try {
+    mc.rope_scaling = parse_rope_scaling(string(type));
+  } catch (const InputError& err) {
+    fail(type.mark(), type.path, err.what());
+  }
+  const auto positive = [&](const char* k, float& field) {
+    if (const Entry* x = r.find(k)) {
+      const double d = number(*x);
+      if (!(d > 0) || d > 1e6)
+        fail(x->mark(), x->path, fmt::format("{} is out of range (valid: (0, 1e6])", d));
+      field = static_cast<float>(d);
+    }
+  };
+  positive("factor", mc.rope_factor);
+  positive("low_freq_factor", mc.rope_low_freq_factor);
+  positive("high_freq_factor", mc.rope_high_freq_factor);
+  if (const Entry* x = r.find("original_max_position_embeddings")) {
+    const std::int64_t n = integer(*x);
+    if (n < 1 || n > limits::kSeqLen)
+      fail(x->mark(), x->path,
+           fmt::format("{} is out of range (valid: 1..{})", n, limits::kSeqLen));
+    mc.rope_original_max_positions = static_cast<int>(n);
   }
 }
 

@@ -175,9 +175,11 @@ DVec rotary_ref(const DVec& x, int B, int T, int H, int hd, int stride, double t
 }
 
 // Causal attention over a buffer holding q, k, v at offsets qo, ko, vo of rows of `stride`.
-// Grouped-query attention when 0 < Hkv < H: query head h reads kv head h / (H / Hkv).
+// Grouped-query attention when 0 < Hkv < H: query head h reads kv head h / (H / Hkv). window > 0:
+// query t sees keys t - window < j <= t.
 DVec attention_ref(const DVec& buf, std::size_t qo, std::size_t ko, std::size_t vo, int stride,
-                   int B, int T, int H, int hd, DVec* probs = nullptr, int Hkv = 0) {
+                   int B, int T, int H, int hd, DVec* probs = nullptr, int Hkv = 0,
+                   int window = 0) {
   const int C = H * hd, group = Hkv > 0 ? H / Hkv : 1;
   DVec out(static_cast<std::size_t>(B) * T * C, 0.0);
   if (probs) probs->assign(static_cast<std::size_t>(B) * H * T * T, 0.0);
@@ -188,7 +190,8 @@ DVec attention_ref(const DVec& buf, std::size_t qo, std::size_t ko, std::size_t 
       for (int t = 0; t < T; ++t) {
         const std::size_t qr = (static_cast<std::size_t>(b) * T + t) * stride + h * hd + qo;
         double mx = -1e300;
-        for (int j = 0; j <= t; ++j) {
+        const int j0 = window > 0 ? std::max(0, t - window + 1) : 0;
+        for (int j = j0; j <= t; ++j) {
           const std::size_t kr =
               (static_cast<std::size_t>(b) * T + j) * stride + h / group * hd + ko;
           double d = 0;
@@ -197,8 +200,8 @@ DVec attention_ref(const DVec& buf, std::size_t qo, std::size_t ko, std::size_t 
           mx = std::max(mx, s[j]);
         }
         double z = 0;
-        for (int j = 0; j <= t; ++j) z += (s[j] = std::exp(s[j] - mx));
-        for (int j = 0; j <= t; ++j) {
+        for (int j = j0; j <= t; ++j) z += (s[j] = std::exp(s[j] - mx));
+        for (int j = j0; j <= t; ++j) {
           const double p = s[j] / z;
           if (probs) (*probs)[((static_cast<std::size_t>(b) * H + h) * T + t) * T + j] = p;
           const std::size_t vr =
@@ -450,10 +453,10 @@ TEST(CpuOps, RotaryForwardBackwardInPlace) {
   const DVec want = rotary_ref(to_double(x), B, T, H, hd, stride, theta);
 
   Vec out = x;  // out of place: columns past H*hd must stay as they are
-  rotary_forward(out.data(), x.data(), B, T, H, hd, stride, theta);
+  rotary_forward(out.data(), x.data(), B, T, H, hd, stride, RotaryParams{theta});
   EXPECT_LT(rel_err(out, want), kFwdTol);
   Vec inplace = x;
-  rotary_forward(inplace.data(), inplace.data(), B, T, H, hd, stride, theta);
+  rotary_forward(inplace.data(), inplace.data(), B, T, H, hd, stride, RotaryParams{theta});
   EXPECT_TRUE(bit_equal(inplace, out));
 
   // Spot check against hand-computed values: position 1, frequency 0 is a rotation by 1 rad.
@@ -463,7 +466,7 @@ TEST(CpuOps, RotaryForwardBackwardInPlace) {
   // Backward: only the rotated columns have gradients; others are left untouched.
   Vec dx(x.size(), 0.0f);
   const Vec dout(R.begin(), R.end());
-  rotary_backward(dx.data(), dout.data(), B, T, H, hd, stride, theta);
+  rotary_backward(dx.data(), dout.data(), B, T, H, hd, stride, RotaryParams{theta});
   DVec g = numeric_grad(x, [&](const DVec& v) {
     const DVec o = rotary_ref(v, B, T, H, hd, stride, theta);
     double s = 0;
@@ -473,20 +476,21 @@ TEST(CpuOps, RotaryForwardBackwardInPlace) {
   });
   EXPECT_LT(rel_err(dx, g), kGradTol);
   const Vec dx1 = dx;
-  rotary_backward(dx.data(), dout.data(), B, T, H, hd, stride, theta);
+  rotary_backward(dx.data(), dout.data(), B, T, H, hd, stride, RotaryParams{theta});
   expect_doubled(dx1, dx);
 
-  EXPECT_THROW(rotary_forward(out.data(), x.data(), B, T, H, 7, stride, theta), InputError);
+  EXPECT_THROW(rotary_forward(out.data(), x.data(), B, T, H, 7, stride, RotaryParams{theta}),
+               InputError);
 }
 
 // ---- attention ------------------------------------------------------------------------------
 
 // Packed qkv [B, T, C + 2·KV] as the models use it: q = qkv, k = qkv + C, v = qkv + C + KV,
 // KV = Hkv·hd (Hkv = H: plain multi-head attention, stride 3C; Hkv < H: grouped-query).
-void check_attention(int B, int T, int H, int hd, std::uint64_t seed, int Hkv = 0) {
+void check_attention(int B, int T, int H, int hd, std::uint64_t seed, int Hkv = 0, int window = 0) {
   if (Hkv == 0) Hkv = H;
   SCOPED_TRACE("B=" + std::to_string(B) + " T=" + std::to_string(T) + " H=" + std::to_string(H) +
-               " Hkv=" + std::to_string(Hkv));
+               " Hkv=" + std::to_string(Hkv) + " window=" + std::to_string(window));
   const int C = H * hd, KV = Hkv * hd, stride = C + 2 * KV;
   Random rng(seed);
   const Vec qkv = rng.vec(static_cast<std::size_t>(B) * T * stride, -1.5, 1.5);
@@ -497,36 +501,40 @@ void check_attention(int B, int T, int H, int hd, std::uint64_t seed, int Hkv = 
   const float* v = q + C + KV;
 
   Vec out(static_cast<std::size_t>(B) * T * C), att(TT, 7.0f);  // att: garbage in
-  attention_forward(out.data(), att.data(), q, k, v, stride, B, T, H, Hkv, hd);
+  attention_forward(out.data(), att.data(), q, k, v, stride, B, T, H, Hkv, hd, window);
   DVec probs;
-  const DVec want = attention_ref(to_double(qkv), 0, C, C + KV, stride, B, T, H, hd, &probs, Hkv);
+  const DVec want =
+      attention_ref(to_double(qkv), 0, C, C + KV, stride, B, T, H, hd, &probs, Hkv, window);
   EXPECT_LT(rel_err(out, want), kFwdTol);
   EXPECT_LT(rel_err(att, probs), kFwdTol);
   for (int bh = 0; bh < B * H; ++bh)
     for (int t = 0; t < T; ++t)
-      for (int j = t + 1; j < T; ++j)
-        ASSERT_EQ(att[(static_cast<std::size_t>(bh) * T + t) * T + j], 0.0f);
+      for (int j = 0; j < T; ++j) {
+        if (j > t || (window > 0 && j <= t - window)) {
+          ASSERT_EQ(att[(static_cast<std::size_t>(bh) * T + t) * T + j], 0.0f);
+        }
+      }
 
   // Against finite differences of the double reference: with Hkv < H, a kv head's dk and dv
   // are the sums over its group's query heads.
   Vec dqkv(qkv.size(), 0.0f), scratch(TT, 5.0f);
   const Vec dout(R.begin(), R.end());
   attention_backward(dqkv.data(), dqkv.data() + C, dqkv.data() + C + KV, scratch.data(),
-                     dout.data(), q, k, v, att.data(), stride, B, T, H, Hkv, hd);
+                     dout.data(), q, k, v, att.data(), stride, B, T, H, Hkv, hd, window);
   const DVec g = numeric_grad(qkv, [&](const DVec& x) {
-    return dot(attention_ref(x, 0, C, C + KV, stride, B, T, H, hd, nullptr, Hkv), R);
+    return dot(attention_ref(x, 0, C, C + KV, stride, B, T, H, hd, nullptr, Hkv, window), R);
   });
   EXPECT_LT(rel_err(dqkv, g), kGradTol);
 
   const Vec d1 = dqkv;
   attention_backward(dqkv.data(), dqkv.data() + C, dqkv.data() + C + KV, scratch.data(),
-                     dout.data(), q, k, v, att.data(), stride, B, T, H, Hkv, hd);
+                     dout.data(), q, k, v, att.data(), stride, B, T, H, Hkv, hd, window);
   expect_doubled(d1, dqkv);
 
   // Only dv requested: dq and dk slots stay zero, dv equals the full call's.
   Vec dv_only(qkv.size(), 0.0f);
   attention_backward(nullptr, nullptr, dv_only.data() + C + KV, scratch.data(), dout.data(), q, k,
-                     v, att.data(), stride, B, T, H, Hkv, hd);
+                     v, att.data(), stride, B, T, H, Hkv, hd, window);
   for (std::size_t n = 0; n < static_cast<std::size_t>(B) * T; ++n)
     for (int c = 0; c < stride; ++c) {
       const float expect = c < C + KV ? 0.0f : d1[n * stride + c];
@@ -543,6 +551,13 @@ TEST(CpuOps, GroupedQueryAttentionGradients) {
   check_attention(2, 5, 4, 4, 16, /*Hkv=*/2);
   check_attention(1, 70, 4, 2, 17, /*Hkv=*/1);  // multi-query, across row blocks
   check_attention(2, 6, 6, 2, 18, /*Hkv=*/3);
+  // Sliding windows (Mistral): inside one row block, across blocks (the scores and products of
+  // keys before a block's first visible key are skipped), one key, and a window >= T.
+  check_attention(2, 9, 4, 4, 19, /*Hkv=*/2, /*window=*/3);
+  check_attention(1, 150, 2, 2, 20, /*Hkv=*/1, /*window=*/5);
+  check_attention(1, 140, 2, 2, 21, /*Hkv=*/2, /*window=*/70);
+  check_attention(1, 70, 2, 2, 22, /*Hkv=*/2, /*window=*/1);
+  check_attention(1, 20, 2, 2, 23, /*Hkv=*/2, /*window=*/40);
   // Hkv must divide H.
   const int B = 1, T = 3, H = 4, hd = 2, stride = H * hd * 3;
   Vec qkv(static_cast<std::size_t>(B) * T * stride), out(static_cast<std::size_t>(B) * T * H * hd),
@@ -901,7 +916,7 @@ TEST(CpuOps, DeterministicForAnyThreadCount) {
     linear_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), N, C, OC,
                     WeightLayout::kInOut);
     Vec out(x.size()), att(static_cast<std::size_t>(B) * H * T * T), scratch(att.size());
-    rotary_forward(qkv.data(), qkv.data(), B, T, H, hd, OC, 10000.0f);
+    rotary_forward(qkv.data(), qkv.data(), B, T, H, hd, OC, RotaryParams{});
     attention_forward(out.data(), att.data(), qkv.data(), qkv.data() + C, qkv.data() + 2 * C, OC, B,
                       T, H, H, hd);
     Vec dqkv(qkv.size(), 0.0f);

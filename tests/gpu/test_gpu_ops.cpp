@@ -538,10 +538,10 @@ TEST_F(GpuOps, RotaryStridedAndInPlace) {
   const std::size_t n = static_cast<std::size_t>(B) * T * stride;
   const Vec x = random_bf16(n);
   Vec want(n, 0.0f);
-  cpu::rotary_forward(want.data(), x.data(), B, T, H, hd, stride, 10000.0f);
+  cpu::rotary_forward(want.data(), x.data(), B, T, H, hd, stride, RotaryParams{});
   // Only the first H*hd of each row is rotated; compare those, the rest must stay as it was.
   bf16* d = upload_bf16(x);
-  cuda::rotary_forward(ctx(), d, d, B, T, H, hd, stride, 10000.0f);  // in place
+  cuda::rotary_forward(ctx(), d, d, B, T, H, hd, stride, RotaryParams{});  // in place
   Vec got = download(d, n);
   Vec want_inplace = x;
   for (std::size_t r = 0; r < static_cast<std::size_t>(B) * T; ++r)
@@ -551,29 +551,90 @@ TEST_F(GpuOps, RotaryStridedAndInPlace) {
   const Vec dout = random_bf16(n);
   Vec dinp = random_bf16(n);
   bf16* d_dinp = upload_bf16(dinp);
-  cpu::rotary_backward(dinp.data(), dout.data(), B, T, H, hd, stride, 10000.0f);
-  cuda::rotary_backward(ctx(), d_dinp, upload_bf16(dout), B, T, H, hd, stride, 10000.0f);
+  cpu::rotary_backward(dinp.data(), dout.data(), B, T, H, hd, stride, RotaryParams{});
+  cuda::rotary_backward(ctx(), d_dinp, upload_bf16(dout), B, T, H, hd, stride, RotaryParams{});
   SATURN_EXPECT_CLOSE(download(d_dinp, n), dinp, kTolBf16);
 }
 
+// Llama 3.1's frequency scaling, with original_max_positions small enough that hd = 64 has pairs
+// in all three bands (wavelengths 2π·theta^(2i/hd): below 64/4 kept, above 64/1 divided by the
+// factor, interpolated between), at positions past original_max_positions.
+TEST_F(GpuOps, RotaryLlama3ScalingMatchesCpu) {
+  RotaryParams r;
+  r.theta = 500000;
+  r.scaling = RopeScalingKind::kLlama3;
+  r.factor = 8;
+  r.low_freq_factor = 1;
+  r.high_freq_factor = 4;
+  r.original_max_positions = 64;
+  const int B = 2, T = 150, H = 2, hd = 64, stride = 3 * H * hd;
+  int bands[3] = {0, 0, 0};  // kept, interpolated, divided
+  for (int i = 0; i < hd / 2; ++i) {
+    const double wavelen = 6.283185307179586 * std::pow(static_cast<double>(r.theta), 2.0 * i / hd);
+    ++bands[wavelen < 64.0 / 4 ? 0 : wavelen > 64.0 ? 2 : 1];
+  }
+  for (int band : bands) ASSERT_GT(band, 0);
+
+  const std::size_t n = static_cast<std::size_t>(B) * T * stride;
+  const Vec x = random_bf16(n);
+  Vec want = x;
+  cpu::rotary_forward(want.data(), x.data(), B, T, H, hd, stride, r);
+  bf16* d_out = upload_bf16(x);  // the columns past H*hd stay as they are
+  cuda::rotary_forward(ctx(), d_out, upload_bf16(x), B, T, H, hd, stride, r);
+  SATURN_EXPECT_CLOSE(download(d_out, n), want, kTolBf16);
+
+  const Vec dout = random_bf16(n);
+  Vec dinp = random_bf16(n);
+  bf16* d_dinp = upload_bf16(dinp);
+  cpu::rotary_backward(dinp.data(), dout.data(), B, T, H, hd, stride, r);
+  cuda::rotary_backward(ctx(), d_dinp, upload_bf16(dout), B, T, H, hd, stride, r);
+  SATURN_EXPECT_CLOSE(download(d_dinp, n), dinp, kTolBf16);
+}
+
+// The (query tile, key tile) pairs of one head in which some query sees some key: the pairs the
+// attention kernels must compute (tiles of 64 rows, as attention.cu's), counted element by
+// element rather than by the kernels' tile-range formulas.
+std::uint64_t visible_tile_pairs(int T, int window) {
+  constexpr int kTile = 64;
+  const int tiles = (T + kTile - 1) / kTile;
+  std::uint64_t pairs = 0;
+  for (int qt = 0; qt < tiles; ++qt)
+    for (int kt = 0; kt < tiles; ++kt) {
+      bool any = false;
+      for (int i = qt * kTile; i < std::min(T, (qt + 1) * kTile) && !any; ++i)
+        for (int j = kt * kTile; j < std::min(T, (kt + 1) * kTile) && !any; ++j)
+          any = j <= i && (window == 0 || j > i - window);
+      pairs += any ? 1 : 0;
+    }
+  return pairs;
+}
+
 // qkv: rows of q, k, v (stride (H + 2·Hkv)·hd), random in [-2, 2) unless given. Hkv < H:
-// grouped-query attention (0: Hkv = H).
+// grouped-query attention (0: Hkv = H). window > 0: sliding-window attention. Each kernel must
+// compute exactly the tiles some query of which sees some key (visible_tile_pairs) per head.
 void attention_case(GpuOps& t, int B, int T, int H, int hd, const Vec* given_qkv = nullptr,
-                    int Hkv = 0) {
+                    int Hkv = 0, int window = 0) {
   if (Hkv == 0) Hkv = H;
   SCOPED_TRACE("B=" + std::to_string(B) + " T=" + std::to_string(T) + " H=" + std::to_string(H) +
-               " Hkv=" + std::to_string(Hkv) + " hd=" + std::to_string(hd));
+               " Hkv=" + std::to_string(Hkv) + " hd=" + std::to_string(hd) +
+               " window=" + std::to_string(window));
   const int C = H * hd, KV = Hkv * hd, stride = C + 2 * KV;
   const std::size_t N = static_cast<std::size_t>(B) * T;
+  const std::uint64_t heads = static_cast<std::uint64_t>(B) * H;
+  const std::uint64_t tiles = heads * visible_tile_pairs(T, window);
   const Vec qkv = given_qkv != nullptr ? *given_qkv : t.random_bf16(N * stride, -2.0f, 2.0f);
   Vec out(N * C), att(static_cast<std::size_t>(B) * H * T * T);
   cpu::attention_forward(out.data(), att.data(), qkv.data(), qkv.data() + C, qkv.data() + C + KV,
-                         stride, B, T, H, Hkv, hd);
+                         stride, B, T, H, Hkv, hd, window);
   const bf16* d_qkv = t.upload_bf16(qkv);
   bf16* d_out = t.poisoned_bf16(N * C);
   float* d_lse = t.poisoned_f32(static_cast<std::size_t>(B) * H * T);
+  t.ctx().enable_attention_tile_count();
   cuda::attention_forward(t.ctx(), d_out, d_lse, d_qkv, d_qkv + C, d_qkv + C + KV, stride, B, T, H,
-                          Hkv, hd);
+                          Hkv, hd, window);
+  const auto forward_tiles = t.ctx().attention_tiles();
+  EXPECT_EQ(forward_tiles.forward, tiles);
+  EXPECT_EQ(forward_tiles.dq + forward_tiles.dkv, 0u);
   SATURN_EXPECT_CLOSE(t.download(d_out, out.size()), out, kTolBf16);
   EXPECT_EQ(first_non_finite(t.download(d_lse, static_cast<std::size_t>(B) * H * T)), -1);
 
@@ -587,9 +648,14 @@ void attention_case(GpuOps& t, int B, int T, int H, int hd, const Vec* given_qkv
                           dout.data(), qkv.data(), qkv.data() + C, qkv.data() + C + KV, att.data(),
                           stride, B, T, H, Hkv, hd);
   float* delta = t.poisoned_f32(static_cast<std::size_t>(B) * H * T);
+  t.ctx().enable_attention_tile_count();
   cuda::attention_backward(t.ctx(), d_dqkv, d_dqkv + C, d_dqkv + C + KV, delta, t.upload_bf16(dout),
-                           d_out, d_lse, d_qkv, d_qkv + C, d_qkv + C + KV, stride, B, T, H, Hkv,
-                           hd);
+                           d_out, d_lse, d_qkv, d_qkv + C, d_qkv + C + KV, stride, B, T, H, Hkv, hd,
+                           window);
+  const auto backward_tiles = t.ctx().attention_tiles();
+  EXPECT_EQ(backward_tiles.forward, 0u);
+  EXPECT_EQ(backward_tiles.dq, tiles);
+  EXPECT_EQ(backward_tiles.dkv, tiles);  // per kv head, each of its group's query heads
   const Vec got = t.download(d_dqkv, dqkv.size());
   // Compare q, k and v gradients separately (each has its own scale). dq and dk go through
   // dS = P ⊙ (dP − Δ), Δ = rowsum(dO ⊙ O): the GPU's Δ comes from its bf16 output O (as in the
@@ -639,6 +705,80 @@ TEST_F(GpuOps, GroupedQueryAttentionForwardBackward) {
   attention_case(*this, 1, 130, 4, 16, nullptr, 1);  // multi-query: one kv head, three tiles
   attention_case(*this, 2, 37, 6, 40, nullptr, 3);   // hd padded to 48
   attention_case(*this, 1, 70, 4, 128, nullptr, 2);  // the largest head dim (K, V from shared)
+}
+
+// Sliding-window attention (Mistral: query i sees keys i - window < j <= i) against the CPU's,
+// grouped-query, with both kernel instantiations (hd 32: 2 chunks; hd 80: > 64), T not a
+// multiple of the tile. The kernels skip the tiles outside every window: fewer than causal
+// attention's once a query tile's window starts past a whole key tile (window + 64 < T), the
+// same when the window covers every key.
+TEST_F(GpuOps, SlidingWindowAttentionForwardBackward) {
+  struct Case {
+    int B, T, H, Hkv, hd, window;
+  };
+  const Case cases[] = {
+      {1, 200, 4, 2, 32, 1},     // each query sees only itself
+      {1, 200, 4, 2, 80, 17},    // not a multiple of the 16-key chunks
+      {2, 200, 4, 2, 32, 64},    // exactly one tile wide
+      {1, 200, 4, 2, 80, 100},   // more than a tile
+      {1, 200, 4, 2, 32, 200},   // = T: causal
+      {1, 130, 4, 2, 80, 1},     // the other instantiation
+      {1, 130, 4, 2, 32, 5},     // rows of a warp that see no key of a tile the warp computes
+      {1, 130, 4, 2, 32, 17},    // windows across tile boundaries
+      {1, 130, 4, 2, 80, 64},    // window + 64 = 128 < 130: the last query tile skips tile 0
+      {1, 130, 4, 2, 32, 100},   // no whole tile outside the windows: masks only
+      {1, 130, 4, 2, 80, 1000},  // > T: causal
+  };
+  for (const Case& c : cases) {
+    const std::uint64_t windowed = visible_tile_pairs(c.T, c.window);
+    const std::uint64_t causal = visible_tile_pairs(c.T, 0);
+    if (c.window + 64 < c.T) {
+      EXPECT_LT(windowed, causal) << c.T << " " << c.window;
+    } else if (c.window >= c.T) {
+      EXPECT_EQ(windowed, causal) << c.T << " " << c.window;
+    }
+    attention_case(*this, c.B, c.T, c.H, c.hd, nullptr, c.Hkv, c.window);
+  }
+}
+
+// Keys outside a query's window change nothing in its output, to the bit: the masks, not only
+// the tiles skipped, exclude them (here the first keys, seen from inside their own tile by rows
+// whose windows start after them, and from later tiles).
+TEST_F(GpuOps, SlidingWindowIgnoresKeysOutsideIt) {
+  const int B = 1, T = 130, H = 2, hd = 32, C = H * hd, stride = 3 * C, window = 17, changed = 10;
+  Vec qkv = random_bf16(static_cast<std::size_t>(T) * stride);
+  bf16* d_out = poisoned_bf16(static_cast<std::size_t>(T) * C);
+  float* lse = alloc<float>(static_cast<std::size_t>(H) * T);
+  const bf16* d1 = upload_bf16(qkv);
+  cuda::attention_forward(ctx(), d_out, lse, d1, d1 + C, d1 + 2 * C, stride, B, T, H, H, hd,
+                          window);
+  const Vec a = download(d_out, static_cast<std::size_t>(T) * C);
+  for (int t = 0; t < changed; ++t)
+    for (int c = C; c < 3 * C; ++c) qkv[static_cast<std::size_t>(t) * stride + c] += 0.5f;
+  const bf16* d2 = upload_bf16(qkv);
+  cuda::attention_forward(ctx(), d_out, lse, d2, d2 + C, d2 + 2 * C, stride, B, T, H, H, hd,
+                          window);
+  const Vec b = download(d_out, static_cast<std::size_t>(T) * C);
+  // Row i sees key changed - 1 while i < changed - 1 + window.
+  const std::size_t first_unseen = static_cast<std::size_t>(changed - 1 + window) * C;
+  bool seen_changed = false;
+  for (std::size_t i = 0; i < first_unseen; ++i) seen_changed |= a[i] != b[i];
+  EXPECT_TRUE(seen_changed);
+  for (std::size_t i = first_unseen; i < a.size(); ++i) ASSERT_EQ(a[i], b[i]) << i;
+}
+
+TEST_F(GpuOps, AttentionRejectsANegativeWindow) {
+  try {
+    cuda::attention_forward(ctx(), nullptr, nullptr, nullptr, nullptr, nullptr, 3 * 64, 1, 4, 1, 1,
+                            64, -1);
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("sliding window -1"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(
+      cuda::attention_backward(ctx(), nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                               nullptr, nullptr, nullptr, 3 * 64, 1, 4, 1, 1, 64, -1),
+      InputError);
 }
 
 // The dk/dv kernel's order over a group's query heads is fixed: the same inputs give the same

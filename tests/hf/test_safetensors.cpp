@@ -175,11 +175,30 @@ TEST(Safetensors, UnfinishedWriterLeavesNothing) {
     SafetensorsWriter w(dir / "u.safetensors", {{"a", {2}}}, {});
     const float x[2] = {1, 2};
     EXPECT_THROW(w.write("b", x, 2), Error);  // not the declared order
-    EXPECT_THROW(w.write("a", x, 1), Error);  // wrong size
-    EXPECT_THROW(w.finish(), Error);          // nothing written
+    EXPECT_FALSE(w.write("a", x, 1));         // a first part: the tensor is not whole yet
+    EXPECT_THROW(w.write("a", x, 2), Error);  // past its declared size
+    EXPECT_THROW(w.finish(), Error);          // a tensor not whole
   }
   EXPECT_FALSE(fs::exists(dir / "u.safetensors"));
   EXPECT_FALSE(fs::exists(dir / "u.safetensors.tmp"));
+  fs::remove_all(dir);
+}
+
+// A stacked tensor (Phi-3's qkv_proj) is written part by part and reads back whole.
+TEST(Safetensors, TensorWrittenInPartsReadsBackWhole) {
+  const fs::path dir = temp_dir();
+  {
+    SafetensorsWriter w(dir / "p.safetensors", {{"qkv", {3, 2}}, {"o", {1}}}, {{"format", "pt"}});
+    const float q[2] = {1, 2}, kv[4] = {3, 4, 5, 6}, o[1] = {7};
+    EXPECT_FALSE(w.write("qkv", q, 2));
+    EXPECT_TRUE(w.write("qkv", kv, 4));
+    EXPECT_TRUE(w.write("o", o, 1));
+    w.finish();
+  }
+  const SafetensorsFile f(dir / "p.safetensors");
+  std::vector<float> got(6);
+  f.read_box("qkv", {1, 0}, {2, 2}, got.data());
+  EXPECT_EQ(std::vector<float>(got.begin(), got.begin() + 4), (std::vector<float>{3, 4, 5, 6}));
   fs::remove_all(dir);
 }
 

@@ -71,11 +71,29 @@ inline ModelConfig tiny_llama_gqa_tied() {
   return c;
 }
 
-// The tiny models by name, for parameterised tests: gpt2, llama, llama_gqa_tied.
+// The llama variants of the families Saturn imports (issue 30) at once: Qwen2's q/k/v and
+// LLaMA's o and MLP biases (tensor parallelism splits the column-parallel ones, replicates the
+// row-parallel ones), Mistral's sliding window (5 of 16 positions) and Llama 3.1's rotary
+// scaling, with grouped-query attention.
+inline ModelConfig tiny_llama_variants() {
+  ModelConfig c = tiny_llama_gqa_tied();
+  c.tie_embeddings = false;
+  c.qkv_bias = c.o_bias = c.mlp_bias = true;
+  c.sliding_window = 5;
+  c.rope_theta = 500000.0f;
+  c.rope_scaling = RopeScalingKind::kLlama3;
+  c.rope_factor = 8.0f;
+  c.rope_original_max_positions = 12;
+  return c;
+}
+
+// The tiny models by name, for parameterised tests: gpt2, llama, llama_gqa_tied,
+// llama_variants.
 inline ModelConfig tiny_model_named(const std::string& name) {
   if (name == "gpt2") return tiny_model(Arch::kGpt2);
   if (name == "llama") return tiny_model(Arch::kLlama);
   if (name == "llama_gqa_tied") return tiny_llama_gqa_tied();
+  if (name == "llama_variants") return tiny_llama_variants();
   throw std::invalid_argument("no tiny model named " + name);
 }
 

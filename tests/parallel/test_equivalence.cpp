@@ -1,5 +1,6 @@
 // Every strategy at the world's degree (2 or 4; hybrids on 4) reproduces single-device training
-// of the tiny gpt2 and llama models (and a llama with grouped-query attention and a tied head): the
+// of the tiny gpt2 and llama models (and a llama with grouped-query attention and a tied head, and
+// one with biases, a sliding window and llama3 rotary scaling): the
 // losses of 20 steps (and the val losses) within 1e-5 relative, and every final parameter tensor
 // within 1e-5 relative, where relative means max|x - ref| / max|ref| over the tensor (per step for
 // losses).
@@ -115,12 +116,11 @@ const std::vector<Case> kCases = {
     {"zero2", {"recompute=true", "micro_batch_size=1"}, 2, "zero2_recompute_m1"},
 };
 
-INSTANTIATE_TEST_SUITE_P(Strategies, Equivalence,
-                         ::testing::Combine(::testing::Values("gpt2", "llama", "llama_gqa_tied"),
-                                            ::testing::ValuesIn(kCases)),
-                         [](const auto& p) {
-                           return std::get<0>(p.param) + "_" + std::get<1>(p.param).label;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Strategies, Equivalence,
+    ::testing::Combine(::testing::Values("gpt2", "llama", "llama_gqa_tied", "llama_variants"),
+                       ::testing::ValuesIn(kCases)),
+    [](const auto& p) { return std::get<0>(p.param) + "_" + std::get<1>(p.param).label; });
 
 // A stop (signal, re-plan) that arrives after the last step must not leave a finished job
 // without final.h5: `saturn run --resume` would find no step left to run and no final weights.

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """examples/finetune.yaml end to end, as its header says to run it (issue 19, acceptance 4).
 
-In a scratch copy of the example: examples/make_hf_model.py makes the tokenizer and the two
+In a scratch copy of the example: examples/make_hf_model.py makes the tokenizer and the four
 briefly pre-trained models with transformers; `saturn data prepare --tokenizer` tokenizes the
 licence texts with that tokenizer; `saturn run finetune.yaml --np 4` trains the 8-job sweep.
 Then, for every job:
@@ -96,7 +96,7 @@ def main():
         val = read_llmc(os.path.join(tmp, "data-tiny", "val.bin"))
         windows = np.stack([val[w * T:w * T + T + 1] for w in range(rows)])
         models, losses = {}, {}
-        for name in ("tiny-gpt2", "tiny-llama"):
+        for name in ("tiny-gpt2", "tiny-llama", "tiny-mistral", "tiny-qwen2"):
             models[name] = transformers.AutoModelForCausalLM.from_pretrained(
                 os.path.join(tmp, "models", name))
             losses[name] = hf_loss(models[name], windows)

@@ -25,14 +25,17 @@ void check_heads(int H, int Hkv) {
 }
 
 // Rows r0..r1-1 of a [T, T] score matrix become causal softmax probabilities: row t over
-// columns 0..t, zeros after. The masked columns up to the next multiple of kLanes are set to
-// -inf, so the vector loops run over whole chunks and exp turns them into exact zeros.
-SATURN_CPU_MULTIVERSION void softmax_causal_rows(float* A, int T, int r0, int r1) {
+// columns 0..t (t - window + 1..t with a sliding window), zeros elsewhere. The masked columns up
+// to the next multiple of kLanes are set to -inf, so the vector loops run over whole chunks and
+// exp turns them into exact zeros.
+SATURN_CPU_MULTIVERSION void softmax_causal_rows(float* A, int T, int r0, int r1, int window) {
   constexpr int kLanes = detail::kLanes;
+  constexpr float kMasked = -std::numeric_limits<float>::infinity();
   for (int t = r0; t < r1; ++t) {
     float* row = A + static_cast<std::size_t>(t) * T;
     const int end = std::min(T, (t + kLanes) / kLanes * kLanes);
-    std::fill(row + t + 1, row + end, -std::numeric_limits<float>::infinity());
+    std::fill(row + t + 1, row + end, kMasked);
+    if (window > 0 && t - window >= 0) std::fill(row, row + t - window + 1, kMasked);
     const float maxv = detail::max_f32(row, end);
     const float inv = 1.0f / detail::exp_shift_sum<float>(row, row, end, maxv);
 #pragma omp simd
@@ -41,29 +44,45 @@ SATURN_CPU_MULTIVERSION void softmax_causal_rows(float* A, int T, int r0, int r1
   }
 }
 
-// Softmax backward on rows r0..r1-1, with the score scale folded in: D holds dP on entry and
-// dS = scale * P ⊙ (dP - rowsum(P ⊙ dP)) on exit, zero past the diagonal up to r1. Columns
-// past the diagonal have P = 0, so the loops may run on to the next multiple of kLanes.
+// Softmax backward on rows r0..r1-1, with the score scale folded in: D holds dP on entry in
+// columns lo..r1-1 and dS = scale * P ⊙ (dP - rowsum(P ⊙ dP)) on exit, zero before lo (columns
+// a sliding window excludes, never computed) and past the diagonal up to r1. Columns past the
+// diagonal have P = 0, so the loops may run on to the next multiple of kLanes.
 SATURN_CPU_MULTIVERSION void softmax_backward_rows(float* D, const float* P, int T, int r0, int r1,
-                                                   float scale) {
+                                                   int lo, float scale) {
   constexpr int kLanes = detail::kLanes;
   for (int t = r0; t < r1; ++t) {
-    const float* p = P + static_cast<std::size_t>(t) * T;
+    const float* p = P + static_cast<std::size_t>(t) * T + lo;
     float* d = D + static_cast<std::size_t>(t) * T;
-    const int end = std::min(r1, (t + kLanes) / kLanes * kLanes);
+    std::fill(d, d + lo, 0.0f);
+    d += lo;
+    const int end = std::min(r1, (t + kLanes) / kLanes * kLanes) - lo;
     const float dot = detail::dot_f32(p, d, end);
 #pragma omp simd
     for (int j = 0; j < end; ++j) d[j] = scale * p[j] * (d[j] - dot);
     // The dK product reads the whole diagonal block, masked part included.
-    std::fill(d + end, d + r1, 0.0f);
+    std::fill(d + end, d + r1 - lo, 0.0f);
   }
+}
+
+// The first key any query of rows [r0, ...) sees: 0, or with a sliding window r0 - window + 1.
+// Scores of earlier keys are never computed (the softmax masks them whatever they hold).
+int first_key(int r0, int window) {
+  return window > 0 ? std::max(0, r0 - window + 1) : 0;
+}
+
+// One past the last query that sees a key of columns [c0, c0 + cols): T, or with a sliding
+// window c0 + cols - 1 + window (clamped).
+int last_query_end(int c0, int cols, int T, int window) {
+  return window > 0 ? std::min(T, c0 + cols - 1 + window) : T;
 }
 
 }  // namespace
 
 void attention_forward(float* out, float* att, const float* q, const float* k, const float* v,
-                       int stride, int B, int T, int H, int Hkv, int hd) {
+                       int stride, int B, int T, int H, int Hkv, int hd, int window) {
   check_heads(H, Hkv);
+  if (window < 0) throw InputError("attention: sliding window " + std::to_string(window) + " < 0");
   const int C = H * hd, group = H / Hkv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const std::size_t TT = static_cast<std::size_t>(T) * T;
@@ -82,19 +101,22 @@ void attention_forward(float* out, float* att, const float* q, const float* k, c
     for (int r0 = 0; r0 < T; r0 += kBlock) {
       const int r1 = std::min(T, r0 + kBlock);
       const int rows = r1 - r0;
+      const int lo = first_key(r0, window);
       float* Ab = A + static_cast<std::size_t>(r0) * T;
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, r1, hd, scale,
-                  Q + static_cast<std::size_t>(r0) * stride, stride, K, stride, 0.0f, Ab, T);
-      softmax_causal_rows(A, T, r0, r1);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, r1, 1.0f, Ab, T, V, stride,
-                  0.0f, O + static_cast<std::size_t>(r0) * C, C);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, r1 - lo, hd, scale,
+                  Q + static_cast<std::size_t>(r0) * stride, stride,
+                  K + static_cast<std::size_t>(lo) * stride, stride, 0.0f, Ab + lo, T);
+      softmax_causal_rows(A, T, r0, r1, window);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, r1 - lo, 1.0f, Ab + lo, T,
+                  V + static_cast<std::size_t>(lo) * stride, stride, 0.0f,
+                  O + static_cast<std::size_t>(r0) * C, C);
     }
   }
 }
 
 void attention_backward(float* dq, float* dk, float* dv, float* datt_scratch, const float* dout,
                         const float* q, const float* k, const float* v, const float* att,
-                        int stride, int B, int T, int H, int Hkv, int hd) {
+                        int stride, int B, int T, int H, int Hkv, int hd, int window) {
   check_heads(H, Hkv);
   const int C = H * hd, group = H / Hkv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
@@ -121,28 +143,33 @@ void attention_backward(float* dq, float* dk, float* dv, float* datt_scratch, co
         for (int r0 = 0; r0 < T; r0 += kBlock) {
           const int r1 = std::min(T, r0 + kBlock);
           const int rows = r1 - r0;
+          const int lo = first_key(r0, window);
           float* Db = D + static_cast<std::size_t>(r0) * T;
           // dP = dO · Vᵀ
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, r1, hd, 1.0f,
-                      dO + static_cast<std::size_t>(r0) * C, C, V, stride, 0.0f, Db, T);
-          softmax_backward_rows(D, P, T, r0, r1, scale);
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, r1 - lo, hd, 1.0f,
+                      dO + static_cast<std::size_t>(r0) * C, C,
+                      V + static_cast<std::size_t>(lo) * stride, stride, 0.0f, Db + lo, T);
+          softmax_backward_rows(D, P, T, r0, r1, lo, scale);
           if (dq != nullptr) {
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, r1, 1.0f, Db, T, K,
-                        stride, 1.0f, dq + q_off + static_cast<std::size_t>(r0) * stride, stride);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, r1 - lo, 1.0f, Db + lo,
+                        T, K + static_cast<std::size_t>(lo) * stride, stride, 1.0f,
+                        dq + q_off + static_cast<std::size_t>(r0) * stride, stride);
           }
         }
       }
-      // Key/value gradients gather over queries t >= key j: column block c needs rows c0..T-1.
+      // Key/value gradients gather over queries t >= key j: column block c needs rows c0..T-1
+      // (with a sliding window, only those up to last_query_end).
       for (int c0 = 0; c0 < T; c0 += kBlock) {
         const int cols = std::min(T, c0 + kBlock) - c0;
+        const int n_rows = last_query_end(c0, cols, T, window) - c0;
         const std::size_t off = static_cast<std::size_t>(c0) * T + c0;
         if (dv != nullptr) {
-          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hd, T - c0, 1.0f, P + off, T,
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hd, n_rows, 1.0f, P + off, T,
                       dO + static_cast<std::size_t>(c0) * C, C, 1.0f,
                       dv + kv_off + static_cast<std::size_t>(c0) * stride, stride);
         }
         if (dk != nullptr) {
-          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hd, T - c0, 1.0f, D + off, T,
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hd, n_rows, 1.0f, D + off, T,
                       Q + static_cast<std::size_t>(c0) * stride, stride, 1.0f,
                       dk + kv_off + static_cast<std::size_t>(c0) * stride, stride);
         }

@@ -45,8 +45,7 @@ struct Backend {
   static void copy_rows(Context&, T* dst, std::size_t dst_pitch, const T* src,
                         std::size_t src_pitch, std::size_t width, std::size_t rows) {
     for (std::size_t r = 0; r < rows; ++r)
-      std::memcpy(static_cast<void*>(dst + r * dst_pitch), src + r * src_pitch,
-                  width * sizeof(T));
+      std::memcpy(static_cast<void*>(dst + r * dst_pitch), src + r * src_pitch, width * sizeof(T));
   }
   template <typename T>
   static void upload(Context& c, T* dst, const T* host, std::size_t n) {
@@ -59,8 +58,8 @@ struct Backend {
     cpu::embedding_forward(out, tokens, wte, wpe, B, T, C);
   }
   static void embedding_backward(Context&, float* dwte, float* dwpe, const float* dout,
-                                 const std::int32_t* tokens, int B, int T, int C) {
-    cpu::embedding_backward(dwte, dwpe, dout, tokens, B, T, C);
+                                 const std::int32_t* tokens, int B, int T, int C, int padding_idx) {
+    cpu::embedding_backward(dwte, dwpe, dout, tokens, B, T, C, padding_idx);
   }
   static void layernorm_forward(Context&, float* out, float* mean, float* rstd, const float* inp,
                                 const float* w, const float* b, int N, int C, float eps) {
@@ -68,10 +67,9 @@ struct Backend {
   }
   // res = a + x, then out = layernorm(res): the two ops one after the other (the CPU's numerics
   // are those of the separate ops; the CUDA backend fuses them).
-  static void residual_layernorm_forward(Context&, float* res, float* out, float* mean,
-                                         float* rstd, const float* a, const float* x,
-                                         const float* w, const float* bias, int N, int C,
-                                         float eps) {
+  static void residual_layernorm_forward(Context&, float* res, float* out, float* mean, float* rstd,
+                                         const float* a, const float* x, const float* w,
+                                         const float* bias, int N, int C, float eps) {
     cpu::residual_forward(res, a, x, static_cast<std::size_t>(N) * static_cast<std::size_t>(C));
     cpu::layernorm_forward(out, mean, rstd, res, w, bias, N, C, eps);
   }
@@ -85,8 +83,8 @@ struct Backend {
     cpu::rmsnorm_forward(out, rstd, inp, w, N, C, eps);
   }
   static void residual_rmsnorm_forward(Context&, float* res, float* out, float* rstd,
-                                       const float* a, const float* x, const float* w, int N,
-                                       int C, float eps) {
+                                       const float* a, const float* x, const float* w, int N, int C,
+                                       float eps) {
     cpu::residual_forward(res, a, x, static_cast<std::size_t>(N) * static_cast<std::size_t>(C));
     cpu::rmsnorm_forward(out, rstd, res, w, N, C, eps);
   }
@@ -102,8 +100,8 @@ struct Backend {
   // overwrite_dinp: dinp = dout · W instead of += (zeroed here, then accumulated: the same
   // arithmetic as the model's zero-then-accumulate).
   static void linear_backward(Context&, float* dinp, float* dw, float* db, const float* dout,
-                              const float* inp, const float* w, int N, int C, int OC,
-                              bool w_in_out, bool overwrite_dinp = false) {
+                              const float* inp, const float* w, int N, int C, int OC, bool w_in_out,
+                              bool overwrite_dinp = false) {
     if (overwrite_dinp && dinp != nullptr)
       std::fill(dinp, dinp + static_cast<std::size_t>(N) * C, 0.0f);
     cpu::linear_backward(dinp, dw, db, dout, inp, w, N, C, OC,
@@ -130,23 +128,24 @@ struct Backend {
     cpu::add_bias(out, bias, N, C);
   }
   static void rotary_forward(Context&, float* out, const float* inp, int B, int T, int H, int hd,
-                             int stride, float theta) {
-    cpu::rotary_forward(out, inp, B, T, H, hd, stride, theta);
+                             int stride, const RotaryParams& rot) {
+    cpu::rotary_forward(out, inp, B, T, H, hd, stride, rot);
   }
-  static void rotary_backward(Context&, float* dinp, const float* dout, int B, int T, int H,
-                              int hd, int stride, float theta) {
-    cpu::rotary_backward(dinp, dout, B, T, H, hd, stride, theta);
+  static void rotary_backward(Context&, float* dinp, const float* dout, int B, int T, int H, int hd,
+                              int stride, const RotaryParams& rot) {
+    cpu::rotary_backward(dinp, dout, B, T, H, hd, stride, rot);
   }
   static void attention_forward(Context&, float* out, AttnSaved* saved, const float* q,
                                 const float* k, const float* v, int stride, int B, int T, int H,
-                                int Hkv, int hd) {
-    cpu::attention_forward(out, saved, q, k, v, stride, B, T, H, Hkv, hd);
+                                int Hkv, int hd, int window) {
+    cpu::attention_forward(out, saved, q, k, v, stride, B, T, H, Hkv, hd, window);
   }
   static void attention_backward(Context&, float* dq, float* dk, float* dv, AttnSaved* scratch,
                                  const float* dout, const float* /*out*/, const AttnSaved* saved,
                                  const float* q, const float* k, const float* v, int stride, int B,
-                                 int T, int H, int Hkv, int hd) {
-    cpu::attention_backward(dq, dk, dv, scratch, dout, q, k, v, saved, stride, B, T, H, Hkv, hd);
+                                 int T, int H, int Hkv, int hd, int window) {
+    cpu::attention_backward(dq, dk, dv, scratch, dout, q, k, v, saved, stride, B, T, H, Hkv, hd,
+                            window);
   }
   static void gelu_forward(Context&, float* out, const float* inp, std::size_t n) {
     cpu::gelu_forward(out, inp, n);

@@ -24,7 +24,7 @@ void embedding_forward(float* out, const int32_t* tokens, const float* wte, cons
 }
 
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
-                        int T, int C) {
+                        int T, int C, int padding_idx) {
   const std::ptrdiff_t N = static_cast<std::ptrdiff_t>(B) * T;
   const std::size_t row = static_cast<std::size_t>(C);
   if (dwte != nullptr) {
@@ -35,6 +35,7 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
     {
       const detail::Range r = detail::thread_range(C, omp_get_thread_num(), omp_get_num_threads());
       for (std::ptrdiff_t n = 0; n < N; ++n) {
+        if (tokens[n] == padding_idx) continue;
         float* d = dwte + static_cast<std::size_t>(tokens[n]) * row;
         const float* g = dout + static_cast<std::size_t>(n) * row;
 #pragma omp simd

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "runtime/backend/rotary.hpp"
 #include "runtime/core/adamw_step.hpp"
 
 namespace saturn::cpu {
@@ -40,8 +41,10 @@ class FixedGemmGrid {
 // out[b,t,:] = wte[tokens[b,t],:] (+ wpe[t,:] when wpe != nullptr, GPT-2 learned positions)
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
                        int T, int C);
+// dwte += dout at each token's row, except padding_idx's (>= 0: nn.Embedding's padding_idx, a
+// row the lookup leaves without gradient), dwpe += dout at each position.
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
-                        int T, int C);
+                        int T, int C, int padding_idx = -1);
 
 // ---- layernorm.cpp ---------------------------------------------------------------------------
 // mean[N], rstd[N] are saved for backward.
@@ -71,11 +74,12 @@ void linear_backward(float* dinp, float* dweight, float* dbias, const float* dou
 // ---- rotary.cpp ------------------------------------------------------------------------------
 // Rotary position embedding, Hugging Face LLaMA convention (rotate_half: element i pairs with
 // i + hd/2), applied per head to rows of `stride` floats: x[b,t, h*hd + i] for h < H.
-// theta_base is 10000 for LLaMA. out and inp may alias.
+// The frequencies are rotary_inv_freq (runtime/backend/rotary.hpp: theta, and the linear or
+// llama3 scaling). out and inp may alias.
 void rotary_forward(float* out, const float* inp, int B, int T, int H, int hd, int stride,
-                    float theta_base);
+                    const RotaryParams& rot);
 void rotary_backward(float* dinp, const float* dout, int B, int T, int H, int hd, int stride,
-                     float theta_base);
+                     const RotaryParams& rot);
 
 // ---- attention.cpp ---------------------------------------------------------------------------
 // Causal multi-head attention with grouped-query attention: H query heads, Hkv key/value heads
@@ -83,14 +87,16 @@ void rotary_backward(float* dinp, const float* dout, int B, int T, int H, int hd
 // v: rows of `stride` floats ([B,T,stride]); query head h is q[b,t, h*hd .. h*hd+hd), kv head g
 // is k[b,t, g*hd ..] and v[b,t, g*hd ..] (so a packed [B,T,C + 2·KV] qkv buffer passes q=qkv,
 // k=qkv+C, v=qkv+C+KV, stride=C+2·KV). att[B,H,T,T] saves the softmax probabilities (row-max
-// subtracted) for backward. out is [B,T,H*hd].
+// subtracted) for backward. out is [B,T,H*hd]. window > 0: sliding-window causal attention,
+// query t sees keys t - window < j <= t (Mistral); 0: every key j <= t.
 void attention_forward(float* out, float* att, const float* q, const float* k, const float* v,
-                       int stride, int B, int T, int H, int Hkv, int hd);
+                       int stride, int B, int T, int H, int Hkv, int hd, int window = 0);
 // dq, dk, dv += gradients (null: not wanted); a kv head's dk and dv sum over its group's query
-// heads, in head order (deterministic). datt_scratch: [B,H,T,T] workspace, overwritten.
+// heads, in head order (deterministic). datt_scratch: [B,H,T,T] workspace, overwritten. window:
+// the forward's (products over keys and queries it excludes are skipped).
 void attention_backward(float* dq, float* dk, float* dv, float* datt_scratch, const float* dout,
                         const float* q, const float* k, const float* v, const float* att,
-                        int stride, int B, int T, int H, int Hkv, int hd);
+                        int stride, int B, int T, int H, int Hkv, int hd, int window = 0);
 
 // ---- gelu.cpp --------------------------------------------------------------------------------
 // GELU, tanh approximation (GPT-2's "gelu_new").
@@ -122,8 +128,8 @@ void softmax_crossentropy_backward(float* dlogits, const float* probs, const int
                                    float dloss, int N, int V);
 // In place: probs becomes dloss * (probs - onehot(target)) (zero rows for ignored targets), so
 // the head needs no second [N, V] buffer.
-void softmax_crossentropy_backward_inplace(float* probs, const int32_t* targets, float dloss,
-                                           int N, int V);
+void softmax_crossentropy_backward_inplace(float* probs, const int32_t* targets, float dloss, int N,
+                                           int V);
 // *out = the mean of losses[n] over the rows whose target is >= 0 (0 when there is none),
 // summed in fp64 in row order.
 void loss_mean(float* out, const float* losses, const int32_t* targets, int N);

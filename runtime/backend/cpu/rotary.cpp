@@ -9,22 +9,20 @@ namespace saturn::cpu {
 namespace {
 
 // cos/sin of t * inv_freq[i] for t < T, i < hd/2, computed in float32 step by step as Hugging
-// Face's LlamaRotaryEmbedding does (inv_freq = 1 / base^(2i/hd), then t * inv_freq, then cos
+// Face's LlamaRotaryEmbedding does (inv_freq from rotary_inv_freq, then t * inv_freq, then cos
 // and sin), so rounding matches PyTorch rather than an exact double-precision angle.
 struct RotaryTable {
   std::vector<float> cos, sin;
 };
 
-RotaryTable make_table(int T, int hd, float theta_base) {
+RotaryTable make_table(int T, int hd, const RotaryParams& rot) {
   if (hd <= 0 || hd % 2 != 0) {
     throw InputError("rotary embedding needs an even head dimension, got " + std::to_string(hd));
   }
   const int half = hd / 2;
   std::vector<float> inv_freq(static_cast<std::size_t>(half));
-  for (int i = 0; i < half; ++i) {
-    const float exponent = static_cast<float>(2 * i) / static_cast<float>(hd);
-    inv_freq[static_cast<std::size_t>(i)] = 1.0f / std::pow(theta_base, exponent);
-  }
+  for (int i = 0; i < half; ++i)
+    inv_freq[static_cast<std::size_t>(i)] = rotary_inv_freq(rot, i, hd);
   RotaryTable table{std::vector<float>(static_cast<std::size_t>(T) * half),
                     std::vector<float>(static_cast<std::size_t>(T) * half)};
 #pragma omp parallel for schedule(static) if (T * half >= 4096)
@@ -41,8 +39,8 @@ RotaryTable make_table(int T, int hd, float theta_base) {
 }  // namespace
 
 void rotary_forward(float* out, const float* inp, int B, int T, int H, int hd, int stride,
-                    float theta_base) {
-  const RotaryTable table = make_table(T, hd, theta_base);
+                    const RotaryParams& rot) {
+  const RotaryTable table = make_table(T, hd, rot);
   const int half = hd / 2;
   const std::ptrdiff_t N = static_cast<std::ptrdiff_t>(B) * T;
 #pragma omp parallel for schedule(static)
@@ -67,8 +65,8 @@ void rotary_forward(float* out, const float* inp, int B, int T, int H, int hd, i
 }
 
 void rotary_backward(float* dinp, const float* dout, int B, int T, int H, int hd, int stride,
-                     float theta_base) {
-  const RotaryTable table = make_table(T, hd, theta_base);
+                     const RotaryParams& rot) {
+  const RotaryTable table = make_table(T, hd, rot);
   const int half = hd / 2;
   const std::ptrdiff_t N = static_cast<std::ptrdiff_t>(B) * T;
 #pragma omp parallel for schedule(static)

@@ -10,6 +10,13 @@
 // buffers, so between its steps a __syncwarp suffices. Causal masking skips whole tiles and
 // 16-wide chunks that no row of a warp can see.
 //
+// Sliding window (window > 0, Mistral): query i sees keys i - window < j <= i. The same masks
+// with a lower bound, and the same skipping at both ends: the forward and dq kernels start at
+// the first key tile the block's first query sees, the dk/dv kernel stops after the last query
+// tile that sees the block's last key, and warps skip tiles and chunks outside their rows'
+// windows. A window >= T is plain causal attention (the launches pass 0). Tests can count the
+// (query tile, key tile) pairs each kernel computes (Context::enable_attention_tile_count).
+//
 // WMMA's accumulator layout is opaque (which lane holds which element is unspecified), and the
 // softmax works on rows: the scores S are stored to shared fp32 [16][64 + 4] per warp for the
 // row-wise softmax. The forward keeps each warp's Q rows and its output accumulator O in
@@ -58,6 +65,25 @@ __host__ __device__ inline int padded_head_dim(int hd) {
 // row by 16 bytes across the banks.
 __host__ __device__ inline int bf16_ld(int hd) {
   return padded_head_dim(hd) + 8;
+}
+
+// Query i sees key j when j <= i && (window == 0 || j > i - window): the keys
+// [first_key(i), i], and key j is seen by the queries [j, query_end(j)). The masks test these
+// ranges as column bounds computed once per row and tile (a per-element test of the window
+// costs registers: the forward spilled on sm_80).
+// The first key query i sees (window > 0: i - window + 1, clamped at 0).
+__host__ __device__ inline int first_key(int i, int window) {
+  return window > 0 && i >= window ? i - window + 1 : 0;
+}
+// The end (exclusive) of the queries that see key j (and so of those that see some key <= j):
+// j + window, clamped at T.
+__host__ __device__ inline int query_end(int j, int window, int T) {
+  return window > 0 && j + window < T ? j + window : T;
+}
+// Counts one (query tile, key tile) pair the block computes, when a test asked for it: one
+// integer atomic per block and tile (not float data: the results stay deterministic).
+__device__ inline void count_tile(unsigned long long* tiles) {
+  if (tiles != nullptr && threadIdx.x == 0) atomicAdd(tiles, 1ull);
 }
 
 // Carves the dynamic shared memory into regions, each 128-byte aligned (WMMA needs 32); the
@@ -243,11 +269,12 @@ __device__ void add_rows(bf16* dst, std::size_t pitch, const FragAcc (&acc)[kHdC
 constexpr float kRescaleThreshold = 8.0f;
 
 // grid (query tiles of kTile rows, B*H), kThreadsPerBlock threads; shared memory ForwardShared.
-// The warp's Q rows and its O accumulator stay in fragments.
+// The warp's Q rows and its O accumulator stay in fragments. tiles: null, or the counter of
+// key tiles computed (Context::enable_attention_tile_count).
 template <int kHdChunks>
 __global__ __launch_bounds__(kThreadsPerBlock) void attention_forward_kernel(
     bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, int stride, int T, int H,
-    int group, int hd, float scale) {
+    int group, int hd, float scale, int window, unsigned long long* tiles) {
   extern __shared__ __align__(128) float smem[];
   const ForwardShared sh(reinterpret_cast<char*>(smem), hd);
   const int bh = blockIdx.y, b = bh / H, h = bh % H;
@@ -275,35 +302,53 @@ __global__ __launch_bounds__(kThreadsPerBlock) void attention_forward_kernel(
   // Two lanes per row: lane owns row r's columns [half * 32, half * 32 + 32) of the scores; both
   // keep the row's reference max and sum (in units of the scaled scores).
   const int r = lane / 2, half = lane % 2, row = w0 + r;
+  const int row_first = first_key(row, window);  // the row sees keys [row_first, row]
   float m_ref = -INFINITY, l_run = 0.0f;
 
-  const int key_end = min(T, q0 + kTile);  // the block's last query sees keys < key_end
-  for (int j0 = 0; j0 < key_end; j0 += kTile) {
+  // The block's last query sees keys < key_end, its first query none before first_key(q0): the
+  // key tiles before that key's are skipped.
+  const int key_end = min(T, q0 + kTile);
+  const int key_begin = first_key(q0, window) / kTile * kTile;
+  const int w_first = first_key(w0, window);  // the warp's first row sees the earliest keys
+  for (int j0 = key_begin; j0 < key_end; j0 += kTile) {
     __syncthreads();  // the previous tile is consumed
     load_tile(sh.k, sh.ld, k + kv_base, stride, j0, T, hd);
     load_tile(sh.v, sh.ld, v + kv_base, stride, j0, T, hd);
     __syncthreads();
-    if (w0 >= T || j0 > w_last) continue;  // warp-uniform: no row of the warp sees this tile
-    const int key_chunks = min(kChunks, (w_last - j0) / kMma + 1);  // the rest is masked
-    scores(Sw, qf, sh.k, sh.ld, hd_chunks, 0, key_chunks);
+    count_tile(tiles);
+    // Warp-uniform: no row of the warp sees this tile (all its keys after the warp's last row,
+    // or before its first row's window).
+    if (w0 >= T || j0 > w_last || j0 + kTile <= w_first) continue;
+    // Chunks [n_begin, key_chunks) hold the keys the warp's rows see; the rest is masked (and
+    // the scores of the chunks below n_begin are not computed: the masks never read them).
+    const int n_begin = w_first > j0 ? (w_first - j0) / kMma : 0;
+    const int key_chunks = min(kChunks, (w_last - j0) / kMma + 1);
+    scores(Sw, qf, sh.k, sh.ld, hd_chunks, n_begin, key_chunks);
     __syncwarp();
+    // The columns [col_lo, col_hi] of the tile the row sees (none when col_lo > col_hi).
+    const int col_lo = row_first - j0;
+    const int col_hi = row < T ? min(row - j0, key_chunks * kMma - 1) : -1;
 
     float tile_max = -INFINITY;
     for (int i = 0; i < kPerLane; ++i) {
-      const int col = half * kPerLane + i, j = j0 + col;
-      if (col < key_chunks * kMma && j <= row && row < T)
-        tile_max = fmaxf(tile_max, Sw[r * kLdS + col] * scale);
+      const int col = half * kPerLane + i;
+      if (col >= col_lo && col <= col_hi) tile_max = fmaxf(tile_max, Sw[r * kLdS + col] * scale);
     }
     tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullMask, tile_max, 1));
-    // Every row < T sees key 0 in the first tile: its reference is finite from then on.
+    // A row may see no key of this tile (a window's edge, or past T): tile_max = -inf, no growth,
+    // and its P below is all zeros (never exp(-inf - -inf)). A row's first visible key makes its
+    // reference finite (any finite max exceeds -inf + threshold); corr = exp(-inf) = 0 there, on
+    // an O row and sum that are still exactly zero.
     const bool grow = row < T && tile_max > m_ref + kRescaleThreshold;
-    const float corr = grow ? expf(m_ref - tile_max) : 1.0f;  // 0 on the first tile
+    const bool had_keys = m_ref > -INFINITY;  // O's row holds earlier tiles' products
+    const float corr = grow ? expf(m_ref - tile_max) : 1.0f;
     if (grow) {
       m_ref = tile_max;
       l_run *= corr;
     }
-    // O is still zero on the first tile: nothing to rescale there.
-    if (j0 > 0 && warp_max(grow ? 1.0f : 0.0f) > 0.0f) {
+    // Only rows that had keys need O rescaled: with none, O's row is zero (and so on the warp's
+    // first tile, whichever tile that is).
+    if (warp_max(grow && had_keys ? 1.0f : 0.0f) > 0.0f) {
 #pragma unroll
       for (int c = 0; c < kHdChunks; ++c) {
         if (c >= hd_chunks) break;
@@ -317,17 +362,16 @@ __global__ __launch_bounds__(kThreadsPerBlock) void attention_forward_kernel(
     }
     float sum = 0.0f;
     for (int i = 0; i < kPerLane; ++i) {
-      const int col = half * kPerLane + i, j = j0 + col;
+      const int col = half * kPerLane + i;
       float p = 0.0f;
-      if (col < key_chunks * kMma && j <= row && row < T)
-        p = to_f(to_bf(expf(Sw[r * kLdS + col] * scale - m_ref)));
+      if (col >= col_lo && col <= col_hi) p = to_f(to_bf(expf(Sw[r * kLdS + col] * scale - m_ref)));
       // The sum takes P as rounded for P·V: the weights used are the weights normalised.
       Pw[r * kLdP + col] = to_bf(p);
       sum += p;
     }
     l_run += sum + __shfl_xor_sync(kFullMask, sum, 1);
     __syncwarp();  // P is written
-    accumulate_product(o, Pw, sh.v, sh.ld, hd_chunks, 0, key_chunks);
+    accumulate_product(o, Pw, sh.v, sh.ld, hd_chunks, n_begin, key_chunks);
   }
   if (w0 >= T) return;  // warp-uniform
   __syncwarp();         // the last P·V has read P: its rows become the stage
@@ -379,12 +423,14 @@ __device__ void load_row_stats(float* lse_s, float* delta_s, const float* lse, c
   }
 }
 
-// dq[i] += scale * sum_{j<=i} P_ij (dP_ij - delta_i) K_j, dP = dO·Vᵀ. grid (query tiles of kTile
-// rows, B*H); shared BackwardShared with a = Q, b = dO of the block's rows, c = K, d = V tiles.
+// dq[i] += scale * sum_{j<=i} P_ij (dP_ij - delta_i) K_j, dP = dO·Vᵀ (j inside the window).
+// grid (query tiles of kTile rows, B*H); shared BackwardShared with a = Q, b = dO of the block's
+// rows, c = K, d = V tiles. Walks the forward's key tiles, with the forward's masks.
 template <int kHdChunks>
 __global__ __launch_bounds__(kThreadsPerBlock) void attention_dq_kernel(
     bf16* dq, const bf16* dout, const float* lse, const float* delta, const bf16* q, const bf16* k,
-    const bf16* v, int stride, int T, int H, int group, int hd, float scale) {
+    const bf16* v, int stride, int T, int H, int group, int hd, float scale, int window,
+    unsigned long long* tiles) {
   extern __shared__ __align__(128) float smem[];
   const BackwardShared sh(reinterpret_cast<char*>(smem), hd);
   const int bh = blockIdx.y, b = bh / H, h = bh % H;
@@ -406,6 +452,7 @@ __global__ __launch_bounds__(kThreadsPerBlock) void attention_dq_kernel(
   float* SDw = sh.sd + warp * kRows * kLdS;
   bf16* dSw = sh.ds + warp * kRows * kLdP;
   const int r = lane / 2, half = lane % 2, row = w0 + r;
+  const int row_first = first_key(row, window);
   FragA qf[kHdChunks], dof[kHdChunks];  // the warp's Q and dO rows, for every key tile
   if (w0 < T) {
     load_rows(qf, sh.a + warp * kRows * sh.ld, sh.ld, hd_chunks);
@@ -415,27 +462,32 @@ __global__ __launch_bounds__(kThreadsPerBlock) void attention_dq_kernel(
 #pragma unroll
   for (int c = 0; c < kHdChunks; ++c) wmma::fill_fragment(acc[c], 0.0f);
 
+  // The forward's key range, tile skipping and chunk bounds (see there).
   const int key_end = min(T, q0 + kTile);
-  for (int j0 = 0; j0 < key_end; j0 += kTile) {
+  const int key_begin = first_key(q0, window) / kTile * kTile;
+  const int w_first = first_key(w0, window);
+  for (int j0 = key_begin; j0 < key_end; j0 += kTile) {
     __syncthreads();
     load_tile(sh.c, sh.ld, k + kv_base, stride, j0, T, hd);
     load_tile(sh.d, sh.ld, v + kv_base, stride, j0, T, hd);
     __syncthreads();
-    if (w0 >= T || j0 > w_last) continue;  // warp-uniform
+    count_tile(tiles);
+    if (w0 >= T || j0 > w_last || j0 + kTile <= w_first) continue;  // warp-uniform
+    const int n_begin = w_first > j0 ? (w_first - j0) / kMma : 0;
     const int key_chunks = min(kChunks, (w_last - j0) / kMma + 1);
     const float row_lse = sh.lse[warp * kRows + r], row_delta = sh.delta[warp * kRows + r];
-    scores(SDw, qf, sh.c, sh.ld, hd_chunks, 0, key_chunks);
+    scores(SDw, qf, sh.c, sh.ld, hd_chunks, n_begin, key_chunks);
     __syncwarp();
+    const int col_lo = row_first - j0;  // the forward's mask
+    const int col_hi = row < T ? min(row - j0, key_chunks * kMma - 1) : -1;
     float p[kPerLane];
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
-      const int col = half * kPerLane + i, j = j0 + col;
-      p[i] = col < key_chunks * kMma && j <= row && row < T
-                 ? expf(SDw[r * kLdS + col] * scale - row_lse)
-                 : 0.0f;
+      const int col = half * kPerLane + i;
+      p[i] = col >= col_lo && col <= col_hi ? expf(SDw[r * kLdS + col] * scale - row_lse) : 0.0f;
     }
     __syncwarp();  // the scores are read before dP overwrites them
-    scores(SDw, dof, sh.d, sh.ld, hd_chunks, 0, key_chunks);
+    scores(SDw, dof, sh.d, sh.ld, hd_chunks, n_begin, key_chunks);
     __syncwarp();
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
@@ -443,19 +495,20 @@ __global__ __launch_bounds__(kThreadsPerBlock) void attention_dq_kernel(
       dSw[r * kLdP + col] = to_bf(p[i] * (SDw[r * kLdS + col] - row_delta));
     }
     __syncwarp();
-    accumulate_product(acc, dSw, sh.c, sh.ld, hd_chunks, 0, key_chunks);
+    accumulate_product(acc, dSw, sh.c, sh.ld, hd_chunks, n_begin, key_chunks);
   }
   if (w0 < T) add_rows(dq + base, stride, acc, sh.stage + warp * kMma * kMma, w0, T, hd, scale);
 }
 
-// dv[j] += sum_{i>=j} P_ij dO_i; dk[j] += scale * sum_{i>=j} P_ij (dP_ij - delta_i) Q_i, summed
-// over the query heads of the kv head's group. grid (key tiles of kTile rows, B*Hkv); shared
-// BackwardShared with a = K, b = V of the block's keys, c = Q, d = dO tiles. The warp's scores
-// are transposed: 16 keys x 64 queries.
+// dv[j] += sum_{i>=j} P_ij dO_i; dk[j] += scale * sum_{i>=j} P_ij (dP_ij - delta_i) Q_i (i inside
+// j's window), summed over the query heads of the kv head's group. grid (key tiles of kTile
+// rows, B*Hkv); shared BackwardShared with a = K, b = V of the block's keys, c = Q, d = dO tiles.
+// The warp's scores are transposed: 16 keys x 64 queries.
 template <int kHdChunks>
 __global__ __launch_bounds__(kThreadsPerBlock) void attention_dkv_kernel(
     bf16* dk, bf16* dv, const bf16* dout, const float* lse, const float* delta, const bf16* q,
-    const bf16* k, const bf16* v, int stride, int T, int H, int group, int hd, float scale) {
+    const bf16* k, const bf16* v, int stride, int T, int H, int group, int hd, float scale,
+    int window, unsigned long long* tiles) {
   extern __shared__ __align__(128) float smem[];
   const BackwardShared sh(reinterpret_cast<char*>(smem), hd);
   const int Hkv = H / group;
@@ -464,6 +517,10 @@ __global__ __launch_bounds__(kThreadsPerBlock) void attention_dkv_kernel(
   const int hd_chunks = padded_head_dim(hd) / kMma;
   const int k0 = blockIdx.x * kTile;
   const int w0 = k0 + warp * kRows;  // the warp's first key
+  // The queries that see the block's keys end before q_end, the warp's before w_q_end: the query
+  // tiles from q_end on are skipped (with a window).
+  const int q_end = query_end(min(k0 + kTile, T) - 1, window, T);
+  const int w_q_end = query_end(min(w0 + kRows, T) - 1, window, T);
   const int C = H * hd;
   const std::size_t kv_base =
       static_cast<std::size_t>(b) * T * stride + static_cast<std::size_t>(g) * hd;
@@ -485,6 +542,7 @@ __global__ __launch_bounds__(kThreadsPerBlock) void attention_dkv_kernel(
   bf16* Pw = sh.p + warp * kRows * kLdP;
   bf16* dSw = sh.ds + warp * kRows * kLdP;
   const int r = lane / 2, half = lane % 2, key = w0 + r;
+  const int key_q_end = query_end(key, window, T);  // the key is seen by queries [key, key_q_end)
   FragAcc acc_k[kHdChunks], acc_v[kHdChunks];
 #pragma unroll
   for (int c = 0; c < kHdChunks; ++c) {
@@ -492,36 +550,41 @@ __global__ __launch_bounds__(kThreadsPerBlock) void attention_dkv_kernel(
     wmma::fill_fragment(acc_v[c], 0.0f);
   }
 
-  // The group's query heads in order, each over the queries i >= k0 (they see at least one of
-  // this block's keys).
+  // The group's query heads in order, each over the query tiles from k0 to q_end (whose queries
+  // see at least one of this block's keys).
   for (int h = g * group; h < (g + 1) * group; ++h) {
     const int bh = b * H + h;
     const std::size_t base =
         static_cast<std::size_t>(b) * T * stride + static_cast<std::size_t>(h) * hd;
     const std::size_t obase =
         static_cast<std::size_t>(b) * T * C + static_cast<std::size_t>(h) * hd;
-    for (int i0 = k0; i0 < T; i0 += kTile) {
+    for (int i0 = k0; i0 < q_end; i0 += kTile) {
       __syncthreads();
       load_tile(sh.c, sh.ld, q + base, stride, i0, T, hd);
       load_tile(sh.d, sh.ld, dout + obase, C, i0, T, hd);
       load_row_stats(sh.lse, sh.delta, lse, delta, static_cast<std::size_t>(bh) * T, i0, T);
       __syncthreads();
-      if (w0 >= T) continue;  // warp-uniform
-      // Query chunks the warp's keys can see: from its first key on, up to T.
+      count_tile(tiles);
+      // Warp-uniform: the warp has no key, or none of its keys' windows reaches this tile.
+      if (w0 >= T || i0 >= w_q_end) continue;
+      // Query chunks the warp's keys can see: from its first key on, up to w_q_end.
       const int n_begin = w0 > i0 ? (w0 - i0) / kMma : 0;
-      const int n_end = min(kChunks, (T - i0 + kMma - 1) / kMma);
+      const int n_end = min(kChunks, (w_q_end - i0 + kMma - 1) / kMma);
       if constexpr (kKeep == kHdChunks) {
         scores(SDw, kf, sh.c, sh.ld, hd_chunks, n_begin, n_end);
       } else {
         scores(SDw, Kw, sh.ld, sh.c, sh.ld, hd_chunks, n_begin, n_end);
       }
       __syncwarp();
+      // The columns [col_lo, col_hi] of the tile whose queries see the key: the forward's mask,
+      // transposed (none past T). col_lo >= n_begin * kMma: the warp's keys start a chunk.
+      const int col_lo = key - i0;
+      const int col_hi = key < T ? min(key_q_end - 1 - i0, n_end * kMma - 1) : -1;
       float p[kPerLane];
 #pragma unroll
       for (int i = 0; i < kPerLane; ++i) {
-        const int col = half * kPerLane + i, qi = i0 + col;
-        const bool seen =
-            col >= n_begin * kMma && col < n_end * kMma && qi >= key && qi < T && key < T;
+        const int col = half * kPerLane + i;
+        const bool seen = col >= col_lo && col <= col_hi;
         p[i] = seen ? expf(SDw[r * kLdS + col] * scale - sh.lse[col]) : 0.0f;
         Pw[r * kLdP + col] = to_bf(p[i]);
       }
@@ -549,7 +612,12 @@ __global__ __launch_bounds__(kThreadsPerBlock) void attention_dkv_kernel(
   }
 }
 
-void check_shape(int B, int H, int Hkv, int hd) {
+void check_shape(int B, int H, int Hkv, int hd, int window) {
+  if (window < 0)
+    throw InputError(fmt::format(
+        "CUDA attention: sliding window {} < 0 (valid: 0, full causal attention, or the number "
+        "of keys each query sees)",
+        window));
   if (hd <= 0 || hd > kAttentionMaxHeadDim)
     throw InputError(fmt::format("CUDA attention supports head dimensions 1..{}, got {}",
                                  kAttentionMaxHeadDim, hd));
@@ -582,22 +650,37 @@ void allow_smem(Kernel kernel, std::size_t bytes) {
                                            static_cast<int>(bytes)));
 }
 
+// A window covering every key is plain causal attention: 0 for the kernels (their windowed
+// bounds then never apply, and window + j cannot overflow).
+int kernel_window(int window, int T) {
+  return window >= T ? 0 : window;
+}
+
+// One kernel's tile counter, or null when not counting.
+unsigned long long* tile_counter(Context& ctx, Context::AttentionKernel kernel) {
+  unsigned long long* counters = ctx.attention_tile_counters();
+  return counters != nullptr ? counters + kernel : nullptr;
+}
+
 template <int kHdChunks>
 void launch_backward(Context& ctx, bf16* dq, bf16* dk, bf16* dv, const float* delta,
                      const bf16* dout, const float* lse, const bf16* q, const bf16* k,
-                     const bf16* v, int stride, int B, int T, int H, int Hkv, int hd, float scale) {
+                     const bf16* v, int stride, int B, int T, int H, int Hkv, int hd, float scale,
+                     int window) {
   const int tiles = (T + kTile - 1) / kTile, group = H / Hkv;
   const std::size_t smem = backward_smem(hd);
   if (dq != nullptr) {
     allow_smem(attention_dq_kernel<kHdChunks>, smem);
     attention_dq_kernel<kHdChunks><<<dim3(tiles, B * H), kThreadsPerBlock, smem, ctx.stream()>>>(
-        dq, dout, lse, delta, q, k, v, stride, T, H, group, hd, scale);
+        dq, dout, lse, delta, q, k, v, stride, T, H, group, hd, scale, window,
+        tile_counter(ctx, Context::kAttentionDq));
     SATURN_CUDA_LAUNCH_CHECK("attention_dq_kernel");
   }
   if (dk != nullptr || dv != nullptr) {
     allow_smem(attention_dkv_kernel<kHdChunks>, smem);
     attention_dkv_kernel<kHdChunks><<<dim3(tiles, B * Hkv), kThreadsPerBlock, smem, ctx.stream()>>>(
-        dk, dv, dout, lse, delta, q, k, v, stride, T, H, group, hd, scale);
+        dk, dv, dout, lse, delta, q, k, v, stride, T, H, group, hd, scale, window,
+        tile_counter(ctx, Context::kAttentionDkv));
     SATURN_CUDA_LAUNCH_CHECK("attention_dkv_kernel");
   }
 }
@@ -605,22 +688,25 @@ void launch_backward(Context& ctx, bf16* dq, bf16* dk, bf16* dv, const float* de
 }  // namespace
 
 void attention_forward(Context& ctx, bf16* out, float* lse, const bf16* q, const bf16* k,
-                       const bf16* v, int stride, int B, int T, int H, int Hkv, int hd) {
-  check_shape(B, H, Hkv, hd);
+                       const bf16* v, int stride, int B, int T, int H, int Hkv, int hd,
+                       int window) {
+  check_shape(B, H, Hkv, hd, window);
   const int group = H / Hkv;
   if (B == 0 || T == 0 || H == 0) return;
+  window = kernel_window(window, T);
   const float scale = 1.0f / sqrtf(static_cast<float>(hd));
   const dim3 grid((T + kTile - 1) / kTile, B * H);
   const std::size_t smem = forward_smem(hd);
+  unsigned long long* tiles = tile_counter(ctx, Context::kAttentionForward);
   // The fragment arrays are sized at compile time (registers on a GPU): two sizes cover hd.
   if (padded_head_dim(hd) <= 64) {
     allow_smem(attention_forward_kernel<4>, smem);
     attention_forward_kernel<4><<<grid, kThreadsPerBlock, smem, ctx.stream()>>>(
-        out, lse, q, k, v, stride, T, H, group, hd, scale);
+        out, lse, q, k, v, stride, T, H, group, hd, scale, window, tiles);
   } else {
     allow_smem(attention_forward_kernel<kMaxHdChunks>, smem);
     attention_forward_kernel<kMaxHdChunks><<<grid, kThreadsPerBlock, smem, ctx.stream()>>>(
-        out, lse, q, k, v, stride, T, H, group, hd, scale);
+        out, lse, q, k, v, stride, T, H, group, hd, scale, window, tiles);
   }
   SATURN_CUDA_LAUNCH_CHECK("attention_forward_kernel");
 }
@@ -628,9 +714,10 @@ void attention_forward(Context& ctx, bf16* out, float* lse, const bf16* q, const
 void attention_backward(Context& ctx, bf16* dq, bf16* dk, bf16* dv, float* delta_scratch,
                         const bf16* dout, const bf16* out, const float* lse, const bf16* q,
                         const bf16* k, const bf16* v, int stride, int B, int T, int H, int Hkv,
-                        int hd) {
-  check_shape(B, H, Hkv, hd);
+                        int hd, int window) {
+  check_shape(B, H, Hkv, hd, window);
   if (B == 0 || T == 0 || H == 0) return;
+  window = kernel_window(window, T);
   const float scale = 1.0f / sqrtf(static_cast<float>(hd));
   const dim3 delta_grid((T + kDeltaWarps - 1) / kDeltaWarps, B * H);
   attention_delta_kernel<<<delta_grid, kDeltaWarps * 32, 0, ctx.stream()>>>(delta_scratch, dout,
@@ -639,10 +726,10 @@ void attention_backward(Context& ctx, bf16* dq, bf16* dk, bf16* dv, float* delta
   // The fragment arrays are sized at compile time (registers on a GPU): two sizes cover hd.
   if (padded_head_dim(hd) <= 64)
     launch_backward<4>(ctx, dq, dk, dv, delta_scratch, dout, lse, q, k, v, stride, B, T, H, Hkv, hd,
-                       scale);
+                       scale, window);
   else
     launch_backward<kMaxHdChunks>(ctx, dq, dk, dv, delta_scratch, dout, lse, q, k, v, stride, B, T,
-                                  H, Hkv, hd, scale);
+                                  H, Hkv, hd, scale, window);
 }
 
 }  // namespace saturn::cuda

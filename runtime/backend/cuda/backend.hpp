@@ -41,8 +41,8 @@ struct Backend : BackendTypes {
   template <typename T>
   static void copy(Context& ctx, T* dst, const T* src, std::size_t n) {
     if (n > 0 && dst != src)
-      SATURN_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyDeviceToDevice,
-                                        ctx.stream()));
+      SATURN_CUDA_CHECK(
+          cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyDeviceToDevice, ctx.stream()));
   }
   template <typename T>
   static void copy_rows(Context& ctx, T* dst, std::size_t dst_pitch, const T* src,
@@ -69,36 +69,35 @@ struct Backend : BackendTypes {
     cuda::embedding_forward(ctx, b(out), tokens, b(wte), b(wpe), B, T, C);
   }
   static void embedding_backward(Context& ctx, float* dwte, float* dwpe, const Act* dout,
-                                 const std::int32_t* tokens, int B, int T, int C) {
-    cuda::embedding_backward(ctx, dwte, dwpe, b(dout), tokens, B, T, C);
+                                 const std::int32_t* tokens, int B, int T, int C, int padding_idx) {
+    cuda::embedding_backward(ctx, dwte, dwpe, b(dout), tokens, B, T, C, padding_idx);
   }
   static void layernorm_forward(Context& ctx, Act* out, float* mean, float* rstd, const Act* inp,
                                 const Weight* w, const Weight* bias, int N, int C, float eps) {
     cuda::layernorm_forward(ctx, b(out), mean, rstd, b(inp), b(w), b(bias), N, C, eps);
   }
   // res = a + x, then out = layernorm(res): one fused kernel (res is not read back).
-  static void residual_layernorm_forward(Context& ctx, Act* res, Act* out, float* mean,
-                                         float* rstd, const Act* a, const Act* x, const Weight* w,
+  static void residual_layernorm_forward(Context& ctx, Act* res, Act* out, float* mean, float* rstd,
+                                         const Act* a, const Act* x, const Weight* w,
                                          const Weight* bias, int N, int C, float eps) {
-    cuda::residual_layernorm_forward(ctx, b(res), b(out), mean, rstd, b(a), b(x), b(w), b(bias),
-                                     N, C, eps);
+    cuda::residual_layernorm_forward(ctx, b(res), b(out), mean, rstd, b(a), b(x), b(w), b(bias), N,
+                                     C, eps);
   }
   static void layernorm_backward(Context& ctx, Act* dinp, float* dw, float* db, const Act* dout,
                                  const Act* inp, const Weight* w, const float* mean,
                                  const float* rstd, int N, int C) {
     cuda::layernorm_backward(ctx, b(dinp), dw, db, b(dout), b(inp), b(w), mean, rstd, N, C);
   }
-  static void rmsnorm_forward(Context& ctx, Act* out, float* rstd, const Act* inp,
-                              const Weight* w, int N, int C, float eps) {
+  static void rmsnorm_forward(Context& ctx, Act* out, float* rstd, const Act* inp, const Weight* w,
+                              int N, int C, float eps) {
     cuda::rmsnorm_forward(ctx, b(out), rstd, b(inp), b(w), N, C, eps);
   }
-  static void residual_rmsnorm_forward(Context& ctx, Act* res, Act* out, float* rstd,
-                                       const Act* a, const Act* x, const Weight* w, int N, int C,
-                                       float eps) {
+  static void residual_rmsnorm_forward(Context& ctx, Act* res, Act* out, float* rstd, const Act* a,
+                                       const Act* x, const Weight* w, int N, int C, float eps) {
     cuda::residual_rmsnorm_forward(ctx, b(res), b(out), rstd, b(a), b(x), b(w), N, C, eps);
   }
-  static void rmsnorm_backward(Context& ctx, Act* dinp, float* dw, const Act* dout,
-                               const Act* inp, const Weight* w, const float* rstd, int N, int C) {
+  static void rmsnorm_backward(Context& ctx, Act* dinp, float* dw, const Act* dout, const Act* inp,
+                               const Weight* w, const float* rstd, int N, int C) {
     cuda::rmsnorm_backward(ctx, b(dinp), dw, b(dout), b(inp), b(w), rstd, N, C);
   }
   static void linear_forward(Context& ctx, Act* out, const Act* inp, const Weight* w,
@@ -132,24 +131,24 @@ struct Backend : BackendTypes {
     cuda::add_bias(ctx, b(out), b(bias), N, C);
   }
   static void rotary_forward(Context& ctx, Act* out, const Act* inp, int B, int T, int H, int hd,
-                             int stride, float theta) {
-    cuda::rotary_forward(ctx, b(out), b(inp), B, T, H, hd, stride, theta);
+                             int stride, const RotaryParams& rot) {
+    cuda::rotary_forward(ctx, b(out), b(inp), B, T, H, hd, stride, rot);
   }
-  static void rotary_backward(Context& ctx, Act* dinp, const Act* dout, int B, int T, int H,
-                              int hd, int stride, float theta) {
-    cuda::rotary_backward(ctx, b(dinp), b(dout), B, T, H, hd, stride, theta);
+  static void rotary_backward(Context& ctx, Act* dinp, const Act* dout, int B, int T, int H, int hd,
+                              int stride, const RotaryParams& rot) {
+    cuda::rotary_backward(ctx, b(dinp), b(dout), B, T, H, hd, stride, rot);
   }
-  static void attention_forward(Context& ctx, Act* out, AttnSaved* lse, const Act* q,
-                                const Act* k, const Act* v, int stride, int B, int T, int H,
-                                int Hkv, int hd) {
-    cuda::attention_forward(ctx, b(out), lse, b(q), b(k), b(v), stride, B, T, H, Hkv, hd);
+  static void attention_forward(Context& ctx, Act* out, AttnSaved* lse, const Act* q, const Act* k,
+                                const Act* v, int stride, int B, int T, int H, int Hkv, int hd,
+                                int window) {
+    cuda::attention_forward(ctx, b(out), lse, b(q), b(k), b(v), stride, B, T, H, Hkv, hd, window);
   }
   static void attention_backward(Context& ctx, Act* dq, Act* dk, Act* dv, AttnSaved* delta,
                                  const Act* dout, const Act* out, const AttnSaved* lse,
-                                 const Act* q, const Act* k, const Act* v, int stride, int B,
-                                 int T, int H, int Hkv, int hd) {
+                                 const Act* q, const Act* k, const Act* v, int stride, int B, int T,
+                                 int H, int Hkv, int hd, int window) {
     cuda::attention_backward(ctx, b(dq), b(dk), b(dv), delta, b(dout), b(out), lse, b(q), b(k),
-                             b(v), stride, B, T, H, Hkv, hd);
+                             b(v), stride, B, T, H, Hkv, hd, window);
   }
   static void gelu_forward(Context& ctx, Act* out, const Act* inp, std::size_t n) {
     cuda::gelu_forward(ctx, b(out), b(inp), n);
@@ -162,12 +161,11 @@ struct Backend : BackendTypes {
                              std::size_t n) {
     cuda::swiglu_forward(ctx, b(out), b(gate), b(up), n);
   }
-  static void swiglu_backward(Context& ctx, Act* dgate, Act* dup, const Act* dout,
-                              const Act* gate, const Act* up, std::size_t n) {
+  static void swiglu_backward(Context& ctx, Act* dgate, Act* dup, const Act* dout, const Act* gate,
+                              const Act* up, std::size_t n) {
     cuda::swiglu_backward(ctx, b(dgate), b(dup), b(dout), b(gate), b(up), n);
   }
-  static void residual_forward(Context& ctx, Act* out, const Act* a, const Act* x,
-                               std::size_t n) {
+  static void residual_forward(Context& ctx, Act* out, const Act* a, const Act* x, std::size_t n) {
     cuda::residual_forward(ctx, b(out), b(a), b(x), n);
   }
   // The logits stay as they are; lse [N] keeps each row's log-sum-exp, so that the backward
@@ -181,8 +179,8 @@ struct Backend : BackendTypes {
                                     const std::int32_t* targets, float dloss, int N, int V) {
     cuda::crossentropy_backward(ctx, b(logits), nullptr, targets, dloss, N, V, lse);
   }
-  static void loss_mean(Context& ctx, float* out, const float* losses,
-                        const std::int32_t* targets, int N) {
+  static void loss_mean(Context& ctx, float* out, const float* losses, const std::int32_t* targets,
+                        int N) {
     cuda::loss_mean(ctx, out, losses, targets, N);
   }
 };

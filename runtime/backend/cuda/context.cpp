@@ -39,6 +39,7 @@ Context::~Context() {
   gemms_.clear();
   workspace_.reset();
   scratch_.reset();
+  tile_counts_.reset();
   cublasLtDestroy(lt_);
   cudaStreamDestroy(stream_);
 }
@@ -46,6 +47,25 @@ Context::~Context() {
 void Context::synchronize(const char* what) {
   check_cuda(cudaStreamSynchronize(stream_), what, __FILE__, __LINE__);
   check_cuda(cudaGetLastError(), what, __FILE__, __LINE__);
+}
+
+void Context::enable_attention_tile_count() {
+  if (tile_counts_.data() == nullptr)
+    tile_counts_ = Buffer<unsigned long long>(*pool_, 3, "attention tile counters");
+  SATURN_CUDA_CHECK(cudaMemsetAsync(tile_counts_.data(), 0, tile_counts_.bytes(), stream_));
+}
+
+Context::AttentionTiles Context::attention_tiles() {
+  AttentionTiles t;
+  if (tile_counts_.data() == nullptr) return t;
+  unsigned long long host[3] = {0, 0, 0};
+  SATURN_CUDA_CHECK(
+      cudaMemcpyAsync(host, tile_counts_.data(), sizeof(host), cudaMemcpyDeviceToHost, stream_));
+  synchronize("attention tile counters");
+  t.forward = host[kAttentionForward];
+  t.dq = host[kAttentionDq];
+  t.dkv = host[kAttentionDkv];
+  return t;
 }
 
 }  // namespace saturn::cuda

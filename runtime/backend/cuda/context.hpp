@@ -37,6 +37,22 @@ class Context {
   // Waits for the stream and checks for asynchronous errors (naming `what` when one is found).
   void synchronize(const char* what = "stream synchronize");
 
+  // Test instrumentation of attention.cu: the (query tile, key tile) pairs each attention kernel
+  // computes (per query head; the dk/dv kernel counts each of a kv head's query heads), so tests
+  // can check the tiles a sliding window skips. Off by default: the kernels then get a null
+  // counter and pay one null check per tile.
+  enum AttentionKernel : int { kAttentionForward = 0, kAttentionDq = 1, kAttentionDkv = 2 };
+  struct AttentionTiles {
+    std::uint64_t forward = 0, dq = 0, dkv = 0;
+  };
+  // Counts from zero from here on (the counters are allocated on the first call; the reset is
+  // enqueued on the stream, so it orders after the kernels already launched).
+  void enable_attention_tile_count();
+  // Waits for the stream and returns the counts so far; all zero when counting is off.
+  AttentionTiles attention_tiles();
+  // The device counters, indexed by AttentionKernel; null when counting is off.
+  unsigned long long* attention_tile_counters() { return tile_counts_.data(); }
+
   // One GEMM problem's cuBLASLt state, built once (linear.cpp): the operation descriptor (with
   // its transposes, epilogue, bias and aux types and aux leading dimension), the A, B and D
   // layouts, and the algorithm the heuristic chose. Only the bias and aux pointers change from
@@ -65,6 +81,7 @@ class Context {
   cublasLtHandle_t lt_ = nullptr;
   Buffer<std::byte> workspace_;
   Buffer<double> scratch_;
+  Buffer<unsigned long long> tile_counts_;  // attention tile counters: empty unless enabled
   std::map<GemmKey, std::unique_ptr<Gemm>> gemms_;
 };
 

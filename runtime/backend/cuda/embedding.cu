@@ -85,10 +85,12 @@ __global__ void bitonic_step_kernel(std::uint64_t* keys, std::size_t padded, std
 // One block per sorted key; the block at the start of a run of equal tokens adds the run's rows
 // of dout (in position order, the keys' order within the run) to the token's row of dwte.
 __global__ void embedding_backward_wte_kernel(float* dwte, const bf16* dout,
-                                              const std::uint64_t* keys, std::size_t N, int C) {
+                                              const std::uint64_t* keys, std::size_t N, int C,
+                                              int padding_idx) {
   const std::size_t first = blockIdx.x;
   const std::uint64_t tok = keys[first] >> 32;
   if (first > 0 && (keys[first - 1] >> 32) == tok) return;  // not the start of a run
+  if (padding_idx >= 0 && tok == static_cast<std::uint64_t>(padding_idx)) return;
   std::size_t end = first + 1;
   while (end < N && (keys[end] >> 32) == tok) ++end;
   float* d = dwte + tok * C;
@@ -123,7 +125,7 @@ void embedding_forward(Context& ctx, bf16* out, const std::int32_t* tokens, cons
 }
 
 void embedding_backward(Context& ctx, float* dwte, float* dwpe, const bf16* dout,
-                        const std::int32_t* tokens, int B, int T, int C) {
+                        const std::int32_t* tokens, int B, int T, int C, int padding_idx) {
   const unsigned N = static_cast<unsigned>(B) * static_cast<unsigned>(T);
   if (N == 0) return;
   if (dwte != nullptr) {
@@ -148,7 +150,8 @@ void embedding_backward(Context& ctx, float* dwte, float* dwpe, const bf16* dout
       bitonic_tile_kernel<<<tiles, kThreads, 0, ctx.stream()>>>(keys.data(), tile, k, k);
       SATURN_CUDA_LAUNCH_CHECK("bitonic_tile_kernel");
     }
-    embedding_backward_wte_kernel<<<N, kThreads, 0, ctx.stream()>>>(dwte, dout, keys.data(), N, C);
+    embedding_backward_wte_kernel<<<N, kThreads, 0, ctx.stream()>>>(dwte, dout, keys.data(), N, C,
+                                                                    padding_idx);
     SATURN_CUDA_LAUNCH_CHECK("embedding_backward_wte_kernel");
   }
   if (dwpe != nullptr) {

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "runtime/backend/cuda/context.hpp"
+#include "runtime/backend/rotary.hpp"
 #include "runtime/core/adamw_step.hpp"
 
 namespace saturn::cuda {
@@ -31,8 +32,9 @@ using bf16 = __nv_bfloat16;
 // (the model checks them on the host before uploading).
 void embedding_forward(Context& ctx, bf16* out, const std::int32_t* tokens, const bf16* wte,
                        const bf16* wpe, int B, int T, int C);
+// As cpu::embedding_backward (padding_idx >= 0: that row gets no gradient).
 void embedding_backward(Context& ctx, float* dwte, float* dwpe, const bf16* dout,
-                        const std::int32_t* tokens, int B, int T, int C);
+                        const std::int32_t* tokens, int B, int T, int C, int padding_idx = -1);
 
 // ---- layernorm.cu ----------------------------------------------------------------------------
 void layernorm_forward(Context& ctx, bf16* out, float* mean, float* rstd, const bf16* inp,
@@ -90,10 +92,10 @@ void linear_dgelu_backward(Context& ctx, bf16* dpre, bf16* dact_scratch, float* 
 // ---- rotary.cu -------------------------------------------------------------------------------
 // As cpu::rotary_forward (Hugging Face rotate_half convention; out and inp may alias).
 void rotary_forward(Context& ctx, bf16* out, const bf16* inp, int B, int T, int H, int hd,
-                    int stride, float theta_base);
+                    int stride, const RotaryParams& rot);
 // dinp += rotation by -angle of dout (dinp and dout must not alias).
 void rotary_backward(Context& ctx, bf16* dinp, const bf16* dout, int B, int T, int H, int hd,
-                     int stride, float theta_base);
+                     int stride, const RotaryParams& rot);
 
 // ---- attention.cu ----------------------------------------------------------------------------
 // Causal multi-head attention, flash-style: no [T, T] matrix is ever stored. q, k, v are rows of
@@ -102,15 +104,17 @@ void rotary_backward(Context& ctx, bf16* dinp, const bf16* dout, int B, int T, i
 constexpr int kAttentionMaxHeadDim = 128;
 // Grouped-query attention as cpu::attention_forward: Hkv key/value heads (dividing H), query
 // head h reads kv head h / (H / Hkv).
+// window > 0: sliding-window causal attention as cpu::attention_forward's.
 void attention_forward(Context& ctx, bf16* out, float* lse, const bf16* q, const bf16* k,
-                       const bf16* v, int stride, int B, int T, int H, int Hkv, int hd);
+                       const bf16* v, int stride, int B, int T, int H, int Hkv, int hd,
+                       int window = 0);
 // dq, dk, dv (rows of `stride`, may share one packed buffer) += gradients; a kv head's dk, dv
 // sum its group's query heads inside one block (deterministic, no atomics). out and lse are
 // the forward's; delta_scratch is [B, H, T] fp32 workspace, overwritten.
 void attention_backward(Context& ctx, bf16* dq, bf16* dk, bf16* dv, float* delta_scratch,
                         const bf16* dout, const bf16* out, const float* lse, const bf16* q,
                         const bf16* k, const bf16* v, int stride, int B, int T, int H, int Hkv,
-                        int hd);
+                        int hd, int window = 0);
 
 // ---- gelu.cu ---------------------------------------------------------------------------------
 void gelu_forward(Context& ctx, bf16* out, const bf16* inp, std::size_t n);

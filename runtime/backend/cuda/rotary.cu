@@ -8,12 +8,11 @@ namespace {
 
 using namespace detail;
 
-// cos/sin of t * inv_freq[i], inv_freq = 1 / base^(2i/hd), in fp32 step by step as the CPU
-// backend (and Hugging Face) compute them.
-__device__ __forceinline__ void angle_cos_sin(int t, int i, int hd, float theta_base, float* c,
-                                              float* s) {
-  const float inv_freq =
-      1.0f / powf(theta_base, static_cast<float>(2 * i) / static_cast<float>(hd));
+// cos/sin of t * inv_freq[i] (rotary_inv_freq: theta and the scaling), in fp32 step by step as
+// the CPU backend (and Hugging Face) compute them.
+__device__ __forceinline__ void angle_cos_sin(int t, int i, int hd, const RotaryParams& rot,
+                                              float* c, float* s) {
+  const float inv_freq = rotary_inv_freq(rot, i, hd);
   const float angle = static_cast<float>(t) * inv_freq;
   *c = cosf(angle);
   *s = sinf(angle);
@@ -22,7 +21,7 @@ __device__ __forceinline__ void angle_cos_sin(int t, int i, int hd, float theta_
 // One thread per (row, head, pair i): reads x[i] and x[i + hd/2] before writing them, so out may
 // alias inp.
 __global__ void rotary_forward_kernel(bf16* out, const bf16* inp, std::size_t pairs, int T, int H,
-                                      int hd, int stride, float theta_base) {
+                                      int hd, int stride, RotaryParams rot) {
   const int half = hd / 2;
   for (std::size_t idx = global_index(); idx < pairs; idx += global_stride()) {
     const int i = static_cast<int>(idx % half);
@@ -30,7 +29,7 @@ __global__ void rotary_forward_kernel(bf16* out, const bf16* inp, std::size_t pa
     const std::size_t n = idx / (static_cast<std::size_t>(half) * H);
     const int t = static_cast<int>(n % T);
     float c, s;
-    angle_cos_sin(t, i, hd, theta_base, &c, &s);
+    angle_cos_sin(t, i, hd, rot, &c, &s);
     const std::size_t base = n * stride + static_cast<std::size_t>(h) * hd;
     const float x1 = to_f(inp[base + i]), x2 = to_f(inp[base + i + half]);
     out[base + i] = to_bf(x1 * c - x2 * s);
@@ -39,7 +38,7 @@ __global__ void rotary_forward_kernel(bf16* out, const bf16* inp, std::size_t pa
 }
 
 __global__ void rotary_backward_kernel(bf16* dinp, const bf16* dout, std::size_t pairs, int T,
-                                       int H, int hd, int stride, float theta_base) {
+                                       int H, int hd, int stride, RotaryParams rot) {
   const int half = hd / 2;
   for (std::size_t idx = global_index(); idx < pairs; idx += global_stride()) {
     const int i = static_cast<int>(idx % half);
@@ -47,7 +46,7 @@ __global__ void rotary_backward_kernel(bf16* dinp, const bf16* dout, std::size_t
     const std::size_t n = idx / (static_cast<std::size_t>(half) * H);
     const int t = static_cast<int>(n % T);
     float c, s;
-    angle_cos_sin(t, i, hd, theta_base, &c, &s);
+    angle_cos_sin(t, i, hd, rot, &c, &s);
     const std::size_t base = n * stride + static_cast<std::size_t>(h) * hd;
     const float g1 = to_f(dout[base + i]), g2 = to_f(dout[base + i + half]);
     dinp[base + i] = to_bf(to_f(dinp[base + i]) + g1 * c + g2 * s);
@@ -63,22 +62,22 @@ void check_head_dim(int hd) {
 }  // namespace
 
 void rotary_forward(Context& ctx, bf16* out, const bf16* inp, int B, int T, int H, int hd,
-                    int stride, float theta_base) {
+                    int stride, const RotaryParams& rot) {
   check_head_dim(hd);
   const std::size_t pairs = static_cast<std::size_t>(B) * T * H * (hd / 2);
   if (pairs == 0) return;
   rotary_forward_kernel<<<grid_for(pairs), kThreads, 0, ctx.stream()>>>(out, inp, pairs, T, H, hd,
-                                                                        stride, theta_base);
+                                                                        stride, rot);
   SATURN_CUDA_LAUNCH_CHECK("rotary_forward_kernel");
 }
 
 void rotary_backward(Context& ctx, bf16* dinp, const bf16* dout, int B, int T, int H, int hd,
-                     int stride, float theta_base) {
+                     int stride, const RotaryParams& rot) {
   check_head_dim(hd);
   const std::size_t pairs = static_cast<std::size_t>(B) * T * H * (hd / 2);
   if (pairs == 0) return;
   rotary_backward_kernel<<<grid_for(pairs), kThreads, 0, ctx.stream()>>>(dinp, dout, pairs, T, H,
-                                                                         hd, stride, theta_base);
+                                                                         hd, stride, rot);
   SATURN_CUDA_LAUNCH_CHECK("rotary_backward_kernel");
 }
 

@@ -20,7 +20,9 @@
 namespace saturn {
 namespace {
 
-// gpt2, llama or llama_gqa_tied.
+// gpt2, llama, llama_gqa_tied or llama_variants (issue 30's switches at once: q/k/v, o and MLP
+// biases, a sliding window shorter than T that crosses the attention kernels' 64-row tiles,
+// llama3 rotary scaling, a padding_idx).
 ModelConfig tiny(const std::string& name) {
   ModelConfig c;
   c.arch = name == "gpt2" ? Arch::kGpt2 : Arch::kLlama;
@@ -29,10 +31,19 @@ ModelConfig tiny(const std::string& name) {
   c.d_model = 64;
   c.vocab_size = 64;
   c.max_seq_len = 80;
-  if (name == "llama_gqa_tied") {
+  if (name == "llama_gqa_tied" || name == "llama_variants") {
     c.n_head = 4;
     c.n_kv_head = 2;
-    c.tie_embeddings = true;
+    c.tie_embeddings = name == "llama_gqa_tied";
+  }
+  if (name == "llama_variants") {
+    c.qkv_bias = c.o_bias = c.mlp_bias = true;
+    c.sliding_window = 24;
+    c.rope_theta = 500000.0f;
+    c.rope_scaling = RopeScalingKind::kLlama3;
+    c.rope_factor = 8.0f;
+    c.rope_original_max_positions = 48;
+    c.padding_idx = 3;
   }
   return c;
 }
@@ -106,7 +117,8 @@ TEST_P(EmulatedModel, BackwardIsBitRepeatable) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Arch, EmulatedModel, ::testing::Values("gpt2", "llama", "llama_gqa_tied"),
+INSTANTIATE_TEST_SUITE_P(Arch, EmulatedModel,
+                         ::testing::Values("gpt2", "llama", "llama_gqa_tied", "llama_variants"),
                          [](const auto& p) { return p.param; });
 
 // What estimates add for the backend itself is what a CUDA device takes before any model.
