@@ -338,6 +338,7 @@ HfExportResult export_hf(const fs::path& file, const fs::path& target,
   nlohmann::ordered_json generation = hf::generation_config_json(meta.model);
   if (!options.origin.empty())
     result.carried = carry_origin(options.origin, dir, config, generation);
+  result.architecture = config["architectures"][0].get<std::string>();
   write_json_file(dir / "config.json", config);
   write_json_file(dir / "generation_config.json", generation);
   out.commit();

@@ -57,6 +57,7 @@ struct HfExportResult {
   std::size_t tensors = 0;
   int shards = 0;
   ModelConfig model;
+  std::string architecture;          // the class config.json names, e.g. MistralForCausalLM
   std::vector<std::string> carried;  // files copied from options.origin
 };
 HfExportResult export_hf(const std::filesystem::path& file, const std::filesystem::path& dir,

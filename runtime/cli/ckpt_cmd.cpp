@@ -90,8 +90,7 @@ int run_export(const CkptArgs& a) {
     log::info(
         "wrote a Hugging Face {} model to {}: config.json, generation_config.json and {} "
         "tensors in {} safetensors file{}",
-        r.model.arch == Arch::kGpt2 ? "GPT2LMHeadModel" : "LlamaForCausalLM", a.output, r.tensors,
-        r.shards, r.shards == 1 ? "" : "s");
+        r.architecture, a.output, r.tensors, r.shards, r.shards == 1 ? "" : "s");
     if (!r.carried.empty())
       log::info("carried from {}: {} and its special-token ids", a.origin,
                 fmt::join(r.carried, ", "));

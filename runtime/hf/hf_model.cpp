@@ -22,6 +22,7 @@ constexpr const char* kLlamaArch = "LlamaForCausalLM";
 constexpr const char* kMistralArch = "MistralForCausalLM";
 constexpr const char* kQwen2Arch = "Qwen2ForCausalLM";
 constexpr const char* kPhi3Arch = "Phi3ForCausalLM";
+constexpr const char* kGemmaArch = "GemmaForCausalLM";
 constexpr std::uint64_t kMaxConfigBytes = 16u << 20;
 
 // A float32 as the shortest decimal that reads back as the same float (1e-5f -> 1e-05, not
@@ -111,10 +112,11 @@ constexpr Family kFamilies[] = {
     {kMistralArch, "mistral", Arch::kLlama},
     {kQwen2Arch, "qwen2", Arch::kLlama},
     {kPhi3Arch, "phi3", Arch::kLlama},
+    {kGemmaArch, "gemma", Arch::kLlama},
 };
 constexpr const char* kValidFamilies =
-    "GPT2LMHeadModel, GPT2Model, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM or "
-    "Phi3ForCausalLM";
+    "GPT2LMHeadModel, GPT2Model, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
+    "Phi3ForCausalLM or GemmaForCausalLM";
 
 const Family& family_of(const ConfigReader& r) {
   if (r.has("architectures")) {
@@ -131,7 +133,7 @@ const Family& family_of(const ConfigReader& r) {
   for (const Family& f : kFamilies)
     if (type == f.model_type) return f;
   r.fail("model_type", fmt::format("'{}' with no `architectures` (valid: gpt2, llama, mistral, "
-                                   "qwen2 or phi3)",
+                                   "qwen2, phi3 or gemma)",
                                    type));
 }
 
@@ -245,18 +247,35 @@ void read_llama_family(const ConfigReader& r, const Family& family, HfModel& out
            fmt::format("{} does not divide num_attention_heads {} (valid: a divisor of it; each "
                        "key/value head serves an equal group of query heads)",
                        m.n_kv_head, m.n_head));
-  if (r.has("head_dim") && arch != kPhi3Arch && m.d_model % m.n_head == 0) {
+  if (arch == kGemmaArch) {
+    // A head width of its own (GemmaConfig's default 256), not hidden_size / heads.
+    m.head_size = r.integer_or("head_dim", 256, 1, kDModel);
+  } else if (r.has("head_dim") && arch != kPhi3Arch && m.d_model % m.n_head == 0) {
     const int hd = r.integer("head_dim", 1, kDModel);
     if (hd != m.d_model / m.n_head)
       r.fail("head_dim", fmt::format("{} is not hidden_size / num_attention_heads, which the "
                                      "engine computes for {} (valid: {})",
                                      hd, arch, m.d_model / m.n_head));
   }
-  const std::string act = r.string_or("hidden_act", "silu");
-  if (act != "silu")
-    r.fail("hidden_act", fmt::format("'{}' is not implemented by the engine (valid: silu)", act));
-  // transformers' default for all of them: untied.
-  m.tie_embeddings = r.boolean_or("tie_word_embeddings", false);
+  if (arch == kGemmaArch) {
+    // GeGLU with tanh GELU: transformers 4.44 reads hidden_activation (null: the tanh GELU) and
+    // ignores hidden_act. RMSNorm weights apply as (1 + w); embeddings are scaled by sqrt(d).
+    const std::string act = r.string_or("hidden_activation", "gelu_pytorch_tanh");
+    if (act != "gelu_pytorch_tanh")
+      r.fail("hidden_activation",
+             fmt::format("'{}' is not implemented by the engine for Gemma (valid: "
+                         "gelu_pytorch_tanh, or null)",
+                         act));
+    m.mlp_activation = GatedActivation::kGeluTanh;
+    m.norm_unit_offset = true;
+    m.scale_embeddings = true;
+  } else {
+    const std::string act = r.string_or("hidden_act", "silu");
+    if (act != "silu")
+      r.fail("hidden_act", fmt::format("'{}' is not implemented by the engine (valid: silu)", act));
+  }
+  // transformers' default: untied, but for Gemma.
+  m.tie_embeddings = r.boolean_or("tie_word_embeddings", arch == kGemmaArch);
   // Their embedding is nn.Embedding(vocab, hidden, padding_idx=pad_token_id): that row gets no
   // gradient from the lookup. (The field is also kept as it came, for the export.)
   // A negative id counts from the end, as torch's padding_idx does.
@@ -264,8 +283,8 @@ void read_llama_family(const ConfigReader& r, const Family& family, HfModel& out
     const int pad = r.integer("pad_token_id", -m.vocab_size, m.vocab_size - 1);
     m.padding_idx = pad < 0 ? m.vocab_size + pad : pad;
   }
-  if (arch == kLlamaArch) {
-    read_rope_scaling(r, m);
+  if (arch == kLlamaArch || arch == kGemmaArch) {
+    if (arch == kLlamaArch) read_rope_scaling(r, m);
     // attention_bias: q, k, v and o projections; mlp_bias: gate, up and down.
     m.qkv_bias = m.o_bias = r.boolean_or("attention_bias", false);
     m.mlp_bias = r.boolean_or("mlp_bias", false);
@@ -309,7 +328,7 @@ bool engine_field(const std::string& key) {
       "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
       "num_key_value_heads", "head_dim", "hidden_act", "max_position_embeddings", "rms_norm_eps",
       "rope_theta", "rope_scaling", "attention_bias", "mlp_bias", "sliding_window",
-      "use_sliding_window"};
+      "use_sliding_window", "hidden_activation"};
   return kEngine.count(key) != 0;
 }
 
@@ -380,13 +399,31 @@ namespace {
 std::string export_architecture(const ModelConfig& m) {
   if (m.arch == Arch::kGpt2) return kGpt2Arch;
   std::string a = m.hf_architecture;
+  const bool gemma_switches = m.mlp_activation != GatedActivation::kSilu || m.norm_unit_offset ||
+                              m.scale_embeddings || m.head_size != 0;
   if (a.empty())
-    a = m.sliding_window > 0                     ? kMistralArch
+    a = gemma_switches                           ? kGemmaArch
+        : m.sliding_window > 0                   ? kMistralArch
         : m.qkv_bias && !m.o_bias && !m.mlp_bias ? kQwen2Arch
                                                  : kLlamaArch;
   const auto cannot = [&](const char* what) {
     throw InputError(fmt::format("the model cannot be exported as {}: {}", a, what));
   };
+  if (a == kGemmaArch) {
+    if (m.mlp_activation != GatedActivation::kGeluTanh || !m.norm_unit_offset ||
+        !m.scale_embeddings)
+      cannot("Gemma has GeGLU, RMSNorm weights applied as 1 + w and embeddings scaled by sqrt(d)");
+    if (m.sliding_window > 0 || m.mlp_bias || m.qkv_bias != m.o_bias ||
+        m.rope_scaling != RopeScalingKind::kNone)
+      cannot(
+          "Gemma has no sliding window, MLP biases or rope_scaling, and attention_bias covers "
+          "q, k, v and o together");
+    return a;
+  }
+  if (gemma_switches)
+    cannot(
+        "GeGLU, the norm offset, the embedding scale and a head width of its own are "
+        "Gemma's (GemmaForCausalLM)");
   if (a == kLlamaArch) {
     if (m.sliding_window > 0) cannot("LLaMA has no sliding window (MistralForCausalLM has)");
     if (m.qkv_bias != m.o_bias)
@@ -450,6 +487,7 @@ ordered_json config_json(const ModelConfig& m) {
     j["model_type"] = a == kMistralArch ? "mistral"
                       : a == kQwen2Arch ? "qwen2"
                       : a == kPhi3Arch  ? "phi3"
+                      : a == kGemmaArch ? "gemma"
                                         : "llama";
     j["vocab_size"] = m.vocab_size;
     j["hidden_size"] = m.d_model;
@@ -457,8 +495,13 @@ ordered_json config_json(const ModelConfig& m) {
     j["num_hidden_layers"] = m.n_layer;
     j["num_attention_heads"] = m.n_head;
     j["num_key_value_heads"] = m.kv_heads();
-    if (a == kLlamaArch || a == kMistralArch) j["head_dim"] = m.head_dim();
-    j["hidden_act"] = "silu";
+    if (a == kLlamaArch || a == kMistralArch || a == kGemmaArch) j["head_dim"] = m.head_dim();
+    if (a == kGemmaArch) {
+      j["hidden_act"] = "gelu_pytorch_tanh";
+      j["hidden_activation"] = "gelu_pytorch_tanh";
+    } else {
+      j["hidden_act"] = "silu";
+    }
     j["max_position_embeddings"] = m.max_seq_len;
     j["rms_norm_eps"] = shortest(m.norm_eps);
     j["rope_theta"] = shortest(m.rope_theta);
@@ -466,6 +509,8 @@ ordered_json config_json(const ModelConfig& m) {
       j["rope_scaling"] = rope_scaling_json(m);
       j["attention_bias"] = m.qkv_bias;
       j["mlp_bias"] = m.mlp_bias;
+    } else if (a == kGemmaArch) {
+      j["attention_bias"] = m.qkv_bias;
     } else if (a == kMistralArch || a == kPhi3Arch) {
       if (a == kPhi3Arch) j["rope_scaling"] = nullptr;
       if (m.sliding_window > 0)

@@ -61,7 +61,7 @@ void build_activations(TransformerActivations<B>& a, const ModelConfig& c, const
                        int first, int end, int Bsz, int T, int slots, Alloc&& alloc) {
   const int tp = o.shard.tp_size;
   const std::size_t N = static_cast<std::size_t>(Bsz) * T, C = c.d_model,
-                    Cl = static_cast<std::size_t>(c.d_model / tp),
+                    Cl = static_cast<std::size_t>(c.q_dim() / tp),
                     F = static_cast<std::size_t>(c.ffn_dim() / tp), V = c.vocab_size,
                     H = static_cast<std::size_t>(c.n_head / tp),
                     W = Cl + 2 * static_cast<std::size_t>(c.kv_dim() / tp);  // a row of q|k|v

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "runtime/core/error.hpp"
 
@@ -35,6 +36,10 @@ RopeScalingKind parse_rope_scaling(const std::string& name) {
   if (name == "linear") return RopeScalingKind::kLinear;
   if (name == "llama3") return RopeScalingKind::kLlama3;
   throw InputError(fmt::format("unknown rope scaling '{}' (valid: none, linear, llama3)", name));
+}
+
+float ModelConfig::embedding_scale() const {
+  return scale_embeddings ? static_cast<float>(std::sqrt(static_cast<double>(d_model))) : 1.0f;
 }
 
 RotaryParams ModelConfig::rotary() const {
@@ -74,9 +79,15 @@ void ModelConfig::validate() const {
   if (n_layer < 1) bad(fmt::format("n_layer must be >= 1 (got {})", n_layer));
   if (n_head < 1) bad(fmt::format("n_head must be >= 1 (got {})", n_head));
   if (d_model < 1) bad(fmt::format("d_model must be >= 1 (got {})", d_model));
-  if (d_model % n_head != 0)
+  if (head_size < 0 || head_size > model_limits::kDModel)
+    bad(fmt::format("head_dim {} is out of range (valid: 1..{}, or 0 for d_model / n_head)",
+                    head_size, model_limits::kDModel));
+  if (head_size == 0 && d_model % n_head != 0)
     bad(fmt::format("n_head ({}) must divide d_model ({}); valid n_head values divide {}", n_head,
                     d_model, d_model));
+  if (static_cast<std::int64_t>(n_head) * head_dim() > model_limits::kDModel)
+    bad(fmt::format("n_head x head_dim = {} exceeds Saturn's limit of {}",
+                    static_cast<std::int64_t>(n_head) * head_dim(), model_limits::kDModel));
   if (arch == Arch::kLlama && head_dim() % 2 != 0)
     bad(
         fmt::format("llama needs an even head dimension for rotary positions (d_model/n_head = "
@@ -99,10 +110,13 @@ void ModelConfig::validate() const {
   if (max_seq_len < 1) bad(fmt::format("seq_len must be >= 1 (got {})", max_seq_len));
   if (!(norm_eps > 0)) bad("norm_eps must be > 0");
   if (d_model >= 1) within("d_ff (resolved from d_model)", ffn_dim(), model_limits::kDff);
-  if (arch == Arch::kGpt2 && (qkv_bias || o_bias || mlp_bias || sliding_window != 0 ||
-                              rope_scaling != RopeScalingKind::kNone))
-    bad("gpt2 has its own biases, full causal attention and learned positions: qkv_bias, "
-        "o_bias, mlp_bias, sliding_window and rope_scaling are llama's");
+  if (arch == Arch::kGpt2 &&
+      (qkv_bias || o_bias || mlp_bias || sliding_window != 0 ||
+       rope_scaling != RopeScalingKind::kNone || head_size != 0 || norm_unit_offset ||
+       scale_embeddings || mlp_activation != GatedActivation::kSilu))
+    bad("gpt2 has its own biases, full causal attention, learned positions, LayerNorm and GELU: "
+        "qkv_bias, o_bias, mlp_bias, sliding_window, rope_scaling, head_dim, GeGLU, the norm "
+        "offset and the embedding scale are llama's");
   if (padding_idx < -1 || padding_idx >= vocab_size)
     bad(fmt::format(
         "padding_idx {} is not a token of the vocabulary (valid: 0..{}, or -1 for none)",
@@ -158,10 +172,10 @@ std::int64_t ModelConfig::num_parameters() const {
         2 * C + (C * 3 * C + 3 * C) + (C * C + C) + 2 * C + (C * F + F) + (F * C + C);
     return V * C + static_cast<std::int64_t>(max_seq_len) * C + L * per_layer + 2 * C;
   }
-  const std::int64_t KV = kv_dim();
+  const std::int64_t KV = kv_dim(), Q = q_dim();
   const std::int64_t biases =
-      (qkv_bias ? C + 2 * KV : 0) + (o_bias ? C : 0) + (mlp_bias ? 2 * F + C : 0);
-  const std::int64_t per_layer = C + 2 * C * C + 2 * C * KV + C + 3 * C * F + biases;
+      (qkv_bias ? Q + 2 * KV : 0) + (o_bias ? C : 0) + (mlp_bias ? 2 * F + C : 0);
+  const std::int64_t per_layer = C + 2 * C * Q + 2 * C * KV + C + 3 * C * F + biases;
   return V * C + L * per_layer + C + (tied() ? 0 : V * C);
 }
 

@@ -21,6 +21,9 @@ inline constexpr std::int64_t kPositions = 1 << 20;  // max_seq_len (a model's p
 inline constexpr double kParameters = 1e12;
 }  // namespace model_limits
 
+// The gate of the llama MLP: SwiGLU (silu, LLaMA and most) or GeGLU (tanh GELU, Gemma).
+enum class GatedActivation { kSilu, kGeluTanh };
+
 enum class Arch {
   kGpt2,   // LayerNorm, GELU (tanh), learned positions, tied embeddings, biases
   kLlama,  // RMSNorm, SwiGLU, rotary positions, grouped-query attention, head tied or not,
@@ -55,6 +58,12 @@ struct ModelConfig {
   // pad_token_id): that row of the token embedding gets no gradient from the lookup (a tied
   // head's gradient still reaches it). -1: none.
   int padding_idx = -1;
+  // Gemma: GeGLU, RMSNorm weights applied as (1 + w), the embeddings scaled by sqrt(d_model)
+  // (rounded to float32, as transformers does), and a head width of its own.
+  GatedActivation mlp_activation = GatedActivation::kSilu;
+  bool norm_unit_offset = false;
+  bool scale_embeddings = false;
+  int head_size = 0;  // a head's width; 0: d_model / n_head
   // Rotary scaling (Llama 3.1/3.2's llama3, linear); kNone: plain rotary with rope_theta.
   RopeScalingKind rope_scaling = RopeScalingKind::kNone;
   float rope_factor = 1.0f;
@@ -69,7 +78,10 @@ struct ModelConfig {
   // export, so that a model continued in transformers keeps them. Computes nothing.
   std::string hf_extra_fields;
 
-  int head_dim() const { return d_model / n_head; }
+  int head_dim() const { return head_size > 0 ? head_size : d_model / n_head; }
+  int q_dim() const { return n_head * head_dim(); }  // width of q (and of attention's output)
+  float norm_offset() const { return norm_unit_offset ? 1.0f : 0.0f; }
+  float embedding_scale() const;  // sqrt(d_model) as float32 with scale_embeddings, else 1
   int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
   int kv_dim() const { return kv_heads() * head_dim(); }  // width of k (and of v)
   bool tied() const { return arch == Arch::kGpt2 || tie_embeddings; }

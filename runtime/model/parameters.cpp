@@ -32,7 +32,9 @@ ParameterLayout::ParameterLayout(const ModelConfig& c, int tp_size, std::size_t 
                     "are split across ranks",
                     tp_size, c.ffn_dim()));
   const std::int64_t C = c.d_model, V = c.vocab_size, L = c.n_layer;
-  const std::int64_t Cl = C / tp_size, Fl = c.ffn_dim() / tp_size;  // local widths
+  // Local widths: attention's (q and its output; d_model but for Gemma) and the MLP's.
+  const std::int64_t Cl = static_cast<std::int64_t>(c.q_dim()) / tp_size,
+                     Fl = c.ffn_dim() / tp_size;
   const std::int64_t KVl = static_cast<std::int64_t>(c.kv_dim()) / tp_size;
   group_begin_.push_back(0);
   group_tensor_.push_back(0);

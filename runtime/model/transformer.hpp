@@ -165,7 +165,7 @@ class Transformer final : public Model {
     const OuterTensors o = layout_.outer();
     const Weight* wpe = o.position_embedding != nullptr ? p(*o.position_embedding) : nullptr;
     B::embedding_forward(*ctx_, resid(first_), s.tokens.data(), p(*o.token_embedding), wpe, B_n_,
-                         T_n_, config_.d_model);
+                         T_n_, config_.d_model, config_.embedding_scale());
   }
 
   void block_forward(int l) override {
@@ -184,7 +184,7 @@ class Transformer final : public Model {
                            p(*o.final_norm_weight), p(*o.final_norm_bias), N, C, config_.norm_eps);
     } else {
       B::rmsnorm_forward(*ctx_, s.lnf.data(), s.lnf_rstd.data(), x, p(*o.final_norm_weight), N, C,
-                         config_.norm_eps);
+                         config_.norm_eps, config_.norm_offset());
     }
     B::linear_forward(*ctx_, s.logits.data(), s.lnf.data(), p(*o.head), nullptr, N, C, V, false);
     if (targets == nullptr) return;
@@ -217,7 +217,7 @@ class Transformer final : public Model {
                             s.lnf_mean.data(), s.lnf_rstd.data(), N, C);
     } else {
       B::rmsnorm_backward(*ctx_, a.dres.data(), g(nw), a.dln.data(), x, p(nw), s.lnf_rstd.data(), N,
-                          C);
+                          C, config_.norm_offset());
     }
   }
 
@@ -230,10 +230,12 @@ class Transformer final : public Model {
     auto& L = layer_acts(l);
     const BlockTensors w = layout_.block(l);
     const int tp = options_.shard.tp_size;
-    const int N = B_n_ * T_n_, C = config_.d_model, Cl = C / tp, F = config_.ffn_dim() / tp,
-              H = config_.n_head / tp, Hkv = config_.kv_heads() / tp, hd = config_.head_dim();
+    const int N = B_n_ * T_n_, C = config_.d_model, Cl = config_.q_dim() / tp,
+              F = config_.ffn_dim() / tp, H = config_.n_head / tp, Hkv = config_.kv_heads() / tp,
+              hd = config_.head_dim();
     // A row of qkv: the local query heads (Cl), then key and value heads (KVl each).
     const int KVl = Hkv * hd, W = Cl + 2 * KVl;
+    const float offset = config_.norm_offset();
     const std::size_t NC = static_cast<std::size_t>(N) * C, NF = static_cast<std::size_t>(N) * F,
                       NW = static_cast<std::size_t>(N) * W;
     const Act* x = resid(l);
@@ -279,15 +281,14 @@ class Transformer final : public Model {
                          p(*w.downw), N, F, C, false, /*overwrite_dinp=*/true);
       B::zero(c, a.dfc.data(), NF);  // swiglu_backward accumulates
       B::zero(c, a.dup.data(), NF);
-      B::swiglu_backward(c, a.dfc.data(), a.dup.data(), a.dact.data(), L.fc.data(), L.up.data(),
-                         NF);
+      gated_backward(a.dfc.data(), a.dup.data(), a.dact.data(), L.fc.data(), L.up.data(), NF);
       B::linear_backward(c, a.dln.data(), g(*w.gatew), gb(w.gateb), a.dfc.data(), L.ln2.data(),
                          p(*w.gatew), N, C, F, false, /*overwrite_dinp=*/true);
       B::linear_backward(c, a.dln.data(), g(*w.upw), gb(w.upb), a.dup.data(), L.ln2.data(),
                          p(*w.upw), N, C, F, false);
       column_parallel_done(a.dln.data());
       B::rmsnorm_backward(c, dres, g(*w.ln2w), a.dln.data(), L.res2.data(), p(*w.ln2w),
-                          L.ln2_rstd.data(), N, C);
+                          L.ln2_rstd.data(), N, C, offset);
       B::linear_backward(c, a.datty.data(), g(*w.projw), gb(w.projb), dres, L.atty.data(),
                          p(*w.projw), N, Cl, C, false, /*overwrite_dinp=*/true);
       B::zero(c, a.dqkv.data(), NW);
@@ -309,8 +310,8 @@ class Transformer final : public Model {
       B::linear_backward(c, a.dln.data(), g(*w.qkvw), gb(w.qkvb), a.dqkv_pre.data(), L.ln1.data(),
                          p(*w.qkvw), N, C, W, false, /*overwrite_dinp=*/true);
       column_parallel_done(a.dln.data());
-      B::rmsnorm_backward(c, dres, g(*w.ln1w), a.dln.data(), x, p(*w.ln1w), L.ln1_rstd.data(), N,
-                          C);
+      B::rmsnorm_backward(c, dres, g(*w.ln1w), a.dln.data(), x, p(*w.ln1w), L.ln1_rstd.data(), N, C,
+                          offset);
     }
   }
 
@@ -319,7 +320,8 @@ class Transformer final : public Model {
     const OuterTensors o = layout_.outer();
     float* dwpe = o.position_embedding != nullptr ? g(*o.position_embedding) : nullptr;
     B::embedding_backward(*ctx_, g(*o.token_embedding), dwpe, acts_->dres.data(),
-                          cur().tokens.data(), B_n_, T_n_, config_.d_model, config_.padding_idx);
+                          cur().tokens.data(), B_n_, T_n_, config_.d_model, config_.padding_idx,
+                          config_.embedding_scale());
   }
 
  private:
@@ -356,6 +358,20 @@ class Transformer final : public Model {
       throw Error(fmt::format("parameters of {} (group {}) are not bound", t.name, t.layer));
     return base + (t.offset - layout_.group_begin(t.layer));
   }
+  // The llama MLP's gate: SwiGLU, or Gemma's GeGLU.
+  void gated_forward(Act* out, const Act* gate, const Act* up, std::size_t n) {
+    if (config_.mlp_activation == GatedActivation::kGeluTanh)
+      B::geglu_forward(*ctx_, out, gate, up, n);
+    else
+      B::swiglu_forward(*ctx_, out, gate, up, n);
+  }
+  void gated_backward(Act* dgate, Act* dup, const Act* dout, const Act* gate, const Act* up,
+                      std::size_t n) {
+    if (config_.mlp_activation == GatedActivation::kGeluTanh)
+      B::geglu_backward(*ctx_, dgate, dup, dout, gate, up, n);
+    else
+      B::swiglu_backward(*ctx_, dgate, dup, dout, gate, up, n);
+  }
   // An optional tensor's weights or gradients (nullptr when the model lacks it).
   const Weight* pb(const ParamTensor* t) const { return t != nullptr ? p(*t) : nullptr; }
   float* gb(const ParamTensor* t) { return t != nullptr ? g(*t) : nullptr; }
@@ -375,12 +391,13 @@ class Transformer final : public Model {
     auto& L = layer_acts(l);
     const BlockTensors w = layout_.block(l);
     const int tp = options_.shard.tp_size;
-    const int N = B_n_ * T_n_, C = config_.d_model, Cl = C / tp, F = config_.ffn_dim() / tp,
-              H = config_.n_head / tp, Hkv = config_.kv_heads() / tp, hd = config_.head_dim();
+    const int N = B_n_ * T_n_, C = config_.d_model, Cl = config_.q_dim() / tp,
+              F = config_.ffn_dim() / tp, H = config_.n_head / tp, Hkv = config_.kv_heads() / tp,
+              hd = config_.head_dim();
     // A row of qkv: the local query heads (Cl), then key and value heads (KVl each).
     const int KVl = Hkv * hd, W = Cl + 2 * KVl;
     const std::size_t NC = static_cast<std::size_t>(N) * C, NF = static_cast<std::size_t>(N) * F;
-    const float eps = config_.norm_eps;
+    const float eps = config_.norm_eps, offset = config_.norm_offset();
     const Act* x = resid(l);
     Act* q = L.qkv.data();
     Ctx& c = *ctx_;
@@ -412,7 +429,7 @@ class Transformer final : public Model {
                         F, C, true);
       row_parallel_done(out, p(*w.fcprojb));
     } else {
-      B::rmsnorm_forward(c, L.ln1.data(), L.ln1_rstd.data(), x, p(*w.ln1w), N, C, eps);
+      B::rmsnorm_forward(c, L.ln1.data(), L.ln1_rstd.data(), x, p(*w.ln1w), N, C, eps, offset);
       B::linear_forward(c, q, L.ln1.data(), p(*w.qkvw), pb(w.qkvb), N, C, W, false);
       const RotaryParams rot = config_.rotary();
       B::rotary_forward(c, q, q, B_n_, T_n_, H, hd, W, rot);
@@ -423,10 +440,10 @@ class Transformer final : public Model {
                         tp == 1 ? pb(w.projb) : nullptr, N, Cl, C, false);
       row_parallel_done(L.res2.data(), pb(w.projb));
       B::residual_rmsnorm_forward(c, L.res2.data(), L.ln2.data(), L.ln2_rstd.data(), L.res2.data(),
-                                  x, p(*w.ln2w), N, C, eps);
+                                  x, p(*w.ln2w), N, C, eps, offset);
       B::linear_forward(c, L.fc.data(), L.ln2.data(), p(*w.gatew), pb(w.gateb), N, C, F, false);
       B::linear_forward(c, L.up.data(), L.ln2.data(), p(*w.upw), pb(w.upb), N, C, F, false);
-      B::swiglu_forward(c, L.act.data(), L.fc.data(), L.up.data(), NF);
+      gated_forward(L.act.data(), L.fc.data(), L.up.data(), NF);
       B::linear_forward(c, out, L.act.data(), p(*w.downw), tp == 1 ? pb(w.downb) : nullptr, N, F, C,
                         false);
       row_parallel_done(out, pb(w.downb));

@@ -201,13 +201,16 @@ double DeviceSum::read() {
 }
 
 double block_flops_per_token(const ModelConfig& c, int seq_len) {
-  const double C = c.d_model, F = c.ffn_dim(), T = seq_len, KV = c.kv_dim();
-  // llama: q and o are C x C, k and v C x KV (fewer with grouped-query attention).
+  const double C = c.d_model, F = c.ffn_dim(), KV = c.kv_dim(), Q = c.q_dim();
+  // llama: q and o are C x Q (Q = C but for Gemma), k and v C x KV (fewer with grouped-query
+  // attention).
   const double matmul =
-      c.arch == Arch::kGpt2 ? 4 * C * C + 2 * C * F : 2 * C * C + 2 * C * KV + 3 * C * F;
+      c.arch == Arch::kGpt2 ? 4 * C * C + 2 * C * F : 2 * C * Q + 2 * C * KV + 3 * C * F;
+  // Keys per query: the sequence, or a sliding window shorter than it.
+  const double T = c.sliding_window > 0 ? std::min(seq_len, c.sliding_window) : seq_len;
   // forward 2 FLOPs per multiply-add, backward twice the forward; attention scores and values
-  // cost 2·T·C multiply-adds per token (causal: about half, counted whole as PaLM does).
-  return 3.0 * (2.0 * matmul + 4.0 * T * C);
+  // cost 2·T·Q multiply-adds per token (causal: about half, counted whole as PaLM does).
+  return 3.0 * (2.0 * matmul + 4.0 * T * Q);
 }
 
 double head_flops_per_token(const ModelConfig& c) {

@@ -76,9 +76,9 @@ namespace {
 
 // Local (in, out) of each linear of a block; tensor parallelism splits heads and MLP columns.
 std::vector<std::pair<double, double>> block_linears(const ModelConfig& m, int tp) {
-  const double C = m.d_model, F = m.ffn_dim(), KV = m.kv_dim(), t = std::max(tp, 1);
+  const double C = m.d_model, F = m.ffn_dim(), KV = m.kv_dim(), Q = m.q_dim(), t = std::max(tp, 1);
   if (m.arch == Arch::kGpt2) return {{C, 3 * C / t}, {C / t, C}, {C, F / t}, {F / t, C}};
-  return {{C, C / t}, {C, KV / t}, {C, KV / t}, {C / t, C}, {C, F / t}, {C, F / t}, {F / t, C}};
+  return {{C, Q / t}, {C, KV / t}, {C, KV / t}, {Q / t, C}, {C, F / t}, {C, F / t}, {F / t, C}};
 }
 
 GemmShape shape_of(double n, double in, double out) {
@@ -111,7 +111,7 @@ ComputeFeatures Calibration::features(const ModelConfig& m, int B, int T, int tp
   // Keys per query: T, or with a sliding window shorter than the sequence, the window and the
   // one tile both backends cannot skip (64 rows: cpu/attention.cpp, cuda/attention.cu).
   const double span = m.sliding_window > 0 ? std::min<double>(T, m.sliding_window + 64) : T;
-  f.attn_flops = L * 12.0 * N * span * C / t;
+  f.attn_flops = L * 12.0 * N * span * m.q_dim() / t;
   // Norms, residuals, biases, activations and the softmax rows of every block, then the loss.
   f.elem_units = N * (L * (8 * C + 3 * F / t + H / t * T) + 3 * V + 2 * C);
   return f;

@@ -33,10 +33,14 @@ std::string signature_of(const ModelConfig& m, const TrainConfig& t) {
   const std::string window = m.sliding_window > 0 && m.sliding_window < t.seq_len
                                  ? fmt::format(" win{}", m.sliding_window)
                                  : std::string();
-  return fmt::format("{} L{} H{} d{} ff{} V{} T{} B{} mb{} {}{}{}{}{}{}", arch_name(m.arch),
+  // Gemma's GeGLU and head width (another attention shape).
+  const std::string gemma =
+      fmt::format("{}{}", m.mlp_activation == GatedActivation::kGeluTanh ? " geglu" : "",
+                  m.head_size > 0 ? fmt::format(" hd{}", m.head_size) : std::string());
+  return fmt::format("{} L{} H{} d{} ff{} V{} T{} B{} mb{} {}{}{}{}{}{}{}", arch_name(m.arch),
                      m.n_layer, m.n_head, m.d_model, m.ffn_dim(), m.vocab_size, t.seq_len,
                      t.batch_size, t.micro_batch_size, t.optimizer.type,
-                     t.reproducible ? " repro" : "", kv, tied, bias, window);
+                     t.reproducible ? " repro" : "", kv, tied, bias, window, gemma);
 }
 
 std::string ProfileKey::text() const {

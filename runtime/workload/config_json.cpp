@@ -81,6 +81,10 @@ void to_json(json& j, const ModelConfig& m) {
   if (m.mlp_bias) j["mlp_bias"] = true;
   if (m.sliding_window > 0) j["sliding_window"] = m.sliding_window;
   if (m.padding_idx >= 0) j["padding_idx"] = m.padding_idx;
+  if (m.mlp_activation == GatedActivation::kGeluTanh) j["mlp_activation"] = "geglu";
+  if (m.norm_unit_offset) j["norm_unit_offset"] = true;
+  if (m.scale_embeddings) j["scale_embeddings"] = true;
+  if (m.head_size > 0) j["head_dim"] = m.head_size;
   if (m.rope_scaling != RopeScalingKind::kNone) {
     j["rope_scaling"] = json_fields::object_of(m, kRopeScalingFields);
     j["rope_scaling"]["type"] = rope_scaling_name(m.rope_scaling);
@@ -110,6 +114,15 @@ void from_json(const json& j, ModelConfig& m) {
     read(j, key, m.*member, what);
   read(j, "sliding_window", m.sliding_window, what);
   read(j, "padding_idx", m.padding_idx, what);
+  read(j, "norm_unit_offset", m.norm_unit_offset, what);
+  read(j, "scale_embeddings", m.scale_embeddings, what);
+  read(j, "head_dim", m.head_size, what);
+  std::string activation = "swiglu";
+  read(j, "mlp_activation", activation, what);
+  if (activation != "swiglu" && activation != "geglu")
+    throw InputError(
+        fmt::format("{}.mlp_activation: '{}' (valid: swiglu, geglu)", what, activation));
+  m.mlp_activation = activation == "geglu" ? GatedActivation::kGeluTanh : GatedActivation::kSilu;
   read(j, "hf_architecture", m.hf_architecture, what);
   if (j.contains("rope_scaling")) {
     const json& r = j.at("rope_scaling");

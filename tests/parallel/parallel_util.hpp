@@ -87,13 +87,26 @@ inline ModelConfig tiny_llama_variants() {
   return c;
 }
 
+// Gemma's switches: GeGLU, RMSNorm weights as (1 + w), embeddings scaled by sqrt(d_model), and
+// a head width of its own (8 heads of 12: 96, not d_model 32), tied.
+inline ModelConfig tiny_gemma() {
+  ModelConfig c = tiny_llama_gqa_tied();
+  c.head_size = 12;
+  c.mlp_activation = GatedActivation::kGeluTanh;
+  c.norm_unit_offset = true;
+  c.scale_embeddings = true;
+  c.padding_idx = 0;
+  return c;
+}
+
 // The tiny models by name, for parameterised tests: gpt2, llama, llama_gqa_tied,
-// llama_variants.
+// llama_variants, gemma.
 inline ModelConfig tiny_model_named(const std::string& name) {
   if (name == "gpt2") return tiny_model(Arch::kGpt2);
   if (name == "llama") return tiny_model(Arch::kLlama);
   if (name == "llama_gqa_tied") return tiny_llama_gqa_tied();
   if (name == "llama_variants") return tiny_llama_variants();
+  if (name == "gemma") return tiny_gemma();
   throw std::invalid_argument("no tiny model named " + name);
 }
 

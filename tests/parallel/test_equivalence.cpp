@@ -116,11 +116,13 @@ const std::vector<Case> kCases = {
     {"zero2", {"recompute=true", "micro_batch_size=1"}, 2, "zero2_recompute_m1"},
 };
 
-INSTANTIATE_TEST_SUITE_P(
-    Strategies, Equivalence,
-    ::testing::Combine(::testing::Values("gpt2", "llama", "llama_gqa_tied", "llama_variants"),
-                       ::testing::ValuesIn(kCases)),
-    [](const auto& p) { return std::get<0>(p.param) + "_" + std::get<1>(p.param).label; });
+INSTANTIATE_TEST_SUITE_P(Strategies, Equivalence,
+                         ::testing::Combine(::testing::Values("gpt2", "llama", "llama_gqa_tied",
+                                                              "llama_variants", "gemma"),
+                                            ::testing::ValuesIn(kCases)),
+                         [](const auto& p) {
+                           return std::get<0>(p.param) + "_" + std::get<1>(p.param).label;
+                         });
 
 // A stop (signal, re-plan) that arrives after the last step must not leave a finished job
 // without final.h5: `saturn run --resume` would find no step left to run and no final weights.

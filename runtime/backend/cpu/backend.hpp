@@ -54,12 +54,13 @@ struct Backend {
   static void to_weights(Context&, Weight*, const float*, std::size_t) {}  // weights are master
 
   static void embedding_forward(Context&, float* out, const std::int32_t* tokens, const float* wte,
-                                const float* wpe, int B, int T, int C) {
-    cpu::embedding_forward(out, tokens, wte, wpe, B, T, C);
+                                const float* wpe, int B, int T, int C, float scale) {
+    cpu::embedding_forward(out, tokens, wte, wpe, B, T, C, scale);
   }
   static void embedding_backward(Context&, float* dwte, float* dwpe, const float* dout,
-                                 const std::int32_t* tokens, int B, int T, int C, int padding_idx) {
-    cpu::embedding_backward(dwte, dwpe, dout, tokens, B, T, C, padding_idx);
+                                 const std::int32_t* tokens, int B, int T, int C, int padding_idx,
+                                 float scale) {
+    cpu::embedding_backward(dwte, dwpe, dout, tokens, B, T, C, padding_idx, scale);
   }
   static void layernorm_forward(Context&, float* out, float* mean, float* rstd, const float* inp,
                                 const float* w, const float* b, int N, int C, float eps) {
@@ -79,18 +80,19 @@ struct Backend {
     cpu::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
   }
   static void rmsnorm_forward(Context&, float* out, float* rstd, const float* inp, const float* w,
-                              int N, int C, float eps) {
-    cpu::rmsnorm_forward(out, rstd, inp, w, N, C, eps);
+                              int N, int C, float eps, float offset) {
+    cpu::rmsnorm_forward(out, rstd, inp, w, N, C, eps, offset);
   }
   static void residual_rmsnorm_forward(Context&, float* res, float* out, float* rstd,
                                        const float* a, const float* x, const float* w, int N, int C,
-                                       float eps) {
+                                       float eps, float offset) {
     cpu::residual_forward(res, a, x, static_cast<std::size_t>(N) * static_cast<std::size_t>(C));
-    cpu::rmsnorm_forward(out, rstd, res, w, N, C, eps);
+    cpu::rmsnorm_forward(out, rstd, res, w, N, C, eps, offset);
   }
   static void rmsnorm_backward(Context&, float* dinp, float* dw, const float* dout,
-                               const float* inp, const float* w, const float* rstd, int N, int C) {
-    cpu::rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C);
+                               const float* inp, const float* w, const float* rstd, int N, int C,
+                               float offset) {
+    cpu::rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C, offset);
   }
   static void linear_forward(Context&, float* out, const float* inp, const float* w,
                              const float* bias, int N, int C, int OC, bool w_in_out) {
@@ -161,6 +163,14 @@ struct Backend {
   static void swiglu_backward(Context&, float* dgate, float* dup, const float* dout,
                               const float* gate, const float* up, std::size_t n) {
     cpu::swiglu_backward(dgate, dup, dout, gate, up, n);
+  }
+  static void geglu_forward(Context&, float* out, const float* gate, const float* up,
+                            std::size_t n) {
+    cpu::geglu_forward(out, gate, up, n);
+  }
+  static void geglu_backward(Context&, float* dgate, float* dup, const float* dout,
+                             const float* gate, const float* up, std::size_t n) {
+    cpu::geglu_backward(dgate, dup, dout, gate, up, n);
   }
   static void residual_forward(Context&, float* out, const float* a, const float* b,
                                std::size_t n) {

@@ -6,7 +6,7 @@
 namespace saturn::cpu {
 
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
-                       int T, int C) {
+                       int T, int C, float scale) {
   const std::ptrdiff_t N = static_cast<std::ptrdiff_t>(B) * T;
   const std::size_t row = static_cast<std::size_t>(C);
 #pragma omp parallel for schedule(static)
@@ -17,6 +17,9 @@ void embedding_forward(float* out, const int32_t* tokens, const float* wte, cons
       const float* p = wpe + static_cast<std::size_t>(n % T) * row;
 #pragma omp simd
       for (int c = 0; c < C; ++c) o[c] = e[c] + p[c];
+    } else if (scale != 1.0f) {
+#pragma omp simd
+      for (int c = 0; c < C; ++c) o[c] = e[c] * scale;
     } else {
       std::memcpy(o, e, row * sizeof(float));
     }
@@ -24,7 +27,7 @@ void embedding_forward(float* out, const int32_t* tokens, const float* wte, cons
 }
 
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
-                        int T, int C, int padding_idx) {
+                        int T, int C, int padding_idx, float scale) {
   const std::ptrdiff_t N = static_cast<std::ptrdiff_t>(B) * T;
   const std::size_t row = static_cast<std::size_t>(C);
   if (dwte != nullptr) {
@@ -38,8 +41,13 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
         if (tokens[n] == padding_idx) continue;
         float* d = dwte + static_cast<std::size_t>(tokens[n]) * row;
         const float* g = dout + static_cast<std::size_t>(n) * row;
+        if (scale != 1.0f) {
 #pragma omp simd
-        for (std::ptrdiff_t c = r.begin; c < r.end; ++c) d[c] += g[c];
+          for (std::ptrdiff_t c = r.begin; c < r.end; ++c) d[c] += g[c] * scale;
+        } else {
+#pragma omp simd
+          for (std::ptrdiff_t c = r.begin; c < r.end; ++c) d[c] += g[c];
+        }
       }
     }
   }

@@ -39,12 +39,14 @@ class FixedGemmGrid {
 
 // ---- embedding.cpp ---------------------------------------------------------------------------
 // out[b,t,:] = wte[tokens[b,t],:] (+ wpe[t,:] when wpe != nullptr, GPT-2 learned positions)
+// scale: every row times it (Gemma's sqrt(d_model); 1 otherwise), applied after the lookup as
+// transformers does; the backward scales the gradient likewise.
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
-                       int T, int C);
+                       int T, int C, float scale = 1.0f);
 // dwte += dout at each token's row, except padding_idx's (>= 0: nn.Embedding's padding_idx, a
 // row the lookup leaves without gradient), dwpe += dout at each position.
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
-                        int T, int C, int padding_idx = -1);
+                        int T, int C, int padding_idx = -1, float scale = 1.0f);
 
 // ---- layernorm.cpp ---------------------------------------------------------------------------
 // mean[N], rstd[N] are saved for backward.
@@ -55,10 +57,12 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
                         int N, int C);
 
 // ---- rmsnorm.cpp -----------------------------------------------------------------------------
+// out = (offset + weight) * (x * rstd): offset 0 is LLaMA's RMSNorm, 1 Gemma's (its weights are
+// stored as the difference from one).
 void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
-                     float eps);
+                     float eps, float offset = 0.0f);
 void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
-                      const float* weight, const float* rstd, int N, int C);
+                      const float* weight, const float* rstd, int N, int C, float offset = 0.0f);
 
 // ---- linear.cpp ------------------------------------------------------------------------------
 // out[N,OC] = inp[N,C] · W + bias. Two weight layouts, so parameters keep Hugging Face shapes:
@@ -108,6 +112,13 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t
 void swiglu_forward(float* out, const float* gate, const float* up, std::size_t n);
 void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate,
                      const float* up, std::size_t n);
+
+// ---- geglu.cpp -------------------------------------------------------------------------------
+// out = gelu_tanh(gate) * up (Gemma's MLP), elementwise; gelu_tanh as gelu_forward computes it.
+// The backward accumulates into dgate and dup (null: not wanted).
+void geglu_forward(float* out, const float* gate, const float* up, std::size_t n);
+void geglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+                    std::size_t n);
 
 // ---- residual.cpp ----------------------------------------------------------------------------
 void residual_forward(float* out, const float* a, const float* b, std::size_t n);

@@ -65,6 +65,26 @@ SATURN_VECMATH float tanh_f32(float x) {
   return ax < 0.625f ? small : large;
 }
 
+// GELU's tanh approximation and its derivative, with the constants and the operation order of
+// PyTorch's gelu(approximate='tanh') CPU kernel (GPT-2's MLP, Gemma's GeGLU).
+inline constexpr float kGeluBeta = static_cast<float>(0.7978845608028654);  // sqrt(2/pi)
+inline constexpr float kGeluKappa = 0.044715f;
+
+SATURN_VECMATH float gelu_tanh_f32(float x) {
+  const float inner = kGeluBeta * (x + kGeluKappa * (x * x * x));
+  return 0.5f * x * (1.0f + tanh_f32(inner));
+}
+
+SATURN_VECMATH float gelu_tanh_derivative_f32(float x) {
+  const float x_sq = x * x;
+  const float inner = kGeluBeta * (x + kGeluKappa * (x_sq * x));
+  const float th = tanh_f32(inner);
+  const float left_derivative = 0.5f * (1.0f + th);
+  const float right_derivative =
+      0.5f * x * (1.0f - th * th) * (kGeluBeta * (1.0f + 3.0f * kGeluKappa * x_sq));
+  return left_derivative + right_derivative;
+}
+
 // Row reductions below keep kLanes independent partial results and combine them in a fixed
 // tree. Unlike `omp simd reduction`, whose order follows the vector width a target clone was
 // built for, the result then depends only on the data: every clone gives the same bits. (GCC

@@ -28,10 +28,13 @@ struct Backend : BackendTypes {
 
   static void check_config(const ModelConfig& c) {
     if (c.head_dim() > kAttentionMaxHeadDim)
-      throw InputError("the CUDA backend supports head dimensions up to " +
-                       std::to_string(kAttentionMaxHeadDim) + ", got " +
-                       std::to_string(c.head_dim()) + " (d_model " + std::to_string(c.d_model) +
-                       " / n_head " + std::to_string(c.n_head) + ")");
+      throw InputError(
+          "the CUDA backend supports head dimensions up to " +
+          std::to_string(kAttentionMaxHeadDim) + ", got " + std::to_string(c.head_dim()) +
+          (c.head_size > 0
+               ? std::string(" (the model's head_dim; Gemma's 256 needs the CPU backend)")
+               : " (d_model " + std::to_string(c.d_model) + " / n_head " +
+                     std::to_string(c.n_head) + ")"));
   }
 
   template <typename T>
@@ -65,12 +68,14 @@ struct Backend : BackendTypes {
   }
 
   static void embedding_forward(Context& ctx, Act* out, const std::int32_t* tokens,
-                                const Weight* wte, const Weight* wpe, int B, int T, int C) {
-    cuda::embedding_forward(ctx, b(out), tokens, b(wte), b(wpe), B, T, C);
+                                const Weight* wte, const Weight* wpe, int B, int T, int C,
+                                float scale) {
+    cuda::embedding_forward(ctx, b(out), tokens, b(wte), b(wpe), B, T, C, scale);
   }
   static void embedding_backward(Context& ctx, float* dwte, float* dwpe, const Act* dout,
-                                 const std::int32_t* tokens, int B, int T, int C, int padding_idx) {
-    cuda::embedding_backward(ctx, dwte, dwpe, b(dout), tokens, B, T, C, padding_idx);
+                                 const std::int32_t* tokens, int B, int T, int C, int padding_idx,
+                                 float scale) {
+    cuda::embedding_backward(ctx, dwte, dwpe, b(dout), tokens, B, T, C, padding_idx, scale);
   }
   static void layernorm_forward(Context& ctx, Act* out, float* mean, float* rstd, const Act* inp,
                                 const Weight* w, const Weight* bias, int N, int C, float eps) {
@@ -89,16 +94,17 @@ struct Backend : BackendTypes {
     cuda::layernorm_backward(ctx, b(dinp), dw, db, b(dout), b(inp), b(w), mean, rstd, N, C);
   }
   static void rmsnorm_forward(Context& ctx, Act* out, float* rstd, const Act* inp, const Weight* w,
-                              int N, int C, float eps) {
-    cuda::rmsnorm_forward(ctx, b(out), rstd, b(inp), b(w), N, C, eps);
+                              int N, int C, float eps, float offset) {
+    cuda::rmsnorm_forward(ctx, b(out), rstd, b(inp), b(w), N, C, eps, offset);
   }
   static void residual_rmsnorm_forward(Context& ctx, Act* res, Act* out, float* rstd, const Act* a,
-                                       const Act* x, const Weight* w, int N, int C, float eps) {
-    cuda::residual_rmsnorm_forward(ctx, b(res), b(out), rstd, b(a), b(x), b(w), N, C, eps);
+                                       const Act* x, const Weight* w, int N, int C, float eps,
+                                       float offset) {
+    cuda::residual_rmsnorm_forward(ctx, b(res), b(out), rstd, b(a), b(x), b(w), N, C, eps, offset);
   }
   static void rmsnorm_backward(Context& ctx, Act* dinp, float* dw, const Act* dout, const Act* inp,
-                               const Weight* w, const float* rstd, int N, int C) {
-    cuda::rmsnorm_backward(ctx, b(dinp), dw, b(dout), b(inp), b(w), rstd, N, C);
+                               const Weight* w, const float* rstd, int N, int C, float offset) {
+    cuda::rmsnorm_backward(ctx, b(dinp), dw, b(dout), b(inp), b(w), rstd, N, C, offset);
   }
   static void linear_forward(Context& ctx, Act* out, const Act* inp, const Weight* w,
                              const Weight* bias, int N, int C, int OC, bool w_in_out) {
@@ -164,6 +170,13 @@ struct Backend : BackendTypes {
   static void swiglu_backward(Context& ctx, Act* dgate, Act* dup, const Act* dout, const Act* gate,
                               const Act* up, std::size_t n) {
     cuda::swiglu_backward(ctx, b(dgate), b(dup), b(dout), b(gate), b(up), n);
+  }
+  static void geglu_forward(Context& ctx, Act* out, const Act* gate, const Act* up, std::size_t n) {
+    cuda::geglu_forward(ctx, b(out), b(gate), b(up), n);
+  }
+  static void geglu_backward(Context& ctx, Act* dgate, Act* dup, const Act* dout, const Act* gate,
+                             const Act* up, std::size_t n) {
+    cuda::geglu_backward(ctx, b(dgate), b(dup), b(dout), b(gate), b(up), n);
   }
   static void residual_forward(Context& ctx, Act* out, const Act* a, const Act* x, std::size_t n) {
     cuda::residual_forward(ctx, b(out), b(a), b(x), n);

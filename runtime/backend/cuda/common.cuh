@@ -140,4 +140,21 @@ __device__ __forceinline__ std::size_t global_stride() {
   return static_cast<std::size_t>(gridDim.x) * blockDim.x;
 }
 
+// GELU's tanh approximation and its derivative, with the CPU backend's constants and operation
+// order (GPT-2's MLP, Gemma's GeGLU).
+constexpr float kGeluBeta = 0.7978845608028654f;  // sqrt(2/pi)
+constexpr float kGeluKappa = 0.044715f;
+
+__device__ __forceinline__ float gelu_tanh(float x) {
+  const float inner = kGeluBeta * (x + kGeluKappa * (x * x * x));
+  return 0.5f * x * (1.0f + tanhf(inner));
+}
+__device__ __forceinline__ float gelu_tanh_derivative(float x) {
+  const float x_sq = x * x;
+  const float th = tanhf(kGeluBeta * (x + kGeluKappa * (x_sq * x)));
+  const float left = 0.5f * (1.0f + th);
+  const float right = 0.5f * x * (1.0f - th * th) * (kGeluBeta * (1.0f + 3.0f * kGeluKappa * x_sq));
+  return left + right;
+}
+
 }  // namespace saturn::cuda::detail

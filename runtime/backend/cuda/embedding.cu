@@ -8,12 +8,12 @@ using namespace detail;
 
 // One block per token row.
 __global__ void embedding_forward_kernel(bf16* out, const std::int32_t* tokens, const bf16* wte,
-                                         const bf16* wpe, int T, int C) {
+                                         const bf16* wpe, int T, int C, float scale) {
   const std::size_t n = blockIdx.x;
   const std::size_t tok = static_cast<std::size_t>(tokens[n]);
   const std::size_t t = n % static_cast<std::size_t>(T);
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
-    float x = to_f(wte[tok * C + c]);
+    float x = to_f(wte[tok * C + c]) * scale;  // Gemma's sqrt(d_model); 1 otherwise
     if (wpe != nullptr) x += to_f(wpe[t * C + c]);
     out[n * C + c] = to_bf(x);
   }
@@ -86,7 +86,7 @@ __global__ void bitonic_step_kernel(std::uint64_t* keys, std::size_t padded, std
 // of dout (in position order, the keys' order within the run) to the token's row of dwte.
 __global__ void embedding_backward_wte_kernel(float* dwte, const bf16* dout,
                                               const std::uint64_t* keys, std::size_t N, int C,
-                                              int padding_idx) {
+                                              int padding_idx, float scale) {
   const std::size_t first = blockIdx.x;
   const std::uint64_t tok = keys[first] >> 32;
   if (first > 0 && (keys[first - 1] >> 32) == tok) return;  // not the start of a run
@@ -98,7 +98,7 @@ __global__ void embedding_backward_wte_kernel(float* dwte, const bf16* dout,
     float s = d[c];
     for (std::size_t m = first; m < end; ++m) {
       const std::size_t n = keys[m] & 0xffffffffu;
-      s += to_f(dout[n * C + c]);
+      s += to_f(dout[n * C + c]) * scale;
     }
     d[c] = s;
   }
@@ -117,15 +117,16 @@ __global__ void embedding_backward_wpe_kernel(float* dwpe, const bf16* dout, int
 }  // namespace
 
 void embedding_forward(Context& ctx, bf16* out, const std::int32_t* tokens, const bf16* wte,
-                       const bf16* wpe, int B, int T, int C) {
+                       const bf16* wpe, int B, int T, int C, float scale) {
   const unsigned N = static_cast<unsigned>(B) * static_cast<unsigned>(T);
   if (N == 0) return;
-  embedding_forward_kernel<<<N, kThreads, 0, ctx.stream()>>>(out, tokens, wte, wpe, T, C);
+  embedding_forward_kernel<<<N, kThreads, 0, ctx.stream()>>>(out, tokens, wte, wpe, T, C, scale);
   SATURN_CUDA_LAUNCH_CHECK("embedding_forward_kernel");
 }
 
 void embedding_backward(Context& ctx, float* dwte, float* dwpe, const bf16* dout,
-                        const std::int32_t* tokens, int B, int T, int C, int padding_idx) {
+                        const std::int32_t* tokens, int B, int T, int C, int padding_idx,
+                        float scale) {
   const unsigned N = static_cast<unsigned>(B) * static_cast<unsigned>(T);
   if (N == 0) return;
   if (dwte != nullptr) {
@@ -151,7 +152,7 @@ void embedding_backward(Context& ctx, float* dwte, float* dwpe, const bf16* dout
       SATURN_CUDA_LAUNCH_CHECK("bitonic_tile_kernel");
     }
     embedding_backward_wte_kernel<<<N, kThreads, 0, ctx.stream()>>>(dwte, dout, keys.data(), N, C,
-                                                                    padding_idx);
+                                                                    padding_idx, scale);
     SATURN_CUDA_LAUNCH_CHECK("embedding_backward_wte_kernel");
   }
   if (dwpe != nullptr) {

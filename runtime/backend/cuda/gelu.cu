@@ -6,21 +6,13 @@ namespace {
 
 using namespace detail;
 
-// GELU, tanh approximation, with the CPU backend's constants and operation order.
-constexpr float kBeta = 0.7978845608028654f;  // sqrt(2/pi)
-constexpr float kKappa = 0.044715f;
-
+// GELU, tanh approximation (common.cuh), with the CPU backend's constants and operation order.
 __device__ __forceinline__ float gelu(float x) {
-  const float inner = kBeta * (x + kKappa * (x * x * x));
-  return 0.5f * x * (1.0f + tanhf(inner));
+  return gelu_tanh(x);
 }
 // dinp + dout * gelu'(x)
 __device__ __forceinline__ float gelu_grad_add(float acc, float x, float d) {
-  const float x_sq = x * x;
-  const float th = tanhf(kBeta * (x + kKappa * (x_sq * x)));
-  const float left = 0.5f * (1.0f + th);
-  const float right = 0.5f * x * (1.0f - th * th) * (kBeta * (1.0f + 3.0f * kKappa * x_sq));
-  return acc + d * (left + right);
+  return acc + d * gelu_tanh_derivative(x);
 }
 
 // vec: 8 elements per 128-bit access (common.cuh), the tail one by one.

@@ -31,10 +31,11 @@ using bf16 = __nv_bfloat16;
 // out[b,t,:] = wte[tokens[b,t],:] (+ wpe[t,:] when wpe != nullptr). Token ids must be in range
 // (the model checks them on the host before uploading).
 void embedding_forward(Context& ctx, bf16* out, const std::int32_t* tokens, const bf16* wte,
-                       const bf16* wpe, int B, int T, int C);
+                       const bf16* wpe, int B, int T, int C, float scale = 1.0f);
 // As cpu::embedding_backward (padding_idx >= 0: that row gets no gradient).
 void embedding_backward(Context& ctx, float* dwte, float* dwpe, const bf16* dout,
-                        const std::int32_t* tokens, int B, int T, int C, int padding_idx = -1);
+                        const std::int32_t* tokens, int B, int T, int C, int padding_idx = -1,
+                        float scale = 1.0f);
 
 // ---- layernorm.cu ----------------------------------------------------------------------------
 void layernorm_forward(Context& ctx, bf16* out, float* mean, float* rstd, const bf16* inp,
@@ -49,13 +50,15 @@ void layernorm_backward(Context& ctx, bf16* dinp, float* dweight, float* dbias, 
                         int N, int C);
 
 // ---- rmsnorm.cu ------------------------------------------------------------------------------
+// As cpu::rmsnorm_forward: (offset + weight) * (x * rstd), offset 1 for Gemma.
 void rmsnorm_forward(Context& ctx, bf16* out, float* rstd, const bf16* inp, const bf16* weight,
-                     int N, int C, float eps);
+                     int N, int C, float eps, float offset = 0.0f);
 // res = a + b, then out = rmsnorm(res), fused as residual_layernorm_forward.
 void residual_rmsnorm_forward(Context& ctx, bf16* res, bf16* out, float* rstd, const bf16* a,
-                              const bf16* b, const bf16* weight, int N, int C, float eps);
+                              const bf16* b, const bf16* weight, int N, int C, float eps,
+                              float offset = 0.0f);
 void rmsnorm_backward(Context& ctx, bf16* dinp, float* dweight, const bf16* dout, const bf16* inp,
-                      const bf16* weight, const float* rstd, int N, int C);
+                      const bf16* weight, const float* rstd, int N, int C, float offset = 0.0f);
 
 // ---- linear.cpp (cuBLASLt) -------------------------------------------------------------------
 enum class WeightLayout {
@@ -120,10 +123,14 @@ void attention_backward(Context& ctx, bf16* dq, bf16* dk, bf16* dv, float* delta
 void gelu_forward(Context& ctx, bf16* out, const bf16* inp, std::size_t n);
 void gelu_backward(Context& ctx, bf16* dinp, const bf16* inp, const bf16* dout, std::size_t n);
 
-// ---- swiglu.cu -------------------------------------------------------------------------------
+// ---- gated.cu: the llama MLP's gated activations ------------------------------------------
 void swiglu_forward(Context& ctx, bf16* out, const bf16* gate, const bf16* up, std::size_t n);
 void swiglu_backward(Context& ctx, bf16* dgate, bf16* dup, const bf16* dout, const bf16* gate,
                      const bf16* up, std::size_t n);
+// As cpu::geglu_forward / geglu_backward: gelu_tanh(gate) * up (Gemma).
+void geglu_forward(Context& ctx, bf16* out, const bf16* gate, const bf16* up, std::size_t n);
+void geglu_backward(Context& ctx, bf16* dgate, bf16* dup, const bf16* dout, const bf16* gate,
+                    const bf16* up, std::size_t n);
 
 // ---- residual.cu -----------------------------------------------------------------------------
 void residual_forward(Context& ctx, bf16* out, const bf16* a, const bf16* b, std::size_t n);

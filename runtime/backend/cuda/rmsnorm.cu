@@ -7,17 +7,19 @@ namespace {
 using namespace detail;
 
 // Given this thread's part of the row's sum of squares, finishes the row.
+// offset: 0 (LLaMA), or 1 (Gemma: the weight applied as 1 + w).
 __device__ __forceinline__ void rmsnorm_row(bf16* o, float* rstd, const bf16* x, const bf16* weight,
-                                            int C, float eps, float sq, std::size_t row) {
+                                            int C, float eps, float offset, float sq,
+                                            std::size_t row) {
   const float r = rsqrtf(block_sum(sq) / static_cast<float>(C) + eps);
   // Hugging Face LlamaRMSNorm order: weight * (x * rstd).
   for (int c = threadIdx.x; c < C; c += blockDim.x)
-    o[c] = to_bf(to_f(weight[c]) * (to_f(x[c]) * r));
+    o[c] = to_bf((offset + to_f(weight[c])) * (to_f(x[c]) * r));
   if (threadIdx.x == 0 && rstd != nullptr) rstd[row] = r;
 }
 
 __global__ void rmsnorm_forward_kernel(bf16* out, float* rstd, const bf16* inp, const bf16* weight,
-                                       int C, float eps) {
+                                       int C, float eps, float offset) {
   const std::size_t row = blockIdx.x;
   const bf16* x = inp + row * C;
   float sq = 0.0f;
@@ -25,14 +27,14 @@ __global__ void rmsnorm_forward_kernel(bf16* out, float* rstd, const bf16* inp, 
     const float v = to_f(x[c]);
     sq += v * v;
   }
-  rmsnorm_row(out + row * C, rstd, x, weight, C, eps, sq, row);
+  rmsnorm_row(out + row * C, rstd, x, weight, C, eps, offset, sq, row);
 }
 
 // res = a + b (bf16), then the rmsnorm of res, as residual_layernorm_forward_kernel
 // (layernorm.cu): each thread reads back only its own stores. res may alias a or b.
 __global__ void residual_rmsnorm_forward_kernel(bf16* res, bf16* out, float* rstd, const bf16* a,
-                                                const bf16* b, const bf16* weight, int C,
-                                                float eps) {
+                                                const bf16* b, const bf16* weight, int C, float eps,
+                                                float offset) {
   const std::size_t row = blockIdx.x;
   bf16* x = res + row * C;
   const bf16* ar = a + row * C;
@@ -44,23 +46,24 @@ __global__ void residual_rmsnorm_forward_kernel(bf16* res, bf16* out, float* rst
     const float f = to_f(v);
     sq += f * f;
   }
-  rmsnorm_row(out + row * C, rstd, x, weight, C, eps, sq, row);
+  rmsnorm_row(out + row * C, rstd, x, weight, C, eps, offset, sq, row);
 }
 
 __global__ void rmsnorm_backward_input_kernel(bf16* dinp, const bf16* dout, const bf16* inp,
-                                              const bf16* weight, const float* rstd, int C) {
+                                              const bf16* weight, const float* rstd, int C,
+                                              float offset) {
   const std::size_t row = blockIdx.x;
   const bf16* x = inp + row * C;
   const bf16* g = dout + row * C;
   const float r = rstd[row];
   float dot = 0.0f;
   for (int c = threadIdx.x; c < C; c += blockDim.x)
-    dot += to_f(g[c]) * to_f(weight[c]) * to_f(x[c]);
+    dot += to_f(g[c]) * (offset + to_f(weight[c])) * to_f(x[c]);
   // y = w*x*r with r = (mean(x^2)+eps)^-1/2, dr/dx_i = -r^3 x_i / C.
   const float k = block_sum(dot) * r * r * r / static_cast<float>(C);
   bf16* dx = dinp + row * C;
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
-    const float d = r * to_f(weight[c]) * to_f(g[c]) - k * to_f(x[c]);
+    const float d = r * (offset + to_f(weight[c])) * to_f(g[c]) - k * to_f(x[c]);
     dx[c] = to_bf(to_f(dx[c]) + d);
   }
 }
@@ -84,27 +87,28 @@ __global__ void rmsnorm_backward_weight_kernel(float* partial, const bf16* dout,
 }  // namespace
 
 void rmsnorm_forward(Context& ctx, bf16* out, float* rstd, const bf16* inp, const bf16* weight,
-                     int N, int C, float eps) {
+                     int N, int C, float eps, float offset) {
   if (N == 0) return;
-  rmsnorm_forward_kernel<<<static_cast<unsigned>(N), kThreads, 0, ctx.stream()>>>(out, rstd, inp,
-                                                                                  weight, C, eps);
+  rmsnorm_forward_kernel<<<static_cast<unsigned>(N), kThreads, 0, ctx.stream()>>>(
+      out, rstd, inp, weight, C, eps, offset);
   SATURN_CUDA_LAUNCH_CHECK("rmsnorm_forward_kernel");
 }
 
 void residual_rmsnorm_forward(Context& ctx, bf16* res, bf16* out, float* rstd, const bf16* a,
-                              const bf16* b, const bf16* weight, int N, int C, float eps) {
+                              const bf16* b, const bf16* weight, int N, int C, float eps,
+                              float offset) {
   if (N == 0) return;
   residual_rmsnorm_forward_kernel<<<static_cast<unsigned>(N), kThreads, 0, ctx.stream()>>>(
-      res, out, rstd, a, b, weight, C, eps);
+      res, out, rstd, a, b, weight, C, eps, offset);
   SATURN_CUDA_LAUNCH_CHECK("residual_rmsnorm_forward_kernel");
 }
 
 void rmsnorm_backward(Context& ctx, bf16* dinp, float* dweight, const bf16* dout, const bf16* inp,
-                      const bf16* weight, const float* rstd, int N, int C) {
+                      const bf16* weight, const float* rstd, int N, int C, float offset) {
   if (N == 0) return;
   if (dinp != nullptr) {
     rmsnorm_backward_input_kernel<<<static_cast<unsigned>(N), kThreads, 0, ctx.stream()>>>(
-        dinp, dout, inp, weight, rstd, C);
+        dinp, dout, inp, weight, rstd, C, offset);
     SATURN_CUDA_LAUNCH_CHECK("rmsnorm_backward_input_kernel");
   }
   if (dweight != nullptr) {

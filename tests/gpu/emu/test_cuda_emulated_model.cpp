@@ -22,7 +22,8 @@ namespace {
 
 // gpt2, llama, llama_gqa_tied or llama_variants (issue 30's switches at once: q/k/v, o and MLP
 // biases, a sliding window shorter than T that crosses the attention kernels' 64-row tiles,
-// llama3 rotary scaling, a padding_idx).
+// llama3 rotary scaling, a padding_idx) or gemma (GeGLU, RMSNorm 1 + w, scaled embeddings, a
+// head width of 24 with 4 heads: 96 != d_model 64).
 ModelConfig tiny(const std::string& name) {
   ModelConfig c;
   c.arch = name == "gpt2" ? Arch::kGpt2 : Arch::kLlama;
@@ -35,6 +36,16 @@ ModelConfig tiny(const std::string& name) {
     c.n_head = 4;
     c.n_kv_head = 2;
     c.tie_embeddings = name == "llama_gqa_tied";
+  }
+  if (name == "gemma") {
+    c.n_head = 4;
+    c.n_kv_head = 2;
+    c.head_size = 24;
+    c.mlp_activation = GatedActivation::kGeluTanh;
+    c.norm_unit_offset = true;
+    c.scale_embeddings = true;
+    c.tie_embeddings = true;
+    c.padding_idx = 0;
   }
   if (name == "llama_variants") {
     c.qkv_bias = c.o_bias = c.mlp_bias = true;
@@ -118,7 +129,8 @@ TEST_P(EmulatedModel, BackwardIsBitRepeatable) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Arch, EmulatedModel,
-                         ::testing::Values("gpt2", "llama", "llama_gqa_tied", "llama_variants"),
+                         ::testing::Values("gpt2", "llama", "llama_gqa_tied", "llama_variants",
+                                           "gemma"),
                          [](const auto& p) { return p.param; });
 
 // What estimates add for the backend itself is what a CUDA device takes before any model.
