@@ -196,6 +196,11 @@ void check_origin(const fs::path& origin, const ModelConfig& trained) {
   differs("d_ff", m.ffn_dim(), trained.ffn_dim());
   differs("max_seq_len", m.max_seq_len, trained.max_seq_len);
   differs("tie_embeddings", m.tied(), trained.tied());
+  differs("head_dim", m.head_dim(), trained.head_dim());
+  differs("qkv_bias", m.qkv_bias, trained.qkv_bias);
+  differs("o_bias", m.o_bias, trained.o_bias);
+  differs("mlp_bias", m.mlp_bias, trained.mlp_bias);
+  differs("sliding_window", m.sliding_window, trained.sliding_window);
 }
 
 // The special-token ids of the origin's config.json in the exported one, its

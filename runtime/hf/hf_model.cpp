@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 
@@ -100,23 +101,36 @@ class ConfigReader {
 namespace {
 
 // The Hugging Face classes the engine computes, and the model_type each config.json says.
+// transformers 4.44's defaults for the fields a config.json may leave out (save_pretrained
+// writes them all; a hand-written file may not): the position count, the norm epsilon, the
+// key/value heads (0: as many as the query heads), the pad token (-1: none) and the tied head.
+struct FamilyDefaults {
+  int positions = 2048;
+  double rms_norm_eps = 1e-6;
+  int kv_heads = 0;
+  int pad_token_id = -1;
+  bool tied = false;
+};
 struct Family {
   const char* architecture;
   const char* model_type;
   Arch arch;
+  FamilyDefaults defaults;
 };
 constexpr Family kFamilies[] = {
-    {kGpt2Arch, "gpt2", Arch::kGpt2},
-    {"GPT2Model", "gpt2", Arch::kGpt2},  // the bare model's files: its head is the embedding
-    {kLlamaArch, "llama", Arch::kLlama},
-    {kMistralArch, "mistral", Arch::kLlama},
-    {kQwen2Arch, "qwen2", Arch::kLlama},
-    {kPhi3Arch, "phi3", Arch::kLlama},
-    {kGemmaArch, "gemma", Arch::kLlama},
+    {kGpt2Arch, "gpt2", Arch::kGpt2, {}},
+    {"GPT2Model", "gpt2", Arch::kGpt2, {}},  // the bare model's files: its head is the embedding
+    {kLlamaArch, "llama", Arch::kLlama, {2048, 1e-6, 0, -1, false}},
+    {kMistralArch, "mistral", Arch::kLlama, {131072, 1e-6, 8, -1, false}},
+    {kQwen2Arch, "qwen2", Arch::kLlama, {32768, 1e-6, 32, -1, false}},
+    {kPhi3Arch, "phi3", Arch::kLlama, {4096, 1e-5, 0, 32000, false}},
+    {kGemmaArch, "gemma", Arch::kLlama, {8192, 1e-6, 16, 0, true}},
 };
 constexpr const char* kValidFamilies =
     "GPT2LMHeadModel, GPT2Model, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
     "Phi3ForCausalLM or GemmaForCausalLM";
+// Rebuilt by the export for what it writes (a model's remote code is not copied with it).
+constexpr const char* kDroppedFields[] = {"auto_map"};
 
 const Family& family_of(const ConfigReader& r) {
   if (r.has("architectures")) {
@@ -170,7 +184,6 @@ void read_gpt2(const ConfigReader& r, HfModel& out) {
   r.require_bool("scale_attn_weights", true, true,
                  "attention scores are scaled by 1/sqrt(head_dim)");
   r.require_bool("scale_attn_by_inverse_layer_idx", false, false, "no per-layer scaling");
-  r.require_bool("reorder_and_upcast_attn", false, false, "attention in float32 as written");
   r.require_bool("add_cross_attention", false, false, "a decoder-only model");
 }
 
@@ -237,11 +250,13 @@ void read_llama_family(const ConfigReader& r, const Family& family, HfModel& out
   m.d_ff = r.integer("intermediate_size", 1, kDff);
   m.n_layer = r.integer("num_hidden_layers", 1, kLayers);
   m.n_head = r.integer("num_attention_heads", 1, kDModel);
-  m.max_seq_len = r.integer_or("max_position_embeddings", 2048, 1, kPositions);
-  m.norm_eps = static_cast<float>(r.number_or("rms_norm_eps", 1e-6));
+  const FamilyDefaults& dflt = family.defaults;
+  m.max_seq_len = r.integer_or("max_position_embeddings", dflt.positions, 1, kPositions);
+  m.norm_eps = static_cast<float>(r.number_or("rms_norm_eps", dflt.rms_norm_eps));
   m.rope_theta = static_cast<float>(r.number_or("rope_theta", 10000.0));
-  // Grouped-query attention: any divisor of the query heads (transformers' default: equal).
-  m.n_kv_head = r.integer_or("num_key_value_heads", m.n_head, 1, kDModel);
+  // Grouped-query attention: any divisor of the query heads.
+  m.n_kv_head =
+      r.integer_or("num_key_value_heads", dflt.kv_heads > 0 ? dflt.kv_heads : m.n_head, 1, kDModel);
   if (m.n_head % m.n_kv_head != 0)
     r.fail("num_key_value_heads",
            fmt::format("{} does not divide num_attention_heads {} (valid: a divisor of it; each "
@@ -250,6 +265,11 @@ void read_llama_family(const ConfigReader& r, const Family& family, HfModel& out
   if (arch == kGemmaArch) {
     // A head width of its own (GemmaConfig's default 256), not hidden_size / heads.
     m.head_size = r.integer_or("head_dim", 256, 1, kDModel);
+  } else if (arch == kMistralArch && r.has("head_dim")) {
+    // MistralAttention reads head_dim (Mistral NeMo: 128 with 5120 / 32); kept only when it is
+    // not the quotient, so that other models' configurations stay as they were.
+    const int hd = r.integer("head_dim", 1, kDModel);
+    if (m.d_model % m.n_head != 0 || hd != m.d_model / m.n_head) m.head_size = hd;
   } else if (r.has("head_dim") && arch != kPhi3Arch && m.d_model % m.n_head == 0) {
     const int hd = r.integer("head_dim", 1, kDModel);
     if (hd != m.d_model / m.n_head)
@@ -274,30 +294,34 @@ void read_llama_family(const ConfigReader& r, const Family& family, HfModel& out
     if (act != "silu")
       r.fail("hidden_act", fmt::format("'{}' is not implemented by the engine (valid: silu)", act));
   }
-  // transformers' default: untied, but for Gemma.
-  m.tie_embeddings = r.boolean_or("tie_word_embeddings", arch == kGemmaArch);
+  m.tie_embeddings = r.boolean_or("tie_word_embeddings", dflt.tied);
   // Their embedding is nn.Embedding(vocab, hidden, padding_idx=pad_token_id): that row gets no
   // gradient from the lookup. (The field is also kept as it came, for the export.)
   // A negative id counts from the end, as torch's padding_idx does.
   if (r.has("pad_token_id")) {
     const int pad = r.integer("pad_token_id", -m.vocab_size, m.vocab_size - 1);
     m.padding_idx = pad < 0 ? m.vocab_size + pad : pad;
+  } else if (!r.contains("pad_token_id") && dflt.pad_token_id >= 0) {
+    if (dflt.pad_token_id >= m.vocab_size)
+      r.fail("pad_token_id", fmt::format("absent, and {}'s default {} is outside the vocabulary "
+                                         "of {} (valid: a token id, or null)",
+                                         arch, dflt.pad_token_id, m.vocab_size));
+    m.padding_idx = dflt.pad_token_id;
   }
   if (arch == kLlamaArch || arch == kGemmaArch) {
     if (arch == kLlamaArch) read_rope_scaling(r, m);
-    // attention_bias: q, k, v and o projections; mlp_bias: gate, up and down.
+    // attention_bias: q, k, v and o projections; mlp_bias (LLaMA's only): gate, up and down.
     m.qkv_bias = m.o_bias = r.boolean_or("attention_bias", false);
-    m.mlp_bias = r.boolean_or("mlp_bias", false);
+    if (arch == kLlamaArch) m.mlp_bias = r.boolean_or("mlp_bias", false);
   } else if (arch == kMistralArch) {
     // MistralConfig's default window is 4096; null turns it off.
     m.sliding_window = r.has("sliding_window")        ? r.integer("sliding_window", 1, kPositions)
                        : r.contains("sliding_window") ? 0
                                                       : 4096;
   } else if (arch == kPhi3Arch) {
-    // PhiConfig's default is none. transformers 4.44 applies the window only under
-    // flash_attention_2 (its eager and sdpa paths attend to every earlier key); the engine
-    // computes the model as configured, which equals those paths up to the window's length.
-    m.sliding_window = r.has("sliding_window") ? r.integer("sliding_window", 1, kPositions) : 0;
+    // Phi-3's sliding_window: transformers 4.44 applies it only under flash_attention_2 (as
+    // W + 1 keys); its default attention (eager, sdpa) sees every earlier key, and so does the
+    // engine. The field is kept as it came for the export (extra_fields).
   } else {  // Qwen2
     m.qkv_bias = true;
     r.require_bool("use_sliding_window", false, false,
@@ -335,10 +359,15 @@ bool engine_field(const std::string& key) {
 // config.json fields the export writes back as they came (ModelConfig::hf_extra_fields).
 constexpr std::size_t kMaxExtraFieldsBytes = 16u << 10;
 
-std::string extra_fields(const ConfigReader& r, const json& j) {
+std::string extra_fields(const ConfigReader& r, const json& j, const std::string& architecture) {
   json extra = json::object();
-  for (const auto& [key, value] : j.items())
-    if (!engine_field(key)) extra[key] = value;
+  for (const auto& [key, value] : j.items()) {
+    const bool dropped = std::find(std::begin(kDroppedFields), std::end(kDroppedFields), key) !=
+                         std::end(kDroppedFields);
+    // Phi-3's window is not computed (read_llama_family): kept as it came.
+    const bool phi3_window = architecture == kPhi3Arch && key == "sliding_window";
+    if (!dropped && (!engine_field(key) || phi3_window)) extra[key] = value;
+  }
   std::string text = extra.dump();
   if (text.size() > kMaxExtraFieldsBytes)
     r.fail("(fields the engine does not compute)",
@@ -382,7 +411,7 @@ HfModel read_config(const fs::path& dir) {
   // A directory saved from GPT2Model exports as the model with its head, which is what
   // transformers' AutoModelForCausalLM makes of it.
   m.hf_architecture = out.architecture == std::string("GPT2Model") ? kGpt2Arch : out.architecture;
-  m.hf_extra_fields = extra_fields(r, j);
+  m.hf_extra_fields = extra_fields(r, j, out.architecture);
   try {
     m.validate();
     m.check_parameters();
@@ -399,8 +428,8 @@ namespace {
 std::string export_architecture(const ModelConfig& m) {
   if (m.arch == Arch::kGpt2) return kGpt2Arch;
   std::string a = m.hf_architecture;
-  const bool gemma_switches = m.mlp_activation != GatedActivation::kSilu || m.norm_unit_offset ||
-                              m.scale_embeddings || m.head_size != 0;
+  const bool gemma_switches =
+      m.mlp_activation != GatedActivation::kSilu || m.norm_unit_offset || m.scale_embeddings;
   if (a.empty())
     a = gemma_switches                           ? kGemmaArch
         : m.sliding_window > 0                   ? kMistralArch
@@ -421,15 +450,17 @@ std::string export_architecture(const ModelConfig& m) {
     return a;
   }
   if (gemma_switches)
+    cannot("GeGLU, the norm offset and the embedding scale are Gemma's (GemmaForCausalLM)");
+  if (m.head_size != 0 && a != kMistralArch)
     cannot(
-        "GeGLU, the norm offset, the embedding scale and a head width of its own are "
-        "Gemma's (GemmaForCausalLM)");
+        "a head width other than hidden_size / num_attention_heads is Gemma's and "
+        "Mistral's");
   if (a == kLlamaArch) {
     if (m.sliding_window > 0) cannot("LLaMA has no sliding window (MistralForCausalLM has)");
     if (m.qkv_bias != m.o_bias)
-      cannot(
-          "LLaMA's attention_bias covers q, k, v and o together (Qwen2ForCausalLM has q, k, "
-          "v biases alone)");
+      cannot(m.mlp_bias ? "LLaMA's attention_bias covers q, k, v and o together"
+                        : "LLaMA's attention_bias covers q, k, v and o together "
+                          "(Qwen2ForCausalLM has q, k, v biases alone)");
   } else if (a == kMistralArch) {
     if (m.qkv_bias || m.o_bias || m.mlp_bias) cannot("Mistral has no biases");
     if (m.rope_scaling != RopeScalingKind::kNone) cannot("Mistral has no rope_scaling");
@@ -443,7 +474,7 @@ std::string export_architecture(const ModelConfig& m) {
   } else {
     cannot(
         "not a class Saturn exports (valid: LlamaForCausalLM, MistralForCausalLM, "
-        "Qwen2ForCausalLM, Phi3ForCausalLM)");
+        "Qwen2ForCausalLM, Phi3ForCausalLM, GemmaForCausalLM)");
   }
   return a;
 }

@@ -89,9 +89,7 @@ void ModelConfig::validate() const {
     bad(fmt::format("n_head x head_dim = {} exceeds Saturn's limit of {}",
                     static_cast<std::int64_t>(n_head) * head_dim(), model_limits::kDModel));
   if (arch == Arch::kLlama && head_dim() % 2 != 0)
-    bad(
-        fmt::format("llama needs an even head dimension for rotary positions (d_model/n_head = "
-                    "{})",
+    bad(fmt::format("llama needs an even head dimension for rotary positions (head_dim = {})",
                     head_dim()));
   if (n_kv_head < 0)
     bad(fmt::format("n_kv_head must be >= 1, or 0 for n_head (got {})", n_kv_head));
@@ -123,9 +121,11 @@ void ModelConfig::validate() const {
         padding_idx, vocab_size - 1));
   if (arch == Arch::kGpt2 && padding_idx >= 0)
     bad("gpt2's embedding has no padding_idx (transformers gives it none)");
-  if (sliding_window < 0)
-    bad(fmt::format("sliding_window must be >= 1, or 0 for full causal attention (got {})",
-                    sliding_window));
+  if (sliding_window < 0 || sliding_window > model_limits::kPositions)
+    bad(
+        fmt::format("sliding_window {} is out of range (valid: 1..{}, or 0 for full causal "
+                    "attention)",
+                    sliding_window, model_limits::kPositions));
   if (rope_scaling != RopeScalingKind::kNone && !(rope_factor >= 1.0f && rope_factor <= 1e6f))
     bad(fmt::format("rope_scaling factor {} is out of range (valid: 1..1e6)", rope_factor));
   if (rope_scaling == RopeScalingKind::kLlama3) {

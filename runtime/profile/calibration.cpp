@@ -108,9 +108,12 @@ ComputeFeatures Calibration::features(const ModelConfig& m, int B, int T, int tp
   };
   for (const auto& [in, out] : block_linears(m, tp)) f.gemm_s += 3 * L * linear_s(in, out);
   f.gemm_s += 3 * linear_s(C, V);  // the head (replicated under tp)
-  // Keys per query: T, or with a sliding window shorter than the sequence, the window and the
-  // one tile both backends cannot skip (64 rows: cpu/attention.cpp, cuda/attention.cu).
-  const double span = m.sliding_window > 0 ? std::min<double>(T, m.sliding_window + 64) : T;
+  // Attention work relative to plain causal attention, whose T·T/2 scores the fit measures as
+  // "T": a window W < T leaves each query W keys but the first W rows (2W - W²/T in the same
+  // units), plus the tile of 64 rows both backends compute whole (cpu/attention.cpp,
+  // cuda/attention.cu).
+  const double W = m.sliding_window;
+  const double span = W > 0 && W < T ? std::min<double>(T, 2 * W - W * W / T + 64) : T;
   f.attn_flops = L * 12.0 * N * span * m.q_dim() / t;
   // Norms, residuals, biases, activations and the softmax rows of every block, then the loss.
   f.elem_units = N * (L * (8 * C + 3 * F / t + H / t * T) + 3 * V + 2 * C);

@@ -160,9 +160,9 @@ def make_model(arch, seed):
                                          attention_dropout=0.1)
         model = transformers.MistralForCausalLM(cfg)
     elif arch == "phi3":
-        # A window no shorter than the sequence: transformers 4.44 applies Phi-3's window only
-        # under flash_attention_2 (the engine always does), so the two agree up to its length.
-        cfg = transformers.Phi3Config(**llama_shape, rope_theta=40000.0, sliding_window=48,
+        # A window of 5 < T that transformers 4.44's default attention does not apply (only
+        # flash_attention_2 does), and neither does the engine: the export keeps it as it came.
+        cfg = transformers.Phi3Config(**llama_shape, rope_theta=40000.0, sliding_window=5,
                                       resid_pdrop=0.1, embd_pdrop=0.1, attention_dropout=0.1,
                                       pad_token_id=0)
         model = transformers.Phi3ForCausalLM(cfg)
@@ -301,6 +301,7 @@ def check_family(arch, tmp):
     # Issue 30's standard for the new families: step-0 loss within 1e-6, every tensor's
     # gradient within 1e-5 (relative L2).
     loss_tol, grad_tol = (1e-6, 1e-5) if new else (1e-5, 1e-4)
+    logit_tol = 1e-6 if new else 1e-5  # relative to the largest logit
     src = os.path.join(tmp, f"{arch}-hf")
     model.save_pretrained(src, safe_serialization=True)
 
@@ -376,7 +377,7 @@ def check_family(arch, tmp):
             hf_logits = loaded(torch.tensor(x), use_cache=False).logits.numpy()
         ours = probe_logits(exp, x, tmp)
         err = rel_err(ours, hf_logits) if ours is not None else 1.0
-        expect("exported model's logits = Saturn's", err <= 1e-5, f"rel err {err:.2e}")
+        expect("exported model's logits = Saturn's", err <= logit_tol, f"rel err {err:.2e}")
         cfg = json.load(open(os.path.join(exp, "config.json")))
         # Every field of the origin's config.json comes back as it was: the ones the engine
         # computes, and the ones it does not (dropouts, initializer_range, token ids, ...).
@@ -413,7 +414,7 @@ def check_family(arch, tmp):
         orig_logits = model(torch.tensor(x), use_cache=False).logits.numpy()
     ours = probe_logits(src, x, tmp)
     err = rel_err(ours, orig_logits) if ours is not None else 1.0
-    expect("imported model's logits = transformers'", err <= 1e-5, f"rel err {err:.2e}")
+    expect("imported model's logits = transformers'", err <= logit_tol, f"rel err {err:.2e}")
 
     # Round trip: import -> export -> import is bit-identical; the export reproduces the
     # original model exactly.
@@ -443,7 +444,9 @@ def check_family(arch, tmp):
         expect("export of the import: transformers' logits unchanged",
                np.array_equal(e2_logits, orig_logits) and not said, "; ".join(said)[:300])
 
-        # Sharded export: index + shards; loads, and imports to the same tensors.
+    # Sharded export: index + shards; loads, and imports to the same tensors (the new families
+    # share the machinery, but for Phi-3, whose stacked tensors are written in parts).
+    if ok and (not new or arch == "phi3"):
         sh = os.path.join(tmp, f"{arch}-sharded")
         p = run([args.saturn, "ckpt", "export", a, "--format", "hf", "-o", sh,
                  "--max-shard-size", "40KiB"])
