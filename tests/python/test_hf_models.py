@@ -131,7 +131,7 @@ def fuse_phi3(tensors):
 def make_model(arch, seed):
     """gpt2, llama (GQA, untied head), llama-tied (GQA, head tied to the embedding), or one of
     NEW_FAMILIES: llama31 (rope_scaling llama3, attention and MLP biases, untied), llama32-tied
-    (llama3 scaling, tied), llama-linear (linear scaling), mistral (a sliding window of 5 < T),
+    (llama3 scaling, tied), llama-linear (linear scaling), mistral (a sliding window of 5 < T, head_dim 24),
     qwen2 (q/k/v biases, tied), phi3 (q|k|v and gate|up stacked in its files), gemma (GeGLU,
     RMSNorm 1 + w, scaled embeddings, a head width of its own)."""
     torch.manual_seed(seed)
@@ -157,8 +157,9 @@ def make_model(arch, seed):
                                        attention_dropout=0.1)
         model = transformers.LlamaForCausalLM(cfg)
     elif arch == "mistral":
+        # And a head width of its own, as Mistral NeMo's (4 x 24 = 96, not the hidden size 64).
         cfg = transformers.MistralConfig(**llama_shape, rope_theta=20000.0, sliding_window=5,
-                                         attention_dropout=0.1)
+                                         head_dim=24, attention_dropout=0.1)
         model = transformers.MistralForCausalLM(cfg)
     elif arch == "phi3":
         # A window of 5 < T that transformers 4.44's default attention does not apply (only
