@@ -226,8 +226,41 @@ void read_rope_scaling(const ConfigReader& r, ModelConfig& m) {
                                      "original_max_position_embeddings"));
 }
 
-// LlamaForCausalLM, MistralForCausalLM and Qwen2ForCausalLM: one engine architecture (RMSNorm,
-// SwiGLU, rotary, grouped-query attention) with each family's switches.
+// What sets the families apart beyond the shape: biases, the sliding window, rotary scaling.
+void read_family_switches(const ConfigReader& r, const std::string& arch, ModelConfig& m) {
+  using namespace model_limits;
+  if (arch == kLlamaArch || arch == kGemmaArch) {
+    if (arch == kLlamaArch) read_rope_scaling(r, m);
+    // attention_bias: q, k, v and o projections; mlp_bias (LLaMA's only): gate, up and down.
+    m.qkv_bias = m.o_bias = r.boolean_or("attention_bias", false);
+    if (arch == kLlamaArch) m.mlp_bias = r.boolean_or("mlp_bias", false);
+  } else if (arch == kMistralArch) {
+    // MistralConfig's default window is 4096; null turns it off.
+    m.sliding_window = r.has("sliding_window")        ? r.integer("sliding_window", 1, kPositions)
+                       : r.contains("sliding_window") ? 0
+                                                      : 4096;
+  } else if (arch == kPhi3Arch) {
+    // Phi-3's sliding_window: transformers 4.44 applies it only under flash_attention_2 (as
+    // W + 1 keys); its default attention (eager, sdpa) sees every earlier key, and so does the
+    // engine. The field is kept as it came for the export (extra_fields).
+  } else {  // Qwen2
+    m.qkv_bias = true;
+    r.require_bool("use_sliding_window", false, false,
+                   "transformers 4.44 computes Qwen2's sliding window only under "
+                   "flash_attention_2, and the engine not at all");
+  }
+  if (arch == kPhi3Arch && r.has("rope_scaling"))
+    r.fail("rope_scaling", fmt::format("{} is not implemented by the engine (Phi-3's su/longrope "
+                                       "scaling; valid: null)",
+                                       r.at("rope_scaling").dump()));
+  if (arch != kLlamaArch && r.has("rope_scaling"))
+    r.fail("rope_scaling", fmt::format("{} is not read by transformers' {} (valid: null)",
+                                       r.at("rope_scaling").dump(), arch));
+}
+
+// The LLaMA family (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Phi3ForCausalLM,
+// GemmaForCausalLM): one engine architecture (RMSNorm, gated MLP, rotary, grouped-query
+// attention) with each family's switches.
 void read_llama_family(const ConfigReader& r, const Family& family, HfModel& out) {
   using namespace model_limits;
   ModelConfig& m = out.model;
@@ -308,33 +341,7 @@ void read_llama_family(const ConfigReader& r, const Family& family, HfModel& out
                                          arch, dflt.pad_token_id, m.vocab_size));
     m.padding_idx = dflt.pad_token_id;
   }
-  if (arch == kLlamaArch || arch == kGemmaArch) {
-    if (arch == kLlamaArch) read_rope_scaling(r, m);
-    // attention_bias: q, k, v and o projections; mlp_bias (LLaMA's only): gate, up and down.
-    m.qkv_bias = m.o_bias = r.boolean_or("attention_bias", false);
-    if (arch == kLlamaArch) m.mlp_bias = r.boolean_or("mlp_bias", false);
-  } else if (arch == kMistralArch) {
-    // MistralConfig's default window is 4096; null turns it off.
-    m.sliding_window = r.has("sliding_window")        ? r.integer("sliding_window", 1, kPositions)
-                       : r.contains("sliding_window") ? 0
-                                                      : 4096;
-  } else if (arch == kPhi3Arch) {
-    // Phi-3's sliding_window: transformers 4.44 applies it only under flash_attention_2 (as
-    // W + 1 keys); its default attention (eager, sdpa) sees every earlier key, and so does the
-    // engine. The field is kept as it came for the export (extra_fields).
-  } else {  // Qwen2
-    m.qkv_bias = true;
-    r.require_bool("use_sliding_window", false, false,
-                   "transformers 4.44 computes Qwen2's sliding window only under "
-                   "flash_attention_2, and the engine not at all");
-  }
-  if (arch == kPhi3Arch && r.has("rope_scaling"))
-    r.fail("rope_scaling", fmt::format("{} is not implemented by the engine (Phi-3's su/longrope "
-                                       "scaling; valid: null)",
-                                       r.at("rope_scaling").dump()));
-  if (arch != kLlamaArch && r.has("rope_scaling"))
-    r.fail("rope_scaling", fmt::format("{} is not read by transformers' {} (valid: null)",
-                                       r.at("rope_scaling").dump(), arch));
+  read_family_switches(r, arch, m);
 }
 
 // The config.json fields the engine computes from (read above, or written by config_json with
