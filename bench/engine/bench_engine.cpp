@@ -136,12 +136,13 @@ void op_breakdown(saturn::cuda::Context& ctx, saturn::MemoryPool& pool,
   const bf16* q = qkv.data();
   bf16* d = dqkv.data();
   time_op("attention forward", "attention", L, att_flops, [&] {
-    cuda::attention_forward(ctx, out.data(), lse.data(), q, q + C, q + 2 * C, 3 * C, B, T, H, H,
-                            hd);
+    cuda::attention_forward(ctx, out.data(), lse.data(), q, q + C, q + 2 * C, 3 * C, B, T, H, H, hd,
+                            causal_attention(hd));
   });
   time_op("attention backward", "attention", L, 2.5 * att_flops, [&] {
     cuda::attention_backward(ctx, d, d + C, d + 2 * C, delta.data(), dout.data(), out.data(),
-                             lse.data(), q, q + C, q + 2 * C, 3 * C, B, T, H, H, hd);
+                             lse.data(), q, q + C, q + 2 * C, 3 * C, B, T, H, H, hd,
+                             causal_attention(hd));
   });
   const auto kInOut = WeightLayout::kInOut;
   const auto kOverwrite = cuda::GradWrite::kOverwrite;

@@ -1,6 +1,7 @@
 // Reading and verifying checkpoints: root attributes, sliced collective reads into any
 // strategy's boxes, whole-file scans (saturn ckpt inspect), and streaming the weights.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <stdexcept>
@@ -65,6 +66,38 @@ CheckpointMeta read_checkpoint(MPI_Comm comm, const fs::path& path, const StateV
       [](StatePart, const StateSlices&) {}, options);
 }
 
+namespace {
+
+// InputError when the checkpoint's model has other tensors than the job's: both models' shapes
+// and switches, and the first tensor that differs (its name and shapes, or its absence).
+void check_model(const fs::path& path, const ModelConfig& stored, const ModelConfig& job) {
+  const ParameterLayout want(job), have(stored);
+  const auto& w = want.tensors();
+  const auto& h = have.tensors();
+  std::size_t i = 0;
+  while (i < w.size() && i < h.size() && w[i].name == h[i].name && w[i].shape == h[i].shape) ++i;
+  if (i == w.size() && i == h.size()) return;
+  const auto shape = [](const ModelConfig& m) {
+    return fmt::format(
+        "{} model (n_layer {}, n_head {}, n_kv_head {}, head_dim {}, d_model {}, d_ff {}, vocab "
+        "{}{}{}{}{}{})",
+        arch_name(m.arch), m.n_layer, m.n_head, m.kv_heads(), m.head_dim(), m.d_model, m.ffn_dim(),
+        m.vocab_size, m.tied() ? ", tied head" : "", m.qkv_bias ? ", q/k/v biases" : "",
+        m.o_bias ? ", o bias" : "", m.mlp_bias ? ", MLP biases" : "",
+        m.post_norms ? ", post-norms" : "");
+  };
+  const auto tensor = [](const std::vector<ParamTensor>& ts, std::size_t k) {
+    return k < ts.size() ? fmt::format("{} {}", ts[k].name, fmt::join(ts[k].shape, "x"))
+                         : std::string("nothing");
+  };
+  throw InputError(fmt::format(
+      "checkpoint {} holds a {}, not this job's {}: its tensor {} is {} in the checkpoint, {} "
+      "for the job",
+      path.string(), shape(stored), shape(job), i, tensor(h, i), tensor(w, i)));
+}
+
+}  // namespace
+
 CheckpointMeta read_checkpoint(MPI_Comm comm, const fs::path& path, const SliceSource& source,
                                const SliceSink& sink, const ReadOptions& options) {
   h5::QuietErrors quiet;
@@ -81,22 +114,7 @@ CheckpointMeta read_checkpoint(MPI_Comm comm, const fs::path& path, const SliceS
     }
     agree(comm, path, st);
   }
-  if (options.expect_model) {
-    const ParameterLayout want(*options.expect_model), have(oc.meta.model);
-    bool same = want.tensors().size() == have.tensors().size();
-    for (std::size_t i = 0; same && i < want.tensors().size(); ++i)
-      same = want.tensors()[i].name == have.tensors()[i].name &&
-             want.tensors()[i].shape == have.tensors()[i].shape;
-    if (!same) {
-      const auto shape = [](const ModelConfig& m) {
-        return fmt::format("{} model (n_layer {}, n_head {}, n_kv_head {}, d_model {}, vocab {}{})",
-                           arch_name(m.arch), m.n_layer, m.n_head, m.kv_heads(), m.d_model,
-                           m.vocab_size, m.tied() ? ", tied head" : "");
-      };
-      throw InputError(fmt::format("checkpoint {} holds a {}, not this job's {}", path.string(),
-                                   shape(oc.meta.model), shape(*options.expect_model)));
-    }
-  }
+  if (options.expect_model) check_model(path, oc.meta.model, *options.expect_model);
   Status st;
   h5::Handle dxpl;
   attempt(st, "", [&] { dxpl = transfer_props(options.two_phase_io); });

@@ -201,6 +201,11 @@ void check_origin(const fs::path& origin, const ModelConfig& trained) {
   differs("o_bias", m.o_bias, trained.o_bias);
   differs("mlp_bias", m.mlp_bias, trained.mlp_bias);
   differs("sliding_window", m.sliding_window, trained.sliding_window);
+  differs("alternate_window", m.alternate_window, trained.alternate_window);
+  differs("post_norms", m.post_norms, trained.post_norms);
+  differs("query_pre_attn_scalar", m.query_pre_attn_scalar, trained.query_pre_attn_scalar);
+  differs("attn_softcap", m.attn_softcap, trained.attn_softcap);
+  differs("final_softcap", m.final_softcap, trained.final_softcap);
 }
 
 // The special-token ids of the origin's config.json in the exported one, its

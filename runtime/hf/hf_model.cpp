@@ -24,6 +24,7 @@ constexpr const char* kMistralArch = "MistralForCausalLM";
 constexpr const char* kQwen2Arch = "Qwen2ForCausalLM";
 constexpr const char* kPhi3Arch = "Phi3ForCausalLM";
 constexpr const char* kGemmaArch = "GemmaForCausalLM";
+constexpr const char* kGemma2Arch = "Gemma2ForCausalLM";
 constexpr std::uint64_t kMaxConfigBytes = 16u << 20;
 
 // A float32 as the shortest decimal that reads back as the same float (1e-5f -> 1e-05, not
@@ -125,10 +126,11 @@ constexpr Family kFamilies[] = {
     {kQwen2Arch, "qwen2", Arch::kLlama, {32768, 1e-6, 32, -1, false}},
     {kPhi3Arch, "phi3", Arch::kLlama, {4096, 1e-5, 0, 32000, false}},
     {kGemmaArch, "gemma", Arch::kLlama, {8192, 1e-6, 16, 0, true}},
+    {kGemma2Arch, "gemma2", Arch::kLlama, {8192, 1e-6, 16, 0, true}},
 };
 constexpr const char* kValidFamilies =
     "GPT2LMHeadModel, GPT2Model, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
-    "Phi3ForCausalLM or GemmaForCausalLM";
+    "Phi3ForCausalLM, GemmaForCausalLM or Gemma2ForCausalLM";
 // Rebuilt by the export for what it writes (a model's remote code is not copied with it).
 constexpr const char* kDroppedFields[] = {"auto_map"};
 
@@ -147,7 +149,7 @@ const Family& family_of(const ConfigReader& r) {
   for (const Family& f : kFamilies)
     if (type == f.model_type) return f;
   r.fail("model_type", fmt::format("'{}' with no `architectures` (valid: gpt2, llama, mistral, "
-                                   "qwen2, phi3 or gemma)",
+                                   "qwen2, phi3, gemma or gemma2)",
                                    type));
 }
 
@@ -226,10 +228,41 @@ void read_rope_scaling(const ConfigReader& r, ModelConfig& m) {
                                      "original_max_position_embeddings"));
 }
 
+// Gemma 2's own: the sliding window on even layers, the scores' scale, soft-capping of scores and
+// logits (Gemma2Config's defaults when absent; null turns a cap off), and the post-norms.
+void read_gemma2(const ConfigReader& r, ModelConfig& m) {
+  using namespace model_limits;
+  if (r.contains("sliding_window") && !r.has("sliding_window"))
+    r.fail("sliding_window",
+           "null, which transformers 4.44's Gemma 2 cannot compute (valid: the "
+           "window of its even layers, default 4096)");
+  m.sliding_window = r.integer_or("sliding_window", 4096, 1, kPositions);
+  m.alternate_window = true;
+  if (r.contains("query_pre_attn_scalar") && !r.has("query_pre_attn_scalar"))
+    r.fail("query_pre_attn_scalar",
+           "null (valid: a number > 0; the scores are scaled by its "
+           "inverse square root)");
+  const auto positive = [&](const char* key, double dflt) {
+    const double v = r.number_or(key, dflt);
+    if (!(v > 0 && v <= 1e6))
+      r.fail(key, fmt::format("{} is out of range (valid: 0 < x <= 1e6)", v));
+    return static_cast<float>(v);
+  };
+  m.query_pre_attn_scalar = positive("query_pre_attn_scalar", 224.0);
+  const auto softcap = [&](const char* key, double dflt) {
+    if (r.contains(key) && !r.has(key)) return 0.0f;  // null: no capping
+    return positive(key, dflt);
+  };
+  m.attn_softcap = softcap("attn_logit_softcapping", 50.0);
+  m.final_softcap = softcap("final_logit_softcapping", 30.0);
+  m.post_norms = true;
+}
+
 // What sets the families apart beyond the shape: biases, the sliding window, rotary scaling.
 void read_family_switches(const ConfigReader& r, const std::string& arch, ModelConfig& m) {
   using namespace model_limits;
-  if (arch == kLlamaArch || arch == kGemmaArch) {
+  if (arch == kGemma2Arch) read_gemma2(r, m);
+  if (arch == kLlamaArch || arch == kGemmaArch || arch == kGemma2Arch) {
     if (arch == kLlamaArch) read_rope_scaling(r, m);
     // attention_bias: q, k, v and o projections; mlp_bias (LLaMA's only): gate, up and down.
     m.qkv_bias = m.o_bias = r.boolean_or("attention_bias", false);
@@ -259,8 +292,8 @@ void read_family_switches(const ConfigReader& r, const std::string& arch, ModelC
 }
 
 // The LLaMA family (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Phi3ForCausalLM,
-// GemmaForCausalLM): one engine architecture (RMSNorm, gated MLP, rotary, grouped-query
-// attention) with each family's switches.
+// GemmaForCausalLM, Gemma2ForCausalLM): one engine architecture (RMSNorm, gated MLP, rotary,
+// grouped-query attention) with each family's switches.
 void read_llama_family(const ConfigReader& r, const Family& family, HfModel& out) {
   using namespace model_limits;
   ModelConfig& m = out.model;
@@ -295,8 +328,10 @@ void read_llama_family(const ConfigReader& r, const Family& family, HfModel& out
            fmt::format("{} does not divide num_attention_heads {} (valid: a divisor of it; each "
                        "key/value head serves an equal group of query heads)",
                        m.n_kv_head, m.n_head));
-  if (arch == kGemmaArch) {
-    // A head width of its own (GemmaConfig's default 256), not hidden_size / heads.
+  const bool gemma = arch == kGemmaArch || arch == kGemma2Arch;
+  if (gemma) {
+    // A head width of its own (GemmaConfig's and Gemma2Config's default 256), not hidden_size /
+    // heads.
     m.head_size = r.integer_or("head_dim", 256, 1, kDModel);
   } else if (arch == kMistralArch && r.has("head_dim")) {
     // MistralAttention reads head_dim (Mistral NeMo: 128 with 5120 / 32); kept only when it is
@@ -310,7 +345,7 @@ void read_llama_family(const ConfigReader& r, const Family& family, HfModel& out
                                      "engine computes for {} (valid: {})",
                                      hd, arch, m.d_model / m.n_head));
   }
-  if (arch == kGemmaArch) {
+  if (gemma) {
     // GeGLU with tanh GELU: transformers 4.44 reads hidden_activation (null: the tanh GELU) and
     // ignores hidden_act. RMSNorm weights apply as (1 + w); embeddings are scaled by sqrt(d).
     const std::string act = r.string_or("hidden_activation", "gelu_pytorch_tanh");
@@ -359,7 +394,9 @@ bool engine_field(const std::string& key) {
       "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
       "num_key_value_heads", "head_dim", "hidden_act", "max_position_embeddings", "rms_norm_eps",
       "rope_theta", "rope_scaling", "attention_bias", "mlp_bias", "sliding_window",
-      "use_sliding_window", "hidden_activation"};
+      "use_sliding_window", "hidden_activation",
+      // Gemma 2
+      "query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping"};
   return kEngine.count(key) != 0;
 }
 
@@ -437,25 +474,39 @@ std::string export_architecture(const ModelConfig& m) {
   std::string a = m.hf_architecture;
   const bool gemma_switches =
       m.mlp_activation != GatedActivation::kSilu || m.norm_unit_offset || m.scale_embeddings;
+  const bool gemma2_switches = m.post_norms || m.alternate_window || m.attn_softcap > 0 ||
+                               m.final_softcap > 0 || m.query_pre_attn_scalar > 0;
   if (a.empty())
-    a = gemma_switches                           ? kGemmaArch
+    a = gemma2_switches                          ? kGemma2Arch
+        : gemma_switches                         ? kGemmaArch
         : m.sliding_window > 0                   ? kMistralArch
         : m.qkv_bias && !m.o_bias && !m.mlp_bias ? kQwen2Arch
                                                  : kLlamaArch;
   const auto cannot = [&](const char* what) {
     throw InputError(fmt::format("the model cannot be exported as {}: {}", a, what));
   };
-  if (a == kGemmaArch) {
+  if (a == kGemmaArch || a == kGemma2Arch) {
     if (m.mlp_activation != GatedActivation::kGeluTanh || !m.norm_unit_offset ||
         !m.scale_embeddings)
       cannot("Gemma has GeGLU, RMSNorm weights applied as 1 + w and embeddings scaled by sqrt(d)");
-    if (m.sliding_window > 0 || m.mlp_bias || m.qkv_bias != m.o_bias ||
-        m.rope_scaling != RopeScalingKind::kNone)
+    if (m.mlp_bias || m.qkv_bias != m.o_bias || m.rope_scaling != RopeScalingKind::kNone)
       cannot(
-          "Gemma has no sliding window, MLP biases or rope_scaling, and attention_bias covers "
-          "q, k, v and o together");
+          "Gemma has no MLP biases or rope_scaling, and attention_bias covers q, k, v and o "
+          "together");
+    if (a == kGemmaArch && (gemma2_switches || m.sliding_window > 0))
+      cannot(
+          "Gemma has no sliding window, soft-capping, query_pre_attn_scalar or post-norms "
+          "(Gemma2ForCausalLM has)");
+    if (a == kGemma2Arch && (!m.post_norms || !m.alternate_window))
+      cannot(
+          "Gemma 2 has norms after attention and the MLP (post_norms) and a sliding window on "
+          "its even layers (alternate_window)");
     return a;
   }
+  if (gemma2_switches)
+    cannot(
+        "soft-capping, query_pre_attn_scalar, post-norms and alternating windows are Gemma 2's "
+        "(Gemma2ForCausalLM)");
   if (gemma_switches)
     cannot("GeGLU, the norm offset and the embedding scale are Gemma's (GemmaForCausalLM)");
   if (m.head_size != 0 && a != kMistralArch)
@@ -481,9 +532,17 @@ std::string export_architecture(const ModelConfig& m) {
   } else {
     cannot(
         "not a class Saturn exports (valid: LlamaForCausalLM, MistralForCausalLM, "
-        "Qwen2ForCausalLM, Phi3ForCausalLM, GemmaForCausalLM)");
+        "Qwen2ForCausalLM, Phi3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM)");
   }
   return a;
+}
+
+// A float32 field: an integer when it is one (Gemma 2's query_pre_attn_scalar 224), else the
+// shortest decimal.
+ordered_json number_json(float f) {
+  const double d = shortest(f);
+  if (d == std::floor(d) && std::abs(d) < 1e9) return ordered_json(static_cast<std::int64_t>(d));
+  return ordered_json(d);
 }
 
 ordered_json rope_scaling_json(const ModelConfig& m) {
@@ -522,19 +581,21 @@ ordered_json config_json(const ModelConfig& m) {
   } else {
     const std::string a = export_architecture(m);
     j["architectures"] = {a};
-    j["model_type"] = a == kMistralArch ? "mistral"
-                      : a == kQwen2Arch ? "qwen2"
-                      : a == kPhi3Arch  ? "phi3"
-                      : a == kGemmaArch ? "gemma"
-                                        : "llama";
+    j["model_type"] = a == kMistralArch  ? "mistral"
+                      : a == kQwen2Arch  ? "qwen2"
+                      : a == kPhi3Arch   ? "phi3"
+                      : a == kGemmaArch  ? "gemma"
+                      : a == kGemma2Arch ? "gemma2"
+                                         : "llama";
     j["vocab_size"] = m.vocab_size;
     j["hidden_size"] = m.d_model;
     j["intermediate_size"] = m.ffn_dim();
     j["num_hidden_layers"] = m.n_layer;
     j["num_attention_heads"] = m.n_head;
     j["num_key_value_heads"] = m.kv_heads();
-    if (a == kLlamaArch || a == kMistralArch || a == kGemmaArch) j["head_dim"] = m.head_dim();
-    if (a == kGemmaArch) {
+    const bool gemma = a == kGemmaArch || a == kGemma2Arch;
+    if (a == kLlamaArch || a == kMistralArch || gemma) j["head_dim"] = m.head_dim();
+    if (gemma) {
       j["hidden_act"] = "gelu_pytorch_tanh";
       j["hidden_activation"] = "gelu_pytorch_tanh";
     } else {
@@ -547,8 +608,18 @@ ordered_json config_json(const ModelConfig& m) {
       j["rope_scaling"] = rope_scaling_json(m);
       j["attention_bias"] = m.qkv_bias;
       j["mlp_bias"] = m.mlp_bias;
-    } else if (a == kGemmaArch) {
+    } else if (gemma) {
       j["attention_bias"] = m.qkv_bias;
+      if (a == kGemma2Arch) {
+        j["sliding_window"] = m.sliding_window;
+        j["query_pre_attn_scalar"] = m.query_pre_attn_scalar > 0
+                                         ? number_json(m.query_pre_attn_scalar)
+                                         : ordered_json(m.head_dim());
+        j["attn_logit_softcapping"] =
+            m.attn_softcap > 0 ? number_json(m.attn_softcap) : ordered_json(nullptr);
+        j["final_logit_softcapping"] =
+            m.final_softcap > 0 ? number_json(m.final_softcap) : ordered_json(nullptr);
+      }
     } else if (a == kMistralArch || a == kPhi3Arch) {
       if (a == kPhi3Arch) j["rope_scaling"] = nullptr;
       if (m.sliding_window > 0)

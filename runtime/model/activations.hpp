@@ -32,6 +32,10 @@ struct TransformerActivations {
     Buffer<Act> fc;   // gpt2: [N, F/tp] pre-GELU; llama: gate [N, F/tp]
     Buffer<Act> up;   // llama: up [N, F/tp]
     Buffer<Act> act;  // [N, F/tp] GELU(fc) or silu(gate)*up
+    // post_norms (Gemma 2): the attention and MLP outputs [N, C] before their norms, and the
+    // norms' statistics
+    Buffer<Act> attn_out, mlp_out;
+    Buffer<float> attn_out_rstd, mlp_out_rstd;
   };
   // One micro-batch in flight.
   struct Slot {
@@ -50,6 +54,8 @@ struct TransformerActivations {
   Buffer<Act> recompute_out;  // recomputation writes the block output here, not the stream
   // backward scratch, shared by blocks and slots
   Buffer<Act> dres, dln, datty, dqkv, dqkv_pre, dfc, dup, dact;
+  Buffer<Act> dpost;  // post_norms: the gradient of a branch's output before its norm
+
   Buffer<Saved> datt;  // attention's backward scratch (B::attention_scratch)
 };
 
@@ -87,6 +93,12 @@ void build_activations(TransformerActivations<B>& a, const ModelConfig& c, const
     alloc(L.fc, N * F, tag);
     if (!gpt2) alloc(L.up, N * F, tag);
     alloc(L.act, N * F, tag);
+    if (c.post_norms) {
+      alloc(L.attn_out, N * C, tag);
+      alloc(L.attn_out_rstd, N, tag);
+      alloc(L.mlp_out, N * C, tag);
+      alloc(L.mlp_out_rstd, N, tag);
+    }
   };
   a.slots.resize(static_cast<std::size_t>(slots));
   for (auto& s : a.slots) {
@@ -123,6 +135,7 @@ void build_activations(TransformerActivations<B>& a, const ModelConfig& c, const
     if (!gpt2) alloc(a.dup, N * F, stag);
     if (!gpt2) alloc(a.dqkv_pre, N * W, stag);
     alloc(a.dact, N * F, stag);
+    if (c.post_norms) alloc(a.dpost, N * C, stag);
   }
 }
 

@@ -53,6 +53,17 @@ RotaryParams ModelConfig::rotary() const {
   return r;
 }
 
+AttentionParams ModelConfig::attention(int layer) const {
+  AttentionParams a;
+  a.window = window(layer);
+  // transformers multiplies the float32 scores by the Python float query_pre_attn_scalar**-0.5.
+  a.scale = query_pre_attn_scalar > 0
+                ? static_cast<float>(std::pow(static_cast<double>(query_pre_attn_scalar), -0.5))
+                : attention_scale(head_dim());
+  a.softcap = attn_softcap;
+  return a;
+}
+
 int ModelConfig::ffn_dim() const {
   if (d_ff > 0) return d_ff;
   if (arch == Arch::kGpt2) return 4 * d_model;
@@ -115,6 +126,20 @@ void ModelConfig::validate() const {
     bad("gpt2 has its own biases, full causal attention, learned positions, LayerNorm and GELU: "
         "qkv_bias, o_bias, mlp_bias, sliding_window, rope_scaling, head_dim, GeGLU, the norm "
         "offset and the embedding scale are llama's");
+  if (arch == Arch::kGpt2 && (alternate_window || query_pre_attn_scalar != 0 || attn_softcap != 0 ||
+                              final_softcap != 0 || post_norms))
+    bad("gpt2 has none of Gemma 2's alternating window, query_pre_attn_scalar, soft-capping or "
+        "post-norms (they are llama's)");
+  if (alternate_window && sliding_window == 0)
+    bad("alternate_window (the sliding window on even layers only) needs a sliding_window > 0");
+  const auto nonnegative = [&](const char* field, float v) {
+    if (!(v >= 0.0f && v <= 1e6f))
+      bad(fmt::format("{} {} is out of range (valid: 0 for none, or a number up to 1e6)", field,
+                      v));
+  };
+  nonnegative("query_pre_attn_scalar", query_pre_attn_scalar);
+  nonnegative("attn_softcap (attn_logit_softcapping)", attn_softcap);
+  nonnegative("final_softcap (final_logit_softcapping)", final_softcap);
   if (padding_idx < -1 || padding_idx >= vocab_size)
     bad(fmt::format(
         "padding_idx {} is not a token of the vocabulary (valid: 0..{}, or -1 for none)",
@@ -175,7 +200,8 @@ std::int64_t ModelConfig::num_parameters() const {
   const std::int64_t KV = kv_dim(), Q = q_dim();
   const std::int64_t biases =
       (qkv_bias ? Q + 2 * KV : 0) + (o_bias ? C : 0) + (mlp_bias ? 2 * F + C : 0);
-  const std::int64_t per_layer = C + 2 * C * Q + 2 * C * KV + C + 3 * C * F + biases;
+  const std::int64_t per_layer =
+      C + 2 * C * Q + 2 * C * KV + C + 3 * C * F + biases + (post_norms ? 2 * C : 0);
   return V * C + L * per_layer + C + (tied() ? 0 : V * C);
 }
 

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 
+#include "runtime/backend/attention_params.hpp"
 #include "runtime/backend/rotary.hpp"
 
 namespace saturn {
@@ -64,6 +65,16 @@ struct ModelConfig {
   bool norm_unit_offset = false;
   bool scale_embeddings = false;
   int head_size = 0;  // a head's width; 0: d_model / n_head
+  // Gemma 2: the sliding window on even layers only (odd layers see every earlier key); the
+  // attention scores scaled by query_pre_attn_scalar^-0.5 (0: by 1/sqrt(head_dim)) and
+  // soft-capped (attn_softcap * tanh(s / attn_softcap); 0: none); the logits likewise
+  // (final_softcap); and norms after attention and after the MLP (post_norms: RMSNorm of each
+  // branch's output before it joins the residual).
+  bool alternate_window = false;
+  float query_pre_attn_scalar = 0.0f;
+  float attn_softcap = 0.0f;
+  float final_softcap = 0.0f;
+  bool post_norms = false;
   // Rotary scaling (Llama 3.1/3.2's llama3, linear); kNone: plain rotary with rope_theta.
   RopeScalingKind rope_scaling = RopeScalingKind::kNone;
   float rope_factor = 1.0f;
@@ -87,6 +98,10 @@ struct ModelConfig {
   bool tied() const { return arch == Arch::kGpt2 || tie_embeddings; }
   int ffn_dim() const;          // d_ff resolved
   RotaryParams rotary() const;  // rope_theta and the scaling, as the rotary ops take them
+  // Layer `layer`'s attention: its window (alternate_window: even layers only), score scale and
+  // softcap, as the attention ops take them.
+  AttentionParams attention(int layer) const;
+  int window(int layer) const { return alternate_window && layer % 2 != 0 ? 0 : sliding_window; }
   // Throws InputError naming the field when the shape is impossible or beyond model_limits
   // (what is valid, too).
   void validate() const;

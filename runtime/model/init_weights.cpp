@@ -26,7 +26,9 @@ void generate_canonical_weights(
     if (is_bias) {
       std::fill(w.begin(), w.end(), 0.0f);
     } else if (is_norm) {
-      std::fill(w.begin(), w.end(), 1.0f);
+      // A norm starts as the identity scale: w = 1, or w = 0 where it is applied as (1 + w)
+      // (Gemma's, which transformers initialises to zeros).
+      std::fill(w.begin(), w.end(), config.norm_unit_offset ? 0.0f : 1.0f);
     } else {
       const bool residual_proj = t.name.find("c_proj.weight") != std::string::npos ||
                                  t.name.find("o_proj") != std::string::npos ||

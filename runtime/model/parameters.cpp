@@ -15,7 +15,8 @@ ParameterLayout::ParameterLayout(const ModelConfig& c, int tp_size, std::size_t 
       arch_(c.arch),
       qkv_bias_(c.qkv_bias),
       o_bias_(c.o_bias),
-      mlp_bias_(c.mlp_bias) {
+      mlp_bias_(c.mlp_bias),
+      post_norms_(c.post_norms) {
   if (tp_size < 1) throw InputError(fmt::format("tensor-parallel degree {} must be >= 1", tp_size));
   if (c.n_head % tp_size != 0)
     throw InputError(fmt::format(
@@ -83,13 +84,17 @@ ParameterLayout::ParameterLayout(const ModelConfig& c, int tp_size, std::size_t 
       add(p + "self_attn.o_proj.weight", {C, Cl}, true, l, 1);
       // Row-parallel outputs' biases are replicated and added once, after the reduction.
       if (c.o_bias) add(p + "self_attn.o_proj.bias", {C}, false, l);
+      // LLaMA's MLP input norm; Gemma 2's norm of the attention output, whose MLP input norm is
+      // pre_feedforward_layernorm.
       add(p + "post_attention_layernorm.weight", {C}, false, l);
+      if (c.post_norms) add(p + "pre_feedforward_layernorm.weight", {C}, false, l);
       add(p + "mlp.gate_proj.weight", {Fl, C}, true, l, 0);
       if (c.mlp_bias) add(p + "mlp.gate_proj.bias", {Fl}, false, l, 0);
       add(p + "mlp.up_proj.weight", {Fl, C}, true, l, 0);
       if (c.mlp_bias) add(p + "mlp.up_proj.bias", {Fl}, false, l, 0);
       add(p + "mlp.down_proj.weight", {C, Fl}, true, l, 1);
       if (c.mlp_bias) add(p + "mlp.down_proj.bias", {C}, false, l);
+      if (c.post_norms) add(p + "post_feedforward_layernorm.weight", {C}, false, l);
     }
     close_group();
     add("model.norm.weight", {C}, false, static_cast<int>(L));
@@ -220,6 +225,7 @@ BlockTensors ParameterLayout::block(int l) const {
     if (qkv_bias_) next += 2;
     b.projw = take();
     b.projb = maybe(o_bias_);
+    b.post_attnw = maybe(post_norms_);
     b.ln2w = take();
     b.gatew = take();
     b.gateb = maybe(mlp_bias_);
@@ -227,6 +233,7 @@ BlockTensors ParameterLayout::block(int l) const {
     b.upb = maybe(mlp_bias_);
     b.downw = take();
     b.downb = maybe(mlp_bias_);
+    b.post_mlpw = maybe(post_norms_);
   }
   return b;
 }

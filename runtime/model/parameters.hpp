@@ -44,6 +44,8 @@ struct BlockTensors {
       *fcprojb;
   // llama (qkvb, projb and the MLP biases only when the model has them)
   const ParamTensor *gatew, *gateb, *upw, *upb, *downw, *downb;
+  // Gemma 2's norms of the attention and MLP outputs (post_norms only)
+  const ParamTensor *post_attnw, *post_mlpw;
 };
 
 // The tensors outside the blocks, by role (the ones an architecture lacks are null).
@@ -92,7 +94,7 @@ class ParameterLayout {
   int tp_size_ = 1;
   std::size_t align_ = 1;
   Arch arch_;
-  bool qkv_bias_ = false, o_bias_ = false, mlp_bias_ = false;
+  bool qkv_bias_ = false, o_bias_ = false, mlp_bias_ = false, post_norms_ = false;
 };
 
 // A block of a local tensor and the box of the canonical tensor it holds. The local tensor is

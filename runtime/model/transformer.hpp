@@ -187,10 +187,13 @@ class Transformer final : public Model {
                          config_.norm_eps, config_.norm_offset());
     }
     B::linear_forward(*ctx_, s.logits.data(), s.lnf.data(), p(*o.head), nullptr, N, C, V, false);
+    const float softcap = config_.final_softcap;
+    if (softcap > 0.0f)
+      B::softcap_forward(*ctx_, s.logits.data(), static_cast<std::size_t>(N) * V, softcap);
     if (targets == nullptr) return;
     B::copy(*ctx_, s.targets.data(), targets, static_cast<std::size_t>(N));
     B::crossentropy_forward(*ctx_, s.losses.data(), s.lse.data(), s.logits.data(), s.targets.data(),
-                            N, V);
+                            N, V, softcap);
     B::loss_mean(*ctx_, s.loss.data(), s.losses.data(), s.targets.data(), N);
   }
 
@@ -202,8 +205,9 @@ class Transformer final : public Model {
     const std::size_t NC = static_cast<std::size_t>(N) * C;
     const OuterTensors o = layout_.outer();
     // The logits become their own gradient in place: a second [N, V] buffer would dominate
-    // memory for large vocabularies.
-    B::crossentropy_backward(*ctx_, s.logits.data(), s.lse.data(), s.targets.data(), dloss, N, V);
+    // memory for large vocabularies. With a final softcap, the raw logits' gradient.
+    B::crossentropy_backward(*ctx_, s.logits.data(), s.lse.data(), s.targets.data(), dloss, N, V,
+                             config_.final_softcap);
     const Act* dlogits = s.logits.data();
     B::zero(*ctx_, a.dres.data(), NC);
     const Act* x = resid(config_.n_layer);
@@ -265,7 +269,7 @@ class Transformer final : public Model {
       B::zero(c, a.dqkv.data(), NW);
       B::attention_backward(c, dq, dq + Cl, dq + Cl + KVl, a.datt.data(), a.datty.data(),
                             L.atty.data(), L.att.data(), q, q + Cl, q + Cl + KVl, W, B_n_, T_n_, H,
-                            Hkv, hd, 0);
+                            Hkv, hd, causal_attention(hd));
       B::linear_backward(c, a.dln.data(), g(*w.qkvw), g(*w.qkvb), dq, L.ln1.data(), p(*w.qkvw), N,
                          C, W, true, /*overwrite_dinp=*/true);
       // The key bias shifts every score of a query row by the same amount, which softmax
@@ -277,7 +281,18 @@ class Transformer final : public Model {
       B::layernorm_backward(c, dres, g(*w.ln1w), g(*w.ln1b), a.dln.data(), x, p(*w.ln1w),
                             L.ln1_mean.data(), L.ln1_rstd.data(), N, C);
     } else {
-      B::linear_backward(c, a.dact.data(), g(*w.downw), gb(w.downb), dres, L.act.data(),
+      // Gemma 2's post-norms: a branch's output gradient goes through its norm first.
+      const bool post = config_.post_norms;
+      auto through_post_norm = [&](const ParamTensor* nw, const Act* branch_out,
+                                   const float* rstd) -> const Act* {
+        if (!post) return dres;
+        B::zero(c, a.dpost.data(), NC);
+        B::rmsnorm_backward(c, a.dpost.data(), g(*nw), dres, branch_out, p(*nw), rstd, N, C,
+                            offset);
+        return a.dpost.data();
+      };
+      const Act* dmlp = through_post_norm(w.post_mlpw, L.mlp_out.data(), L.mlp_out_rstd.data());
+      B::linear_backward(c, a.dact.data(), g(*w.downw), gb(w.downb), dmlp, L.act.data(),
                          p(*w.downw), N, F, C, false, /*overwrite_dinp=*/true);
       B::zero(c, a.dfc.data(), NF);  // swiglu_backward accumulates
       B::zero(c, a.dup.data(), NF);
@@ -289,13 +304,14 @@ class Transformer final : public Model {
       column_parallel_done(a.dln.data());
       B::rmsnorm_backward(c, dres, g(*w.ln2w), a.dln.data(), L.res2.data(), p(*w.ln2w),
                           L.ln2_rstd.data(), N, C, offset);
-      B::linear_backward(c, a.datty.data(), g(*w.projw), gb(w.projb), dres, L.atty.data(),
+      const Act* dattn = through_post_norm(w.post_attnw, L.attn_out.data(), L.attn_out_rstd.data());
+      B::linear_backward(c, a.datty.data(), g(*w.projw), gb(w.projb), dattn, L.atty.data(),
                          p(*w.projw), N, Cl, C, false, /*overwrite_dinp=*/true);
       B::zero(c, a.dqkv.data(), NW);
       // Grouped-query attention: a key/value head's gradient sums over its group's query heads.
       B::attention_backward(c, dq, dq + Cl, dq + Cl + KVl, a.datt.data(), a.datty.data(),
                             L.atty.data(), L.att.data(), q, q + Cl, q + Cl + KVl, W, B_n_, T_n_, H,
-                            Hkv, hd, config_.sliding_window);
+                            Hkv, hd, config_.attention(l));
       // Rotary is linear: gradients w.r.t. the pre-rotary q and k need only the incoming
       // gradient. v has no rotary, so its part of each row is copied.
       B::zero(c, a.dqkv_pre.data(), NW);
@@ -413,7 +429,7 @@ class Transformer final : public Model {
                            p(*w.ln1b), N, C, eps);
       B::linear_forward(c, q, L.ln1.data(), p(*w.qkvw), p(*w.qkvb), N, C, W, true);
       B::attention_forward(c, L.atty.data(), L.att.data(), q, q + Cl, q + Cl + KVl, W, B_n_, T_n_,
-                           H, Hkv, hd, 0);
+                           H, Hkv, hd, causal_attention(hd));
       // res2 = x + proj(atty): the projection lands in res2, then x is added.
       B::linear_forward(c, L.res2.data(), L.atty.data(), p(*w.projw),
                         tp == 1 ? p(*w.projb) : nullptr, N, Cl, C, true);
@@ -435,18 +451,28 @@ class Transformer final : public Model {
       B::rotary_forward(c, q, q, B_n_, T_n_, H, hd, W, rot);
       B::rotary_forward(c, q + Cl, q + Cl, B_n_, T_n_, Hkv, hd, W, rot);
       B::attention_forward(c, L.atty.data(), L.att.data(), q, q + Cl, q + Cl + KVl, W, B_n_, T_n_,
-                           H, Hkv, hd, config_.sliding_window);
-      B::linear_forward(c, L.res2.data(), L.atty.data(), p(*w.projw),
-                        tp == 1 ? pb(w.projb) : nullptr, N, Cl, C, false);
-      row_parallel_done(L.res2.data(), pb(w.projb));
+                           H, Hkv, hd, config_.attention(l));
+      // Gemma 2's post-norms: a branch's output is kept and normed into where it was headed.
+      const bool post = config_.post_norms;
+      Act* attn_out = post ? L.attn_out.data() : L.res2.data();
+      B::linear_forward(c, attn_out, L.atty.data(), p(*w.projw), tp == 1 ? pb(w.projb) : nullptr, N,
+                        Cl, C, false);
+      row_parallel_done(attn_out, pb(w.projb));
+      if (post)
+        B::rmsnorm_forward(c, L.res2.data(), L.attn_out_rstd.data(), attn_out, p(*w.post_attnw), N,
+                           C, eps, offset);
       B::residual_rmsnorm_forward(c, L.res2.data(), L.ln2.data(), L.ln2_rstd.data(), L.res2.data(),
                                   x, p(*w.ln2w), N, C, eps, offset);
       B::linear_forward(c, L.fc.data(), L.ln2.data(), p(*w.gatew), pb(w.gateb), N, C, F, false);
       B::linear_forward(c, L.up.data(), L.ln2.data(), p(*w.upw), pb(w.upb), N, C, F, false);
       gated_forward(L.act.data(), L.fc.data(), L.up.data(), NF);
-      B::linear_forward(c, out, L.act.data(), p(*w.downw), tp == 1 ? pb(w.downb) : nullptr, N, F, C,
-                        false);
-      row_parallel_done(out, pb(w.downb));
+      Act* mlp_out = post ? L.mlp_out.data() : out;
+      B::linear_forward(c, mlp_out, L.act.data(), p(*w.downw), tp == 1 ? pb(w.downb) : nullptr, N,
+                        F, C, false);
+      row_parallel_done(mlp_out, pb(w.downb));
+      if (post)
+        B::rmsnorm_forward(c, out, L.mlp_out_rstd.data(), mlp_out, p(*w.post_mlpw), N, C, eps,
+                           offset);
     }
     B::residual_forward(c, out, out, L.res2.data(), NC);
   }

@@ -206,8 +206,12 @@ double block_flops_per_token(const ModelConfig& c, int seq_len) {
   // attention).
   const double matmul =
       c.arch == Arch::kGpt2 ? 4 * C * C + 2 * C * F : 2 * C * Q + 2 * C * KV + 3 * C * F;
-  // Keys per query: the sequence, or a sliding window shorter than it.
-  const double T = c.sliding_window > 0 ? std::min(seq_len, c.sliding_window) : seq_len;
+  // Keys per query: the sequence, or a sliding window shorter than it (Gemma 2: on its even
+  // layers only), averaged over the layers.
+  double T = 0;
+  for (int l = 0; l < c.n_layer; ++l)
+    T += c.window(l) > 0 ? std::min(seq_len, c.window(l)) : seq_len;
+  T /= std::max(c.n_layer, 1);
   // forward 2 FLOPs per multiply-add, backward twice the forward; attention scores and values
   // cost 2·T·Q multiply-adds per token (causal: about half, counted whole as PaLM does).
   return 3.0 * (2.0 * matmul + 4.0 * T * Q);

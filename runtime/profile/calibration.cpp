@@ -112,11 +112,18 @@ ComputeFeatures Calibration::features(const ModelConfig& m, int B, int T, int tp
   // "T": a window W < T leaves each query W keys but the first W rows (2W - W²/T in the same
   // units), plus the tile of 64 rows both backends compute whole (cpu/attention.cpp,
   // cuda/attention.cu).
-  const double W = m.sliding_window;
-  const double span = W > 0 && W < T ? std::min<double>(T, 2 * W - W * W / T + 64) : T;
-  f.attn_flops = L * 12.0 * N * span * m.q_dim() / t;
-  // Norms, residuals, biases, activations and the softmax rows of every block, then the loss.
-  f.elem_units = N * (L * (8 * C + 3 * F / t + H / t * T) + 3 * V + 2 * C);
+  // Layer by layer: Gemma 2 windows only its even layers.
+  double spans = 0;
+  for (int l = 0; l < m.n_layer; ++l) {
+    const double W = m.window(l);
+    spans += W > 0 && W < T ? std::min<double>(T, 2 * W - W * W / T + 64) : T;
+  }
+  f.attn_flops = 12.0 * N * spans * m.q_dim() / t;
+  // Norms, residuals, biases, activations and the softmax rows of every block (Gemma 2: two more
+  // norms, capped scores), then the loss (and capped logits).
+  const double per_block =
+      8 * C + 3 * F / t + H / t * T * (m.attn_softcap > 0 ? 2 : 1) + (m.post_norms ? 6 * C : 0);
+  f.elem_units = N * (L * per_block + (m.final_softcap > 0 ? 5 : 3) * V + 2 * C);
   return f;
 }
 

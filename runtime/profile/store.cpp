@@ -37,10 +37,15 @@ std::string signature_of(const ModelConfig& m, const TrainConfig& t) {
   const std::string gemma =
       fmt::format("{}{}", m.mlp_activation == GatedActivation::kGeluTanh ? " geglu" : "",
                   m.head_size > 0 ? fmt::format(" hd{}", m.head_size) : std::string());
-  return fmt::format("{} L{} H{} d{} ff{} V{} T{} B{} mb{} {}{}{}{}{}{}{}", arch_name(m.arch),
+  // Gemma 2's: the window on even layers only, post-norms and soft-capping (more work).
+  const std::string gemma2 =
+      fmt::format("{}{}{}{}", m.alternate_window && m.n_layer > 1 && !window.empty() ? " alt" : "",
+                  m.post_norms ? " postnorm" : "", m.attn_softcap > 0 ? " attncap" : "",
+                  m.final_softcap > 0 ? " logitcap" : "");
+  return fmt::format("{} L{} H{} d{} ff{} V{} T{} B{} mb{} {}{}{}{}{}{}{}{}", arch_name(m.arch),
                      m.n_layer, m.n_head, m.d_model, m.ffn_dim(), m.vocab_size, t.seq_len,
                      t.batch_size, t.micro_batch_size, t.optimizer.type,
-                     t.reproducible ? " repro" : "", kv, tied, bias, window, gemma);
+                     t.reproducible ? " repro" : "", kv, tied, bias, window, gemma, gemma2);
 }
 
 std::string ProfileKey::text() const {

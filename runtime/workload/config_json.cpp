@@ -85,6 +85,11 @@ void to_json(json& j, const ModelConfig& m) {
   if (m.norm_unit_offset) j["norm_unit_offset"] = true;
   if (m.scale_embeddings) j["scale_embeddings"] = true;
   if (m.head_size > 0) j["head_dim"] = m.head_size;
+  if (m.alternate_window) j["alternate_window"] = true;
+  if (m.query_pre_attn_scalar > 0) j["query_pre_attn_scalar"] = m.query_pre_attn_scalar;
+  if (m.attn_softcap > 0) j["attn_softcap"] = m.attn_softcap;
+  if (m.final_softcap > 0) j["final_softcap"] = m.final_softcap;
+  if (m.post_norms) j["post_norms"] = true;
   if (m.rope_scaling != RopeScalingKind::kNone) {
     j["rope_scaling"] = json_fields::object_of(m, kRopeScalingFields);
     j["rope_scaling"]["type"] = rope_scaling_name(m.rope_scaling);
@@ -117,6 +122,11 @@ void from_json(const json& j, ModelConfig& m) {
   read(j, "norm_unit_offset", m.norm_unit_offset, what);
   read(j, "scale_embeddings", m.scale_embeddings, what);
   read(j, "head_dim", m.head_size, what);
+  read(j, "alternate_window", m.alternate_window, what);
+  read(j, "query_pre_attn_scalar", m.query_pre_attn_scalar, what);
+  read(j, "attn_softcap", m.attn_softcap, what);
+  read(j, "final_softcap", m.final_softcap, what);
+  read(j, "post_norms", m.post_norms, what);
   std::string activation = "swiglu";
   read(j, "mlp_activation", activation, what);
   if (activation != "swiglu" && activation != "geglu")

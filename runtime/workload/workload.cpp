@@ -44,10 +44,17 @@ const Keys kDataKeys = {"train", "val"};
 const Keys kSubmissionKeys = {"data", "defaults", "models", "jobs"};
 const Keys kOptimizerKeys = {"type", "lr", "betas", "eps", "weight_decay", "grad_clip"};
 const Keys kScheduleKeys = {"warmup", "decay", "min_lr_ratio"};
-const Keys kModelKeys = {"arch",       "n_layer",        "n_head",       "n_kv_head",
-                         "d_model",    "d_ff",           "vocab_size",   "norm_eps",
-                         "rope_theta", "tie_embeddings", "qkv_bias",     "o_bias",
-                         "mlp_bias",   "sliding_window", "rope_scaling", "from"};
+const Keys kModelKeys = {"arch",         "n_layer",
+                         "n_head",       "n_kv_head",
+                         "d_model",      "d_ff",
+                         "vocab_size",   "norm_eps",
+                         "rope_theta",   "tie_embeddings",
+                         "qkv_bias",     "o_bias",
+                         "mlp_bias",     "sliding_window",
+                         "rope_scaling", "alternate_window",
+                         "post_norms",   "query_pre_attn_scalar",
+                         "attn_softcap", "final_softcap",
+                         "from"};
 const Keys kRopeScalingKeys = {"type", "factor", "low_freq_factor", "high_freq_factor",
                                "original_max_position_embeddings"};
 const Keys kSolverKeys = {"backend", "time_limit", "introspection"};
@@ -848,13 +855,15 @@ void Parser::parse_llama_variants(const MapView& m, ModelConfig& mc, bool from,
   const auto llama_only = [&](const Entry& x) {
     if (mc.arch != Arch::kLlama)
       fail(x.mark(), x.path,
-           fmt::format("{} is a llama key (gpt2 has its own biases, full causal attention and "
-                       "learned positions; leave it out)",
+           fmt::format("{} is a llama key (gpt2 has its own biases, full causal attention, "
+                       "learned positions and none of the llama family's switches; leave it out)",
                        x.key));
   };
   for (const auto& [key, member] :
        {std::pair{"qkv_bias", &ModelConfig::qkv_bias}, std::pair{"o_bias", &ModelConfig::o_bias},
-        std::pair{"mlp_bias", &ModelConfig::mlp_bias}}) {
+        std::pair{"mlp_bias", &ModelConfig::mlp_bias},
+        std::pair{"alternate_window", &ModelConfig::alternate_window},
+        std::pair{"post_norms", &ModelConfig::post_norms}}) {
     const Entry* x = m.find(key);
     if (x == nullptr) continue;
     llama_only(*x);
@@ -876,6 +885,22 @@ void Parser::parse_llama_variants(const MapView& m, ModelConfig& mc, bool from,
       agree(*x, std::to_string(n), std::to_string(mc.sliding_window));
     else
       mc.sliding_window = static_cast<int>(n);
+  }
+  // Gemma 2's scale and caps: 0 for none (the scale: 1/sqrt(head_dim)).
+  for (const auto& [key, member] :
+       {std::pair{"query_pre_attn_scalar", &ModelConfig::query_pre_attn_scalar},
+        std::pair{"attn_softcap", &ModelConfig::attn_softcap},
+        std::pair{"final_softcap", &ModelConfig::final_softcap}}) {
+    const Entry* x = m.find(key);
+    if (x == nullptr) continue;
+    llama_only(*x);
+    const double d = number(*x);
+    if (!(d >= 0) || d > 1e6)
+      fail(x->mark(), x->path, fmt::format("{} is out of range (valid: 0 for none, up to 1e6)", d));
+    if (from)
+      agree(*x, fmt::format("{}", static_cast<float>(d)), fmt::format("{}", mc.*member));
+    else
+      mc.*member = static_cast<float>(d);
   }
   const Entry* rs = m.find("rope_scaling");
   if (rs == nullptr) return;
@@ -1249,7 +1274,21 @@ Workload Parser::parse(const std::string& text) {
     }
   }
 
-  if (const Entry* e = top.find("export")) w.export_format = choice(*e, kExportFormats);
+  if (const Entry* e = top.find("export")) {
+    w.export_format = choice(*e, kExportFormats);
+    // Known now, not after a week of training: every model must be one a Hugging Face class
+    // expresses (a workload may combine switches none does).
+    for (const auto& [name, model] : models_) {
+      try {
+        (void)hf::config_json(model.first);
+      } catch (const InputError& err) {
+        fail(model.second, "models." + name,
+             fmt::format("`export: hf` cannot write this model: {} (change its keys, or leave "
+                         "`export` out and keep the HDF5 checkpoints)",
+                         err.what()));
+      }
+    }
+  }
   if (const Entry* e = top.find("selection")) parse_selection(*e, w);
 
   if (const Entry* e = top.find("cluster")) {

@@ -176,14 +176,15 @@ DVec rotary_ref(const DVec& x, int B, int T, int H, int hd, int stride, double t
 
 // Causal attention over a buffer holding q, k, v at offsets qo, ko, vo of rows of `stride`.
 // Grouped-query attention when 0 < Hkv < H: query head h reads kv head h / (H / Hkv). window > 0:
-// query t sees keys t - window < j <= t.
+// query t sees keys t - window < j <= t. Scores scale * q·k (scale 0: 1/sqrt(hd)), soft-capped
+// as softcap * tanh(s / softcap) when softcap > 0.
 DVec attention_ref(const DVec& buf, std::size_t qo, std::size_t ko, std::size_t vo, int stride,
-                   int B, int T, int H, int hd, DVec* probs = nullptr, int Hkv = 0,
-                   int window = 0) {
+                   int B, int T, int H, int hd, DVec* probs = nullptr, int Hkv = 0, int window = 0,
+                   double scale = 0.0, double softcap = 0.0) {
   const int C = H * hd, group = Hkv > 0 ? H / Hkv : 1;
   DVec out(static_cast<std::size_t>(B) * T * C, 0.0);
   if (probs) probs->assign(static_cast<std::size_t>(B) * H * T * T, 0.0);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  if (scale == 0.0) scale = 1.0 / std::sqrt(static_cast<double>(hd));
   DVec s(static_cast<std::size_t>(T));
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < H; ++h)
@@ -197,6 +198,7 @@ DVec attention_ref(const DVec& buf, std::size_t qo, std::size_t ko, std::size_t 
           double d = 0;
           for (int i = 0; i < hd; ++i) d += buf[qr + i] * buf[kr + i];
           s[j] = d * scale;
+          if (softcap > 0.0) s[j] = softcap * std::tanh(s[j] / softcap);
           mx = std::max(mx, s[j]);
         }
         double z = 0;
@@ -487,10 +489,13 @@ TEST(CpuOps, RotaryForwardBackwardInPlace) {
 
 // Packed qkv [B, T, C + 2·KV] as the models use it: q = qkv, k = qkv + C, v = qkv + C + KV,
 // KV = Hkv·hd (Hkv = H: plain multi-head attention, stride 3C; Hkv < H: grouped-query).
-void check_attention(int B, int T, int H, int hd, std::uint64_t seed, int Hkv = 0, int window = 0) {
+void check_attention(int B, int T, int H, int hd, std::uint64_t seed, int Hkv = 0, int window = 0,
+                     float scale = 0.0f, float softcap = 0.0f) {
   if (Hkv == 0) Hkv = H;
   SCOPED_TRACE("B=" + std::to_string(B) + " T=" + std::to_string(T) + " H=" + std::to_string(H) +
-               " Hkv=" + std::to_string(Hkv) + " window=" + std::to_string(window));
+               " Hkv=" + std::to_string(Hkv) + " window=" + std::to_string(window) +
+               " scale=" + std::to_string(scale) + " softcap=" + std::to_string(softcap));
+  const AttentionParams params{window, scale > 0.0f ? scale : attention_scale(hd), softcap};
   const int C = H * hd, KV = Hkv * hd, stride = C + 2 * KV;
   Random rng(seed);
   const Vec qkv = rng.vec(static_cast<std::size_t>(B) * T * stride, -1.5, 1.5);
@@ -501,10 +506,10 @@ void check_attention(int B, int T, int H, int hd, std::uint64_t seed, int Hkv = 
   const float* v = q + C + KV;
 
   Vec out(static_cast<std::size_t>(B) * T * C), att(TT, 7.0f);  // att: garbage in
-  attention_forward(out.data(), att.data(), q, k, v, stride, B, T, H, Hkv, hd, window);
+  attention_forward(out.data(), att.data(), q, k, v, stride, B, T, H, Hkv, hd, params);
   DVec probs;
-  const DVec want =
-      attention_ref(to_double(qkv), 0, C, C + KV, stride, B, T, H, hd, &probs, Hkv, window);
+  const DVec want = attention_ref(to_double(qkv), 0, C, C + KV, stride, B, T, H, hd, &probs, Hkv,
+                                  window, params.scale, softcap);
   EXPECT_LT(rel_err(out, want), kFwdTol);
   EXPECT_LT(rel_err(att, probs), kFwdTol);
   for (int bh = 0; bh < B * H; ++bh)
@@ -520,21 +525,23 @@ void check_attention(int B, int T, int H, int hd, std::uint64_t seed, int Hkv = 
   Vec dqkv(qkv.size(), 0.0f), scratch(TT, 5.0f);
   const Vec dout(R.begin(), R.end());
   attention_backward(dqkv.data(), dqkv.data() + C, dqkv.data() + C + KV, scratch.data(),
-                     dout.data(), q, k, v, att.data(), stride, B, T, H, Hkv, hd, window);
+                     dout.data(), q, k, v, att.data(), stride, B, T, H, Hkv, hd, params);
   const DVec g = numeric_grad(qkv, [&](const DVec& x) {
-    return dot(attention_ref(x, 0, C, C + KV, stride, B, T, H, hd, nullptr, Hkv, window), R);
+    return dot(attention_ref(x, 0, C, C + KV, stride, B, T, H, hd, nullptr, Hkv, window,
+                             params.scale, softcap),
+               R);
   });
   EXPECT_LT(rel_err(dqkv, g), kGradTol);
 
   const Vec d1 = dqkv;
   attention_backward(dqkv.data(), dqkv.data() + C, dqkv.data() + C + KV, scratch.data(),
-                     dout.data(), q, k, v, att.data(), stride, B, T, H, Hkv, hd, window);
+                     dout.data(), q, k, v, att.data(), stride, B, T, H, Hkv, hd, params);
   expect_doubled(d1, dqkv);
 
   // Only dv requested: dq and dk slots stay zero, dv equals the full call's.
   Vec dv_only(qkv.size(), 0.0f);
   attention_backward(nullptr, nullptr, dv_only.data() + C + KV, scratch.data(), dout.data(), q, k,
-                     v, att.data(), stride, B, T, H, Hkv, hd, window);
+                     v, att.data(), stride, B, T, H, Hkv, hd, params);
   for (std::size_t n = 0; n < static_cast<std::size_t>(B) * T; ++n)
     for (int c = 0; c < stride; ++c) {
       const float expect = c < C + KV ? 0.0f : d1[n * stride + c];
@@ -558,13 +565,24 @@ TEST(CpuOps, GroupedQueryAttentionGradients) {
   check_attention(1, 140, 2, 2, 21, /*Hkv=*/2, /*window=*/70);
   check_attention(1, 70, 2, 2, 22, /*Hkv=*/2, /*window=*/1);
   check_attention(1, 20, 2, 2, 23, /*Hkv=*/2, /*window=*/40);
+  // Gemma 2: a scale of its own (query_pre_attn_scalar^-0.5) and soft-capped scores (a cap of
+  // 1.5 bends most of these scores), with and without a window, across row blocks.
+  check_attention(2, 9, 4, 4, 24, /*Hkv=*/2, /*window=*/0, /*scale=*/0.7f, /*softcap=*/1.5f);
+  check_attention(1, 100, 2, 4, 25, /*Hkv=*/1, /*window=*/70, /*scale=*/0.4f, /*softcap=*/1.5f);
+  check_attention(1, 70, 2, 4, 26, /*Hkv=*/2, /*window=*/0, /*scale=*/0.9f, /*softcap=*/50.0f);
   // Hkv must divide H.
   const int B = 1, T = 3, H = 4, hd = 2, stride = H * hd * 3;
   Vec qkv(static_cast<std::size_t>(B) * T * stride), out(static_cast<std::size_t>(B) * T * H * hd),
       att(static_cast<std::size_t>(B) * H * T * T);
   EXPECT_THROW(attention_forward(out.data(), att.data(), qkv.data(), qkv.data(), qkv.data(), stride,
-                                 B, T, H, 3, hd),
+                                 B, T, H, 3, hd, causal_attention(hd)),
                InputError);
+  // A scale that is not positive, a negative softcap.
+  for (const AttentionParams bad :
+       {AttentionParams{0, 0.0f, 0.0f}, AttentionParams{0, 1.0f, -1.0f}})
+    EXPECT_THROW(attention_forward(out.data(), att.data(), qkv.data(), qkv.data(), qkv.data(),
+                                   stride, B, T, H, H, hd, bad),
+                 InputError);
 }
 
 TEST(CpuOps, AttentionSeparateBuffersUnitStride) {
@@ -574,7 +592,8 @@ TEST(CpuOps, AttentionSeparateBuffersUnitStride) {
   const Vec q = rng.vec(static_cast<std::size_t>(B) * T * C), k = rng.vec(q.size()),
             v = rng.vec(q.size());
   Vec out(q.size()), att(static_cast<std::size_t>(B) * H * T * T);
-  attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), C, B, T, H, H, hd);
+  attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), C, B, T, H, H, hd,
+                    causal_attention(hd));
   DVec buf = to_double(q);
   buf.insert(buf.end(), k.begin(), k.end());
   buf.insert(buf.end(), v.begin(), v.end());
@@ -587,14 +606,14 @@ TEST(CpuOps, AttentionIsCausal) {
   const Vec qkv = rng.vec(static_cast<std::size_t>(B) * T * stride);
   Vec out(static_cast<std::size_t>(B) * T * C), att(static_cast<std::size_t>(B) * H * T * T);
   attention_forward(out.data(), att.data(), qkv.data(), qkv.data() + C, qkv.data() + 2 * C, stride,
-                    B, T, H, H, hd);
+                    B, T, H, H, hd, causal_attention(hd));
   for (int t0 : {0, 37, 63, 64, 78}) {
     Vec changed = qkv;  // every input at positions after t0 (q, k and v) replaced
     for (std::size_t i = static_cast<std::size_t>(t0 + 1) * stride; i < changed.size(); ++i)
       changed[i] = changed[i] * -3.0f + 0.5f;
     Vec out2(out.size()), att2(att.size());
     attention_forward(out2.data(), att2.data(), changed.data(), changed.data() + C,
-                      changed.data() + 2 * C, stride, B, T, H, H, hd);
+                      changed.data() + 2 * C, stride, B, T, H, H, hd, causal_attention(hd));
     for (std::size_t i = 0; i < static_cast<std::size_t>(t0 + 1) * C; ++i)
       ASSERT_EQ(out2[i], out[i]) << "t0=" << t0 << " element " << i;
   }
@@ -748,6 +767,50 @@ TEST(CpuOps, CrossEntropyForwardBackwardIgnoredTargets) {
   EXPECT_THROW(
       softmax_crossentropy_forward(losses.data(), probs.data(), logits.data(), bad.data(), 1, V),
       InputError);
+}
+
+// Gemma 2's final logit soft-capping: softcap_forward, then the loss that keeps the capped logits
+// (crossentropy_lse_forward) and the raw logits' gradient through the cap.
+TEST(CpuOps, SoftcappedCrossEntropyGradients) {
+  const int N = 5, V = 37;
+  const float softcap = 3.0f, dloss = 0.41f;  // logits up to 8: the cap bends them
+  Random rng(27);
+  const Vec logits = rng.vec(static_cast<std::size_t>(N) * V, -8.0, 8.0);
+  const std::vector<int32_t> targets = {3, -1, 0, 36, 21};
+  const auto capped_ref = [&](const DVec& z) {
+    DVec y(z.size());
+    for (std::size_t i = 0; i < z.size(); ++i) y[i] = softcap * std::tanh(z[i] / softcap);
+    return y;
+  };
+  Vec capped = logits;
+  softcap_forward(capped.data(), capped.size(), softcap);
+  EXPECT_LT(rel_err(capped, capped_ref(to_double(logits))), kFwdTol);
+  for (float y : capped) EXPECT_LE(std::abs(y), softcap);
+
+  Vec losses(N, 9.0f), lse(N);
+  const Vec kept = capped;
+  crossentropy_lse_forward(losses.data(), lse.data(), capped.data(), targets.data(), N, V);
+  EXPECT_TRUE(bit_equal(capped, kept));  // the logits are kept for the backward
+  EXPECT_LT(rel_err(losses, crossentropy_ref(to_double(kept), targets, N, V)), kFwdTol);
+  EXPECT_EQ(losses[1], 0.0f);
+
+  crossentropy_backward_from_lse(capped.data(), lse.data(), targets.data(), dloss, N, V, softcap);
+  const DVec g = numeric_grad(logits, [&](const DVec& z) {
+    double s = 0;
+    for (double x : crossentropy_ref(capped_ref(z), targets, N, V)) s += dloss * x;
+    return s;
+  });
+  EXPECT_LT(rel_err(capped, g), kGradTol);
+  for (int j = 0; j < V; ++j) EXPECT_EQ(capped[1 * V + j], 0.0f);  // ignored row
+
+  // Without a cap, the lse path's gradient equals the probabilities path's.
+  Vec a = logits, b = logits, l1(N), l2(N), lse2(N);
+  softmax_crossentropy_forward(l1.data(), a.data(), a.data(), targets.data(), N, V);
+  softmax_crossentropy_backward_inplace(a.data(), targets.data(), dloss, N, V);
+  crossentropy_lse_forward(l2.data(), lse2.data(), b.data(), targets.data(), N, V);
+  crossentropy_backward_from_lse(b.data(), lse2.data(), targets.data(), dloss, N, V, 0.0f);
+  EXPECT_LT(rel_err(l2, to_double(l1)), 1e-6);
+  EXPECT_LT(rel_err(b, to_double(a)), 1e-6);
 }
 
 // ---- adamw ----------------------------------------------------------------------------------
@@ -918,11 +981,11 @@ TEST(CpuOps, DeterministicForAnyThreadCount) {
     Vec out(x.size()), att(static_cast<std::size_t>(B) * H * T * T), scratch(att.size());
     rotary_forward(qkv.data(), qkv.data(), B, T, H, hd, OC, RotaryParams{});
     attention_forward(out.data(), att.data(), qkv.data(), qkv.data() + C, qkv.data() + 2 * C, OC, B,
-                      T, H, H, hd);
+                      T, H, H, hd, causal_attention(hd));
     Vec dqkv(qkv.size(), 0.0f);
     attention_backward(dqkv.data(), dqkv.data() + C, dqkv.data() + 2 * C, scratch.data(), dc.data(),
                        qkv.data(), qkv.data() + C, qkv.data() + 2 * C, att.data(), OC, B, T, H, H,
-                       hd);
+                       hd, causal_attention(hd));
     Vec ln(x.size()), mean(N), rstd(N), dln(x.size(), 0.0f), dlnw(C, 0.0f), dlnb(C, 0.0f);
     layernorm_forward(ln.data(), mean.data(), rstd.data(), x.data(), lnw.data(), lnw.data(), N, C,
                       1e-5f);

@@ -301,6 +301,29 @@ TEST_F(OneProcess, AnotherModelIsAnInputErrorNotAFallback) {
   ReadOptions opt;
   opt.expect_model = other;
   EXPECT_THROW(load_newest_valid(MPI_COMM_SELF, dir_, r.view(), opt), InputError);
+  // A llama whose only difference is a switch (q/k/v biases): the message names both models'
+  // switches and the first tensor that differs.
+  const ModelConfig llama = small_model(Arch::kLlama);
+  const ParameterLayout llama_layout(llama);
+  OwnedState lw = make_state(llama_layout, Decomp::kRoot, 0, 1);
+  fill_known(lw, 2);
+  const fs::path f = dir_ / "llama.h5";
+  write_checkpoint(MPI_COMM_SELF, f, meta_for(llama, 1, 1), lw.view());
+  ModelConfig biased = llama;
+  biased.qkv_bias = true;
+  const ParameterLayout biased_layout(biased);
+  OwnedState br = make_state(biased_layout, Decomp::kRoot, 0, 1);
+  ReadOptions bopt;
+  bopt.expect_model = biased;
+  try {
+    read_checkpoint(MPI_COMM_SELF, f, br.view(), bopt);
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("q/k/v biases"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("model.layers.0.self_attn.q_proj.bias"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("head_dim"), std::string::npos) << msg;
+  }
 }
 
 TEST_F(OneProcess, SafetensorsExportHasTheContractsNamesAndValues) {

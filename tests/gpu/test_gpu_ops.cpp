@@ -612,12 +612,15 @@ std::uint64_t visible_tile_pairs(int T, int window) {
 // qkv: rows of q, k, v (stride (H + 2·Hkv)·hd), random in [-2, 2) unless given. Hkv < H:
 // grouped-query attention (0: Hkv = H). window > 0: sliding-window attention. Each kernel must
 // compute exactly the tiles some query of which sees some key (visible_tile_pairs) per head.
+// scale, softcap: Gemma 2's (0: 1/sqrt(hd), no cap).
 void attention_case(GpuOps& t, int B, int T, int H, int hd, const Vec* given_qkv = nullptr,
-                    int Hkv = 0, int window = 0) {
+                    int Hkv = 0, int window = 0, float scale = 0.0f, float softcap = 0.0f) {
   if (Hkv == 0) Hkv = H;
   SCOPED_TRACE("B=" + std::to_string(B) + " T=" + std::to_string(T) + " H=" + std::to_string(H) +
                " Hkv=" + std::to_string(Hkv) + " hd=" + std::to_string(hd) +
-               " window=" + std::to_string(window));
+               " window=" + std::to_string(window) + " scale=" + std::to_string(scale) +
+               " softcap=" + std::to_string(softcap));
+  const AttentionParams params{window, scale > 0.0f ? scale : attention_scale(hd), softcap};
   const int C = H * hd, KV = Hkv * hd, stride = C + 2 * KV;
   const std::size_t N = static_cast<std::size_t>(B) * T;
   const std::uint64_t heads = static_cast<std::uint64_t>(B) * H;
@@ -625,13 +628,13 @@ void attention_case(GpuOps& t, int B, int T, int H, int hd, const Vec* given_qkv
   const Vec qkv = given_qkv != nullptr ? *given_qkv : t.random_bf16(N * stride, -2.0f, 2.0f);
   Vec out(N * C), att(static_cast<std::size_t>(B) * H * T * T);
   cpu::attention_forward(out.data(), att.data(), qkv.data(), qkv.data() + C, qkv.data() + C + KV,
-                         stride, B, T, H, Hkv, hd, window);
+                         stride, B, T, H, Hkv, hd, params);
   const bf16* d_qkv = t.upload_bf16(qkv);
   bf16* d_out = t.poisoned_bf16(N * C);
   float* d_lse = t.poisoned_f32(static_cast<std::size_t>(B) * H * T);
   t.ctx().enable_attention_tile_count();
   cuda::attention_forward(t.ctx(), d_out, d_lse, d_qkv, d_qkv + C, d_qkv + C + KV, stride, B, T, H,
-                          Hkv, hd, window);
+                          Hkv, hd, params);
   const auto forward_tiles = t.ctx().attention_tiles();
   EXPECT_EQ(forward_tiles.forward, tiles);
   EXPECT_EQ(forward_tiles.dq + forward_tiles.dkv, 0u);
@@ -646,12 +649,12 @@ void attention_case(GpuOps& t, int B, int T, int H, int hd, const Vec* given_qkv
   bf16* d_dqkv = t.upload_bf16(dqkv);
   cpu::attention_backward(dqkv.data(), dqkv.data() + C, dqkv.data() + C + KV, scratch.data(),
                           dout.data(), qkv.data(), qkv.data() + C, qkv.data() + C + KV, att.data(),
-                          stride, B, T, H, Hkv, hd);
+                          stride, B, T, H, Hkv, hd, params);
   float* delta = t.poisoned_f32(static_cast<std::size_t>(B) * H * T);
   t.ctx().enable_attention_tile_count();
   cuda::attention_backward(t.ctx(), d_dqkv, d_dqkv + C, d_dqkv + C + KV, delta, t.upload_bf16(dout),
                            d_out, d_lse, d_qkv, d_qkv + C, d_qkv + C + KV, stride, B, T, H, Hkv, hd,
-                           window);
+                           params);
   const auto backward_tiles = t.ctx().attention_tiles();
   EXPECT_EQ(backward_tiles.forward, 0u);
   EXPECT_EQ(backward_tiles.dq, tiles);
@@ -741,6 +744,15 @@ TEST_F(GpuOps, SlidingWindowAttentionForwardBackward) {
   }
 }
 
+// Gemma 2: scores scaled by query_pre_attn_scalar^-0.5 and soft-capped (a cap of 2 bends most of
+// these scores), alone and with a sliding window, with both kernel instantiations; the same
+// tiles as without a cap.
+TEST_F(GpuOps, SoftcappedAttentionForwardBackward) {
+  attention_case(*this, 2, 67, 4, 32, nullptr, 2, 0, 0.3f, 2.0f);
+  attention_case(*this, 1, 130, 4, 80, nullptr, 2, 17, 0.15f, 2.0f);
+  attention_case(*this, 1, 200, 2, 64, nullptr, 1, 64, 0.2f, 50.0f);
+}
+
 // Keys outside a query's window change nothing in its output, to the bit: the masks, not only
 // the tiles skipped, exclude them (here the first keys, seen from inside their own tile by rows
 // whose windows start after them, and from later tiles).
@@ -751,13 +763,13 @@ TEST_F(GpuOps, SlidingWindowIgnoresKeysOutsideIt) {
   float* lse = alloc<float>(static_cast<std::size_t>(H) * T);
   const bf16* d1 = upload_bf16(qkv);
   cuda::attention_forward(ctx(), d_out, lse, d1, d1 + C, d1 + 2 * C, stride, B, T, H, H, hd,
-                          window);
+                          causal_attention(hd, window));
   const Vec a = download(d_out, static_cast<std::size_t>(T) * C);
   for (int t = 0; t < changed; ++t)
     for (int c = C; c < 3 * C; ++c) qkv[static_cast<std::size_t>(t) * stride + c] += 0.5f;
   const bf16* d2 = upload_bf16(qkv);
   cuda::attention_forward(ctx(), d_out, lse, d2, d2 + C, d2 + 2 * C, stride, B, T, H, H, hd,
-                          window);
+                          causal_attention(hd, window));
   const Vec b = download(d_out, static_cast<std::size_t>(T) * C);
   // Row i sees key changed - 1 while i < changed - 1 + window.
   const std::size_t first_unseen = static_cast<std::size_t>(changed - 1 + window) * C;
@@ -770,15 +782,18 @@ TEST_F(GpuOps, SlidingWindowIgnoresKeysOutsideIt) {
 TEST_F(GpuOps, AttentionRejectsANegativeWindow) {
   try {
     cuda::attention_forward(ctx(), nullptr, nullptr, nullptr, nullptr, nullptr, 3 * 64, 1, 4, 1, 1,
-                            64, -1);
+                            64, causal_attention(64, -1));
     FAIL() << "expected InputError";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("sliding window -1"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(
-      cuda::attention_backward(ctx(), nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
-                               nullptr, nullptr, nullptr, 3 * 64, 1, 4, 1, 1, 64, -1),
-      InputError);
+  EXPECT_THROW(cuda::attention_backward(ctx(), nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                        nullptr, nullptr, nullptr, nullptr, 3 * 64, 1, 4, 1, 1, 64,
+                                        causal_attention(64, -1)),
+               InputError);
+  EXPECT_THROW(cuda::attention_forward(ctx(), nullptr, nullptr, nullptr, nullptr, nullptr, 3 * 64,
+                                       1, 4, 1, 1, 64, AttentionParams{0, 0.125f, -2.0f}),
+               InputError);
 }
 
 // The dk/dv kernel's order over a group's query heads is fixed: the same inputs give the same
@@ -792,13 +807,14 @@ TEST_F(GpuOps, GroupedQueryAttentionBackwardIsDeterministic) {
   float* lse = poisoned_f32(static_cast<std::size_t>(B) * H * T);
   float* delta = poisoned_f32(static_cast<std::size_t>(B) * H * T);
   cuda::attention_forward(ctx(), d_out, lse, d_qkv, d_qkv + C, d_qkv + C + KV, stride, B, T, H, Hkv,
-                          hd);
+                          hd, causal_attention(hd));
   const bf16* d_dout = upload_bf16(random_bf16(N * C));
   Vec first;
   for (int run = 0; run < 2; ++run) {
     bf16* d = upload_bf16(Vec(N * stride, 0.0f));
     cuda::attention_backward(ctx(), d, d + C, d + C + KV, delta, d_dout, d_out, lse, d_qkv,
-                             d_qkv + C, d_qkv + C + KV, stride, B, T, H, Hkv, hd);
+                             d_qkv + C, d_qkv + C + KV, stride, B, T, H, Hkv, hd,
+                             causal_attention(hd));
     const Vec got = download(d, N * stride);
     if (run == 0)
       first = got;
@@ -833,11 +849,13 @@ TEST_F(GpuOps, AttentionIsCausal) {
   bf16* d_out = poisoned_bf16(static_cast<std::size_t>(T) * C);
   float* lse = alloc<float>(static_cast<std::size_t>(H) * T);
   const bf16* d1 = upload_bf16(qkv);
-  cuda::attention_forward(ctx(), d_out, lse, d1, d1 + C, d1 + 2 * C, stride, B, T, H, H, hd);
+  cuda::attention_forward(ctx(), d_out, lse, d1, d1 + C, d1 + 2 * C, stride, B, T, H, H, hd,
+                          causal_attention(hd));
   const Vec a = download(d_out, static_cast<std::size_t>(T) * C);
   for (int c = C; c < 3 * C; ++c) qkv[static_cast<std::size_t>(T - 1) * stride + c] += 0.5f;
   const bf16* d2 = upload_bf16(qkv);
-  cuda::attention_forward(ctx(), d_out, lse, d2, d2 + C, d2 + 2 * C, stride, B, T, H, H, hd);
+  cuda::attention_forward(ctx(), d_out, lse, d2, d2 + C, d2 + 2 * C, stride, B, T, H, H, hd,
+                          causal_attention(hd));
   const Vec b = download(d_out, static_cast<std::size_t>(T) * C);
   for (std::size_t i = 0; i < static_cast<std::size_t>(T - 1) * C; ++i) ASSERT_EQ(a[i], b[i]) << i;
   bool last_changed = false;
@@ -999,6 +1017,35 @@ TEST_F(GpuOps, CrossEntropyFused) {
   }
 }
 
+// Gemma 2's final logit soft-capping: the cap against the CPU's, then the loss and the raw
+// logits' gradient through it from the same (bf16) capped logits: the cap's derivative 1 - t²
+// reads the capped logit, whose bf16 rounding moves it by up to 2^-9 relative where t is near 1.
+TEST_F(GpuOps, SoftcappedCrossEntropy) {
+  const int N = 23, V = 4104;  // a multiple of 8: the vector path
+  const float softcap = 5.0f, dloss = 1.0f / 29.0f;
+  const Vec logits = random_bf16(static_cast<std::size_t>(N) * V, -12.0f, 12.0f);
+  auto targets = random_ints(static_cast<std::size_t>(N), 0, V);
+  targets[2] = -1;
+  Vec capped = logits;
+  cpu::softcap_forward(capped.data(), capped.size(), softcap);
+  bf16* d_logits = upload_bf16(logits);
+  cuda::softcap_forward(ctx(), d_logits, logits.size(), softcap);
+  const Vec capped_gpu = download(d_logits, logits.size());
+  SATURN_EXPECT_CLOSE(capped_gpu, capped, kTolBf16);
+
+  Vec losses(N), lse(N), dlogits = capped_gpu;
+  cpu::crossentropy_lse_forward(losses.data(), lse.data(), capped_gpu.data(), targets.data(), N, V);
+  cpu::crossentropy_backward_from_lse(dlogits.data(), lse.data(), targets.data(), dloss, N, V,
+                                      softcap);
+  const std::int32_t* d_t = upload_i32(targets);
+  float* d_losses = poisoned_f32(N);
+  float* d_lse = poisoned_f32(N);
+  cuda::crossentropy_forward(ctx(), d_losses, d_logits, d_t, N, V, d_lse);
+  SATURN_EXPECT_CLOSE(download(d_losses, N), losses, 1e-4);
+  cuda::crossentropy_backward(ctx(), d_logits, nullptr, d_t, dloss, N, V, d_lse, softcap);
+  SATURN_EXPECT_CLOSE(download(d_logits, logits.size()), dlogits, kTolBf16);
+}
+
 TEST_F(GpuOps, AdamWMatchesCpu) {
   const std::size_t n = 300001;
   Vec param = random(n), grad = random(n, -0.1f, 0.1f), m = random(n, -0.01f, 0.01f),
@@ -1133,7 +1180,7 @@ TEST_F(GpuOps, ErrorsNameTheCall) {
   SATURN_CUDA_CHECK(cudaSetDevice(0));
   try {
     cuda::attention_forward(ctx(), nullptr, nullptr, nullptr, nullptr, nullptr, 3 * 256, 1, 4, 1, 1,
-                            256);
+                            256, causal_attention(256));
     FAIL() << "expected InputError";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("head dimensions"), std::string::npos) << e.what();

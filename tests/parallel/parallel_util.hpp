@@ -99,14 +99,28 @@ inline ModelConfig tiny_gemma() {
   return c;
 }
 
+// Gemma 2's besides: norms after attention and the MLP, scores scaled by query_pre_attn_scalar
+// and soft-capped, capped logits, and a sliding window (5 of 16 positions) on even layers only.
+inline ModelConfig tiny_gemma2() {
+  ModelConfig c = tiny_gemma();
+  c.post_norms = true;
+  c.sliding_window = 5;
+  c.alternate_window = true;
+  c.query_pre_attn_scalar = 10.0f;
+  c.attn_softcap = 0.5f;   // low enough to bend these small initial scores
+  c.final_softcap = 0.2f;  // and logits
+  return c;
+}
+
 // The tiny models by name, for parameterised tests: gpt2, llama, llama_gqa_tied,
-// llama_variants, gemma.
+// llama_variants, gemma, gemma2.
 inline ModelConfig tiny_model_named(const std::string& name) {
   if (name == "gpt2") return tiny_model(Arch::kGpt2);
   if (name == "llama") return tiny_model(Arch::kLlama);
   if (name == "llama_gqa_tied") return tiny_llama_gqa_tied();
   if (name == "llama_variants") return tiny_llama_variants();
   if (name == "gemma") return tiny_gemma();
+  if (name == "gemma2") return tiny_gemma2();
   throw std::invalid_argument("no tiny model named " + name);
 }
 

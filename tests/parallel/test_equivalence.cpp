@@ -118,7 +118,7 @@ const std::vector<Case> kCases = {
 
 INSTANTIATE_TEST_SUITE_P(Strategies, Equivalence,
                          ::testing::Combine(::testing::Values("gpt2", "llama", "llama_gqa_tied",
-                                                              "llama_variants", "gemma"),
+                                                              "llama_variants", "gemma", "gemma2"),
                                             ::testing::ValuesIn(kCases)),
                          [](const auto& p) {
                            return std::get<0>(p.param) + "_" + std::get<1>(p.param).label;

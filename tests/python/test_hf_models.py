@@ -18,7 +18,7 @@ save_pretrained:
     model config; a sharded export (index + shards) loads and imports the same;
   - bf16 weights import exactly (widened), and bad input is exit 2 naming the file and field:
     key/value heads that do not divide the query heads, rope_scaling the engine does not
-    compute (dynamic, longrope's fields), a family not yet computed (Gemma 2), Qwen2's sliding
+    compute (dynamic, longrope's fields), a Gemma 2 without its window, Qwen2's sliding
     window (transformers 4.44 computes it only under flash attention), a workload key that
     disagrees with config.json, a truncated safetensors file, a missing tensor;
   - schedules (issue 30): decay hf_cosine / hf_linear give every step the learning rate that
@@ -28,7 +28,9 @@ save_pretrained:
     attention/MLP biases, untied; Llama 3.2-style, tied; linear rope scaling; Mistral with a
     sliding window of 5 < T; Qwen2 with q/k/v biases, tied; Phi-3, whose files stack q|k|v and
     gate|up; Gemma with GeGLU, RMSNorm (1 + w), embeddings scaled by sqrt(d) and a head width of
-    its own; each with a dropout in its config):
+    its own; Gemma 2 besides with soft-capped scores and logits, query_pre_attn_scalar, norms
+    after attention and the MLP, and a sliding window of 5 < T on its even layer; each with a
+    dropout in its config):
     the same import/export/round-trip checks at a stricter standard (step-0 loss within 1e-6,
     every tensor's gradient within 1e-5 relative L2), the export keeping every field of the
     origin's config.json (dropouts included), and 20 reproducible steps whose losses equal
@@ -59,7 +61,8 @@ ARGS.add_argument("--probe", required=True)
 ARGS.add_argument("--venv", required=True)
 ARGS.add_argument("--only", default="",
                   help="comma-separated: gpt2, llama, llama-tied, schedules, llama31, "
-                       "llama32-tied, llama-linear, mistral, qwen2, phi3, gemma (default: all)")
+                       "llama32-tied, llama-linear, mistral, qwen2, phi3, gemma, gemma2 "
+                       "(default: all)")
 ARGS.add_argument("--no-mpi", action="store_true", help="skip the fsdp/tensor runs")
 args = ARGS.parse_args()
 
@@ -106,10 +109,11 @@ LLAMA3_SCALING = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                   "high_freq_factor": 4.0, "original_max_position_embeddings": 48}
 # The families of issue 30, each with its quirks on (and the origin's dropouts, which Saturn
 # trains without and must keep in the export).
-NEW_FAMILIES = ("llama31", "llama32-tied", "llama-linear", "mistral", "qwen2", "phi3", "gemma")
+NEW_FAMILIES = ("llama31", "llama32-tied", "llama-linear", "mistral", "qwen2", "phi3", "gemma",
+                "gemma2")
 LIGHT = {"llama-linear"}  # checked on one device, without the strategies and the 20 steps
 SEEDS = {"gpt2": 1, "llama": 2, "llama-tied": 3, "llama31": 4, "llama32-tied": 5,
-         "llama-linear": 6, "mistral": 7, "qwen2": 8, "phi3": 9, "gemma": 10}
+         "llama-linear": 6, "mistral": 7, "qwen2": 8, "phi3": 9, "gemma": 10, "gemma2": 11}
 
 
 def fuse_phi3(tensors):
@@ -133,7 +137,8 @@ def make_model(arch, seed):
     NEW_FAMILIES: llama31 (rope_scaling llama3, attention and MLP biases, untied), llama32-tied
     (llama3 scaling, tied), llama-linear (linear scaling), mistral (a sliding window of 5 < T, head_dim 24),
     qwen2 (q/k/v biases, tied), phi3 (q|k|v and gate|up stacked in its files), gemma (GeGLU,
-    RMSNorm 1 + w, scaled embeddings, a head width of its own)."""
+    RMSNorm 1 + w, scaled embeddings, a head width of its own), gemma2 (Gemma's and soft-capping,
+    query_pre_attn_scalar, post-norms, a window on its even layer)."""
     torch.manual_seed(seed)
     llama_shape = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96,
                        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
@@ -175,6 +180,16 @@ def make_model(arch, seed):
                                        hidden_activation="gelu_pytorch_tanh",
                                        attention_dropout=0.1)
         model = transformers.GemmaForCausalLM(cfg)
+    elif arch == "gemma2":
+        # Gemma's quirks, and caps low enough to bend these scores (|s| ~ 1) and logits, a
+        # query_pre_attn_scalar that is not the head width, a window of 5 < T on layer 0 (layer 1
+        # sees every key), and norms after attention and the MLP.
+        cfg = transformers.Gemma2Config(**{**llama_shape, "rms_norm_eps": 1e-6}, head_dim=24,
+                                        hidden_activation="gelu_pytorch_tanh",
+                                        query_pre_attn_scalar=20, sliding_window=5,
+                                        attn_logit_softcapping=1.5, final_logit_softcapping=2.0,
+                                        attention_dropout=0.1)
+        model = transformers.Gemma2ForCausalLM(cfg)
     elif arch == "qwen2":
         cfg = transformers.Qwen2Config(**llama_shape, rope_theta=30000.0,
                                        tie_word_embeddings=True, attention_dropout=0.1)
@@ -654,9 +669,11 @@ def check_errors(src, data, tmp):
             c["architectures"] = [name]
             c["model_type"] = model_type
         return edit
-    refused("Gemma2ForCausalLM (not yet computed)",
-            variant("gemma2", family("Gemma2ForCausalLM", "gemma2")),
-            "architectures", "Gemma2ForCausalLM is not supported", "GemmaForCausalLM")
+    def gemma2_no_window(c):
+        family("Gemma2ForCausalLM", "gemma2")(c)
+        c["sliding_window"] = None
+    refused("Gemma 2 with sliding_window null",
+            variant("gemma2", gemma2_no_window), "config.json", "sliding_window", "null")
 
     def qwen_window(c):
         family("Qwen2ForCausalLM", "qwen2")(c)

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -586,6 +587,57 @@ TEST_F(WorkloadTest, GroupedQueryAttentionAndTiedHead) {
         model_config_from_json(nlohmann::json{{"arch", "gpt2"}, {"tie_embeddings", false}});
       }),
       "model_config.tie_embeddings: false");
+}
+
+// The llama switches a workload may set (issue 30): biases, a sliding window (Gemma 2: on even
+// layers only), rotary scaling, and Gemma 2's post-norms, score scale and soft-caps; they reach
+// the model, survive checkpoint metadata's JSON, and bad values name their key.
+TEST_F(WorkloadTest, LlamaVariantKeys) {
+  const Workload w = load(
+      "data: {train: data/train.bin, val: data/val.bin}\nmodels:\n"
+      "  v: {arch: llama, n_layer: 2, n_head: 4, d_model: 32, qkv_bias: true, o_bias: true,\n"
+      "      sliding_window: 8, alternate_window: true, post_norms: true,\n"
+      "      query_pre_attn_scalar: 20, attn_softcap: 50, final_softcap: 30,\n"
+      "      rope_scaling: {type: llama3, factor: 8}}\n"
+      "jobs: [{model: v, batch_size: 1}]\n");
+  ASSERT_EQ(w.jobs.size(), 1u);
+  const ModelConfig& m = w.jobs[0].model;
+  EXPECT_TRUE(m.qkv_bias && m.o_bias && !m.mlp_bias);
+  EXPECT_TRUE(m.alternate_window && m.post_norms);
+  EXPECT_EQ(m.window(0), 8);
+  EXPECT_EQ(m.window(1), 0);
+  EXPECT_EQ(m.attention(1).softcap, 50.0f);
+  EXPECT_FLOAT_EQ(m.attention(0).scale, 1.0f / std::sqrt(20.0f));
+  EXPECT_EQ(m.final_softcap, 30.0f);
+  EXPECT_EQ(m.rope_scaling, RopeScalingKind::kLlama3);
+  const ModelConfig back = model_config_from_json(to_json(m));
+  EXPECT_EQ(to_json(back), to_json(m));
+  // The post-norms are parameters of their own, under Gemma 2's names.
+  const ParameterLayout layout(m);
+  EXPECT_NO_THROW(layout.find("model.layers.1.post_feedforward_layernorm.weight"));
+  EXPECT_NO_THROW(layout.find("model.layers.1.pre_feedforward_layernorm.weight"));
+  EXPECT_EQ(static_cast<std::int64_t>(layout.total()), m.num_parameters());
+
+  const std::string head =
+      "data: {train: data/train.bin, val: data/val.bin}\nmodels:\n"
+      "  v: {arch: llama, n_layer: 2, n_head: 4, d_model: 32, ";
+  const std::string tail = "}\njobs: [{model: v, batch_size: 1}]\n";
+  EXPECT_CONTAINS(error(head + "attn_softcap: -1" + tail, 3, 70, "models.v.attn_softcap"),
+                  "out of range");
+  EXPECT_CONTAINS(error(head + "post_norms: 1" + tail, 3, 68, "models.v.post_norms"),
+                  "expected true or false");
+  EXPECT_CONTAINS(error(head + "alternate_window: true" + tail, 3, 6, "models.v"),
+                  "needs a sliding_window > 0");
+  EXPECT_CONTAINS(error("data: {train: data/train.bin, val: data/val.bin}\nmodels:\n"
+                        "  g: {arch: gpt2, n_layer: 2, n_head: 4, d_model: 32, final_softcap: 30}\n"
+                        "jobs: [{model: g, batch_size: 1}]\n",
+                        3, 70, "models.g.final_softcap"),
+                  "llama key");
+  // With `export: hf`, a combination no Hugging Face class expresses is refused when the
+  // workload loads (Gemma 2's alternating window without Gemma's GeGLU), not after training.
+  EXPECT_CONTAINS(error("export: hf\n" + head + "sliding_window: 8, alternate_window: true" + tail,
+                        4, 3, "models.v"),
+                  "cannot be exported as Gemma2ForCausalLM");
 }
 
 TEST_F(WorkloadTest, UnknownModelReferenced) {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "runtime/backend/cpu/ops.hpp"
 #include "runtime/backend/cpu/parallel.hpp"
@@ -18,10 +19,39 @@ namespace {
 // the dense work at T = 256) while keeping each GEMM large enough for OpenBLAS to be efficient.
 constexpr int kBlock = 64;
 
-void check_heads(int H, int Hkv) {
+void check_params(int H, int Hkv, const AttentionParams& params) {
   if (Hkv < 1 || H % Hkv != 0)
     throw InputError("attention: " + std::to_string(Hkv) + " key/value heads do not divide " +
                      std::to_string(H) + " query heads");
+  if (params.window < 0)
+    throw InputError("attention: sliding window " + std::to_string(params.window) + " < 0");
+  if (!(params.scale > 0.0f) || !std::isfinite(params.scale) || !(params.softcap >= 0.0f) ||
+      !std::isfinite(params.softcap))
+    throw InputError("attention: score scale " + std::to_string(params.scale) + " and softcap " +
+                     std::to_string(params.softcap) +
+                     " (valid: a finite scale > 0, a finite softcap >= 0)");
+}
+
+// Gemma 2's soft-capping of a block of scaled scores [rows][cols] (row pitch ld), in place:
+// s = softcap * tanh(s / softcap), in transformers' order of operations.
+void softcap_rows(float* S, int ld, int rows, int cols, float softcap) {
+  for (int r = 0; r < rows; ++r) {
+    float* row = S + static_cast<std::size_t>(r) * ld;
+    for (int j = 0; j < cols; ++j) row[j] = std::tanh(row[j] / softcap) * softcap;
+  }
+}
+
+// The soft-cap's derivative on a block of score gradients [rows][cols] (pitch ld): dS *= 1 - t²
+// with t = tanh(z / softcap), z the scaled scores before capping ([rows][cols], dense).
+void softcap_backward_rows(float* D, int ld, const float* Z, int rows, int cols, float softcap) {
+  for (int r = 0; r < rows; ++r) {
+    float* d = D + static_cast<std::size_t>(r) * ld;
+    const float* z = Z + static_cast<std::size_t>(r) * cols;
+    for (int j = 0; j < cols; ++j) {
+      const float t = std::tanh(z[j] / softcap);
+      d[j] *= 1.0f - t * t;
+    }
+  }
 }
 
 // Rows r0..r1-1 of a [T, T] score matrix become causal softmax probabilities: row t over
@@ -80,11 +110,11 @@ int last_query_end(int c0, int cols, int T, int window) {
 }  // namespace
 
 void attention_forward(float* out, float* att, const float* q, const float* k, const float* v,
-                       int stride, int B, int T, int H, int Hkv, int hd, int window) {
-  check_heads(H, Hkv);
-  if (window < 0) throw InputError("attention: sliding window " + std::to_string(window) + " < 0");
-  const int C = H * hd, group = H / Hkv;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+                       int stride, int B, int T, int H, int Hkv, int hd,
+                       const AttentionParams& params) {
+  check_params(H, Hkv, params);
+  const int C = H * hd, group = H / Hkv, window = params.window;
+  const float scale = params.scale, softcap = params.softcap;
   const std::size_t TT = static_cast<std::size_t>(T) * T;
   // One (batch, head) pair per task; the GEMMs inside run single-threaded (OpenBLAS's OpenMP
   // build does not nest), which suits these small per-head products.
@@ -106,6 +136,7 @@ void attention_forward(float* out, float* att, const float* q, const float* k, c
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, r1 - lo, hd, scale,
                   Q + static_cast<std::size_t>(r0) * stride, stride,
                   K + static_cast<std::size_t>(lo) * stride, stride, 0.0f, Ab + lo, T);
+      if (softcap > 0.0f) softcap_rows(Ab + lo, T, rows, r1 - lo, softcap);
       softmax_causal_rows(A, T, r0, r1, window);
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, r1 - lo, 1.0f, Ab + lo, T,
                   V + static_cast<std::size_t>(lo) * stride, stride, 0.0f,
@@ -116,10 +147,11 @@ void attention_forward(float* out, float* att, const float* q, const float* k, c
 
 void attention_backward(float* dq, float* dk, float* dv, float* datt_scratch, const float* dout,
                         const float* q, const float* k, const float* v, const float* att,
-                        int stride, int B, int T, int H, int Hkv, int hd, int window) {
-  check_heads(H, Hkv);
-  const int C = H * hd, group = H / Hkv;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+                        int stride, int B, int T, int H, int Hkv, int hd,
+                        const AttentionParams& params) {
+  check_params(H, Hkv, params);
+  const int C = H * hd, group = H / Hkv, window = params.window;
+  const float scale = params.scale, softcap = params.softcap;
   const std::size_t TT = static_cast<std::size_t>(T) * T;
   const bool need_ds = dq != nullptr || dk != nullptr;
   // One (batch, key/value head) pair per task: the task owns that head's dk and dv rows and
@@ -131,6 +163,9 @@ void attention_backward(float* dq, float* dk, float* dv, float* datt_scratch, co
     const std::size_t kv_off = row_off + static_cast<std::size_t>(g) * hd;
     const float* K = k + kv_off;
     const float* V = v + kv_off;
+    // Soft-capping: the capped scores' tanh, recomputed per row block (the saved probabilities
+    // do not give it back).
+    std::vector<float> capped(softcap > 0.0f && need_ds ? static_cast<std::size_t>(kBlock) * T : 0);
     for (int h = g * group; h < (g + 1) * group; ++h) {
       const std::size_t bh = static_cast<std::size_t>(b) * H + h;
       const std::size_t q_off = row_off + static_cast<std::size_t>(h) * hd;
@@ -150,6 +185,13 @@ void attention_backward(float* dq, float* dk, float* dv, float* datt_scratch, co
                       dO + static_cast<std::size_t>(r0) * C, C,
                       V + static_cast<std::size_t>(lo) * stride, stride, 0.0f, Db + lo, T);
           softmax_backward_rows(D, P, T, r0, r1, lo, scale);
+          if (softcap > 0.0f) {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, r1 - lo, hd, scale,
+                        Q + static_cast<std::size_t>(r0) * stride, stride,
+                        K + static_cast<std::size_t>(lo) * stride, stride, 0.0f, capped.data(),
+                        r1 - lo);
+            softcap_backward_rows(Db + lo, T, capped.data(), rows, r1 - lo, softcap);
+          }
           if (dq != nullptr) {
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, r1 - lo, 1.0f, Db + lo,
                         T, K + static_cast<std::size_t>(lo) * stride, stride, 1.0f,

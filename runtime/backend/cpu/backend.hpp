@@ -139,15 +139,15 @@ struct Backend {
   }
   static void attention_forward(Context&, float* out, AttnSaved* saved, const float* q,
                                 const float* k, const float* v, int stride, int B, int T, int H,
-                                int Hkv, int hd, int window) {
-    cpu::attention_forward(out, saved, q, k, v, stride, B, T, H, Hkv, hd, window);
+                                int Hkv, int hd, const AttentionParams& params) {
+    cpu::attention_forward(out, saved, q, k, v, stride, B, T, H, Hkv, hd, params);
   }
   static void attention_backward(Context&, float* dq, float* dk, float* dv, AttnSaved* scratch,
                                  const float* dout, const float* /*out*/, const AttnSaved* saved,
                                  const float* q, const float* k, const float* v, int stride, int B,
-                                 int T, int H, int Hkv, int hd, int window) {
+                                 int T, int H, int Hkv, int hd, const AttentionParams& params) {
     cpu::attention_backward(dq, dk, dv, scratch, dout, q, k, v, saved, stride, B, T, H, Hkv, hd,
-                            window);
+                            params);
   }
   static void gelu_forward(Context&, float* out, const float* inp, std::size_t n) {
     cpu::gelu_forward(out, inp, n);
@@ -176,16 +176,29 @@ struct Backend {
                                std::size_t n) {
     cpu::residual_forward(out, a, b, n);
   }
-  // Turns the logits into softmax probabilities in place and writes each row's loss. `lse`
-  // (the CUDA backend's saved log-sum-exp) is not needed here: the probabilities are kept.
-  static void crossentropy_forward(Context&, float* losses, float* /*lse*/, float* logits,
-                                   const std::int32_t* targets, int N, int V) {
-    cpu::softmax_crossentropy_forward(losses, logits, logits, targets, N, V);
+  // Gemma 2's final logit soft-capping, in place.
+  static void softcap_forward(Context&, float* x, std::size_t n, float softcap) {
+    cpu::softcap_forward(x, n, softcap);
   }
-  // The probabilities crossentropy_forward left become dloss * (p - onehot(target)).
-  static void crossentropy_backward(Context&, float* probs, const float* /*lse*/,
-                                    const std::int32_t* targets, float dloss, int N, int V) {
-    cpu::softmax_crossentropy_backward_inplace(probs, targets, dloss, N, V);
+  // Each row's loss. Without a softcap the logits become softmax probabilities in place (the
+  // backward needs nothing else, and `lse` is not written); with one (the logits being
+  // softcap_forward's output) they are kept, with their log-sum-exp, for the cap's derivative.
+  static void crossentropy_forward(Context&, float* losses, float* lse, float* logits,
+                                   const std::int32_t* targets, int N, int V, float softcap) {
+    if (softcap > 0.0f)
+      cpu::crossentropy_lse_forward(losses, lse, logits, targets, N, V);
+    else
+      cpu::softmax_crossentropy_forward(losses, logits, logits, targets, N, V);
+  }
+  // What crossentropy_forward left becomes the gradient of the raw logits: dloss * (p -
+  // onehot(target)), times the soft-cap's derivative when there is one.
+  static void crossentropy_backward(Context&, float* logits, const float* lse,
+                                    const std::int32_t* targets, float dloss, int N, int V,
+                                    float softcap) {
+    if (softcap > 0.0f)
+      cpu::crossentropy_backward_from_lse(logits, lse, targets, dloss, N, V, softcap);
+    else
+      cpu::softmax_crossentropy_backward_inplace(logits, targets, dloss, N, V);
   }
   static void loss_mean(Context&, float* out, const float* losses, const std::int32_t* targets,
                         int N) {

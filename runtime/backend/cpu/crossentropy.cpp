@@ -23,12 +23,9 @@ SATURN_CPU_MULTIVERSION double softmax_row(float* p, const float* x, int V, floa
   return sum;
 }
 
-}  // namespace
-
-void softmax_crossentropy_forward(float* losses, float* probs, const float* logits,
-                                  const int32_t* targets, int N, int V) {
-  // Checked up front: an out-of-range id would read past the row, and throwing from inside
-  // the parallel region is not allowed.
+// Checked up front: an out-of-range id would read past the row, and throwing from inside the
+// parallel region is not allowed.
+void check_targets(const int32_t* targets, int N, int V) {
   for (int n = 0; n < N; ++n) {
     if (targets[n] >= V) {
       throw InputError("target token " + std::to_string(targets[n]) + " at row " +
@@ -36,6 +33,13 @@ void softmax_crossentropy_forward(float* losses, float* probs, const float* logi
                        ")");
     }
   }
+}
+
+}  // namespace
+
+void softmax_crossentropy_forward(float* losses, float* probs, const float* logits,
+                                  const int32_t* targets, int N, int V) {
+  check_targets(targets, N, V);
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) {
     const float* x = logits + static_cast<std::size_t>(n) * V;
@@ -64,8 +68,8 @@ void softmax_crossentropy_backward(float* dlogits, const float* probs, const int
   }
 }
 
-void softmax_crossentropy_backward_inplace(float* probs, const int32_t* targets, float dloss,
-                                           int N, int V) {
+void softmax_crossentropy_backward_inplace(float* probs, const int32_t* targets, float dloss, int N,
+                                           int V) {
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) {
     const int32_t y = targets[n];
@@ -73,6 +77,40 @@ void softmax_crossentropy_backward_inplace(float* probs, const int32_t* targets,
     const float scale = y < 0 ? 0.0f : dloss;
     for (int v = 0; v < V; ++v) row[v] *= scale;
     if (y >= 0) row[y] -= dloss;
+  }
+}
+
+void crossentropy_lse_forward(float* losses, float* lse, const float* logits,
+                              const int32_t* targets, int N, int V) {
+  check_targets(targets, N, V);
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    const float* x = logits + static_cast<std::size_t>(n) * V;
+    const float maxv = detail::max_f32(x, V);
+    double sum = 0.0;
+    for (int j = 0; j < V; ++j) sum += std::exp(static_cast<double>(x[j] - maxv));
+    const float log_sum = static_cast<float>(std::log(sum));
+    lse[n] = maxv + log_sum;
+    losses[n] = targets[n] >= 0 ? log_sum - (x[targets[n]] - maxv) : 0.0f;
+  }
+}
+
+void crossentropy_backward_from_lse(float* logits, const float* lse, const int32_t* targets,
+                                    float dloss, int N, int V, float softcap) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    const int32_t y = targets[n];
+    float* row = logits + static_cast<std::size_t>(n) * V;
+    const float scale = y < 0 ? 0.0f : dloss, row_lse = lse[n];
+    for (int j = 0; j < V; ++j) {
+      const float x = row[j];
+      float d = scale * (std::exp(x - row_lse) - (j == y ? 1.0f : 0.0f));
+      if (softcap > 0.0f) {
+        const float t = x / softcap;
+        d *= 1.0f - t * t;
+      }
+      row[j] = d;
+    }
   }
 }
 

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "runtime/backend/attention_params.hpp"
 #include "runtime/backend/rotary.hpp"
 #include "runtime/core/adamw_step.hpp"
 
@@ -91,16 +92,19 @@ void rotary_backward(float* dinp, const float* dout, int B, int T, int H, int hd
 // v: rows of `stride` floats ([B,T,stride]); query head h is q[b,t, h*hd .. h*hd+hd), kv head g
 // is k[b,t, g*hd ..] and v[b,t, g*hd ..] (so a packed [B,T,C + 2·KV] qkv buffer passes q=qkv,
 // k=qkv+C, v=qkv+C+KV, stride=C+2·KV). att[B,H,T,T] saves the softmax probabilities (row-max
-// subtracted) for backward. out is [B,T,H*hd]. window > 0: sliding-window causal attention,
-// query t sees keys t - window < j <= t (Mistral); 0: every key j <= t.
+// subtracted) for backward. out is [B,T,H*hd]. params: the scores' scale, Gemma 2's
+// soft-capping, and a sliding window (query t sees keys t - window < j <= t; 0: every j <= t).
 void attention_forward(float* out, float* att, const float* q, const float* k, const float* v,
-                       int stride, int B, int T, int H, int Hkv, int hd, int window = 0);
+                       int stride, int B, int T, int H, int Hkv, int hd,
+                       const AttentionParams& params);
 // dq, dk, dv += gradients (null: not wanted); a kv head's dk and dv sum over its group's query
-// heads, in head order (deterministic). datt_scratch: [B,H,T,T] workspace, overwritten. window:
-// the forward's (products over keys and queries it excludes are skipped).
+// heads, in head order (deterministic). datt_scratch: [B,H,T,T] workspace, overwritten. params:
+// the forward's (products over keys and queries a window excludes are skipped; with a softcap
+// the scores are recomputed for its derivative).
 void attention_backward(float* dq, float* dk, float* dv, float* datt_scratch, const float* dout,
                         const float* q, const float* k, const float* v, const float* att,
-                        int stride, int B, int T, int H, int Hkv, int hd, int window = 0);
+                        int stride, int B, int T, int H, int Hkv, int hd,
+                        const AttentionParams& params);
 
 // ---- gelu.cpp --------------------------------------------------------------------------------
 // GELU, tanh approximation (GPT-2's "gelu_new").
@@ -141,6 +145,21 @@ void softmax_crossentropy_backward(float* dlogits, const float* probs, const int
 // the head needs no second [N, V] buffer.
 void softmax_crossentropy_backward_inplace(float* probs, const int32_t* targets, float dloss, int N,
                                            int V);
+// The same loss keeping the logits: losses[N] and each row's log-sum-exp lse[N], the logits
+// unchanged (Gemma 2's capped logits are needed again by the backward).
+void crossentropy_lse_forward(float* losses, float* lse, const float* logits,
+                              const int32_t* targets, int N, int V);
+// In place: logits become dloss * (e^(logits - lse) - onehot(target)), times the soft-cap's
+// derivative 1 - (logits / softcap)² when softcap > 0 (the logits being softcap_forward's
+// output); zero rows for ignored targets.
+void crossentropy_backward_from_lse(float* logits, const float* lse, const int32_t* targets,
+                                    float dloss, int N, int V, float softcap);
+
+// ---- softcap.cpp -----------------------------------------------------------------------------
+// Gemma 2's final logit soft-capping, in place: x = softcap * tanh(x / softcap), in
+// transformers' order of operations.
+void softcap_forward(float* x, std::size_t n, float softcap);
+
 // *out = the mean of losses[n] over the rows whose target is >= 0 (0 when there is none),
 // summed in fp64 in row order.
 void loss_mean(float* out, const float* losses, const int32_t* targets, int N);

@@ -17,6 +17,11 @@
 // windows. A window >= T is plain causal attention (the launches pass 0). Tests can count the
 // (query tile, key tile) pairs each kernel computes (Context::enable_attention_tile_count).
 //
+// Scores are scale * q·k (AttentionParams: 1/sqrt(hd), or Gemma 2's query_pre_attn_scalar^-0.5),
+// soft-capped as softcap * tanh(score / softcap) when softcap > 0 (Gemma 2): the forward caps
+// the visible scores before the online softmax, and the backward recomputes them with the cap's
+// derivative 1 - tanh², which multiplies P in dS = P (dP - delta).
+//
 // WMMA's accumulator layout is opaque (which lane holds which element is unspecified), and the
 // softmax works on rows: the scores S are stored to shared fp32 [16][64 + 4] per warp for the
 // row-wise softmax. The forward keeps each warp's Q rows and its output accumulator O in
@@ -38,6 +43,8 @@
 // its group's query heads in turn, accumulating in the same fragments: a kv head's gradient is
 // the sum over its query heads, still written once, by one warp, in a fixed order.
 #include <fmt/format.h>
+
+#include <cmath>
 
 #include "runtime/backend/cuda/common.cuh"
 #include "runtime/backend/cuda/ops.hpp"
@@ -80,6 +87,19 @@ __host__ __device__ inline int first_key(int i, int window) {
 __host__ __device__ inline int query_end(int j, int window, int T) {
   return window > 0 && j + window < T ? j + window : T;
 }
+// A score as the softmax sees it: scale * q·k, soft-capped (softcap * tanh(z / softcap), Gemma
+// 2) when softcap > 0. *dcap receives the cap's derivative 1 - tanh², 1 without a cap.
+__device__ __forceinline__ float capped_score(float qk, float scale, float softcap, float* dcap) {
+  const float z = qk * scale;
+  if (softcap <= 0.0f) {
+    *dcap = 1.0f;
+    return z;
+  }
+  const float t = tanhf(z / softcap);
+  *dcap = 1.0f - t * t;
+  return t * softcap;
+}
+
 // Counts one (query tile, key tile) pair the block computes, when a test asked for it: one
 // integer atomic per block and tile (not float data: the results stay deterministic).
 __device__ inline void count_tile(unsigned long long* tiles) {
@@ -274,7 +294,7 @@ constexpr float kRescaleThreshold = 8.0f;
 template <int kHdChunks>
 __global__ __launch_bounds__(kThreadsPerBlock) void attention_forward_kernel(
     bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, int stride, int T, int H,
-    int group, int hd, float scale, int window, unsigned long long* tiles) {
+    int group, int hd, float scale, float softcap, int window, unsigned long long* tiles) {
   extern __shared__ __align__(128) float smem[];
   const ForwardShared sh(reinterpret_cast<char*>(smem), hd);
   const int bh = blockIdx.y, b = bh / H, h = bh % H;
@@ -329,10 +349,16 @@ __global__ __launch_bounds__(kThreadsPerBlock) void attention_forward_kernel(
     const int col_lo = row_first - j0;
     const int col_hi = row < T ? min(row - j0, key_chunks * kMma - 1) : -1;
 
+    // The lane's visible scores become the softmax's (scaled, capped), in place.
     float tile_max = -INFINITY;
     for (int i = 0; i < kPerLane; ++i) {
       const int col = half * kPerLane + i;
-      if (col >= col_lo && col <= col_hi) tile_max = fmaxf(tile_max, Sw[r * kLdS + col] * scale);
+      if (col >= col_lo && col <= col_hi) {
+        float dcap;
+        float& x = Sw[r * kLdS + col];
+        x = capped_score(x, scale, softcap, &dcap);
+        tile_max = fmaxf(tile_max, x);
+      }
     }
     tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullMask, tile_max, 1));
     // A row may see no key of this tile (a window's edge, or past T): tile_max = -inf, no growth,
@@ -364,7 +390,7 @@ __global__ __launch_bounds__(kThreadsPerBlock) void attention_forward_kernel(
     for (int i = 0; i < kPerLane; ++i) {
       const int col = half * kPerLane + i;
       float p = 0.0f;
-      if (col >= col_lo && col <= col_hi) p = to_f(to_bf(expf(Sw[r * kLdS + col] * scale - m_ref)));
+      if (col >= col_lo && col <= col_hi) p = to_f(to_bf(expf(Sw[r * kLdS + col] - m_ref)));
       // The sum takes P as rounded for P·V: the weights used are the weights normalised.
       Pw[r * kLdP + col] = to_bf(p);
       sum += p;
@@ -423,14 +449,15 @@ __device__ void load_row_stats(float* lse_s, float* delta_s, const float* lse, c
   }
 }
 
-// dq[i] += scale * sum_{j<=i} P_ij (dP_ij - delta_i) K_j, dP = dO·Vᵀ (j inside the window).
+// dq[i] += scale * sum_{j<=i} P_ij (dP_ij - delta_i) c_ij K_j, dP = dO·Vᵀ (j inside the
+// window), c_ij the soft-cap's derivative (1 without one).
 // grid (query tiles of kTile rows, B*H); shared BackwardShared with a = Q, b = dO of the block's
 // rows, c = K, d = V tiles. Walks the forward's key tiles, with the forward's masks.
 template <int kHdChunks>
 __global__ __launch_bounds__(kThreadsPerBlock) void attention_dq_kernel(
     bf16* dq, const bf16* dout, const float* lse, const float* delta, const bf16* q, const bf16* k,
-    const bf16* v, int stride, int T, int H, int group, int hd, float scale, int window,
-    unsigned long long* tiles) {
+    const bf16* v, int stride, int T, int H, int group, int hd, float scale, float softcap,
+    int window, unsigned long long* tiles) {
   extern __shared__ __align__(128) float smem[];
   const BackwardShared sh(reinterpret_cast<char*>(smem), hd);
   const int bh = blockIdx.y, b = bh / H, h = bh % H;
@@ -480,11 +507,15 @@ __global__ __launch_bounds__(kThreadsPerBlock) void attention_dq_kernel(
     __syncwarp();
     const int col_lo = row_first - j0;  // the forward's mask
     const int col_hi = row < T ? min(row - j0, key_chunks * kMma - 1) : -1;
-    float p[kPerLane];
+    float p[kPerLane];  // P, times the cap's derivative (dS's factors but dP - delta)
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
       const int col = half * kPerLane + i;
-      p[i] = col >= col_lo && col <= col_hi ? expf(SDw[r * kLdS + col] * scale - row_lse) : 0.0f;
+      float dcap = 0.0f;
+      p[i] = col >= col_lo && col <= col_hi
+                 ? expf(capped_score(SDw[r * kLdS + col], scale, softcap, &dcap) - row_lse)
+                 : 0.0f;
+      p[i] *= dcap;
     }
     __syncwarp();  // the scores are read before dP overwrites them
     scores(SDw, dof, sh.d, sh.ld, hd_chunks, n_begin, key_chunks);
@@ -500,15 +531,15 @@ __global__ __launch_bounds__(kThreadsPerBlock) void attention_dq_kernel(
   if (w0 < T) add_rows(dq + base, stride, acc, sh.stage + warp * kMma * kMma, w0, T, hd, scale);
 }
 
-// dv[j] += sum_{i>=j} P_ij dO_i; dk[j] += scale * sum_{i>=j} P_ij (dP_ij - delta_i) Q_i (i inside
-// j's window), summed over the query heads of the kv head's group. grid (key tiles of kTile
-// rows, B*Hkv); shared BackwardShared with a = K, b = V of the block's keys, c = Q, d = dO tiles.
-// The warp's scores are transposed: 16 keys x 64 queries.
+// dv[j] += sum_{i>=j} P_ij dO_i; dk[j] += scale * sum_{i>=j} P_ij (dP_ij - delta_i) c_ij Q_i (i
+// inside j's window, c_ij the soft-cap's derivative), summed over the query heads of the kv head's
+// group. grid (key tiles of kTile rows, B*Hkv); shared BackwardShared with a = K, b = V of the
+// block's keys, c = Q, d = dO tiles. The warp's scores are transposed: 16 keys x 64 queries.
 template <int kHdChunks>
 __global__ __launch_bounds__(kThreadsPerBlock) void attention_dkv_kernel(
     bf16* dk, bf16* dv, const bf16* dout, const float* lse, const float* delta, const bf16* q,
     const bf16* k, const bf16* v, int stride, int T, int H, int group, int hd, float scale,
-    int window, unsigned long long* tiles) {
+    float softcap, int window, unsigned long long* tiles) {
   extern __shared__ __align__(128) float smem[];
   const BackwardShared sh(reinterpret_cast<char*>(smem), hd);
   const int Hkv = H / group;
@@ -585,8 +616,11 @@ __global__ __launch_bounds__(kThreadsPerBlock) void attention_dkv_kernel(
       for (int i = 0; i < kPerLane; ++i) {
         const int col = half * kPerLane + i;
         const bool seen = col >= col_lo && col <= col_hi;
-        p[i] = seen ? expf(SDw[r * kLdS + col] * scale - sh.lse[col]) : 0.0f;
+        float dcap = 0.0f;
+        p[i] = seen ? expf(capped_score(SDw[r * kLdS + col], scale, softcap, &dcap) - sh.lse[col])
+                    : 0.0f;
         Pw[r * kLdP + col] = to_bf(p[i]);
+        p[i] *= dcap;  // dS's factors but dP - delta
       }
       __syncwarp();  // the scores are read before dPᵀ overwrites them
       if constexpr (kKeep == kHdChunks) {
@@ -612,12 +646,18 @@ __global__ __launch_bounds__(kThreadsPerBlock) void attention_dkv_kernel(
   }
 }
 
-void check_shape(int B, int H, int Hkv, int hd, int window) {
-  if (window < 0)
+void check_shape(int B, int H, int Hkv, int hd, const AttentionParams& params) {
+  if (params.window < 0)
     throw InputError(fmt::format(
         "CUDA attention: sliding window {} < 0 (valid: 0, full causal attention, or the number "
         "of keys each query sees)",
-        window));
+        params.window));
+  if (!(params.scale > 0.0f) || !std::isfinite(params.scale) || !(params.softcap >= 0.0f) ||
+      !std::isfinite(params.softcap))
+    throw InputError(fmt::format(
+        "CUDA attention: score scale {} and softcap {} (valid: a finite scale > 0, a finite "
+        "softcap >= 0)",
+        params.scale, params.softcap));
   if (hd <= 0 || hd > kAttentionMaxHeadDim)
     throw InputError(fmt::format("CUDA attention supports head dimensions 1..{}, got {}",
                                  kAttentionMaxHeadDim, hd));
@@ -666,20 +706,20 @@ template <int kHdChunks>
 void launch_backward(Context& ctx, bf16* dq, bf16* dk, bf16* dv, const float* delta,
                      const bf16* dout, const float* lse, const bf16* q, const bf16* k,
                      const bf16* v, int stride, int B, int T, int H, int Hkv, int hd, float scale,
-                     int window) {
+                     float softcap, int window) {
   const int tiles = (T + kTile - 1) / kTile, group = H / Hkv;
   const std::size_t smem = backward_smem(hd);
   if (dq != nullptr) {
     allow_smem(attention_dq_kernel<kHdChunks>, smem);
     attention_dq_kernel<kHdChunks><<<dim3(tiles, B * H), kThreadsPerBlock, smem, ctx.stream()>>>(
-        dq, dout, lse, delta, q, k, v, stride, T, H, group, hd, scale, window,
+        dq, dout, lse, delta, q, k, v, stride, T, H, group, hd, scale, softcap, window,
         tile_counter(ctx, Context::kAttentionDq));
     SATURN_CUDA_LAUNCH_CHECK("attention_dq_kernel");
   }
   if (dk != nullptr || dv != nullptr) {
     allow_smem(attention_dkv_kernel<kHdChunks>, smem);
     attention_dkv_kernel<kHdChunks><<<dim3(tiles, B * Hkv), kThreadsPerBlock, smem, ctx.stream()>>>(
-        dk, dv, dout, lse, delta, q, k, v, stride, T, H, group, hd, scale, window,
+        dk, dv, dout, lse, delta, q, k, v, stride, T, H, group, hd, scale, softcap, window,
         tile_counter(ctx, Context::kAttentionDkv));
     SATURN_CUDA_LAUNCH_CHECK("attention_dkv_kernel");
   }
@@ -689,12 +729,12 @@ void launch_backward(Context& ctx, bf16* dq, bf16* dk, bf16* dv, const float* de
 
 void attention_forward(Context& ctx, bf16* out, float* lse, const bf16* q, const bf16* k,
                        const bf16* v, int stride, int B, int T, int H, int Hkv, int hd,
-                       int window) {
-  check_shape(B, H, Hkv, hd, window);
+                       const AttentionParams& params) {
+  check_shape(B, H, Hkv, hd, params);
   const int group = H / Hkv;
   if (B == 0 || T == 0 || H == 0) return;
-  window = kernel_window(window, T);
-  const float scale = 1.0f / sqrtf(static_cast<float>(hd));
+  const int window = kernel_window(params.window, T);
+  const float scale = params.scale, softcap = params.softcap;
   const dim3 grid((T + kTile - 1) / kTile, B * H);
   const std::size_t smem = forward_smem(hd);
   unsigned long long* tiles = tile_counter(ctx, Context::kAttentionForward);
@@ -702,11 +742,11 @@ void attention_forward(Context& ctx, bf16* out, float* lse, const bf16* q, const
   if (padded_head_dim(hd) <= 64) {
     allow_smem(attention_forward_kernel<4>, smem);
     attention_forward_kernel<4><<<grid, kThreadsPerBlock, smem, ctx.stream()>>>(
-        out, lse, q, k, v, stride, T, H, group, hd, scale, window, tiles);
+        out, lse, q, k, v, stride, T, H, group, hd, scale, softcap, window, tiles);
   } else {
     allow_smem(attention_forward_kernel<kMaxHdChunks>, smem);
     attention_forward_kernel<kMaxHdChunks><<<grid, kThreadsPerBlock, smem, ctx.stream()>>>(
-        out, lse, q, k, v, stride, T, H, group, hd, scale, window, tiles);
+        out, lse, q, k, v, stride, T, H, group, hd, scale, softcap, window, tiles);
   }
   SATURN_CUDA_LAUNCH_CHECK("attention_forward_kernel");
 }
@@ -714,11 +754,11 @@ void attention_forward(Context& ctx, bf16* out, float* lse, const bf16* q, const
 void attention_backward(Context& ctx, bf16* dq, bf16* dk, bf16* dv, float* delta_scratch,
                         const bf16* dout, const bf16* out, const float* lse, const bf16* q,
                         const bf16* k, const bf16* v, int stride, int B, int T, int H, int Hkv,
-                        int hd, int window) {
-  check_shape(B, H, Hkv, hd, window);
+                        int hd, const AttentionParams& params) {
+  check_shape(B, H, Hkv, hd, params);
   if (B == 0 || T == 0 || H == 0) return;
-  window = kernel_window(window, T);
-  const float scale = 1.0f / sqrtf(static_cast<float>(hd));
+  const int window = kernel_window(params.window, T);
+  const float scale = params.scale, softcap = params.softcap;
   const dim3 delta_grid((T + kDeltaWarps - 1) / kDeltaWarps, B * H);
   attention_delta_kernel<<<delta_grid, kDeltaWarps * 32, 0, ctx.stream()>>>(delta_scratch, dout,
                                                                             out, T, H, hd);
@@ -726,10 +766,10 @@ void attention_backward(Context& ctx, bf16* dq, bf16* dk, bf16* dv, float* delta
   // The fragment arrays are sized at compile time (registers on a GPU): two sizes cover hd.
   if (padded_head_dim(hd) <= 64)
     launch_backward<4>(ctx, dq, dk, dv, delta_scratch, dout, lse, q, k, v, stride, B, T, H, Hkv, hd,
-                       scale, window);
+                       scale, softcap, window);
   else
     launch_backward<kMaxHdChunks>(ctx, dq, dk, dv, delta_scratch, dout, lse, q, k, v, stride, B, T,
-                                  H, Hkv, hd, scale, window);
+                                  H, Hkv, hd, scale, softcap, window);
 }
 
 }  // namespace saturn::cuda

@@ -146,15 +146,15 @@ struct Backend : BackendTypes {
   }
   static void attention_forward(Context& ctx, Act* out, AttnSaved* lse, const Act* q, const Act* k,
                                 const Act* v, int stride, int B, int T, int H, int Hkv, int hd,
-                                int window) {
-    cuda::attention_forward(ctx, b(out), lse, b(q), b(k), b(v), stride, B, T, H, Hkv, hd, window);
+                                const AttentionParams& params) {
+    cuda::attention_forward(ctx, b(out), lse, b(q), b(k), b(v), stride, B, T, H, Hkv, hd, params);
   }
   static void attention_backward(Context& ctx, Act* dq, Act* dk, Act* dv, AttnSaved* delta,
                                  const Act* dout, const Act* out, const AttnSaved* lse,
                                  const Act* q, const Act* k, const Act* v, int stride, int B, int T,
-                                 int H, int Hkv, int hd, int window) {
+                                 int H, int Hkv, int hd, const AttentionParams& params) {
     cuda::attention_backward(ctx, b(dq), b(dk), b(dv), delta, b(dout), b(out), lse, b(q), b(k),
-                             b(v), stride, B, T, H, Hkv, hd, window);
+                             b(v), stride, B, T, H, Hkv, hd, params);
   }
   static void gelu_forward(Context& ctx, Act* out, const Act* inp, std::size_t n) {
     cuda::gelu_forward(ctx, b(out), b(inp), n);
@@ -183,14 +183,22 @@ struct Backend : BackendTypes {
   }
   // The logits stay as they are; lse [N] keeps each row's log-sum-exp, so that the backward
   // reads the logits once more (to write their gradient) and never recomputes the statistics.
+  // softcap: the logits are softcap_forward's output (nothing changes here; the backward
+  // applies the cap's derivative).
   static void crossentropy_forward(Context& ctx, float* losses, float* lse, Act* logits,
-                                   const std::int32_t* targets, int N, int V) {
+                                   const std::int32_t* targets, int N, int V, float /*softcap*/) {
     cuda::crossentropy_forward(ctx, losses, b(logits), targets, N, V, lse);
   }
-  // lse: what crossentropy_forward saved for these logits.
+  // lse: what crossentropy_forward saved for these logits. The gradient is the raw logits'
+  // (through the soft-cap when softcap > 0).
   static void crossentropy_backward(Context& ctx, Act* logits, const float* lse,
-                                    const std::int32_t* targets, float dloss, int N, int V) {
-    cuda::crossentropy_backward(ctx, b(logits), nullptr, targets, dloss, N, V, lse);
+                                    const std::int32_t* targets, float dloss, int N, int V,
+                                    float softcap) {
+    cuda::crossentropy_backward(ctx, b(logits), nullptr, targets, dloss, N, V, lse, softcap);
+  }
+  // Gemma 2's final logit soft-capping, in place.
+  static void softcap_forward(Context& ctx, Act* x, std::size_t n, float softcap) {
+    cuda::softcap_forward(ctx, b(x), n, softcap);
   }
   static void loss_mean(Context& ctx, float* out, const float* losses, const std::int32_t* targets,
                         int N) {

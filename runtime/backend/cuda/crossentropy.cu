@@ -44,24 +44,33 @@ __device__ RowStats row_stats(const bf16* x, int V, int target, bool vec) {
   return r;
 }
 
-// dloss * (e^(x - lse) - onehot) over the row, in place. Every thread must have read what it
-// needs of the row (x[target]) before the first write: the caller's barrier.
-__device__ void write_row_grad(bf16* x, int V, int target, float lse, float scale, bool vec) {
+// One logit's gradient: scale * (e^(x - lse) - onehot), times the soft-cap's derivative
+// 1 - (x / softcap)^2 when softcap > 0 (x being the capped logit).
+__device__ __forceinline__ float logit_grad(float x, bool is_target, float lse, float scale,
+                                            float softcap) {
+  float d = scale * (expf(x - lse) - (is_target ? 1.0f : 0.0f));
+  if (softcap > 0.0f) {
+    const float t = x / softcap;
+    d *= 1.0f - t * t;
+  }
+  return d;
+}
+
+// The row's gradient in place (logit_grad). Every thread must have read what it needs of the
+// row (x[target]) before the first write: the caller's barrier.
+__device__ void write_row_grad(bf16* x, int V, int target, float lse, float scale, float softcap,
+                               bool vec) {
   if (vec) {
     for (int j = threadIdx.x * kBf16Width; j < V; j += blockDim.x * kBf16Width) {
       Vec128<bf16> v = load128(x + j);
 #pragma unroll
-      for (int k = 0; k < kBf16Width; ++k) {
-        const float p = expf(to_f(v.v[k]) - lse);
-        v.v[k] = to_bf(scale * (p - (j + k == target ? 1.0f : 0.0f)));
-      }
+      for (int k = 0; k < kBf16Width; ++k)
+        v.v[k] = to_bf(logit_grad(to_f(v.v[k]), j + k == target, lse, scale, softcap));
       store128(x + j, v);
     }
   } else {
-    for (int j = threadIdx.x; j < V; j += blockDim.x) {
-      const float p = expf(to_f(x[j]) - lse);
-      x[j] = to_bf(scale * (p - (j == target ? 1.0f : 0.0f)));
-    }
+    for (int j = threadIdx.x; j < V; j += blockDim.x)
+      x[j] = to_bf(logit_grad(to_f(x[j]), j == target, lse, scale, softcap));
   }
 }
 
@@ -81,7 +90,7 @@ __global__ void crossentropy_forward_kernel(float* losses, float* lse_out, const
 // the row; without it, a statistics read first. losses (may be null) receive the loss again.
 __global__ void crossentropy_backward_kernel(float* losses, bf16* logits, const float* lse,
                                              const std::int32_t* targets, float dloss, int V,
-                                             bool vec) {
+                                             float softcap, bool vec) {
   const std::size_t row = blockIdx.x;
   bf16* x = logits + row * V;
   const int target = targets[row];
@@ -94,7 +103,7 @@ __global__ void crossentropy_backward_kernel(float* losses, bf16* logits, const 
   }
   __syncthreads();  // x[target] is read (by every thread) before any thread writes the row
   if (threadIdx.x == 0 && losses != nullptr) losses[row] = target >= 0 ? r.lse - r.x_target : 0.0f;
-  write_row_grad(x, V, target, r.lse, target >= 0 ? dloss : 0.0f, vec);
+  write_row_grad(x, V, target, r.lse, target >= 0 ? dloss : 0.0f, softcap, vec);
 }
 
 // One block: the row losses summed in fp64 in a fixed order (thread-strided partials, then
@@ -128,12 +137,12 @@ void crossentropy_forward(Context& ctx, float* losses, const bf16* logits,
 }
 
 void crossentropy_backward(Context& ctx, bf16* logits_to_dlogits, float* losses,
-                           const std::int32_t* targets, float dloss, int N, int V,
-                           const float* lse) {
+                           const std::int32_t* targets, float dloss, int N, int V, const float* lse,
+                           float softcap) {
   if (N == 0) return;
   const bool vec = V % kBf16Width == 0 && aligned16(logits_to_dlogits);
   crossentropy_backward_kernel<<<static_cast<unsigned>(N), kThreads, 0, ctx.stream()>>>(
-      losses, logits_to_dlogits, lse, targets, dloss, V, vec);
+      losses, logits_to_dlogits, lse, targets, dloss, V, softcap, vec);
   SATURN_CUDA_LAUNCH_CHECK("crossentropy_backward_kernel");
 }
 

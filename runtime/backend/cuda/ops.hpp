@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "runtime/backend/attention_params.hpp"
 #include "runtime/backend/cuda/context.hpp"
 #include "runtime/backend/rotary.hpp"
 #include "runtime/core/adamw_step.hpp"
@@ -107,17 +108,17 @@ void rotary_backward(Context& ctx, bf16* dinp, const bf16* dout, int B, int T, i
 constexpr int kAttentionMaxHeadDim = 128;
 // Grouped-query attention as cpu::attention_forward: Hkv key/value heads (dividing H), query
 // head h reads kv head h / (H / Hkv).
-// window > 0: sliding-window causal attention as cpu::attention_forward's.
+// params: the scale, soft-capping and sliding window, as cpu::attention_forward's.
 void attention_forward(Context& ctx, bf16* out, float* lse, const bf16* q, const bf16* k,
                        const bf16* v, int stride, int B, int T, int H, int Hkv, int hd,
-                       int window = 0);
+                       const AttentionParams& params);
 // dq, dk, dv (rows of `stride`, may share one packed buffer) += gradients; a kv head's dk, dv
 // sum its group's query heads inside one block (deterministic, no atomics). out and lse are
 // the forward's; delta_scratch is [B, H, T] fp32 workspace, overwritten.
 void attention_backward(Context& ctx, bf16* dq, bf16* dk, bf16* dv, float* delta_scratch,
                         const bf16* dout, const bf16* out, const float* lse, const bf16* q,
                         const bf16* k, const bf16* v, int stride, int B, int T, int H, int Hkv,
-                        int hd, int window = 0);
+                        int hd, const AttentionParams& params);
 
 // ---- gelu.cu ---------------------------------------------------------------------------------
 void gelu_forward(Context& ctx, bf16* out, const bf16* inp, std::size_t n);
@@ -146,12 +147,18 @@ void add_bias(Context& ctx, bf16* out, const bf16* bias, int N, int C);
 // (fp32), which lets crossentropy_backward skip its own statistics read.
 void crossentropy_forward(Context& ctx, float* losses, const bf16* logits,
                           const std::int32_t* targets, int N, int V, float* lse = nullptr);
-// Overwrites the logits with dloss * (softmax - onehot(target)) (zero rows for ignored targets);
-// losses may be null or receive the loss again. With the forward's lse (same logits): one read
-// and one write of the logits; without (lse null): two reads and one write.
+// Overwrites the logits with dloss * (softmax - onehot(target)) (zero rows for ignored targets),
+// times the soft-cap's derivative 1 - (logit / softcap)^2 when softcap > 0 (the logits being
+// softcap_forward's output); losses may be null or receive the loss again. With the forward's
+// lse (same logits): one read and one write of the logits; without (lse null): two reads and
+// one write.
 void crossentropy_backward(Context& ctx, bf16* logits_to_dlogits, float* losses,
                            const std::int32_t* targets, float dloss, int N, int V,
-                           const float* lse = nullptr);
+                           const float* lse = nullptr, float softcap = 0.0f);
+
+// ---- softcap.cu ------------------------------------------------------------------------------
+// Gemma 2's final logit soft-capping, in place: x = softcap * tanh(x / softcap).
+void softcap_forward(Context& ctx, bf16* x, std::size_t n, float softcap);
 // *out = the mean of losses[n] over the rows whose target is >= 0 (0 when none), fp64 sums in a
 // fixed order; stays on the device.
 void loss_mean(Context& ctx, float* out, const float* losses, const std::int32_t* targets, int N);

@@ -23,7 +23,8 @@ namespace {
 // gpt2, llama, llama_gqa_tied or llama_variants (issue 30's switches at once: q/k/v, o and MLP
 // biases, a sliding window shorter than T that crosses the attention kernels' 64-row tiles,
 // llama3 rotary scaling, a padding_idx) or gemma (GeGLU, RMSNorm 1 + w, scaled embeddings, a
-// head width of 24 with 4 heads: 96 != d_model 64).
+// head width of 24 with 4 heads: 96 != d_model 64) or gemma2 (gemma's, post-norms, soft-capped
+// scores and logits, query_pre_attn_scalar, a window on layer 0 only).
 ModelConfig tiny(const std::string& name) {
   ModelConfig c;
   c.arch = name == "gpt2" ? Arch::kGpt2 : Arch::kLlama;
@@ -37,7 +38,7 @@ ModelConfig tiny(const std::string& name) {
     c.n_kv_head = 2;
     c.tie_embeddings = name == "llama_gqa_tied";
   }
-  if (name == "gemma") {
+  if (name == "gemma" || name == "gemma2") {
     c.n_head = 4;
     c.n_kv_head = 2;
     c.head_size = 24;
@@ -46,6 +47,14 @@ ModelConfig tiny(const std::string& name) {
     c.scale_embeddings = true;
     c.tie_embeddings = true;
     c.padding_idx = 0;
+  }
+  if (name == "gemma2") {  // a window of 24 < T = 80 on layer 0, none on layer 1
+    c.post_norms = true;
+    c.sliding_window = 24;
+    c.alternate_window = true;
+    c.query_pre_attn_scalar = 20.0f;
+    c.attn_softcap = 0.5f;
+    c.final_softcap = 0.2f;
   }
   if (name == "llama_variants") {
     c.qkv_bias = c.o_bias = c.mlp_bias = true;
@@ -87,7 +96,9 @@ TEST_P(EmulatedModel, BlockBackwardMemsets) {
     tokens[i] = static_cast<std::int32_t>((i * 7 + 3) % static_cast<std::size_t>(cfg.vocab_size));
   m.forward(tokens, tokens, B, T);
   m.model().head_backward(1.0f / static_cast<float>(B * T));
-  const std::uint64_t want = GetParam() == "gpt2" ? 2 : 4;
+  // Gemma 2: and the gradient of each of its two post-normed branches (the norm's backward
+  // accumulates).
+  const std::uint64_t want = GetParam() == "gpt2" ? 2 : GetParam() == "gemma2" ? 6 : 4;
   for (int l = cfg.n_layer - 1; l >= 0; --l) {
     const std::uint64_t before = emu::memset_async_calls();
     m.model().block_backward(l);
@@ -130,7 +141,7 @@ TEST_P(EmulatedModel, BackwardIsBitRepeatable) {
 
 INSTANTIATE_TEST_SUITE_P(Arch, EmulatedModel,
                          ::testing::Values("gpt2", "llama", "llama_gqa_tied", "llama_variants",
-                                           "gemma"),
+                                           "gemma", "gemma2"),
                          [](const auto& p) { return p.param; });
 
 // What estimates add for the backend itself is what a CUDA device takes before any model.
