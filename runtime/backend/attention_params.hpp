@@ -10,8 +10,9 @@ struct AttentionParams {
   // > 0: query i sees keys i - window < j <= i (Mistral; Gemma 2's even layers). 0: every
   // earlier key.
   int window = 0;
-  // The scores are scale * q·k: 1/sqrt(head_dim), or Gemma 2's query_pre_attn_scalar^-0.5.
-  float scale = 1.0f;
+  // The scores are scale * q·k: 1/sqrt(head_dim) (attention_scale), or Gemma 2's
+  // query_pre_attn_scalar^-0.5. Always given: the ops refuse a scale that is not > 0.
+  float scale = 0.0f;
   // > 0: the scaled scores become softcap * tanh(score / softcap) before the causal mask and the
   // softmax (Gemma 2's attn_logit_softcapping). 0: none.
   float softcap = 0.0f;

@@ -244,7 +244,8 @@ void read_gemma2(const ConfigReader& r, ModelConfig& m) {
            "inverse square root)");
   const auto positive = [&](const char* key, double dflt) {
     const double v = r.number_or(key, dflt);
-    if (!(v > 0 && v <= 1e6))
+    // Checked as the float the engine computes with (a tiny value would round to 0: none).
+    if (!(static_cast<float>(v) > 0 && v <= 1e6))
       r.fail(key, fmt::format("{} is out of range (valid: 0 < x <= 1e6)", v));
     return static_cast<float>(v);
   };
@@ -309,7 +310,10 @@ void read_llama_family(const ConfigReader& r, const Family& family, HfModel& out
                      {"norm_eps", "rms_norm_eps"},
                      {"rope_theta", "rope_theta"},
                      {"max_seq_len", "max_position_embeddings"},
-                     {"sliding_window", "sliding_window"}};
+                     {"sliding_window", "sliding_window"},
+                     {"query_pre_attn_scalar", "query_pre_attn_scalar"},
+                     {"attn_softcap", "attn_logit_softcapping"},
+                     {"final_softcap", "final_logit_softcapping"}};
   const std::string arch = family.architecture;
   m.vocab_size = r.integer("vocab_size", 2, kVocab);
   m.d_model = r.integer("hidden_size", 1, kDModel);
@@ -501,6 +505,12 @@ std::string export_architecture(const ModelConfig& m) {
       cannot(
           "Gemma 2 has norms after attention and the MLP (post_norms) and a sliding window on "
           "its even layers (alternate_window)");
+    // Without it the engine scales by 1/sqrt(head_dim) in float32, which transformers'
+    // head_dim**-0.5 (a double, then rounded) may miss by one float step.
+    if (a == kGemma2Arch && !(m.query_pre_attn_scalar > 0))
+      cannot(
+          "Gemma 2 scales its scores by query_pre_attn_scalar^-0.5: set query_pre_attn_scalar "
+          "(e.g. the head width)");
     return a;
   }
   if (gemma2_switches)
@@ -612,9 +622,7 @@ ordered_json config_json(const ModelConfig& m) {
       j["attention_bias"] = m.qkv_bias;
       if (a == kGemma2Arch) {
         j["sliding_window"] = m.sliding_window;
-        j["query_pre_attn_scalar"] = m.query_pre_attn_scalar > 0
-                                         ? number_json(m.query_pre_attn_scalar)
-                                         : ordered_json(m.head_dim());
+        j["query_pre_attn_scalar"] = number_json(m.query_pre_attn_scalar);
         j["attn_logit_softcapping"] =
             m.attn_softcap > 0 ? number_json(m.attn_softcap) : ordered_json(nullptr);
         j["final_logit_softcapping"] =

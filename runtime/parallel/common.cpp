@@ -200,21 +200,28 @@ double DeviceSum::read() {
   return v;
 }
 
-double block_flops_per_token(const ModelConfig& c, int seq_len) {
+double blocks_flops_per_token(const ModelConfig& c, int seq_len, int first, int end) {
   const double C = c.d_model, F = c.ffn_dim(), KV = c.kv_dim(), Q = c.q_dim();
   // llama: q and o are C x Q (Q = C but for Gemma), k and v C x KV (fewer with grouped-query
   // attention).
   const double matmul =
       c.arch == Arch::kGpt2 ? 4 * C * C + 2 * C * F : 2 * C * Q + 2 * C * KV + 3 * C * F;
-  // Keys per query: the sequence, or a sliding window shorter than it (Gemma 2: on its even
-  // layers only), averaged over the layers.
-  double T = 0;
-  for (int l = 0; l < c.n_layer; ++l)
-    T += c.window(l) > 0 ? std::min(seq_len, c.window(l)) : seq_len;
-  T /= std::max(c.n_layer, 1);
-  // forward 2 FLOPs per multiply-add, backward twice the forward; attention scores and values
-  // cost 2·T·Q multiply-adds per token (causal: about half, counted whole as PaLM does).
-  return 3.0 * (2.0 * matmul + 4.0 * T * Q);
+  double flops = 0;
+  for (int l = first; l < end; ++l) {
+    // Keys per query: the sequence, or a sliding window shorter than it (Gemma 2: on its even
+    // layers only).
+    const double T = c.window(l) > 0 ? std::min(seq_len, c.window(l)) : seq_len;
+    // forward 2 FLOPs per multiply-add, backward twice the forward; attention scores and values
+    // cost 2·T·Q multiply-adds per token (causal: about half, counted whole as PaLM does).
+    flops += 3.0 * (2.0 * matmul + 4.0 * T * Q);
+  }
+  return flops;
+}
+
+double block_flops_per_token(const ModelConfig& c, int seq_len) {
+  // Every layer alike but with Gemma 2's alternating window.
+  if (!c.alternate_window || c.n_layer < 2) return blocks_flops_per_token(c, seq_len, 0, 1);
+  return blocks_flops_per_token(c, seq_len, 0, c.n_layer) / c.n_layer;
 }
 
 double head_flops_per_token(const ModelConfig& c) {

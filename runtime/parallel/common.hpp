@@ -90,9 +90,11 @@ class DeviceSum {
   Buffer<double> value_;
 };
 
-// Forward+backward FLOPs per token of one block (matrix products and attention) and of the
-// head; used for stage balancing and estimates.
+// Forward+backward FLOPs per token of one block (matrix products and attention; the mean over
+// the layers, whose windows may differ), of blocks [first, end), and of the head; used for stage
+// balancing and estimates.
 double block_flops_per_token(const ModelConfig& c, int seq_len);
+double blocks_flops_per_token(const ModelConfig& c, int seq_len, int first, int end);
 double head_flops_per_token(const ModelConfig& c);
 
 // Accumulates wall time into a counter while alive (compute time for stats).

@@ -61,9 +61,23 @@ std::vector<int> PipelineStrategy::partition(const ModelConfig& model, int seq_l
     for (int s = 0; s <= p; ++s) bounds[static_cast<std::size_t>(s)] = s * L / p;
     return bounds;
   }
-  const double block = block_flops_per_token(model, seq_len);
   const double head = head_flops_per_token(model);
-  auto cost = [&](int s, int a, int b) { return (b - a) * block + (s == p - 1 ? head : 0.0); };
+  // Blocks [0, l)'s FLOPs. Layers differ only with Gemma 2's alternating window; alike, a
+  // stage costs its block count times one block, as exactly as before.
+  std::vector<double> prefix(static_cast<std::size_t>(L + 1), 0.0);
+  bool alike = true;
+  for (int l = 0; l < L; ++l) {
+    const double f = blocks_flops_per_token(model, seq_len, l, l + 1);
+    alike = alike && f == blocks_flops_per_token(model, seq_len, 0, 1);
+    prefix[static_cast<std::size_t>(l + 1)] = prefix[static_cast<std::size_t>(l)] + f;
+  }
+  const double block = blocks_flops_per_token(model, seq_len, 0, std::min(L, 1));
+  auto cost = [&](int s, int a, int b) {
+    const double blocks =
+        alike ? (b - a) * block
+              : prefix[static_cast<std::size_t>(b)] - prefix[static_cast<std::size_t>(a)];
+    return blocks + (s == p - 1 ? head : 0.0);
+  };
   // best[s][l]: the smallest possible costliest stage when stages 0..s-1 run blocks [0, l).
   const double inf = std::numeric_limits<double>::infinity();
   std::vector<std::vector<double>> best(static_cast<std::size_t>(p + 1),
@@ -229,11 +243,10 @@ Estimate PipelineStrategy::estimate() const {
     if (head.tied && p_ > 1 && (s == 0 || s == p_ - 1)) comm += width * wte;
     if (dp_ > 1) comm += width * P;
     e.comm_bytes = std::max<std::uint64_t>(e.comm_bytes, comm);
-    const double blocks =
-        pl.bounds[static_cast<std::size_t>(s + 1)] - pl.bounds[static_cast<std::size_t>(s)];
-    const double flops =
-        static_cast<double>(pl.rows) * T *
-        (blocks * block_flops_per_token(c, T) + (s == p_ - 1 ? head_flops_per_token(c) : 0.0));
+    const double flops = static_cast<double>(pl.rows) * T *
+                         (blocks_flops_per_token(c, T, pl.bounds[static_cast<std::size_t>(s)],
+                                                 pl.bounds[static_cast<std::size_t>(s + 1)]) +
+                          (s == p_ - 1 ? head_flops_per_token(c) : 0.0));
     e.flops = std::max(e.flops, flops);
     if (total > e.device_bytes) {
       e.device_bytes = total;

@@ -327,6 +327,8 @@ class Parser {
   using Agree = std::function<void(const Entry&, const std::string&, const std::string&)>;
   void parse_llama_variants(const MapView& m, ModelConfig& mc, bool from, const Agree& agree) const;
   void parse_selection(const Entry& e, Workload& w) const;
+  // `export: hf`: InputError at the model's line when no Hugging Face class expresses it.
+  void check_exportable() const;
   void parse_jobs(const Entry& e, const TrainConfig& base, const Provenance& base_prov,
                   Workload& w);
   void finish_job(JobSpec job, const Provenance& prov, const YAML::Mark& mark,
@@ -842,6 +844,21 @@ void Parser::parse_models(const Entry& e) {
   }
 }
 
+void Parser::check_exportable() const {
+  // Known now, not after a week of training: every model must be one a Hugging Face class
+  // expresses (a workload may combine switches none does).
+  for (const auto& [name, model] : models_) {
+    try {
+      (void)hf::config_json(model.first);
+    } catch (const InputError& err) {
+      fail(model.second, "models." + name,
+           fmt::format("`export: hf` cannot write this model: {} (change its keys, or leave "
+                       "`export` out and keep the HDF5 checkpoints)",
+                       err.what()));
+    }
+  }
+}
+
 bool Parser::boolean(const Entry& x) const {
   // YAML 1.2's booleans only, as for `reproducible`.
   const YAML::Node& b = x.value;
@@ -895,8 +912,10 @@ void Parser::parse_llama_variants(const MapView& m, ModelConfig& mc, bool from,
     if (x == nullptr) continue;
     llama_only(*x);
     const double d = number(*x);
-    if (!(d >= 0) || d > 1e6)
-      fail(x->mark(), x->path, fmt::format("{} is out of range (valid: 0 for none, up to 1e6)", d));
+    // As the float the engine computes with: a tiny value would round to 0 (none).
+    if (!(d >= 0) || d > 1e6 || (d > 0 && !(static_cast<float>(d) > 0)))
+      fail(x->mark(), x->path,
+           fmt::format("{} is out of range (valid: 0 for none, or 1e-30 up to 1e6)", d));
     if (from)
       agree(*x, fmt::format("{}", static_cast<float>(d)), fmt::format("{}", mc.*member));
     else
@@ -1276,18 +1295,7 @@ Workload Parser::parse(const std::string& text) {
 
   if (const Entry* e = top.find("export")) {
     w.export_format = choice(*e, kExportFormats);
-    // Known now, not after a week of training: every model must be one a Hugging Face class
-    // expresses (a workload may combine switches none does).
-    for (const auto& [name, model] : models_) {
-      try {
-        (void)hf::config_json(model.first);
-      } catch (const InputError& err) {
-        fail(model.second, "models." + name,
-             fmt::format("`export: hf` cannot write this model: {} (change its keys, or leave "
-                         "`export` out and keep the HDF5 checkpoints)",
-                         err.what()));
-      }
-    }
+    check_exportable();
   }
   if (const Entry* e = top.find("selection")) parse_selection(*e, w);
 

@@ -324,6 +324,19 @@ TEST_F(OneProcess, AnotherModelIsAnInputErrorNotAFallback) {
     EXPECT_NE(msg.find("model.layers.0.self_attn.q_proj.bias"), std::string::npos) << msg;
     EXPECT_NE(msg.find("head_dim"), std::string::npos) << msg;
   }
+  // The same tensors computing another function (a sliding window): refused, naming the field.
+  ModelConfig windowed = llama;
+  windowed.sliding_window = 8;
+  ReadOptions wopt;
+  wopt.expect_model = windowed;
+  OwnedState wr = make_state(llama_layout, Decomp::kRoot, 0, 1);
+  try {
+    read_checkpoint(MPI_COMM_SELF, f, wr.view(), wopt);
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("sliding_window = 0, this job's has 8"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST_F(OneProcess, SafetensorsExportHasTheContractsNamesAndValues) {

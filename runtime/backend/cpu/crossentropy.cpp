@@ -106,8 +106,9 @@ void crossentropy_backward_from_lse(float* logits, const float* lse, const int32
       const float x = row[j];
       float d = scale * (std::exp(x - row_lse) - (j == y ? 1.0f : 0.0f));
       if (softcap > 0.0f) {
+        // |x| <= softcap up to rounding: a derivative below 0 would flip the gradient's sign.
         const float t = x / softcap;
-        d *= 1.0f - t * t;
+        d *= std::max(0.0f, 1.0f - t * t);
       }
       row[j] = d;
     }

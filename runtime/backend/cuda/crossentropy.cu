@@ -50,8 +50,10 @@ __device__ __forceinline__ float logit_grad(float x, bool is_target, float lse, 
                                             float softcap) {
   float d = scale * (expf(x - lse) - (is_target ? 1.0f : 0.0f));
   if (softcap > 0.0f) {
+    // The capped logit is bf16: rounded, |x| may exceed the cap (0.2 is 0.2002 in bf16), where
+    // 1 - t^2 < 0 would flip the gradient's sign.
     const float t = x / softcap;
-    d *= 1.0f - t * t;
+    d *= fmaxf(0.0f, 1.0f - t * t);
   }
   return d;
 }
