@@ -231,6 +231,7 @@ std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) {
   if (!sub) return nullptr;
   auto child = std::make_unique<NcclCommunicator>(std::move(sub), device_, compute_);
   child->timeout_s_ = timeout_s_;
+  child->record_use_ = record_use_;
   return child;
 }
 
@@ -291,6 +292,10 @@ cudaEvent_t NcclCommunicator::record_on_stream(const std::string& what) {
   return done;
 }
 
+void NcclCommunicator::note_use(const void* buffer) {
+  if (record_use_ && buffer != nullptr) record_use_(buffer, stream_);
+}
+
 void NcclCommunicator::flush_p2p() {
   if (!pending_p2p_) return;
   std::shared_ptr<P2pBatch> batch = std::move(pending_p2p_);
@@ -314,6 +319,7 @@ void NcclCommunicator::flush_p2p() {
   const ncclResult_t end = ncclGroupEnd();
   if (first_error != ncclSuccess) check(first_error, failed_call);
   check(end, "ncclGroupEnd");
+  for (const P2pBatch::Op& op : batch->ops) note_use(op.data);
   batch->done = record_on_stream(batch->what);
 }
 
@@ -400,25 +406,33 @@ void NcclCommunicator::do_barrier() {
 std::unique_ptr<RequestImpl> NcclCommunicator::do_iallreduce(void* data, std::size_t count,
                                                              DType type, ReduceOp op) {
   const ncclRedOp_t red = nccl_op(op, type);
-  return collective("ncclAllReduce", false, [&] {
+  auto request = collective("ncclAllReduce", false, [&] {
     return ncclAllReduce(data, data, count, nccl_type(type), red, comm_, stream_);
   });
+  note_use(data);
+  return request;
 }
 
 std::unique_ptr<RequestImpl> NcclCommunicator::do_ireduce_scatter(const void* send, void* recv,
                                                                   std::size_t recv_count,
                                                                   DType type, ReduceOp op) {
   const ncclRedOp_t red = nccl_op(op, type);
-  return collective("ncclReduceScatter", false, [&] {
+  auto request = collective("ncclReduceScatter", false, [&] {
     return ncclReduceScatter(send, recv, recv_count, nccl_type(type), red, comm_, stream_);
   });
+  note_use(send);
+  note_use(recv);
+  return request;
 }
 
 std::unique_ptr<RequestImpl> NcclCommunicator::do_iall_gather(const void* send, void* recv,
                                                               std::size_t send_count, DType type) {
-  return collective("ncclAllGather", false, [&] {
+  auto request = collective("ncclAllGather", false, [&] {
     return ncclAllGather(send, recv, send_count, nccl_type(type), comm_, stream_);
   });
+  note_use(send);
+  note_use(recv);
+  return request;
 }
 
 std::unique_ptr<RequestImpl> NcclCommunicator::do_isend(const void* data, std::size_t count,

@@ -27,6 +27,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -79,6 +80,12 @@ class NcclCommunicator final : public Communicator {
   double timeout_seconds() const { return timeout_s_; }
   // For tests: the wait limit of this communicator (and of those split from it afterwards).
   void set_timeout_seconds(double seconds) { timeout_s_ = seconds; }
+  // Told of every device buffer a non-blocking operation uses on this communicator's stream,
+  // once the operation is enqueued: the device's allocator then keeps a buffer released before
+  // its request is waited from being handed out while NCCL may still read or write it
+  // (CachingDeviceAllocator::record_stream). Inherited by split() results.
+  using StreamUseRecorder = std::function<void(const void* buffer, cudaStream_t stream)>;
+  void set_stream_use_recorder(StreamUseRecorder recorder) { record_use_ = std::move(recorder); }
 
   // Used by this communicator's requests.
   bool poll_event(cudaEvent_t event, const std::string& what);   // true once fired
@@ -126,6 +133,7 @@ class NcclCommunicator final : public Communicator {
   std::unique_ptr<RequestImpl> point_to_point(bool is_send, void* data, std::size_t count,
                                               DType type, int peer);
   cudaEvent_t record_on_stream(const std::string& what);
+  void note_use(const void* buffer);  // record_use_ of a non-blocking operation's buffer
 
   std::unique_ptr<Communicator> owned_bootstrap_;  // split() results own theirs
   Communicator* bootstrap_;
@@ -140,6 +148,7 @@ class NcclCommunicator final : public Communicator {
   bool aborted_ = false;
   std::string failure_;  // why it was aborted
   std::shared_ptr<P2pBatch> pending_p2p_;
+  StreamUseRecorder record_use_;
 };
 
 }  // namespace saturn::comm

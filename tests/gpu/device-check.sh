@@ -8,11 +8,17 @@
 #       has CUDA and PyTorch but not the project's dependencies (MPI, HDF5, GLPK, OpenBLAS, ...),
 #       so it runs what was built here; Open MPI's runtime (mpirun, its plugins and help files,
 #       PMIx, hwloc, libevent: the files of the installed Debian packages) travels too, relocated
-#       with OPAL_PREFIX, for the sweep's `saturn run --np 4`.
+#       with OPAL_PREFIX, for the sweep's `saturn run --np 4`. Then packs it (below).
+#
+#   tests/gpu/device-check.sh pack | unpack
+#       The bundle (over 100 MB) travels packed: build-gpu-bundle.tar.xz (git-ignored, ~25 MB).
+#       `pack` writes it and fails (exit 2, with the sizes) when it and the working tree the device
+#       tool sends with it would exceed the tool's 64 MiB; `unpack` restores build-gpu-bundle/.
+#       `bundle` packs; `run` unpacks when it finds only the packed file.
 #
 #   tests/gpu/device-check.sh run
 #       On the GPU machine (device tool: command "bash tests/gpu/device-check.sh run",
-#       carry ["build-gpu-bundle"], timeout_s 600): runs every GPU test with
+#       carry ["build-gpu-bundle.tar.xz"], timeout_s 600): runs every GPU test with
 #       SATURN_REQUIRE_GPU=1 (a skip is a failure there); then tests/gpu/device_check_sweep.py:
 #       `saturn run --device cuda --np 4 --oversubscribe-devices` of a 6-job sweep of
 #       GPT-2-124M-class models (4 ranks share the one GPU; jobs whose ranks share a GPU use the
@@ -23,8 +29,60 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
-BUNDLE=$ROOT/build-gpu-bundle
+# The overrides are for tests/gpu/test_device_check_pack.sh (a stand-in bundle).
+BUNDLE=${SATURN_BUNDLE_DIR:-$ROOT/build-gpu-bundle}
+PACKED=${SATURN_BUNDLE_PACKED:-$ROOT/build-gpu-bundle.tar.xz}
+# What the device tool sends at most: the working tree and the carried paths together.
+DEVICE_TOOL_LIMIT=${SATURN_DEVICE_TOOL_LIMIT:-$((64 * 1024 * 1024))}
 mode=${1:-}
+
+mib() { awk -v b="$1" 'BEGIN { printf "%.1f MiB", b / 1048576 }'; }
+
+# build-gpu-bundle/ -> build-gpu-bundle.tar.xz, checked against the device tool's limit.
+pack() {
+  [ -x "$BUNDLE/bin/test_gpu_ops" ] || {
+    echo "pack: no bundle at $BUNDLE (run 'tests/gpu/device-check.sh bundle')"
+    return 2
+  }
+  tar -C "$(dirname "$BUNDLE")" -cf - "$(basename "$BUNDLE")" | xz -T2 -6 >"$PACKED.tmp" &&
+    mv "$PACKED.tmp" "$PACKED" || {
+    rm -f "$PACKED.tmp"
+    echo "pack: could not write $PACKED"
+    return 2
+  }
+  local packed tree total raw
+  packed=$(stat -c %s "$PACKED")
+  raw=$(du -sb "$BUNDLE" | cut -f1)
+  # The files the device tool sends besides: tracked, and untracked but not ignored.
+  tree=$(cd "$ROOT" && git ls-files -co --exclude-standard -z | du --files0-from=- -cb 2>/dev/null |
+    tail -1 | cut -f1)
+  total=$((packed + tree))
+  echo "pack: $PACKED $(mib "$packed") (unpacked $(mib "$raw")) + working tree $(mib "$tree") = $(mib "$total") of the device tool's $(mib "$DEVICE_TOOL_LIMIT")"
+  if [ "$total" -gt "$DEVICE_TOOL_LIMIT" ]; then
+    echo "pack: too large to send: $total bytes > $DEVICE_TOOL_LIMIT (leave bench or test binaries out, or strip them)"
+    rm -f "$PACKED"
+    return 2
+  fi
+}
+
+# build-gpu-bundle.tar.xz -> build-gpu-bundle/ (replacing what was there).
+unpack() {
+  [ -f "$PACKED" ] || {
+    echo "unpack: no $PACKED"
+    return 2
+  }
+  rm -rf "$BUNDLE"
+  mkdir -p "$(dirname "$BUNDLE")"
+  xz -dc "$PACKED" | tar -C "$(dirname "$BUNDLE")" -xf - || {
+    echo "unpack: $PACKED is damaged"
+    return 2
+  }
+  [ -x "$BUNDLE/bin/test_gpu_ops" ] || {
+    echo "unpack: $PACKED holds no bin/test_gpu_ops under $(basename "$BUNDLE")/"
+    return 2
+  }
+  echo "unpack: $BUNDLE ($(du -sh "$BUNDLE" | cut -f1)) from $PACKED"
+}
 
 bundle() {
   local build=${1:-build-gpu}
@@ -64,6 +122,7 @@ WRAP
   bundle_mpi
   git -C "$ROOT" rev-parse HEAD >"$BUNDLE/COMMIT"
   echo "bundle: $BUNDLE ($(du -sh "$BUNDLE" | cut -f1)), built from $(cat "$BUNDLE/COMMIT")"
+  pack
 }
 
 # Open MPI's runtime as the Debian packages installed here hold it, under $BUNDLE/mpi (the GPU
@@ -105,8 +164,9 @@ find_lib() {
 run() {
   local out=${OUT:-/tmp/device-check}
   mkdir -p "$out"
+  if [ ! -x "$BUNDLE/bin/test_gpu_ops" ] && [ -f "$PACKED" ]; then unpack || exit 2; fi
   [ -x "$BUNDLE/bin/test_gpu_ops" ] || {
-    echo "no bundle at $BUNDLE: run 'tests/gpu/device-check.sh bundle' first and carry build-gpu-bundle"
+    echo "no bundle at $BUNDLE: run 'tests/gpu/device-check.sh bundle' first and carry build-gpu-bundle.tar.xz"
     exit 2
   }
   local report=$out/device-check-report.md
@@ -156,6 +216,8 @@ run() {
 
 case "$mode" in
   bundle) shift; bundle "$@" ;;
+  pack) pack ;;
+  unpack) unpack ;;
   run) run ;;
-  *) echo "usage: $0 bundle [BUILD_DIR] | run"; exit 2 ;;
+  *) echo "usage: $0 bundle [BUILD_DIR] | pack | unpack | run"; exit 2 ;;
 esac

@@ -295,6 +295,51 @@ TEST_F(GpuOps, LinearMisalignedOperands) {
   SATURN_EXPECT_CLOSE(download(d_out, out.size()), out, kTolBf16);
 }
 
+// Biases and GELU pre-activations at odd element offsets (a flat parameter buffer without
+// padding): cuBLASLt's epilogues may refuse pointers below 16-byte alignment, so the backend adds
+// them with its own kernels (the emulator refuses such an epilogue as a GPU may).
+TEST_F(GpuOps, LinearMisalignedEpiloguePointers) {
+  const int N = 17, C = 64, OC = 48;
+  const auto kOutIn = cuda::WeightLayout::kOutIn;
+  const Vec x = random_bf16(static_cast<std::size_t>(N) * C, -1.0f, 1.0f);
+  const Vec w = random_bf16(static_cast<std::size_t>(OC) * C, -0.3f, 0.3f);
+  const Vec b = random_bf16(OC + 1);
+  const std::size_t n = static_cast<std::size_t>(N) * OC;
+  Vec pre(n), act(n);
+  cpu::linear_forward(pre.data(), x.data(), w.data(), b.data() + 1, N, C, OC,
+                      cpu::WeightLayout::kOutIn);
+  cpu::gelu_forward(act.data(), pre.data(), n);
+  const bf16* d_x = upload_bf16(x);
+  const bf16* d_w = upload_bf16(w);
+  const bf16* d_b = upload_bf16(b) + 1;  // 2-byte aligned
+  bf16* d_out = poisoned_bf16(n);
+  cuda::linear_forward(ctx(), d_out, d_x, d_w, d_b, N, C, OC, kOutIn);
+  SATURN_EXPECT_CLOSE(download(d_out, n), pre, kTolBf16);
+  // The GELU epilogue's bias and its aux (the kept pre-activation) each misaligned.
+  for (const bool misaligned_aux : {false, true}) {
+    SCOPED_TRACE(misaligned_aux ? "aux at +1 element" : "bias at +1 element");
+    bf16* d_pre = poisoned_bf16(n + 1) + (misaligned_aux ? 1 : 0);
+    bf16* d_act = poisoned_bf16(n);
+    cuda::linear_gelu_forward(ctx(), d_act, d_pre, d_x, d_w, d_b, N, C, OC, kOutIn);
+    SATURN_EXPECT_CLOSE(download(d_pre, n), pre, kTolBf16);
+    SATURN_EXPECT_CLOSE(download(d_act, n), act, 2 * kTolBf16);
+  }
+  // The DGELU epilogue's aux misaligned: the GELU gradient runs as its own kernel.
+  const Vec dout = random_bf16(n);
+  const std::size_t nc = static_cast<std::size_t>(N) * C;
+  const Vec pre_in = random_bf16(nc, -3.0f, 3.0f);
+  Vec dact(nc, 0.0f), dpre(nc, 0.0f);
+  cpu::linear_backward(dact.data(), nullptr, nullptr, dout.data(), x.data(), w.data(), N, C, OC,
+                       cpu::WeightLayout::kOutIn);
+  cpu::gelu_backward(dpre.data(), pre_in.data(), dact.data(), nc);
+  Vec padded(nc + 1, 0.0f);
+  std::copy(pre_in.begin(), pre_in.end(), padded.begin() + 1);
+  bf16* d_dpre = poisoned_bf16(nc);
+  cuda::linear_dgelu_backward(ctx(), d_dpre, poisoned_bf16(nc), nullptr, nullptr, upload_bf16(dout),
+                              d_x, upload_bf16(padded) + 1, d_w, N, C, OC, kOutIn);
+  SATURN_EXPECT_CLOSE(download(d_dpre, nc), dpre, 2 * kTolBf16);
+}
+
 // ---- fused epilogues (linear.cpp) -----------------------------------------------------------
 // Per-element bounds for the GELU epilogues, against the CPU backend (fp32 throughout):
 //  - u = 2^-8: bf16's unit roundoff (8 significant bits), the one rounding of the fused output;

@@ -168,8 +168,10 @@ void CachingDeviceAllocator::collect_pending_locked(bool wait) {
 }
 
 void CachingDeviceAllocator::zero(void* ptr, std::size_t bytes) {
-  // The legacy default stream orders this with the (blocking) compute stream.
-  SATURN_CUDA_CHECK(cudaMemset(ptr, 0, bytes));
+  // On the compute stream: after the block's previous owner's kernels, before the new owner's,
+  // and the host does not wait (cudaMemset would, and would order the whole device on the legacy
+  // stream).
+  SATURN_CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, compute_stream_));
 }
 
 std::size_t CachingDeviceAllocator::reserved() const {

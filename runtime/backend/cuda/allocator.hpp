@@ -48,7 +48,11 @@ class CachingDeviceAllocator final : public BackingAllocator {
 
   void* allocate(std::size_t bytes) override;
   void release(void* ptr, std::size_t bytes) noexcept override;
+  // Enqueued on the compute stream (set_compute_stream): ordered with the kernels, no host wait.
   void zero(void* ptr, std::size_t bytes) override;
+  // The stream zero() enqueues on, once the device's context (which owns it) exists; until then
+  // the legacy default stream, which orders with the blocking compute stream too.
+  void set_compute_stream(cudaStream_t stream) { compute_stream_ = stream; }
   bool host_accessible() const override { return false; }
   const char* describe() const override { return "cudaMalloc"; }
   // The pool counts rounded sizes, so its peak matches the device memory really taken.
@@ -83,6 +87,7 @@ class CachingDeviceAllocator final : public BackingAllocator {
   void collect_pending_locked(bool wait);
   cudaEvent_t take_event_locked();
   int device_;
+  cudaStream_t compute_stream_ = nullptr;  // legacy default stream until set
   mutable std::mutex mutex_;
   std::multimap<std::size_t, void*> free_;                    // rounded size -> cached block
   std::map<const void*, std::size_t> live_;                   // block start -> rounded size

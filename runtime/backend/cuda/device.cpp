@@ -22,8 +22,9 @@ CudaDevice::CudaDevice(int index, std::size_t capacity) : index_(index) {
   allocator_ = std::make_unique<CachingDeviceAllocator>(index);
   pool_ = std::make_unique<MemoryPool>(fmt::format("cuda:{}", index), capacity, allocator_.get());
   ctx_ = std::make_unique<Context>(index, *pool_);
-  // A blocking stream like the compute one: work on the legacy default stream (the allocator's
-  // cudaMemset) is ordered with it too.
+  allocator_->set_compute_stream(ctx_->stream());
+  // A blocking stream like the compute one: work on the legacy default stream is ordered with it
+  // too.
   SATURN_CUDA_CHECK(cudaStreamCreate(&copy_stream_));
   SATURN_CUDA_CHECK(cudaEventCreateWithFlags(&compute_mark_, cudaEventDisableTiming));
 }

@@ -34,6 +34,14 @@ int alignment(const void* p) {
   return align;
 }
 
+// cuBLASLt has no preference attribute for the epilogue's bias and aux pointers, and its
+// epilogues may read and write them 16 bytes at a time: below that a matmul can be refused at
+// run time. A bias or aux that is not 16-byte aligned (a bias at an odd offset of a flat
+// parameter buffer) is therefore applied by the backend's own kernels instead of an epilogue.
+bool epilogue_aligned(const void* p) {
+  return p == nullptr || alignment(p) >= 16;
+}
+
 enum class Epilogue { kDefault, kBias, kGeluAux, kDGelu, kBGradA, kBGradB };
 
 struct EpilogueArgs {
@@ -167,8 +175,8 @@ std::unique_ptr<Context::Gemm> build(Context& ctx, const GemmPlan& plan, cudaDat
           cublasLtMatmulPreferenceSetAttribute(pref, attrs[i], &aligns[i], sizeof(aligns[i])));
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
-    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
-        ctx.lt(), g->op, g->a, g->b, g->d, g->d, pref, 1, &result, &found);
+    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(ctx.lt(), g->op, g->a, g->b, g->d,
+                                                                 g->d, pref, 1, &result, &found);
     // NOT_SUPPORTED means "no heuristic function available for current configuration"
     // (cublasLt.h): the same answer as found == 0, which callers fall back from or report.
     if (status != CUBLAS_STATUS_NOT_SUPPORTED) SATURN_CUBLAS_CHECK(status);
@@ -278,11 +286,13 @@ void linear_forward(Context& ctx, bf16* out, const bf16* inp, const bf16* weight
                     int N, int C, int OC, WeightLayout layout) {
   if (N == 0 || OC == 0) return;
   EpilogueArgs e;
-  if (bias != nullptr) {
+  const bool fused_bias = bias != nullptr && epilogue_aligned(bias);
+  if (fused_bias) {
     e.kind = Epilogue::kBias;
     e.bias = bias;
   }
   matmul(ctx, plan_linear_forward(out, inp, weight, N, C, OC, layout), CUDA_R_16BF, e);
+  if (bias != nullptr && !fused_bias) add_bias(ctx, out, bias, N, OC);
 }
 
 void linear_backward(Context& ctx, bf16* dinp, float* dweight, float* dbias, const bf16* dout,
@@ -306,8 +316,9 @@ void linear_backward(Context& ctx, bf16* dinp, float* dweight, float* dbias, con
 void linear_gelu_forward(Context& ctx, bf16* out, bf16* pre, const bf16* inp, const bf16* weight,
                          const bf16* bias, int N, int C, int OC, WeightLayout layout) {
   if (N == 0 || OC == 0) return;
-  if (OC % 8 != 0) {
-    // cuBLASLt's aux buffer needs a leading dimension divisible by 8 (ops.hpp).
+  if (OC % 8 != 0 || !epilogue_aligned(bias) || !epilogue_aligned(pre)) {
+    // cuBLASLt's aux buffer needs a leading dimension divisible by 8 (ops.hpp), and the
+    // epilogue's pointers 16-byte alignment.
     linear_forward(ctx, pre, inp, weight, bias, N, C, OC, layout);
     gelu_forward(ctx, out, pre, static_cast<std::size_t>(N) * OC);
     return;
@@ -324,11 +335,12 @@ void linear_dgelu_backward(Context& ctx, bf16* dpre, bf16* dact_scratch, float* 
                            float* dbias, const bf16* dout, const bf16* inp, const bf16* pre,
                            const bf16* weight, int N, int C, int OC, WeightLayout layout) {
   if (N == 0 || C == 0) return;
-  if (C % 8 != 0 || OC == 0) {
+  if (C % 8 != 0 || OC == 0 || !epilogue_aligned(pre)) {
     if (dact_scratch == nullptr)
       throw Error(
-          fmt::format("linear_dgelu_backward: C = {} is not a multiple of 8, so the GELU "
-                      "gradient runs as its own kernel and needs dact_scratch",
+          fmt::format("linear_dgelu_backward: C = {} is not a multiple of 8 (or the "
+                      "pre-activation is not 16-byte aligned), so the GELU gradient runs as its "
+                      "own kernel and needs dact_scratch",
                       C));
     linear_backward(ctx, dact_scratch, nullptr, nullptr, dout, inp, weight, N, C, OC, layout,
                     GradWrite::kOverwrite);

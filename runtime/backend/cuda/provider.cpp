@@ -68,8 +68,13 @@ std::string gpu_id(Device& device) {
 std::unique_ptr<comm::Communicator> make_nccl_communicator(
     std::unique_ptr<comm::Communicator> bootstrap, Device& device) {
   auto& cuda_device = as_cuda_device(device, "make_nccl_communicator");
-  return std::make_unique<comm::NcclCommunicator>(std::move(bootstrap), cuda_device.index(),
-                                                  cuda_device.context().stream());
+  auto nccl = std::make_unique<comm::NcclCommunicator>(std::move(bootstrap), cuda_device.index(),
+                                                       cuda_device.context().stream());
+  // A buffer released before its request is waited stays out of reuse until NCCL is done.
+  cuda::CachingDeviceAllocator& allocator = cuda_device.allocator();
+  nccl->set_stream_use_recorder(
+      [&allocator](const void* p, cudaStream_t s) { allocator.record_stream(p, s); });
+  return nccl;
 }
 
 const CudaNccl kNccl{&gpu_id, &make_nccl_communicator};
@@ -123,9 +128,9 @@ void install_cuda_provider() {
                                      &device_facts,
                                      &linear_forward};
 #else
-  static const CudaProvider provider{"cuda",           &device_count, &device_name,
-                                     &make_cuda_device, &make_cuda_model, kNcclOrNull,
-                                     &device_facts,    &linear_forward};
+  static const CudaProvider provider{
+      "cuda",           &device_count, &device_name,  &make_cuda_device,
+      &make_cuda_model, kNcclOrNull,   &device_facts, &linear_forward};
 #endif
   set_cuda_provider(provider);
 }

@@ -408,8 +408,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
       return refuse(CUBLAS_STATUS_INVALID_VALUE, std::string("Matmul: ") + names[i] +
                                                      " is not device memory (an illegal "
                                                      "address for cuBLASLt)");
-    // Kernels use vector accesses of up to 16 bytes where the promised alignment allows.
-    const std::uint32_t need = std::min<std::uint32_t>(algo.align[i], 16);
+    // Kernels use vector accesses of up to 16 bytes where the promised alignment allows. The
+    // epilogue's bias and aux have no alignment preference (cuBLASLt may refuse them below 16
+    // bytes at run time): 16 bytes, whatever the heuristic was told.
+    const std::uint32_t need = i >= 4 ? 16 : std::min<std::uint32_t>(algo.align[i], 16);
     if (alignment(ptrs[i]) < need)
       return refuse(CUBLAS_STATUS_INVALID_VALUE,
                     std::string("Matmul: ") + names[i] + " is aligned to " +

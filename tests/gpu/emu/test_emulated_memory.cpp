@@ -84,6 +84,21 @@ TEST(CachingAllocator, BlockAnotherStreamUsedIsNotReusedBeforeItsEventCompletes)
   cudaStreamDestroy(other);
 }
 
+// Buffer::zero() through the device's pool is a cudaMemsetAsync on the compute stream: no host
+// wait, and ordered with the kernels (issue 35; it was a cudaMemset on the legacy stream).
+TEST(CudaDevice, ZeroIsEnqueuedOnTheComputeStream) {
+  auto device = make_cuda_device();
+  Buffer<float> b(device->memory(), 1000, "zeroed");
+  const emu::HostWaits before = emu::host_waits();
+  const std::uint64_t memsets = emu::memset_async_calls();
+  b.zero();
+  EXPECT_EQ(emu::host_waits().total(), before.total());
+  EXPECT_EQ(emu::memset_async_calls(), memsets + 1);
+  std::vector<float> host(1000, 1.0f);
+  device->download(host.data(), b.data(), host.size() * sizeof(float));
+  for (float x : host) ASSERT_EQ(x, 0.0f);
+}
+
 TEST(CachingAllocator, RecordStreamOutsideALiveBlockIsAnError) {
   ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
   CachingDeviceAllocator alloc(0);

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "runtime/backend/cuda/device.hpp"
+#include "runtime/backend/cuda_provider.hpp"
 #include "runtime/comm/mpi_communicator.hpp"
 #include "runtime/comm/nccl_communicator.hpp"
 #include "runtime/core/dtype.hpp"
@@ -327,6 +328,49 @@ TEST(EmulatedNccl, TheFakeCatchesResultsReadWithoutWaiting) {
   k.device.add(v, v, n);  // queued on the compute stream before the collective: 2(r + 1)
   k.nccl.allreduce(v, n, ReduceOp::kSum);
   EXPECT_EQ(first(v)[0], 2 * sum);
+}
+
+// A buffer released while a non-blocking operation of the provider's NCCL communicator still
+// uses it (an exception unwinding before the request is waited, say) is not handed out again
+// before the operation ran (issue 35): the communicator records its buffers on its stream, so
+// the allocator keeps the block until NCCL's event has fired. Reused at once, the next buffer
+// would be summed or overwritten by the operation when the fake runs it, late (on the wait).
+TEST(EmulatedNccl, ReleasedBufferIsNotReusedBeforeItsOperation) {
+  std::unique_ptr<Device> device =
+      make_device(DeviceKind::kCuda, world().rank(), std::size_t{64} << 20);
+  std::unique_ptr<Communicator> nccl =
+      cuda_provider().nccl->make_communicator(world().duplicate(), *device);
+  const std::size_t n = 4096;
+  const std::vector<float> ones(n, 1.0f), sevens(n, 7.0f);
+  for (const bool collective : {true, false}) {
+    SCOPED_TRACE(collective ? "iallreduce" : "isend/irecv");
+    auto a = std::make_unique<Buffer<float>>(device->memory(), n, "sent");
+    device->upload(a->data(), ones.data(), n * sizeof(float));
+    std::vector<Request> requests;
+    Buffer<float> other(device->memory(), 16, "other");
+    if (collective) {
+      requests.push_back(nccl->iallreduce(a->data(), n, ReduceOp::kSum));
+    } else {  // a ring: receive from the previous rank into `a`, send a copy onward
+      const int r = nccl->rank(), p = nccl->size();
+      auto copy = std::make_unique<Buffer<float>>(device->memory(), n, "copy");
+      device->upload(copy->data(), ones.data(), n * sizeof(float));
+      requests.push_back(nccl->irecv(a->data(), n, (r + p - 1) % p, 0));
+      requests.push_back(nccl->isend(copy->data(), n, (r + 1) % p, 0));
+      // Another operation issues the collected group: queued on the NCCL stream, not yet run.
+      device->upload(other.data(), ones.data(), 16 * sizeof(float));
+      requests.push_back(nccl->iallreduce(other.data(), 16, ReduceOp::kSum));
+      copy.reset();
+    }
+    a.reset();  // released before the request is waited
+    // Its block, if handed out again now, must be one NCCL is done with (the allocator may
+    // have waited for the operation to run).
+    Buffer<float> b(device->memory(), n, "next");
+    device->upload(b.data(), sevens.data(), n * sizeof(float));
+    for (Request& q : requests) q.wait();
+    std::vector<float> got(n);
+    device->download(got.data(), b.data(), n * sizeof(float));
+    for (float x : got) ASSERT_EQ(x, 7.0f);
+  }
 }
 
 TEST(EmulatedNccl, InjectedFailureMakesEveryRankThrowWithinTheTimeout) {
