@@ -12,6 +12,7 @@
 #include "runtime/checkpoint/file_io.hpp"
 #include "runtime/checkpoint/metadata.hpp"
 #include "runtime/checkpoint/plan.hpp"
+#include "runtime/model/config_diff.hpp"
 #include "runtime/model/parameters.hpp"
 
 namespace saturn::ckpt {
@@ -68,33 +69,6 @@ CheckpointMeta read_checkpoint(MPI_Comm comm, const fs::path& path, const StateV
 
 namespace {
 
-// InputError when the checkpoint's model has the job's tensors but computes otherwise with them
-// (a window, a scale, soft-capping, rotary frequencies, the norms' offset or epsilon, the
-// activation): its weights were trained for another function.
-void check_computation(const fs::path& path, const ModelConfig& stored, const ModelConfig& job) {
-  const auto differs = [&](const char* field, auto theirs, auto ours) {
-    if (theirs == ours) return;
-    throw InputError(fmt::format(
-        "checkpoint {} holds a model with {} = {}, this job's has {}: the same tensors computing "
-        "another function (valid: the job's model as the checkpoint was trained)",
-        path.string(), field, theirs, ours));
-  };
-  differs("sliding_window", stored.sliding_window, job.sliding_window);
-  differs("alternate_window", stored.alternate_window, job.alternate_window);
-  differs("query_pre_attn_scalar", stored.query_pre_attn_scalar, job.query_pre_attn_scalar);
-  differs("attn_softcap", stored.attn_softcap, job.attn_softcap);
-  differs("final_softcap", stored.final_softcap, job.final_softcap);
-  differs("rope_theta", stored.rope_theta, job.rope_theta);
-  differs("rope_scaling", std::string(rope_scaling_name(stored.rope_scaling)),
-          std::string(rope_scaling_name(job.rope_scaling)));
-  differs("norm_eps", stored.norm_eps, job.norm_eps);
-  differs("norm_unit_offset", stored.norm_unit_offset, job.norm_unit_offset);
-  differs("scale_embeddings", stored.scale_embeddings, job.scale_embeddings);
-  differs("mlp_activation",
-          stored.mlp_activation == GatedActivation::kGeluTanh ? "geglu" : "swiglu",
-          job.mlp_activation == GatedActivation::kGeluTanh ? "geglu" : "swiglu");
-}
-
 // InputError when the checkpoint's model has other tensors than the job's: both models' shapes
 // and switches, and the first tensor that differs (its name and shapes, or its absence).
 void check_model(const fs::path& path, const ModelConfig& stored, const ModelConfig& job) {
@@ -103,9 +77,15 @@ void check_model(const fs::path& path, const ModelConfig& stored, const ModelCon
   const auto& h = have.tensors();
   std::size_t i = 0;
   while (i < w.size() && i < h.size() && w[i].name == h[i].name && w[i].shape == h[i].shape) ++i;
+  const std::optional<ModelDifference> diff = first_difference(stored, job);
   if (i == w.size() && i == h.size()) {
-    check_computation(path, stored, job);
-    return;
+    if (!diff) return;
+    // The same tensors computing another function (a window, a scale, soft-capping, rotary
+    // frequencies, the norms): its weights were trained for another model.
+    throw InputError(fmt::format(
+        "checkpoint {} holds a model with {} = {}, this job's has {}: the same tensors computing "
+        "another function (valid: the job's model as the checkpoint was trained)",
+        path.string(), diff->field, diff->first, diff->second));
   }
   const auto shape = [](const ModelConfig& m) {
     return fmt::format(

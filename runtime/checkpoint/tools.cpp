@@ -20,6 +20,7 @@
 #include "runtime/core/output_dir.hpp"
 #include "runtime/hf/hf_model.hpp"
 #include "runtime/hf/safetensors.hpp"
+#include "runtime/model/config_diff.hpp"
 #include "runtime/model/parameters.hpp"
 #include "runtime/workload/config_json.hpp"
 
@@ -178,34 +179,15 @@ void check_origin(const fs::path& origin, const ModelConfig& trained) {
         origin.string()));
   const hf::HfModel source = hf::read_config(origin);
   const ModelConfig& m = source.model;
-  const auto differs = [&](const char* field, auto theirs, auto ours) {
-    if (theirs == ours) return;
-    throw InputError(fmt::format(
-        "--from {}: its config.json has {} = {}, the checkpoint's model {} = {}: not the model "
-        "the checkpoint was trained from, whose tokenizer and special tokens the export would "
-        "carry (valid: the directory given as `from:`, or no --from)",
-        origin.string(), source.field_names.count(field) ? source.field_names.at(field) : field,
-        theirs, field, ours));
-  };
-  differs("arch", std::string(arch_name(m.arch)), std::string(arch_name(trained.arch)));
-  differs("vocab_size", m.vocab_size, trained.vocab_size);
-  differs("d_model", m.d_model, trained.d_model);
-  differs("n_layer", m.n_layer, trained.n_layer);
-  differs("n_head", m.n_head, trained.n_head);
-  differs("n_kv_head", m.kv_heads(), trained.kv_heads());
-  differs("d_ff", m.ffn_dim(), trained.ffn_dim());
-  differs("max_seq_len", m.max_seq_len, trained.max_seq_len);
-  differs("tie_embeddings", m.tied(), trained.tied());
-  differs("head_dim", m.head_dim(), trained.head_dim());
-  differs("qkv_bias", m.qkv_bias, trained.qkv_bias);
-  differs("o_bias", m.o_bias, trained.o_bias);
-  differs("mlp_bias", m.mlp_bias, trained.mlp_bias);
-  differs("sliding_window", m.sliding_window, trained.sliding_window);
-  differs("alternate_window", m.alternate_window, trained.alternate_window);
-  differs("post_norms", m.post_norms, trained.post_norms);
-  differs("query_pre_attn_scalar", m.query_pre_attn_scalar, trained.query_pre_attn_scalar);
-  differs("attn_softcap", m.attn_softcap, trained.attn_softcap);
-  differs("final_softcap", m.final_softcap, trained.final_softcap);
+  const std::optional<ModelDifference> d = first_difference(m, trained);
+  if (!d) return;
+  const auto named = source.field_names.find(d->field);
+  throw InputError(fmt::format(
+      "--from {}: its config.json has {} = {}, the checkpoint's model {} = {}: not the model "
+      "the checkpoint was trained from, whose tokenizer and special tokens the export would "
+      "carry (valid: the directory given as `from:`, or no --from)",
+      origin.string(), named != source.field_names.end() ? named->second : d->field, d->first,
+      d->field, d->second));
 }
 
 // The special-token ids of the origin's config.json in the exported one, its
