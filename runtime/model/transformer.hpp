@@ -234,14 +234,8 @@ class Transformer final : public Model {
     auto& L = layer_acts(l);
     const BlockTensors w = layout_.block(l);
     const int tp = options_.shard.tp_size;
-    const int N = B_n_ * T_n_, C = config_.d_model, Cl = config_.q_dim() / tp,
-              F = config_.ffn_dim() / tp, H = config_.n_head / tp, Hkv = config_.kv_heads() / tp,
-              hd = config_.head_dim();
-    // A row of qkv: the local query heads (Cl), then key and value heads (KVl each).
-    const int KVl = Hkv * hd, W = Cl + 2 * KVl;
+    const auto [N, C, Cl, F, H, Hkv, hd, KVl, W, NC, NF, NW] = block_dims();
     const float offset = config_.norm_offset();
-    const std::size_t NC = static_cast<std::size_t>(N) * C, NF = static_cast<std::size_t>(N) * F,
-                      NW = static_cast<std::size_t>(N) * W;
     const Act* x = resid(l);
     Act* dres = a.dres.data();  // holds d(out); becomes d(res2), then d(x)
     const Act* q = L.qkv.data();
@@ -403,16 +397,38 @@ class Transformer final : public Model {
     tp_allreduce_(data, n);
   }
 
+  // One block's widths on this rank: N rows of the micro-batch, the model width C, the local
+  // widths of q and the attention output (Cl) and of the MLP (F), the local query and key/value
+  // heads and a head's width; a row of qkv holds the local query heads (Cl), then key and value
+  // heads (KVl each), W in all; and the element counts of [N, C], [N, F] and [N, W] buffers.
+  struct BlockDims {
+    int N, C, Cl, F, H, Hkv, hd, KVl, W;
+    std::size_t NC, NF, NW;
+  };
+  BlockDims block_dims() const {
+    const int tp = options_.shard.tp_size;
+    BlockDims d{};
+    d.N = B_n_ * T_n_;
+    d.C = config_.d_model;
+    d.Cl = config_.q_dim() / tp;
+    d.F = config_.ffn_dim() / tp;
+    d.H = config_.n_head / tp;
+    d.Hkv = config_.kv_heads() / tp;
+    d.hd = config_.head_dim();
+    d.KVl = d.Hkv * d.hd;
+    d.W = d.Cl + 2 * d.KVl;
+    const auto rows = static_cast<std::size_t>(d.N);
+    d.NC = rows * static_cast<std::size_t>(d.C);
+    d.NF = rows * static_cast<std::size_t>(d.F);
+    d.NW = rows * static_cast<std::size_t>(d.W);
+    return d;
+  }
+
   void block_forward_into(int l, Act* out) {
     auto& L = layer_acts(l);
     const BlockTensors w = layout_.block(l);
     const int tp = options_.shard.tp_size;
-    const int N = B_n_ * T_n_, C = config_.d_model, Cl = config_.q_dim() / tp,
-              F = config_.ffn_dim() / tp, H = config_.n_head / tp, Hkv = config_.kv_heads() / tp,
-              hd = config_.head_dim();
-    // A row of qkv: the local query heads (Cl), then key and value heads (KVl each).
-    const int KVl = Hkv * hd, W = Cl + 2 * KVl;
-    const std::size_t NC = static_cast<std::size_t>(N) * C, NF = static_cast<std::size_t>(N) * F;
+    const auto [N, C, Cl, F, H, Hkv, hd, KVl, W, NC, NF, NW] = block_dims();
     const float eps = config_.norm_eps, offset = config_.norm_offset();
     const Act* x = resid(l);
     Act* q = L.qkv.data();
