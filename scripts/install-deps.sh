@@ -13,8 +13,8 @@ packages=(build-essential cmake pkg-config git
   googletest libgtest-dev libbenchmark-dev)
 if [[ "${1:-}" == "--tests" ]]; then
   # Test and benchmark peers only; the runtime never needs Python.
-  packages+=(python3 python3-numpy python3-torch python3-h5py python3-venv slurmctld slurmd munge
-    chromium)
+  packages+=(python3 python3-numpy python3-torch python3-h5py python3-venv python3-psutil
+    python3-yaml slurmctld slurmd munge chromium)
 fi
 
 # The Hugging Face test peers (tests/python/test_hf_models.py): Debian has no `transformers`, so
@@ -25,8 +25,13 @@ fi
 test_venv() {
   local venv="${SATURN_TEST_VENV:-$HOME/.cache/saturn/test-venv}"
   local pins=(transformers==4.44.2 tokenizers==0.19.1 safetensors==0.4.5 huggingface-hub==0.36.2)
+  # peft and accelerate go in without their dependencies: they name torch, which pip does not
+  # see in Debian's python3-torch and would fetch (gigabytes of CUDA wheels) over it.
+  local no_deps=(peft==0.12.0 accelerate==0.33.0)
   if PYTHONNOUSERSITE=1 "$venv/bin/python" -c \
-      'import transformers, safetensors, tokenizers, torch; assert transformers.__version__ == "4.44.2"' \
+      'import transformers, safetensors, tokenizers, torch, peft
+assert transformers.__version__ == "4.44.2" and peft.__version__ == "0.12.0"
+assert torch.__file__.startswith("/usr/lib/python3/dist-packages/")' \
       2>/dev/null; then
     echo "[saturn] test venv $venv is ready"
     return
@@ -35,8 +40,10 @@ test_venv() {
   # Without PyPI (an offline machine) only the Hugging Face tests lose their peer: they fail
   # naming this command. Everything else installs and runs, so this is a warning, not an exit.
   if ! { /usr/bin/python3 -m venv --system-site-packages "$venv" &&
-         PYTHONNOUSERSITE=1 "$venv/bin/pip" install --disable-pip-version-check -q "${pins[@]}"; }; then
-    echo "[saturn] WARNING: could not install ${pins[*]} into $venv (is PyPI reachable?);" \
+         PYTHONNOUSERSITE=1 "$venv/bin/pip" install --disable-pip-version-check -q "${pins[@]}" &&
+         PYTHONNOUSERSITE=1 "$venv/bin/pip" install --disable-pip-version-check -q --no-deps \
+           "${no_deps[@]}"; }; then
+    echo "[saturn] WARNING: could not install ${pins[*]} ${no_deps[*]} into $venv (is PyPI reachable?);" \
          "the Hugging Face tests (hf_models) will fail until scripts/install-deps.sh --tests succeeds" >&2
   fi
 }

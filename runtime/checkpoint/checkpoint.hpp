@@ -61,6 +61,11 @@ struct CheckpointMeta {
   std::string rng_state;              // opaque to checkpoints (the trainer's RNG streams)
   int compute_threads = 0;            // threads per rank that wrote it (0: not recorded)
   std::string created_utc;            // ISO 8601; set by write_checkpoint
+  // A LoRA job's frozen base, which its checkpoints do not hold: where it came from (the
+  // Hugging Face directory, or "seed N" for a random one) and base_checksum_text() of its
+  // weights. Empty without LoRA.
+  std::string base_model;
+  std::string base_checksum;
   // Read: the file's meta_checksum matched (false: a file written before it existed).
   bool meta_verified = false;
 

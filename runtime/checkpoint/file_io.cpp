@@ -157,6 +157,7 @@ bool check_datasets(hid_t file, const ModelConfig& model, Status& st) {
       h5::Handle g = h5::group(check(H5Gopen2(file, kGroup[k], H5P_DEFAULT), "cannot open"));
       const auto names = h5::list_group(g.get());
       for (const auto& t : layout.tensors()) {
+        if (!t.trainable) continue;  // a LoRA job's base is not in its checkpoints
         if (!std::binary_search(names.begin(), names.end(), t.name))
           throw std::runtime_error(
               fmt::format("missing dataset {} ({} {} of the checkpoint's model_config has it)",
@@ -164,7 +165,7 @@ bool check_datasets(hid_t file, const ModelConfig& model, Status& st) {
       }
       for (const auto& n : names) {
         bool known = false;
-        for (const auto& t : layout.tensors()) known = known || t.name == n;
+        for (const auto& t : layout.tensors()) known = known || (t.trainable && t.name == n);
         if (!known)
           throw std::runtime_error(fmt::format(
               "dataset {} is not a tensor of the checkpoint's model_config", dataset_path(k, n)));
@@ -172,6 +173,7 @@ bool check_datasets(hid_t file, const ModelConfig& model, Status& st) {
     });
     for (const auto& t : layout.tensors()) {
       if (st.failed) break;
+      if (!t.trainable) continue;
       const std::string path = dataset_path(k, t.name);
       attempt(st, path, [&] {
         h5::Handle ds =

@@ -35,6 +35,8 @@ constexpr auto kMetaFields = std::make_tuple(
     json_fields::field("data_position", &CheckpointMeta::data_position),
     json_fields::field("rng_state", &CheckpointMeta::rng_state),
     json_fields::optional_field("compute_threads", &CheckpointMeta::compute_threads),
+    json_fields::optional_field("base_model", &CheckpointMeta::base_model),
+    json_fields::optional_field("base_checksum", &CheckpointMeta::base_checksum),
     json_fields::field("created_utc", &CheckpointMeta::created_utc));
 
 }  // namespace
@@ -97,6 +99,10 @@ std::vector<RootAttr> root_attrs(const CheckpointMeta& m) {
   a.push_back(str_attr("data_position", m.data_position));
   a.push_back(str_attr("rng_state", m.rng_state));
   if (m.compute_threads > 0) a.push_back(int_attr("compute_threads", m.compute_threads));
+  if (!m.base_checksum.empty()) {
+    a.push_back(str_attr("base_model", m.base_model));
+    a.push_back(str_attr("base_checksum", m.base_checksum));
+  }
   a.push_back(str_attr("created_utc", m.created_utc));
   a.push_back(str_attr("checksum_algorithm", kChecksumAlgorithm));
   return a;
@@ -166,6 +172,10 @@ CheckpointMeta read_root_attrs(hid_t file) {
   m.rng_state = text("rng_state");
   if (h5::has_attr(file, "compute_threads"))
     m.compute_threads = static_cast<int>(integer("compute_threads"));
+  if (h5::has_attr(file, "base_checksum")) {
+    m.base_model = text("base_model");
+    m.base_checksum = text("base_checksum");
+  }
   m.created_utc = text("created_utc");
   if (h5::has_attr(file, "checksum_algorithm")) text("checksum_algorithm");
   // Strings live in HDF5's global heap, which HDF5 does not checksum: a flipped byte in

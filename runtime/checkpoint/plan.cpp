@@ -162,14 +162,16 @@ Expected expected_datasets(const ModelConfig& model, bool with_optimizer) {
   const ParameterLayout layout(model);
   Expected out;
   for (int k = 0; k < (with_optimizer ? kKinds : 1); ++k)
-    for (const auto& t : layout.tensors()) out.push_back({{k, t.name}, t.shape});
+    for (const auto& t : layout.tensors())
+      if (t.trainable) out.push_back({{k, t.name}, t.shape});
   return out;
 }
 
 Expected expected_of_kind(const ModelConfig& model, int kind) {
   const ParameterLayout layout(model);
   Expected out;
-  for (const auto& t : layout.tensors()) out.push_back({{kind, t.name}, t.shape});
+  for (const auto& t : layout.tensors())
+    if (t.trainable) out.push_back({{kind, t.name}, t.shape});
   return out;
 }
 

@@ -42,7 +42,6 @@ std::string format_inspection(const fs::path& file, const CheckpointInfo& info) 
     out += text;
     out += '\n';
   };
-  const ParameterLayout layout(m.model);
   line(fmt::format("file:          {}", file.string()));
   line(fmt::format("format:        {} v{}", kFormat, kVersion));
   line(fmt::format("job:           {}", m.job_id));
@@ -58,7 +57,12 @@ std::string format_inspection(const fs::path& file, const CheckpointInfo& info) 
       "model:         {} n_layer {} n_head {} n_kv_head {} d_model {} vocab {}{} ({} "
       "parameters)",
       arch_name(m.model.arch), m.model.n_layer, m.model.n_head, m.model.kv_heads(), m.model.d_model,
-      m.model.vocab_size, m.model.tied() ? " tied" : "", layout.total()));
+      m.model.vocab_size, m.model.tied() ? " tied" : "", m.model.num_parameters()));
+  if (m.model.lora.enabled()) {
+    line(fmt::format("lora:          {} ({} adapter parameters, trained; the base is frozen)",
+                     describe_lora(m.model.lora), m.model.adapter_parameters()));
+    line(fmt::format("base:          {} (weights checksum {})", m.base_model, m.base_checksum));
+  }
   line(fmt::format("data position: {}", m.data_position));
   line(fmt::format("rng state:     {}", m.rng_state));
   line(fmt::format("metadata:      {}", m.meta_verified
@@ -109,6 +113,7 @@ std::size_t export_safetensors(const fs::path& file, const fs::path& out) {
                             {"model_config", to_json(meta.model).dump()}};
   std::uint64_t offset = 0;
   for (const auto& t : layout.tensors()) {
+    if (!t.trainable) continue;  // a LoRA checkpoint holds its adapters, not its base
     const std::uint64_t n = t.numel * sizeof(float);
     header[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + n}}};
     offset += n;

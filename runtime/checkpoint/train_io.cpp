@@ -39,6 +39,8 @@ CheckpointMeta make_meta(const JobCheckpointing& job, const TrainPoint& point) {
   m.devices = job.devices;
   m.data_position = data::format_position(point.position);
   m.compute_threads = job.compute_threads;
+  m.base_model = job.base_model;
+  m.base_checksum = job.base_checksum;
   m.rng_state =
       point.rng_state.empty() ? nlohmann::json{{"seed", job.train.seed}}.dump() : point.rng_state;
   return m;
@@ -76,6 +78,15 @@ void check_resumable(const JobCheckpointing& job, const CheckpointMeta& m) {
         "continues with the batch size and sequence length it started with (its data position "
         "and token count are counted in them)",
         m.train.batch_size, m.train.seq_len, job.job_id, job.train.batch_size, job.train.seq_len));
+  if (m.base_checksum != job.base_checksum)
+    throw InputError(fmt::format(
+        "its adapters were trained on the base model {} (weights checksum {}), job {} now starts "
+        "from {} (checksum {}): adapters continue only on the base they were trained on (valid: "
+        "the job's `from:` as it was, or move the checkpoints away to train from scratch)",
+        m.base_model.empty() ? "(none: a full fine-tune)" : m.base_model,
+        m.base_checksum.empty() ? "-" : m.base_checksum, job.job_id,
+        job.base_model.empty() ? "(none: a full fine-tune)" : job.base_model,
+        job.base_checksum.empty() ? "-" : job.base_checksum));
   if (const std::string why = check_consistency(m, job.sequences_per_epoch); !why.empty())
     throw std::runtime_error("inconsistent root attributes: " + why);
 }

@@ -32,6 +32,10 @@ struct JobCheckpointing {
   // Sequences per epoch of the training data (0: unknown): resuming checks the checkpoint's
   // data position against it exactly.
   std::uint64_t sequences_per_epoch = 0;
+  // A LoRA job's base (CheckpointMeta::base_model, base_checksum): recorded in its checkpoints,
+  // and a resume refuses a checkpoint trained on another base.
+  std::string base_model{};
+  std::string base_checksum{};
 };
 
 // Where training stands after `step` optimizer steps.

@@ -76,7 +76,7 @@ void write_checkpoint(MPI_Comm comm, const fs::path& path, const CheckpointMeta&
                                                     std::size_t{64} << 10, std::size_t{4} << 20);
   // Disk space (SpaceReservation): the weights, then the moments when they come, and room for
   // the metadata (allocated in blocks of `block`; a block or two in practice).
-  const std::uint64_t tensor_bytes = layout.total() * sizeof(float);
+  const std::uint64_t tensor_bytes = layout.grad_total() * sizeof(float);  // trained tensors
   const std::uint64_t metadata_bytes = 2 * block + (std::uint64_t{1} << 20);
   std::optional<SpaceReservation> space;
   bool closed_ok = false;

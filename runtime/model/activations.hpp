@@ -55,6 +55,9 @@ struct TransformerActivations {
   // backward scratch, shared by blocks and slots
   Buffer<Act> dres, dln, datty, dqkv, dqkv_pre, dfc, dup, dact;
   Buffer<Act> dpost;  // post_norms: the gradient of a branch's output before its norm
+  // LoRA scratch, forward and backward: an adapter's A x [N, rank] (recomputed in the backward
+  // instead of kept per layer), its gradient, and its output or output gradient [N, out].
+  Buffer<Act> lora_u, lora_du, lora_v;
 
   Buffer<Saved> datt;  // attention's backward scratch (B::attention_scratch)
 };
@@ -136,6 +139,12 @@ void build_activations(TransformerActivations<B>& a, const ModelConfig& c, const
     if (!gpt2) alloc(a.dqkv_pre, N * W, stag);
     alloc(a.dact, N * F, stag);
     if (c.post_norms) alloc(a.dpost, N * C, stag);
+  }
+  if (blocks && c.lora.enabled()) {
+    const auto r = static_cast<std::size_t>(c.lora.rank);
+    alloc(a.lora_u, N * r, stag);
+    alloc(a.lora_du, N * r, stag);
+    alloc(a.lora_v, N * std::max({W, C, F}), stag);
   }
 }
 

@@ -166,6 +166,13 @@ void ModelConfig::validate() const {
                       "1..{})",
                       rope_original_max_positions, model_limits::kPositions));
   }
+  lora.validate(arch);
+}
+
+std::int64_t ModelConfig::adapter_parameters() const {
+  std::int64_t per_layer = 0;
+  for (const auto& l : lora_linears(*this)) per_layer += lora.rank * (l.in + l.out);
+  return per_layer * n_layer;
 }
 
 void ModelConfig::check_parameters() const {

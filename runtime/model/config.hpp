@@ -6,6 +6,7 @@
 
 #include "runtime/backend/attention_params.hpp"
 #include "runtime/backend/rotary.hpp"
+#include "runtime/model/lora.hpp"
 
 namespace saturn {
 
@@ -81,6 +82,9 @@ struct ModelConfig {
   float rope_low_freq_factor = 1.0f;
   float rope_high_freq_factor = 4.0f;
   int rope_original_max_positions = 8192;
+  // Low-rank adapters (model/lora.hpp): with lora.rank > 0 only the adapters train and every
+  // other tensor is frozen.
+  LoraConfig lora;
   // The Hugging Face class this model exports as (MistralForCausalLM, Qwen2ForCausalLM, ...);
   // empty: the one the fields above imply (hf/hf_model.cpp). Computes nothing.
   std::string hf_architecture;
@@ -108,7 +112,8 @@ struct ModelConfig {
   // After validate(), once max_seq_len is final (a workload's job sizes GPT-2's position table
   // by its seq_len): InputError when the model has more than model_limits::kParameters.
   void check_parameters() const;
-  std::int64_t num_parameters() const;
+  std::int64_t num_parameters() const;      // the base model's (adapters excluded)
+  std::int64_t adapter_parameters() const;  // the adapters' (0 without lora)
 };
 
 struct OptimizerConfig {

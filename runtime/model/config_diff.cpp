@@ -1,6 +1,7 @@
 #include "runtime/model/config_diff.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace saturn {
 
@@ -48,6 +49,14 @@ std::optional<ModelDifference> first_difference(const ModelConfig& a, const Mode
   compare("scale_embeddings", a.scale_embeddings, b.scale_embeddings);
   compare("mlp_activation", activation(a), activation(b));
   compare("padding_idx", a.padding_idx, b.padding_idx);
+  // The adapters: which tensors are trained, and what they compute.
+  compare("lora.rank", a.lora.rank, b.lora.rank);
+  if (a.lora.enabled() && b.lora.enabled()) {
+    compare("lora.targets", fmt::format("{}", fmt::join(lora_target_names(a.lora.targets), ",")),
+            fmt::format("{}", fmt::join(lora_target_names(b.lora.targets), ",")));
+    compare("lora.alpha", a.lora.alpha, b.lora.alpha);
+    compare("lora.use_rslora", a.lora.use_rslora, b.lora.use_rslora);
+  }
   return found;
 }
 

@@ -16,7 +16,8 @@ ParameterLayout::ParameterLayout(const ModelConfig& c, int tp_size, std::size_t 
       qkv_bias_(c.qkv_bias),
       o_bias_(c.o_bias),
       mlp_bias_(c.mlp_bias),
-      post_norms_(c.post_norms) {
+      post_norms_(c.post_norms),
+      lora_targets_(c.lora.enabled() ? c.lora.targets : 0) {
   if (tp_size < 1) throw InputError(fmt::format("tensor-parallel degree {} must be >= 1", tp_size));
   if (c.n_head % tp_size != 0)
     throw InputError(fmt::format(
@@ -37,8 +38,10 @@ ParameterLayout::ParameterLayout(const ModelConfig& c, int tp_size, std::size_t 
   const std::int64_t Cl = static_cast<std::int64_t>(c.q_dim()) / tp_size,
                      Fl = c.ffn_dim() / tp_size;
   const std::int64_t KVl = static_cast<std::int64_t>(c.kv_dim()) / tp_size;
+  has_frozen_ = c.lora.enabled();
   group_begin_.push_back(0);
   group_tensor_.push_back(0);
+  grad_begin_.push_back(0);
   if (c.arch == Arch::kGpt2) {
     add("transformer.wte.weight", {V, C}, true, -1);
     add("transformer.wpe.weight", {c.max_seq_len, C}, true, -1);
@@ -59,6 +62,7 @@ ParameterLayout::ParameterLayout(const ModelConfig& c, int tp_size, std::size_t 
       add(p + "mlp.c_fc.bias", {Fl}, false, l, 0);
       add(p + "mlp.c_proj.weight", {Fl, C}, true, l, 0);
       add(p + "mlp.c_proj.bias", {C}, false, l);
+      add_adapters(c, p, l);
     }
     close_group();
     add("transformer.ln_f.weight", {C}, false, static_cast<int>(L));
@@ -95,6 +99,7 @@ ParameterLayout::ParameterLayout(const ModelConfig& c, int tp_size, std::size_t 
       add(p + "mlp.down_proj.weight", {C, Fl}, true, l, 1);
       if (c.mlp_bias) add(p + "mlp.down_proj.bias", {C}, false, l);
       if (c.post_norms) add(p + "post_feedforward_layernorm.weight", {C}, false, l);
+      add_adapters(c, p, l);
     }
     close_group();
     add("model.norm.weight", {C}, false, static_cast<int>(L));
@@ -104,9 +109,43 @@ ParameterLayout::ParameterLayout(const ModelConfig& c, int tp_size, std::size_t 
   close_group();
 }
 
+void ParameterLayout::add_adapters(const ModelConfig& c, const std::string& prefix, int layer) {
+  const std::vector<LoraLinear> linears = lora_linears(c);
+  if (linears.empty()) return;
+  // The adapters start aligned, so that the group's trainable range maps onto its gradient
+  // group (which starts aligned) by a shift.
+  total_ = (total_ + align_ - 1) / align_ * align_;
+  group_trainable_ = total_;
+  group_has_adapters_ = true;
+  const std::int64_t r = c.lora.rank;
+  for (const LoraLinear& x : linears) {
+    const std::int64_t in = x.row_parallel ? x.in / tp_size_ : x.in;
+    const std::int64_t out = x.row_parallel ? x.out : x.out / tp_size_;
+    // Column-parallel base: B's rows follow the local outputs, A is whole. Row-parallel: A's
+    // columns follow the local inputs, B is whole.
+    add(prefix + x.module + ".lora_A.weight", {r, in}, true, layer, x.row_parallel ? 1 : -1);
+    add(prefix + x.module + ".lora_B.weight", {out, r}, true, layer, x.row_parallel ? -1 : 0,
+        x.parts);
+    tensors_[tensors_.size() - 2].trainable = true;
+    tensors_.back().trainable = true;
+  }
+}
+
 void ParameterLayout::close_group() {
+  const std::size_t begin = group_begin_.back();
   // The next group starts aligned; the gap is padding no tensor covers (kept zero).
   total_ = (total_ + align_ - 1) / align_ * align_;
+  // The group's trainable range: all of it, or (LoRA) its adapters, or nothing.
+  const std::size_t trainable = !has_frozen_          ? begin
+                                : group_has_adapters_ ? group_trainable_
+                                                      : total_;
+  group_has_adapters_ = false;
+  trainable_begin_.push_back(trainable);
+  const std::size_t grad_begin = grad_begin_.back();
+  for (std::size_t k = group_tensor_.back(); k < tensors_.size(); ++k)
+    if (tensors_[k].trainable)
+      tensors_[k].grad_offset = grad_begin + (tensors_[k].offset - trainable);
+  grad_begin_.push_back(grad_begin + (total_ - trainable));
   group_begin_.push_back(total_);
   group_tensor_.push_back(tensors_.size());
 }
@@ -125,6 +164,7 @@ void ParameterLayout::add(std::string name, std::vector<std::int64_t> shape, boo
   t.layer = layer;
   t.split_dim = split_dim;
   t.split_parts = split_parts;
+  t.trainable = !has_frozen_;  // adapters are marked trainable by add_adapters
   total_ += t.numel;
   tensors_.push_back(std::move(t));
 }
@@ -235,7 +275,26 @@ BlockTensors ParameterLayout::block(int l) const {
     b.downb = maybe(mlp_bias_);
     b.post_mlpw = maybe(post_norms_);
   }
+  // The adapters follow the base tensors, in LoraTarget order (lora_linears' order).
+  const ParamTensor* next = t + (arch_ == Arch::kGpt2 ? 12 : 0);
+  if (arch_ != Arch::kGpt2) {
+    next = b.post_mlpw != nullptr ? b.post_mlpw + 1
+           : b.downb != nullptr   ? b.downb + 1
+                                  : b.downw + 1;
+  }
+  for (int i = 0; i < 10; ++i)
+    if ((lora_targets_ & (1u << i)) != 0) {
+      b.lora[i] = {next, next + 1};
+      next += 2;
+    }
   return b;
+}
+
+int BlockTensors::lora_index(LoraTarget t) {
+  const auto bits = static_cast<std::uint32_t>(t);
+  int i = 0;
+  while ((bits >> i) != 1u) ++i;
+  return i;
 }
 
 OuterTensors ParameterLayout::outer() const {

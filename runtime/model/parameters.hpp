@@ -35,6 +35,16 @@ struct ParamTensor {
   // A split dimension made of split_parts equal parts (GPT-2's fused q|k|v) splits each part.
   int split_dim = -1;
   int split_parts = 1;
+  // Trained (gradients and AdamW state), or frozen: a LoRA job's base model. A trainable
+  // tensor's gradient, AdamW m and v live at grad_offset of the gradient layout.
+  bool trainable = true;
+  std::size_t grad_offset = 0;
+};
+
+// An adapter beside a linear of a block (null when that linear has none).
+struct LoraTensors {
+  const ParamTensor *a = nullptr, *b = nullptr;
+  bool present() const { return a != nullptr; }
 };
 
 // The tensors of one transformer block, by role (the ones an architecture lacks are null).
@@ -46,6 +56,10 @@ struct BlockTensors {
   const ParamTensor *gatew, *gateb, *upw, *upb, *downw, *downb;
   // Gemma 2's norms of the attention and MLP outputs (post_norms only)
   const ParamTensor *post_attnw, *post_mlpw;
+  // LoRA adapters, indexed by lora_index(LoraTarget)
+  LoraTensors lora[10];
+  const LoraTensors& adapter(LoraTarget t) const { return lora[lora_index(t)]; }
+  static int lora_index(LoraTarget t);
 };
 
 // The tensors outside the blocks, by role (the ones an architecture lacks are null).
@@ -74,6 +88,19 @@ class ParameterLayout {
   std::size_t group_end(int group) const { return group_begin_[group + 2]; }
   std::size_t group_size(int group) const { return group_end(group) - group_begin(group); }
   std::size_t max_group_size() const;
+  // ---- what is trained. Without LoRA every tensor is trainable and the gradient layout is
+  // the parameter layout. With LoRA a block group holds its frozen base tensors, then (from
+  // trainable_begin, aligned) its adapters; the gradient layout holds only the trainable
+  // tensors, group by group: parameters [trainable_begin(g), group_end(g)) correspond element
+  // by element to gradients [grad_group_begin(g), grad_group_end(g)).
+  bool has_frozen() const { return has_frozen_; }
+  std::size_t grad_total() const { return grad_begin_.back(); }
+  std::size_t grad_group_begin(int group) const { return grad_begin_[group + 1]; }
+  std::size_t grad_group_end(int group) const { return grad_begin_[group + 2]; }
+  std::size_t grad_group_size(int group) const {
+    return grad_group_end(group) - grad_group_begin(group);
+  }
+  std::size_t trainable_begin(int group) const { return trainable_begin_[group + 1]; }
   // Index range [first, last) into tensors() of a group's tensors.
   std::size_t group_first_tensor(int group) const { return group_tensor_[group + 1]; }
   std::size_t group_last_tensor(int group) const { return group_tensor_[group + 2]; }
@@ -86,15 +113,22 @@ class ParameterLayout {
  private:
   void add(std::string name, std::vector<std::int64_t> shape, bool decay, int layer,
            int split_dim = -1, int split_parts = 1);
+  void add_adapters(const ModelConfig& c, const std::string& prefix, int layer);
   void close_group();
   std::vector<ParamTensor> tensors_;
-  std::vector<std::size_t> group_begin_;   // size L+3
-  std::vector<std::size_t> group_tensor_;  // size L+3
+  std::vector<std::size_t> group_begin_;      // size L+3
+  std::vector<std::size_t> group_tensor_;     // size L+3
+  std::vector<std::size_t> grad_begin_;       // size L+3
+  std::vector<std::size_t> trainable_begin_;  // size L+2
+  std::size_t group_trainable_ = 0;           // where the open group's adapters start
+  bool group_has_adapters_ = false;
+  bool has_frozen_ = false;
   std::size_t total_ = 0;
   int tp_size_ = 1;
   std::size_t align_ = 1;
   Arch arch_;
   bool qkv_bias_ = false, o_bias_ = false, mlp_bias_ = false, post_norms_ = false;
+  std::uint32_t lora_targets_ = 0;
 };
 
 // A block of a local tensor and the box of the canonical tensor it holds. The local tensor is

@@ -60,11 +60,12 @@ class Transformer final : public Model {
         weights_ = Buffer<Weight>(pool, layout_.total(), "parameters");
         B::zero(*ctx_, weights_.data(), weights_.size());
       }
-      grads_ = Buffer<float>(pool, layout_.total(), "gradients");
+      // Gradients of the trainable tensors only (all of them but for a LoRA job's base).
+      grads_ = Buffer<float>(pool, layout_.grad_total(), "gradients");
       B::zero(*ctx_, grads_.data(), grads_.size());
       for (int g = -1; g + 1 < layout_.num_groups(); ++g) {
         group_weights_[static_cast<std::size_t>(g + 1)] = owned_weights() + layout_.group_begin(g);
-        group_grads_[static_cast<std::size_t>(g + 1)] = grads_.data() + layout_.group_begin(g);
+        group_grads_[static_cast<std::size_t>(g + 1)] = grads_.data() + layout_.grad_group_begin(g);
       }
     }
   }
@@ -250,27 +251,42 @@ class Transformer final : public Model {
     if (config_.arch == Arch::kGpt2) {
       // MLP branch: out = res2 + fcproj(gelu(fc(ln2(res2)))). dfc = (dres · Wfcproj) ⊙ GELU'(fc)
       // in one GEMM (dact is scratch, used only where the backend cannot fuse).
-      B::linear_dgelu_backward(c, a.dfc.data(), a.dact.data(), g(*w.fcprojw), g(*w.fcprojb), dres,
-                               L.act.data(), L.fc.data(), p(*w.fcprojw), N, F, C, true);
+      if (const LoraTensors& proj = w.adapter(LoraTarget::kProj); proj.present()) {
+        // The adapter's part of d(act) joins before the GELU's derivative: unfused.
+        B::linear_backward(c, a.dact.data(), g(*w.fcprojw), g(*w.fcprojb), dres, L.act.data(),
+                           p(*w.fcprojw), N, F, C, true, /*overwrite_dinp=*/true);
+        lora_backward(proj, L.act.data(), F, a.dact.data(), dres, C, 0, C, true);
+        B::zero(c, a.dfc.data(), NF);
+        B::gelu_backward(c, a.dfc.data(), L.fc.data(), a.dact.data(), NF);
+      } else {
+        B::linear_dgelu_backward(c, a.dfc.data(), a.dact.data(), g(*w.fcprojw), g(*w.fcprojb), dres,
+                                 L.act.data(), L.fc.data(), p(*w.fcprojw), N, F, C, true);
+      }
       B::linear_backward(c, a.dln.data(), g(*w.fcw), g(*w.fcb), a.dfc.data(), L.ln2.data(),
                          p(*w.fcw), N, C, F, true, /*overwrite_dinp=*/true);
+      lora_backward(w.adapter(LoraTarget::kFc), L.ln2.data(), C, a.dln.data(), a.dfc.data(), F, 0,
+                    F, false);
       column_parallel_done(a.dln.data());
       B::layernorm_backward(c, dres, g(*w.ln2w), g(*w.ln2b), a.dln.data(), L.res2.data(),
                             p(*w.ln2w), L.ln2_mean.data(), L.ln2_rstd.data(), N, C);
       // Attention branch: res2 = x + proj(attn(qkv(ln1(x))))
       B::linear_backward(c, a.datty.data(), g(*w.projw), g(*w.projb), dres, L.atty.data(),
                          p(*w.projw), N, Cl, C, true, /*overwrite_dinp=*/true);
+      lora_backward(w.adapter(LoraTarget::kO), L.atty.data(), Cl, a.datty.data(), dres, C, 0, C,
+                    true);
       B::zero(c, a.dqkv.data(), NW);
       B::attention_backward(c, dq, dq + Cl, dq + Cl + KVl, a.datt.data(), a.datty.data(),
                             L.atty.data(), L.att.data(), q, q + Cl, q + Cl + KVl, W, B_n_, T_n_, H,
                             Hkv, hd, causal_attention(hd));
       B::linear_backward(c, a.dln.data(), g(*w.qkvw), g(*w.qkvb), dq, L.ln1.data(), p(*w.qkvw), N,
                          C, W, true, /*overwrite_dinp=*/true);
+      lora_backward(w.adapter(LoraTarget::kQkv), L.ln1.data(), C, a.dln.data(), dq, W, 0, W, false);
       // The key bias shifts every score of a query row by the same amount, which softmax
       // ignores: its gradient is exactly zero. Computed, it is rounding noise that Adam's
       // normalisation would turn into real steps that differ with any change of summation
       // order (strategies, thread counts), so it is kept at its exact value.
-      B::zero(c, g(*w.qkvb) + Cl, static_cast<std::size_t>(Cl));
+      if (float* dqkvb = g(*w.qkvb); dqkvb != nullptr)
+        B::zero(c, dqkvb + Cl, static_cast<std::size_t>(Cl));
       column_parallel_done(a.dln.data());
       B::layernorm_backward(c, dres, g(*w.ln1w), g(*w.ln1b), a.dln.data(), x, p(*w.ln1w),
                             L.ln1_mean.data(), L.ln1_rstd.data(), N, C);
@@ -288,6 +304,8 @@ class Transformer final : public Model {
       const Act* dmlp = through_post_norm(w.post_mlpw, L.mlp_out.data(), L.mlp_out_rstd.data());
       B::linear_backward(c, a.dact.data(), g(*w.downw), gb(w.downb), dmlp, L.act.data(),
                          p(*w.downw), N, F, C, false, /*overwrite_dinp=*/true);
+      lora_backward(w.adapter(LoraTarget::kDown), L.act.data(), F, a.dact.data(), dmlp, C, 0, C,
+                    true);
       B::zero(c, a.dfc.data(), NF);  // swiglu_backward accumulates
       B::zero(c, a.dup.data(), NF);
       gated_backward(a.dfc.data(), a.dup.data(), a.dact.data(), L.fc.data(), L.up.data(), NF);
@@ -295,12 +313,18 @@ class Transformer final : public Model {
                          p(*w.gatew), N, C, F, false, /*overwrite_dinp=*/true);
       B::linear_backward(c, a.dln.data(), g(*w.upw), gb(w.upb), a.dup.data(), L.ln2.data(),
                          p(*w.upw), N, C, F, false);
+      lora_backward(w.adapter(LoraTarget::kGate), L.ln2.data(), C, a.dln.data(), a.dfc.data(), F, 0,
+                    F, false);
+      lora_backward(w.adapter(LoraTarget::kUp), L.ln2.data(), C, a.dln.data(), a.dup.data(), F, 0,
+                    F, false);
       column_parallel_done(a.dln.data());
       B::rmsnorm_backward(c, dres, g(*w.ln2w), a.dln.data(), L.res2.data(), p(*w.ln2w),
                           L.ln2_rstd.data(), N, C, offset);
       const Act* dattn = through_post_norm(w.post_attnw, L.attn_out.data(), L.attn_out_rstd.data());
       B::linear_backward(c, a.datty.data(), g(*w.projw), gb(w.projb), dattn, L.atty.data(),
                          p(*w.projw), N, Cl, C, false, /*overwrite_dinp=*/true);
+      lora_backward(w.adapter(LoraTarget::kO), L.atty.data(), Cl, a.datty.data(), dattn, C, 0, C,
+                    true);
       B::zero(c, a.dqkv.data(), NW);
       // Grouped-query attention: a key/value head's gradient sums over its group's query heads.
       B::attention_backward(c, dq, dq + Cl, dq + Cl + KVl, a.datt.data(), a.datty.data(),
@@ -319,6 +343,13 @@ class Transformer final : public Model {
       // its gradient is not zero.
       B::linear_backward(c, a.dln.data(), g(*w.qkvw), gb(w.qkvb), a.dqkv_pre.data(), L.ln1.data(),
                          p(*w.qkvw), N, C, W, false, /*overwrite_dinp=*/true);
+      const Act* dpre = a.dqkv_pre.data();
+      lora_backward(w.adapter(LoraTarget::kQ), L.ln1.data(), C, a.dln.data(), dpre, W, 0, Cl,
+                    false);
+      lora_backward(w.adapter(LoraTarget::kK), L.ln1.data(), C, a.dln.data(), dpre, W, Cl, KVl,
+                    false);
+      lora_backward(w.adapter(LoraTarget::kV), L.ln1.data(), C, a.dln.data(), dpre, W, Cl + KVl,
+                    KVl, false);
       column_parallel_done(a.dln.data());
       B::rmsnorm_backward(c, dres, g(*w.ln1w), a.dln.data(), x, p(*w.ln1w), L.ln1_rstd.data(), N, C,
                           offset);
@@ -329,6 +360,7 @@ class Transformer final : public Model {
     require_reserved();
     const OuterTensors o = layout_.outer();
     float* dwpe = o.position_embedding != nullptr ? g(*o.position_embedding) : nullptr;
+    if (g(*o.token_embedding) == nullptr && dwpe == nullptr) return;  // frozen (LoRA)
     B::embedding_backward(*ctx_, g(*o.token_embedding), dwpe, acts_->dres.data(),
                           cur().tokens.data(), B_n_, T_n_, config_.d_model, config_.padding_idx,
                           config_.embedding_scale());
@@ -385,16 +417,70 @@ class Transformer final : public Model {
   // An optional tensor's weights or gradients (nullptr when the model lacks it).
   const Weight* pb(const ParamTensor* t) const { return t != nullptr ? p(*t) : nullptr; }
   float* gb(const ParamTensor* t) { return t != nullptr ? g(*t) : nullptr; }
+  // A tensor's gradient in its group's gradient storage; null for a frozen tensor, whose
+  // weight-gradient GEMM the ops then skip.
   float* g(const ParamTensor& t) {
+    if (!t.trainable) return nullptr;
     float* base = group_grads_[static_cast<std::size_t>(t.layer + 1)];
     if (base == nullptr)
       throw Error(fmt::format("gradients of {} (group {}) are not bound", t.name, t.layer));
-    return base + (t.offset - layout_.group_begin(t.layer));
+    return base + (t.grad_offset - layout_.grad_group_begin(t.layer));
   }
   void reduce_tp(Act* data, std::size_t n) {
     if (!tp_allreduce_)
       throw Error("tensor-parallel model without an allreduce (set_tp_allreduce not called)");
     tp_allreduce_(data, n);
+  }
+
+  // ---- LoRA (model/lora.hpp): an adapter adds scale · B (A x) to its linear's output columns
+  // [col, col + out) (rows of pitch ldy). x is the linear's input on this rank (in wide).
+  // Row-parallel linears see part of the input: A x is summed over the tensor-parallel group,
+  // and the adapter's output, whole on every rank, is added after the base's reduction.
+  const Act* adapter_input(const LoraTensors& ad, const Act* x, int in, bool row_parallel) {
+    const int N = B_n_ * T_n_, r = config_.lora.rank;
+    Act* u = acts_->lora_u.data();
+    B::linear_forward(*ctx_, u, x, p(*ad.a), nullptr, N, in, r, false);
+    if (row_parallel && options_.shard.tp_size > 1)
+      reduce_tp(u, static_cast<std::size_t>(N) * static_cast<std::size_t>(r));
+    return u;
+  }
+  void lora_forward(const LoraTensors& ad, const Act* x, int in, Act* y, int ldy, int col, int out,
+                    bool row_parallel) {
+    if (!ad.present()) return;
+    const int N = B_n_ * T_n_, r = config_.lora.rank;
+    const Act* u = adapter_input(ad, x, in, row_parallel);
+    Act* v = acts_->lora_v.data();
+    B::linear_forward(*ctx_, v, u, p(*ad.b), nullptr, N, r, out, false);
+    const auto n = static_cast<std::size_t>(out);
+    B::scaled_add_rows(*ctx_, y + col, static_cast<std::size_t>(ldy), v, n, n,
+                       static_cast<std::size_t>(N), config_.lora.scale());
+  }
+  // The backward of lora_forward: B's and A's gradients from dy's columns, and the adapter's
+  // part of dx added (for a column-parallel linear, to this rank's partial sum, which is
+  // reduced with the base's). A x is recomputed rather than kept per layer.
+  void lora_backward(const LoraTensors& ad, const Act* x, int in, Act* dx, const Act* dy, int ldy,
+                     int col, int out, bool row_parallel) {
+    if (!ad.present()) return;
+    Ctx& c = *ctx_;
+    const int N = B_n_ * T_n_, r = config_.lora.rank;
+    const auto n = static_cast<std::size_t>(out), rows = static_cast<std::size_t>(N);
+    const Act* u = adapter_input(ad, x, in, row_parallel);
+    Act* dv = acts_->lora_v.data();
+    Act* du = acts_->lora_du.data();
+    B::zero(c, dv, rows * n);
+    B::scaled_add_rows(c, dv, n, dy + col, static_cast<std::size_t>(ldy), n, rows,
+                       config_.lora.scale());
+    B::linear_backward(c, du, g(*ad.b), nullptr, dv, u, p(*ad.b), N, r, out, false,
+                       /*overwrite_dinp=*/true);
+    if (!row_parallel && options_.shard.tp_size > 1) {
+      // du sums over this rank's outputs only: its share of dx joins the partial sum, and A's
+      // gradient needs the whole of it.
+      B::linear_backward(c, dx, nullptr, nullptr, du, x, p(*ad.a), N, in, r, false);
+      reduce_tp(du, rows * static_cast<std::size_t>(r));
+      B::linear_backward(c, nullptr, g(*ad.a), nullptr, du, x, p(*ad.a), N, in, r, false);
+    } else {
+      B::linear_backward(c, dx, g(*ad.a), nullptr, du, x, p(*ad.a), N, in, r, false);
+    }
   }
 
   // One block's widths on this rank: N rows of the micro-batch, the model width C, the local
@@ -444,25 +530,38 @@ class Transformer final : public Model {
       B::layernorm_forward(c, L.ln1.data(), L.ln1_mean.data(), L.ln1_rstd.data(), x, p(*w.ln1w),
                            p(*w.ln1b), N, C, eps);
       B::linear_forward(c, q, L.ln1.data(), p(*w.qkvw), p(*w.qkvb), N, C, W, true);
+      lora_forward(w.adapter(LoraTarget::kQkv), L.ln1.data(), C, q, W, 0, W, false);
       B::attention_forward(c, L.atty.data(), L.att.data(), q, q + Cl, q + Cl + KVl, W, B_n_, T_n_,
                            H, Hkv, hd, causal_attention(hd));
       // res2 = x + proj(atty): the projection lands in res2, then x is added.
       B::linear_forward(c, L.res2.data(), L.atty.data(), p(*w.projw),
                         tp == 1 ? p(*w.projb) : nullptr, N, Cl, C, true);
       row_parallel_done(L.res2.data(), p(*w.projb));
+      lora_forward(w.adapter(LoraTarget::kO), L.atty.data(), Cl, L.res2.data(), C, 0, C, true);
       // res2 += x, then ln2 = layernorm(res2): one pass on CUDA.
       B::residual_layernorm_forward(c, L.res2.data(), L.ln2.data(), L.ln2_mean.data(),
                                     L.ln2_rstd.data(), L.res2.data(), x, p(*w.ln2w), p(*w.ln2b), N,
                                     C, eps);
       // act = GELU(fc), fc = ln2 · Wfc + bfc kept for backward: one GEMM with its epilogue.
-      B::linear_gelu_forward(c, L.act.data(), L.fc.data(), L.ln2.data(), p(*w.fcw), p(*w.fcb), N, C,
-                             F, true);
+      // An adapter on c_fc adds to fc before the GELU: the GEMM and the GELU then run apart.
+      if (const LoraTensors& fc = w.adapter(LoraTarget::kFc); fc.present()) {
+        B::linear_forward(c, L.fc.data(), L.ln2.data(), p(*w.fcw), p(*w.fcb), N, C, F, true);
+        lora_forward(fc, L.ln2.data(), C, L.fc.data(), F, 0, F, false);
+        B::gelu_forward(c, L.act.data(), L.fc.data(), NF);
+      } else {
+        B::linear_gelu_forward(c, L.act.data(), L.fc.data(), L.ln2.data(), p(*w.fcw), p(*w.fcb), N,
+                               C, F, true);
+      }
       B::linear_forward(c, out, L.act.data(), p(*w.fcprojw), tp == 1 ? p(*w.fcprojb) : nullptr, N,
                         F, C, true);
       row_parallel_done(out, p(*w.fcprojb));
+      lora_forward(w.adapter(LoraTarget::kProj), L.act.data(), F, out, C, 0, C, true);
     } else {
       B::rmsnorm_forward(c, L.ln1.data(), L.ln1_rstd.data(), x, p(*w.ln1w), N, C, eps, offset);
       B::linear_forward(c, q, L.ln1.data(), p(*w.qkvw), pb(w.qkvb), N, C, W, false);
+      lora_forward(w.adapter(LoraTarget::kQ), L.ln1.data(), C, q, W, 0, Cl, false);
+      lora_forward(w.adapter(LoraTarget::kK), L.ln1.data(), C, q, W, Cl, KVl, false);
+      lora_forward(w.adapter(LoraTarget::kV), L.ln1.data(), C, q, W, Cl + KVl, KVl, false);
       const RotaryParams rot = config_.rotary();
       B::rotary_forward(c, q, q, B_n_, T_n_, H, hd, W, rot);
       B::rotary_forward(c, q + Cl, q + Cl, B_n_, T_n_, Hkv, hd, W, rot);
@@ -474,18 +573,22 @@ class Transformer final : public Model {
       B::linear_forward(c, attn_out, L.atty.data(), p(*w.projw), tp == 1 ? pb(w.projb) : nullptr, N,
                         Cl, C, false);
       row_parallel_done(attn_out, pb(w.projb));
+      lora_forward(w.adapter(LoraTarget::kO), L.atty.data(), Cl, attn_out, C, 0, C, true);
       if (post)
         B::rmsnorm_forward(c, L.res2.data(), L.attn_out_rstd.data(), attn_out, p(*w.post_attnw), N,
                            C, eps, offset);
       B::residual_rmsnorm_forward(c, L.res2.data(), L.ln2.data(), L.ln2_rstd.data(), L.res2.data(),
                                   x, p(*w.ln2w), N, C, eps, offset);
       B::linear_forward(c, L.fc.data(), L.ln2.data(), p(*w.gatew), pb(w.gateb), N, C, F, false);
+      lora_forward(w.adapter(LoraTarget::kGate), L.ln2.data(), C, L.fc.data(), F, 0, F, false);
       B::linear_forward(c, L.up.data(), L.ln2.data(), p(*w.upw), pb(w.upb), N, C, F, false);
+      lora_forward(w.adapter(LoraTarget::kUp), L.ln2.data(), C, L.up.data(), F, 0, F, false);
       gated_forward(L.act.data(), L.fc.data(), L.up.data(), NF);
       Act* mlp_out = post ? L.mlp_out.data() : out;
       B::linear_forward(c, mlp_out, L.act.data(), p(*w.downw), tp == 1 ? pb(w.downb) : nullptr, N,
                         F, C, false);
       row_parallel_done(mlp_out, pb(w.downb));
+      lora_forward(w.adapter(LoraTarget::kDown), L.act.data(), F, mlp_out, C, 0, C, true);
       if (post)
         B::rmsnorm_forward(c, out, L.mlp_out_rstd.data(), mlp_out, p(*w.post_mlpw), N, C, eps,
                            offset);

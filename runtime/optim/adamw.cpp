@@ -48,7 +48,7 @@ float clip_scale(double grad_norm, double max_norm) {
 }
 
 AdamW::AdamW(const OptimizerConfig& config, const ParameterLayout& layout, std::size_t begin,
-             std::size_t end, Device& device)
+             std::size_t end, Device& device, std::size_t weight_origin)
     : config_(config),
       device_(&device),
       begin_(begin),
@@ -57,14 +57,19 @@ AdamW::AdamW(const OptimizerConfig& config, const ParameterLayout& layout, std::
       v_(device.memory(), end - begin, "optimizer state") {
   device.zero(m_.data(), m_.bytes());
   device.zero(v_.data(), v_.bytes());
+  if (weight_origin == kSameOrigin) weight_origin = begin;
   for (const auto& t : layout.tensors()) {
-    const std::size_t b = std::max(t.offset, begin), e = std::min(t.offset + t.numel, end);
+    if (!t.trainable) continue;
+    const std::size_t b = std::max(t.grad_offset, begin),
+                      e = std::min(t.grad_offset + t.numel, end);
     if (b >= e) continue;
-    if (!segments_.empty() && segments_.back().decay == t.decay &&
-        segments_.back().end == b - begin) {
-      segments_.back().end = e - begin;
+    const std::size_t weight = t.offset + (b - t.grad_offset) - weight_origin;
+    Segment* last = segments_.empty() ? nullptr : &segments_.back();
+    if (last != nullptr && last->decay == t.decay && last->grad + last->count == b - begin &&
+        last->weight + last->count == weight) {
+      last->count += e - b;
     } else {
-      segments_.push_back({b - begin, e - begin, t.decay});
+      segments_.push_back({b - begin, weight, e - b, t.decay});
     }
   }
 }
@@ -81,9 +86,9 @@ void AdamW::step(float* master, void* weights, const float* grads, double lr, fl
     p.eps = static_cast<float>(config_.eps);
     p.weight_decay = s.decay ? static_cast<float>(config_.weight_decay) : 0.0f;
     p.step = static_cast<int>(step);
-    device_->adamw_update(master + s.begin, separate ? advance(weights, wt, s.begin) : nullptr,
-                          grads + s.begin, m_.data() + s.begin, v_.data() + s.begin,
-                          s.end - s.begin, p, grad_scale);
+    device_->adamw_update(master + s.weight, separate ? advance(weights, wt, s.weight) : nullptr,
+                          grads + s.grad, m_.data() + s.grad, v_.data() + s.grad, s.count, p,
+                          grad_scale);
   }
 }
 

@@ -27,14 +27,20 @@ float clip_scale(double grad_norm, double max_norm);
 
 class AdamW {
  public:
-  // Moments for the elements [begin, end) of the flat layout (the whole model, or a shard), in
-  // `device`'s memory (zeroed); padding between groups is never updated.
+  // Moments for the elements [begin, end) of the gradient layout (ParameterLayout::grad_total:
+  // the parameter layout itself unless a LoRA job freezes its base), the whole model or a shard,
+  // in `device`'s memory (zeroed); padding between groups and frozen tensors are never updated.
+  // The parameters these gradients belong to are addressed from `weight_origin`, the parameter
+  // layout's element that step()'s master points at (default: begin, the same element, as for
+  // every layout without frozen tensors).
+  static constexpr std::size_t kSameOrigin = static_cast<std::size_t>(-1);
   AdamW(const OptimizerConfig& config, const ParameterLayout& layout, std::size_t begin,
-        std::size_t end, Device& device);
+        std::size_t end, Device& device, std::size_t weight_origin = kSameOrigin);
 
-  // One update of master[begin,end) from grads[begin,end); both point at element `begin`, as
-  // does `weights`, the kernels' copy refreshed in the same pass (null or == master: none).
-  // grad_scale multiplies the gradients (clipping). step is 1-based.
+  // One update of the parameters from grads[begin, end) (grads points at element `begin`,
+  // master and `weights` at element weight_origin of the parameter layout); `weights` is the
+  // kernels' copy refreshed in the same pass (null or == master: none). grad_scale multiplies
+  // the gradients (clipping). step is 1-based.
   void step(float* master, void* weights, const float* grads, double lr, float grad_scale,
             std::int64_t step);
 
@@ -45,7 +51,9 @@ class AdamW {
 
  private:
   struct Segment {
-    std::size_t begin, end;  // relative to begin_
+    std::size_t grad;    // into grads, m and v (relative to begin_)
+    std::size_t weight;  // into master and weights (relative to the weight origin)
+    std::size_t count;
     bool decay;
   };
   OptimizerConfig config_;

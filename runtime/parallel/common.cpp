@@ -267,6 +267,14 @@ void finish_estimate(Estimate& e, const StrategySpec& spec, const std::string& w
   check_capacity(e, spec.knobs, what);
 }
 
+std::string lora_unsupported(const StrategySpec& spec, const std::string& strategy) {
+  if (!spec.model.lora.enabled()) return "";
+  return fmt::format(
+      "{} does not train LoRA jobs yet (valid for LoRA: single, ddp, tensor, "
+      "ddp+tensor)",
+      strategy);
+}
+
 bool check_common(Estimate& e, const StrategySpec& spec, int replicas) {
   if (spec.degree < 1) {
     infeasible(e, fmt::format("degree {} must be >= 1", spec.degree));

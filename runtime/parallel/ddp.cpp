@@ -75,8 +75,11 @@ Estimate DdpStrategy::estimate() const {
   if (micro == 0) return infeasible(e, fmt::format("{}: {}", name_, why));
   const int T = spec_.train.seq_len;
   const BackendTraits& bt = backend_traits(spec_.backend);
-  const std::size_t n = ParameterLayout(c, tp_, bt.param_align).total();
-  const std::size_t P = n * sizeof(float);   // an fp32 copy of the parameters (communication)
+  const ParameterLayout layout(c, tp_, bt.param_align);
+  const std::size_t n = layout.total();
+  // Gradients, AdamW moments and their reduction cover the trainable tensors (a LoRA job's
+  // adapters, else every parameter).
+  const std::size_t P = layout.grad_total() * sizeof(float);
   const std::size_t held = bt.footprint(P);  // ... as one buffer of the device's pool
   const std::size_t acts =
       model_activation_bytes(spec_.backend, c, model_options(0), static_cast<int>(micro), T);
@@ -123,7 +126,7 @@ Estimate DdpStrategy::estimate() const {
     const double calls = repro ? 1.0
                          : spec_.knobs.bucket_bytes > 0
                              ? std::ceil(bytes / static_cast<double>(spec_.knobs.bucket_bytes))
-                             : c.n_layer + 2.0;
+                             : c.n_layer + (layout.has_frozen() ? 0.0 : 2.0);
     e.comm_schedule.push_back(
         {comm::CollOp::kAllreduce, dp_, calls, bytes, !repro && spec_.knobs.overlap, true, 1.0});
   }
@@ -154,17 +157,20 @@ void DdpStrategy::setup(comm::CommPair& comms, Device& device, MemoryPool& /*hos
     });
   }
   model_->init_weights(spec_.train.seed);
-  const std::size_t n = model_->layout().total();
-  opt_ = std::make_unique<AdamW>(spec_.train.optimizer, model_->layout(), 0, n, device);
+  const std::size_t n = model_->layout().grad_total();
+  opt_ = std::make_unique<AdamW>(spec_.train.optimizer, model_->layout(), 0, n, device, 0);
   if (spec_.train.reproducible) acc_ = GradAccumulator(device, n);
   model_->reserve(static_cast<int>(micro_), spec_.train.seq_len);
   buckets_ = std::make_unique<GradBuckets>(model_->layout(), spec_.knobs.bucket_bytes);
   slices_ = SliceSet(device);
+  frozen_slices_ = SliceSet(device);
+  opt_slices_ = SliceSet(device);
   for (const auto& t : model_->layout().tensors()) {
     // Replicas hold identical copies: replica 0 writes; within a tensor-parallel group, split
     // tensors are distinct and replicated ones are written by tp rank 0.
     const bool writer = dp_rank_ == 0 && (t.split_dim >= 0 || tp_rank_ == 0);
-    slices_.add_local_tensor(t, tp_rank_, 0, t.offset, writer);
+    (t.trainable ? slices_ : frozen_slices_).add_local_tensor(t, tp_rank_, 0, t.offset, writer);
+    if (t.trainable) opt_slices_.add_local_tensor(t, tp_rank_, 0, t.grad_offset, writer);
   }
   tokens_ = TokenStage(device, spec_.model.vocab_size, micro_, spec_.train.seq_len, rows / micro_,
                        true, true);
@@ -176,20 +182,20 @@ double DdpStrategy::grad_square_sum() {
   if (spec_.train.reproducible) {  // tp = 1: every replica holds the whole, identical gradient
     ScopedTimer compute(stats_.compute_s);
     ExactSquareSum exact;
-    device_->add_exact_squares(exact, m.grads(), m.layout().total());
+    device_->add_exact_squares(exact, m.grads(), m.layout().grad_total());
     return exact.value();
   }
   double sq = 0;
   {
     ScopedTimer compute(stats_.compute_s);
     if (tp_ == 1) {
-      sq = device_->sum_of_squares(m.grads(), m.layout().total());
+      sq = device_->sum_of_squares(m.grads(), m.layout().grad_total());
     } else {
       // Split tensors are distinct on each tensor-parallel rank, replicated ones are counted
       // once.
       for (const auto& t : m.layout().tensors())
-        if (t.split_dim >= 0 || tp_rank_ == 0)
-          sq += device_->sum_of_squares(m.grads() + t.offset, t.numel);
+        if (t.trainable && (t.split_dim >= 0 || tp_rank_ == 0))
+          sq += device_->sum_of_squares(m.grads() + t.grad_offset, t.numel);
     }
   }
   tp_comm_->control().allreduce(&sq, 1, comm::ReduceOp::kSum);
@@ -244,7 +250,7 @@ StepResult DdpStrategy::train_step(const data::Batch& batch, std::int64_t step) 
   } else if (overlap) {
     buckets_->finish(dp_data, m.grads());
   } else if (dp_ > 1) {
-    dp_data.allreduce(m.grads(), m.layout().total(), comm::ReduceOp::kSum);
+    dp_data.allreduce(m.grads(), m.layout().grad_total(), comm::ReduceOp::kSum);
   }
 
   double loss_sum = loss_.read();
@@ -271,6 +277,7 @@ double DdpStrategy::evaluate(const data::Batch& batch) {
 std::vector<float*> DdpStrategy::segments(StateKind kind) {
   switch (kind) {
     case StateKind::kParams:
+    case StateKind::kFrozen:
       return {model_->master()};
     case StateKind::kAdamM:
       return {opt_->m()};
@@ -280,13 +287,19 @@ std::vector<float*> DdpStrategy::segments(StateKind kind) {
   return {};
 }
 
+SliceSet& DdpStrategy::slice_set(StateKind kind) {
+  return kind == StateKind::kParams   ? slices_
+         : kind == StateKind::kFrozen ? frozen_slices_
+                                      : opt_slices_;
+}
+
 StateSlices DdpStrategy::export_state(StateKind kind) {
-  return slices_.export_from(segments(kind));
+  return slice_set(kind).export_from(segments(kind));
 }
 
 void DdpStrategy::import_state(StateKind kind, const StateSlices& slices) {
-  slices_.import_into(segments(kind), slices);
-  if (kind == StateKind::kParams) model_->refresh_weights();
+  slice_set(kind).import_into(segments(kind), slices);
+  if (kind == StateKind::kParams || kind == StateKind::kFrozen) model_->refresh_weights();
 }
 
 }  // namespace saturn::parallel

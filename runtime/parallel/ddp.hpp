@@ -40,6 +40,7 @@ class DdpStrategy : public Strategy {
   ModelOptions model_options(int tp_rank) const;
   double grad_square_sum();
   std::vector<float*> segments(StateKind kind);
+  SliceSet& slice_set(StateKind kind);
 
   std::string name_;
   int tp_ = 1, dp_ = 1;
@@ -50,8 +51,10 @@ class DdpStrategy : public Strategy {
   std::unique_ptr<Model> model_;
   std::unique_ptr<AdamW> opt_;
   std::unique_ptr<GradBuckets> buckets_;
-  GradAccumulator acc_;  // reproducible mode
-  SliceSet slices_;
+  GradAccumulator acc_;     // reproducible mode
+  SliceSet slices_;         // the trained parameters
+  SliceSet frozen_slices_;  // the frozen ones (a LoRA job's base)
+  SliceSet opt_slices_;     // AdamW m and v: the trained tensors, in the gradient layout
   TokenStage tokens_;
   DeviceSum loss_;
 };

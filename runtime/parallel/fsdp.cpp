@@ -123,6 +123,8 @@ FsdpStrategy::~FsdpStrategy() = default;
 
 Estimate FsdpStrategy::estimate() const {
   Estimate e;
+  if (const std::string why = lora_unsupported(spec_, name()); !why.empty())
+    return infeasible(e, why);
   if (!check_common(e, spec_, spec_.degree)) return e;
   const ModelConfig& c = spec_.model;
   const int N = spec_.degree, T = spec_.train.seq_len, L = c.n_layer;
@@ -196,6 +198,7 @@ Estimate FsdpStrategy::estimate() const {
 }
 
 void FsdpStrategy::setup(comm::CommPair& comms, Device& device, MemoryPool& /*host*/) {
+  if (const std::string why = lora_unsupported(spec_, name()); !why.empty()) throw InputError(why);
   check_setup(comms, device);
   comms_ = &comms;
   track(comms_);
@@ -472,10 +475,15 @@ std::vector<float*> FsdpStrategy::segments(StateKind kind) {
 }
 
 StateSlices FsdpStrategy::export_state(StateKind kind) {
+  if (kind == StateKind::kFrozen) return {};  // no frozen tensors: LoRA is refused at setup
   return slices_.export_from(segments(kind));
 }
 
 void FsdpStrategy::import_state(StateKind kind, const StateSlices& slices) {
+  if (kind == StateKind::kFrozen) {
+    if (!slices.empty()) throw Error(fmt::format("{}: no frozen tensors to import", name()));
+    return;
+  }
   slices_.import_into(segments(kind), slices);
   if (kind == StateKind::kParams) params_.refresh();
 }

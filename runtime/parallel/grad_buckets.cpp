@@ -14,14 +14,16 @@ void GradBuckets::group_done(comm::Communicator& comm, float* grads, int group) 
                     group, lo_));
   if (hi_ < lo_) hi_ = group;
   lo_ = group;
-  const std::size_t bytes = (layout_->group_end(hi_) - layout_->group_begin(lo_)) * sizeof(float);
+  const std::size_t bytes =
+      (layout_->grad_group_end(hi_) - layout_->grad_group_begin(lo_)) * sizeof(float);
   if (bucket_bytes_ == 0 || bytes >= bucket_bytes_) launch(comm, grads);
 }
 
 void GradBuckets::launch(comm::Communicator& comm, float* grads) {
   if (hi_ < lo_) return;
-  const std::size_t b = layout_->group_begin(lo_), e = layout_->group_end(hi_);
-  pending_.push_back(comm.iallreduce(grads + b, e - b, comm::ReduceOp::kSum));
+  const std::size_t b = layout_->grad_group_begin(lo_), e = layout_->grad_group_end(hi_);
+  // A LoRA job's embeddings and head have no gradients: nothing to send for them.
+  if (e > b) pending_.push_back(comm.iallreduce(grads + b, e - b, comm::ReduceOp::kSum));
   lo_ = 0;
   hi_ = -2;
 }

@@ -19,7 +19,7 @@ class GradBuckets {
   GradBuckets(const ParameterLayout& layout, std::size_t bucket_bytes)
       : layout_(&layout), bucket_bytes_(bucket_bytes) {}
 
-  // Group g's gradients at grads + layout.group_begin(g) are final on this rank.
+  // Group g's gradients at grads + layout.grad_group_begin(g) are final on this rank.
   void group_done(comm::Communicator& comm, float* grads, int group);
   // Launches the partly filled bucket, then waits for every bucket.
   void finish(comm::Communicator& comm, float* grads);

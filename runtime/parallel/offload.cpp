@@ -133,6 +133,8 @@ OffloadStrategy::~OffloadStrategy() {
 
 Estimate OffloadStrategy::estimate() const {
   Estimate e;
+  if (const std::string why = lora_unsupported(spec_, name()); !why.empty())
+    return infeasible(e, why);
   if (!check_common(e, spec_, spec_.degree)) return e;
   const ModelConfig& c = spec_.model;
   const int T = spec_.train.seq_len, L = c.n_layer;
@@ -190,6 +192,7 @@ Estimate OffloadStrategy::estimate() const {
 }
 
 void OffloadStrategy::setup(comm::CommPair& comms, Device& device, MemoryPool& host) {
+  if (const std::string why = lora_unsupported(spec_, name()); !why.empty()) throw InputError(why);
   check_setup(comms, device);
   // The host state streams through the device's copy engine: it must be the memory the device
   // copies from asynchronously (pinned on a GPU), not whatever pool the caller had at hand.
@@ -447,15 +450,22 @@ std::vector<float*> OffloadStrategy::segments(StateKind kind) {
       return {opt_->m()};
     case StateKind::kAdamV:
       return {opt_->v()};
+    case StateKind::kFrozen:  // none (export_state answers first)
+      break;
   }
   return {};
 }
 
 StateSlices OffloadStrategy::export_state(StateKind kind) {
+  if (kind == StateKind::kFrozen) return {};  // no frozen tensors: LoRA is refused at setup
   return slices_.export_from(segments(kind));
 }
 
 void OffloadStrategy::import_state(StateKind kind, const StateSlices& slices) {
+  if (kind == StateKind::kFrozen) {
+    if (!slices.empty()) throw Error(fmt::format("{}: no frozen tensors to import", name()));
+    return;
+  }
   slices_.import_into(segments(kind), slices);
 }
 

@@ -198,6 +198,8 @@ int PipelineStrategy::slots_for(int stage) const {
 
 Estimate PipelineStrategy::estimate() const {
   Estimate e;
+  if (const std::string why = lora_unsupported(spec_, name()); !why.empty())
+    return infeasible(e, why);
   if (!check_common(e, spec_, dp_)) return e;
   const Plan pl = plan();
   if (!pl.reason.empty()) return infeasible(e, pl.reason);
@@ -285,6 +287,7 @@ Estimate PipelineStrategy::estimate() const {
 }
 
 void PipelineStrategy::setup(comm::CommPair& comms, Device& device, MemoryPool& /*host*/) {
+  if (const std::string why = lora_unsupported(spec_, name()); !why.empty()) throw InputError(why);
   check_setup(comms, device);
   device_ = &device;
   world_ = &comms;
@@ -529,15 +532,22 @@ std::vector<float*> PipelineStrategy::segments(StateKind kind) {
       return {opt_->m(), wte_opt_ ? wte_opt_->m() : nullptr};
     case StateKind::kAdamV:
       return {opt_->v(), wte_opt_ ? wte_opt_->v() : nullptr};
+    case StateKind::kFrozen:  // none (export_state answers first)
+      break;
   }
   return {};
 }
 
 StateSlices PipelineStrategy::export_state(StateKind kind) {
+  if (kind == StateKind::kFrozen) return {};  // no frozen tensors: LoRA is refused at setup
   return slices_.export_from(segments(kind));
 }
 
 void PipelineStrategy::import_state(StateKind kind, const StateSlices& slices) {
+  if (kind == StateKind::kFrozen) {
+    if (!slices.empty()) throw Error(fmt::format("{}: no frozen tensors to import", name()));
+    return;
+  }
   slices_.import_into(segments(kind), slices);
   if (kind == StateKind::kParams) {
     params_.refresh();

@@ -25,10 +25,10 @@ void reproducible_backward(Model& model, float dloss, GradAccumulator& acc) {
   float* g = model.grads();
   model.head_backward(dloss);
   const TiedHead head(model.config(), model.layout());
-  if (head.tied) acc.flush(g, head.elements);
+  if (head.elements > 0) acc.flush(g, head.elements);
   for (int l = model.end_layer() - 1; l >= model.first_layer(); --l) model.block_backward(l);
   model.embed_backward();
-  acc.flush(g, model.layout().total());
+  acc.flush(g, model.layout().grad_total());
 }
 
 void allreduce_exact(ExactSquareSum& sum, comm::Communicator& comm) {

@@ -16,6 +16,8 @@ const char* state_kind_name(StateKind kind) {
       return "m";
     case StateKind::kAdamV:
       return "v";
+    case StateKind::kFrozen:
+      return "frozen";
   }
   return "?";
 }

@@ -32,8 +32,11 @@
 
 namespace saturn::parallel {
 
-enum class StateKind { kParams, kAdamM, kAdamV };
-const char* state_kind_name(StateKind kind);  // "params", "m", "v"
+// A job's state by kind: the trained parameters and their AdamW moments (what a checkpoint
+// holds), and the frozen parameters (a LoRA job's base model, loaded from where it came from;
+// no tensor without LoRA).
+enum class StateKind { kParams, kAdamM, kAdamV, kFrozen };
+const char* state_kind_name(StateKind kind);  // "params", "m", "v", "frozen"
 
 enum class PipelineSchedule { kGpipe, k1F1B };
 

@@ -17,9 +17,12 @@ namespace saturn::parallel {
 
 struct TiedHead {
   TiedHead(const ModelConfig& config, const ParameterLayout& layout)
-      : tied(config.tied()), elements(tied ? layout.tensors()[0].numel : 0) {}
-  bool tied;             // the head reads the first tensor of group -1
-  std::size_t elements;  // that tensor's elements, at the start of group -1 (0: not tied)
+      : tied(config.tied()),
+        elements(tied && layout.tensors()[0].trainable ? layout.tensors()[0].numel : 0) {}
+  bool tied;  // the head reads the first tensor of group -1
+  // That tensor's gradient elements, at the start of group -1's gradients (0: not tied, or
+  // frozen: a LoRA job's head adds no gradient to the embedding).
+  std::size_t elements;
 };
 
 }  // namespace saturn::parallel

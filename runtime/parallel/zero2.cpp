@@ -27,6 +27,8 @@ Zero2Strategy::Zero2Strategy(StrategySpec spec)
 
 Estimate Zero2Strategy::estimate() const {
   Estimate e;
+  if (const std::string why = lora_unsupported(spec_, name()); !why.empty())
+    return infeasible(e, why);
   if (!check_common(e, spec_, spec_.degree)) return e;
   const ModelConfig& c = spec_.model;
   const int N = spec_.degree, T = spec_.train.seq_len, L = c.n_layer;
@@ -89,6 +91,7 @@ Estimate Zero2Strategy::estimate() const {
 }
 
 void Zero2Strategy::setup(comm::CommPair& comms, Device& device, MemoryPool& /*host*/) {
+  if (const std::string why = lora_unsupported(spec_, name()); !why.empty()) throw InputError(why);
   check_setup(comms, device);
   comms_ = &comms;
   track(comms_);
@@ -244,11 +247,16 @@ std::vector<float*> Zero2Strategy::moments(StateKind kind) {
 }
 
 StateSlices Zero2Strategy::export_state(StateKind kind) {
+  if (kind == StateKind::kFrozen) return {};  // no frozen tensors: LoRA is refused at setup
   if (kind == StateKind::kParams) return params_.export_from({model_->master()});
   return owned_.export_from(moments(kind));
 }
 
 void Zero2Strategy::import_state(StateKind kind, const StateSlices& slices) {
+  if (kind == StateKind::kFrozen) {
+    if (!slices.empty()) throw Error(fmt::format("{}: no frozen tensors to import", name()));
+    return;
+  }
   if (kind == StateKind::kParams) {
     params_.import_into({model_->master()}, slices);
     model_->refresh_weights();

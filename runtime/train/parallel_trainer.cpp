@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/backend/cpu/ops.hpp"
+#include "runtime/checkpoint/checksum.hpp"
 #include "runtime/checkpoint/tools.hpp"
 #include "runtime/comm/agree.hpp"
 #include "runtime/comm/mpi_communicator.hpp"
@@ -119,6 +120,8 @@ void Trainer::setup() {
 // at the job's start, the Hugging Face weights it starts from. Returns the first step to run.
 std::int64_t Trainer::resume() {
   std::int64_t first_step = 0;
+  // A LoRA job's checkpoints hold its adapters, not its base: the base is settled first.
+  if (job_.model.lora.enabled()) settle_base();
   if (options_.resume && !options_.job_dir.empty())
     comm::agree_on(comm_, [&] {
       if (const auto p = ckpt::resume_training(comm_, checkpoints_, source_, sink_)) {
@@ -126,8 +129,38 @@ std::int64_t Trainer::resume() {
         train_loader_->seek(p->position);
       }
     });
-  if (!job_.init_from.empty() && first_step == 0) load_pretrained();
+  if (!job_.init_from.empty() && first_step == 0 && !job_.model.lora.enabled()) load_pretrained();
   return first_step;
+}
+
+void Trainer::settle_base() {
+  if (!job_.init_from.empty()) load_pretrained();
+  checkpoints_.base_model = job_.init_from.empty()
+                                ? fmt::format("random (seed {})", job_.train.seed)
+                                : std::filesystem::absolute(job_.init_from).string();
+  checkpoints_.base_checksum = base_fingerprint();
+}
+
+// Each frozen tensor's checkpoint checksum (ckpt::hash_box over the slices each element's writer
+// holds) times an odd number of its name, summed over the tensors and the ranks: the same for
+// any strategy and degree, and changed by any changed weight.
+std::string Trainer::base_fingerprint() {
+  std::uint64_t local = 0;
+  comm::agree_on(comm_, [&] {
+    for (const TensorSlice& s : strategy_->export_state(parallel::StateKind::kFrozen)) {
+      if (!s.writer) continue;
+      std::uint64_t name = 0xcbf29ce484222325ull;  // FNV-1a
+      for (unsigned char c : s.name) name = (name ^ c) * 0x100000001b3ull;
+      local += ckpt::hash_box(s.shape, s.start, s.count, s.data) * (2 * name + 1);
+    }
+  });
+  // One slot per rank (an exact sum: the others are zero), then a wrapping sum here.
+  std::vector<std::int64_t> slots(static_cast<std::size_t>(comm_.size()), 0);
+  slots[static_cast<std::size_t>(rank_)] = static_cast<std::int64_t>(local);
+  comm_.allreduce(slots.data(), slots.size(), comm::ReduceOp::kSum);
+  std::uint64_t total = 0;
+  for (const std::int64_t v : slots) total += static_cast<std::uint64_t>(v);
+  return ckpt::format_checksum(total);
 }
 
 // Each rank reads the slices of the canonical tensors it holds (as a checkpoint restore does),
@@ -135,9 +168,12 @@ std::int64_t Trainer::resume() {
 void Trainer::load_pretrained() {
   comm::agree_on(comm_, [&] {
     const hf::HfWeights weights(job_.init_from, job_.model);
-    const StateSlices slices = strategy_->export_state(parallel::StateKind::kParams);
+    // A LoRA job's base is its frozen tensors; its adapters keep their initialisation.
+    const auto kind =
+        job_.model.lora.enabled() ? parallel::StateKind::kFrozen : parallel::StateKind::kParams;
+    const StateSlices slices = strategy_->export_state(kind);
     weights.fill(slices);
-    strategy_->import_state(parallel::StateKind::kParams, slices);
+    strategy_->import_state(kind, slices);
   });
   if (!options_.quiet && rank_ == 0)
     log::info("job {}: weights from {}", job_.id, job_.init_from.string());

@@ -61,6 +61,10 @@ class Trainer {
   void setup();
   std::int64_t resume();
   void load_pretrained();
+  // A LoRA job: its frozen base (from `from:` or the seed), and its fingerprint recorded in
+  // the job's checkpoints (they hold only the adapters).
+  void settle_base();
+  std::string base_fingerprint();
   void open_metrics(std::int64_t first_step);
   void announce() const;
   void evaluate_imported();

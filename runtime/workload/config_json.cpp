@@ -96,6 +96,11 @@ void to_json(json& j, const ModelConfig& m) {
   }
   if (!m.hf_architecture.empty()) j["hf_architecture"] = m.hf_architecture;
   if (!m.hf_extra_fields.empty()) j["hf_extra_fields"] = json::parse(m.hf_extra_fields);
+  if (m.lora.enabled())
+    j["lora"] = {{"rank", m.lora.rank},
+                 {"alpha", m.lora.alpha},
+                 {"targets", lora_target_names(m.lora.targets)},
+                 {"use_rslora", m.lora.use_rslora}};
 }
 
 void from_json(const json& j, ModelConfig& m) {
@@ -150,6 +155,20 @@ void from_json(const json& j, ModelConfig& m) {
       throw InputError(fmt::format("{}.hf_extra_fields: expected an object, got {}", what,
                                    j.at("hf_extra_fields").dump()));
     m.hf_extra_fields = j.at("hf_extra_fields").dump();
+  }
+  if (j.contains("lora")) {
+    const json& l = j.at("lora");
+    const char* lw = "model_config.lora";
+    json_fields::read_value<InputError>(l, lw, "rank", m.lora.rank, true);
+    json_fields::read_value<InputError>(l, lw, "alpha", m.lora.alpha, true);
+    json_fields::read_value<InputError>(l, lw, "use_rslora", m.lora.use_rslora, false);
+    std::vector<std::string> targets;
+    json_fields::read_value<InputError>(l, lw, "targets", targets, true);
+    try {
+      m.lora.targets = parse_lora_targets(targets, m.arch);
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("{}.targets: {}", lw, e.what()));
+    }
   }
   if (j.contains("tie_embeddings") && m.arch == Arch::kGpt2 && !m.tie_embeddings)
     throw InputError(

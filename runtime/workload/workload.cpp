@@ -54,7 +54,7 @@ const Keys kModelKeys = {"arch",         "n_layer",
                          "rope_scaling", "alternate_window",
                          "post_norms",   "query_pre_attn_scalar",
                          "attn_softcap", "final_softcap",
-                         "from"};
+                         "lora",         "from"};
 const Keys kRopeScalingKeys = {"type", "factor", "low_freq_factor", "high_freq_factor",
                                "original_max_position_embeddings"};
 const Keys kSolverKeys = {"backend", "time_limit", "introspection"};
@@ -72,13 +72,16 @@ Keys concat(std::initializer_list<const Keys*> parts) {
   return out;
 }
 
-const Keys kMapTrainKeys = {"optimizer", "schedule", "early_stop"};
+const Keys kMapTrainKeys = {"optimizer", "schedule", "early_stop", "lora"};
+const Keys kLoraKeys = {"rank", "alpha", "targets", "use_rslora", "dropout"};
+// A sweep varies single adapter settings by their dotted names.
+const Keys kLoraSweepKeys = {"lora.rank", "lora.alpha", "lora.targets", "lora.use_rslora"};
 const Keys kEarlyStopKeys = {"diverged", "patience"};
 const Keys kDefaultsKeys = concat({&kScalarTrainKeys, &kMapTrainKeys});
 const Keys kNameModel = {"name", "model"};
 const Keys kModelKey = {"model"};
 const Keys kJobKeys = concat({&kNameModel, &kScalarTrainKeys, &kMapTrainKeys});
-const Keys kSweepKeys = concat({&kModelKey, &kScalarTrainKeys, &kMapTrainKeys});
+const Keys kSweepKeys = concat({&kModelKey, &kScalarTrainKeys, &kMapTrainKeys, &kLoraSweepKeys});
 
 // Short forms of swept keys in job ids (lr and batch_size are always in the id).
 const std::map<std::string, std::string> kIdAbbrev = {{"seed", "s"},
@@ -90,7 +93,11 @@ const std::map<std::string, std::string> kIdAbbrev = {{"seed", "s"},
                                                       {"eval_every", "ee"},
                                                       {"eval_batches", "eb"},
                                                       {"checkpoint_every", "ce"},
-                                                      {"reproducible", "repro"}};
+                                                      {"reproducible", "repro"},
+                                                      {"lora.rank", "r"},
+                                                      {"lora.alpha", "a"},
+                                                      {"lora.targets", "t"},
+                                                      {"lora.use_rslora", "rs"}};
 
 std::string join(const Keys& keys) {
   std::string s;
@@ -208,8 +215,36 @@ bool has_key(const YAML::Node& map, const std::string& key) {
   return false;
 }
 
+// `lora:` settings of a job as its layers give them (defaults, sweep, job), field by field:
+// they override the model's `lora:` (if any) once the job's model, and so its architecture,
+// is known (finish_job).
+struct LoraSettings {
+  std::optional<int> rank;
+  std::optional<double> alpha;
+  std::optional<std::vector<std::string>> targets;
+  std::optional<bool> use_rslora;
+  bool any() const { return rank || alpha || targets || use_rslora; }
+};
+
+// What a job's layers set: its training configuration and its adapter settings.
+struct JobSettings {
+  TrainConfig train;
+  LoraSettings lora;
+};
+
 // The value of a swept key as it appears in a job id (integers exact, decimals compact).
-std::string id_value(const std::string& key, const TrainConfig& t) {
+std::string id_value(const std::string& key, const JobSettings& settings) {
+  const TrainConfig& t = settings.train;
+  const LoraSettings& l = settings.lora;
+  if (key == "lora.rank") return std::to_string(l.rank.value_or(0));
+  if (key == "lora.alpha") return compact_number(l.alpha.value_or(0));
+  if (key == "lora.use_rslora") return l.use_rslora.value_or(false) ? "1" : "0";
+  if (key == "lora.targets") {
+    std::string out;
+    for (const auto& n : l.targets.value_or(std::vector<std::string>{}))
+      out += (out.empty() ? "" : "+") + n;
+    return out;
+  }
   if (key == "seed") return std::to_string(t.seed);
   if (key == "steps") return std::to_string(t.steps);
   if (key == "seq_len") return std::to_string(t.seq_len);
@@ -314,10 +349,14 @@ class Parser {
   bool boolean(const Entry& e) const;
 
   void set_field(const std::string& canon, const YAML::Node& v, const YAML::Mark& mark,
-                 const std::string& path, TrainConfig& tc, Provenance& prov,
+                 const std::string& path, JobSettings& settings, Provenance& prov,
                  LayerFields& layer) const;
-  void apply_train_entry(const Entry& e, TrainConfig& tc, Provenance& prov,
+  void apply_train_entry(const Entry& e, JobSettings& settings, Provenance& prov,
                          LayerFields& layer) const;
+  // The adapters `settings` give over `lora` (the model's), for a model of `arch`; errors at
+  // the place each field was set.
+  void resolve_lora(const LoraSettings& settings, const Provenance& prov, Arch arch,
+                    LoraConfig& lora, const YAML::Mark& mark, const std::string& path) const;
 
   fs::path data_path(const Entry& e) const;
   void check_data(const Entry& e, const fs::path& file, const std::vector<JobSpec>& jobs) const;
@@ -329,10 +368,10 @@ class Parser {
   void parse_selection(const Entry& e, Workload& w) const;
   // `export: hf`: InputError at the model's line when no Hugging Face class expresses it.
   void check_exportable() const;
-  void parse_jobs(const Entry& e, const TrainConfig& base, const Provenance& base_prov,
+  void parse_jobs(const Entry& e, const JobSettings& base, const Provenance& base_prov,
                   Workload& w);
-  void finish_job(JobSpec job, const Provenance& prov, const YAML::Mark& mark,
-                  const std::string& path, Workload& w);
+  void finish_job(JobSpec job, const LoraSettings& lora, const Provenance& prov,
+                  const YAML::Mark& mark, const std::string& path, Workload& w);
   const ModelConfig& model_named(const YAML::Node& v, const YAML::Mark& mark,
                                  const std::string& path, std::string& name) const;
 
@@ -353,7 +392,7 @@ class Parser {
   std::map<std::string, std::string> id_origin_;  // job id -> "jobs[i] at L:C"
   // The batch's `defaults:` (a submission's jobs start from them) and the file of each model
   // and of each job id parsed before the current file (submissions).
-  TrainConfig defaults_;
+  JobSettings defaults_;
   Provenance defaults_prov_;
   std::map<std::string, std::string> model_file_;
   std::set<std::string> earlier_ids_;
@@ -459,8 +498,10 @@ std::string Parser::choice(const Entry& e, const Keys& valid) const {
 // Sets one training field from a YAML value, checking its type and range at the value's own
 // location. `canon` is the field's canonical name (optimizer.lr, schedule.warmup, steps, ...).
 void Parser::set_field(const std::string& canon, const YAML::Node& v, const YAML::Mark& mark,
-                       const std::string& path, TrainConfig& tc, Provenance& prov,
+                       const std::string& path, JobSettings& settings, Provenance& prov,
                        LayerFields& layer) const {
+  TrainConfig& tc = settings.train;
+  LoraSettings& lora = settings.lora;
   if (auto it = layer.find(canon); it != layer.end())
     fail(mark, path,
          fmt::format("{} is given twice in this entry (also as {})", canon, it->second));
@@ -546,6 +587,36 @@ void Parser::set_field(const std::string& canon, const YAML::Node& v, const YAML
     tc.schedule.warmup = int_field(0, limits::kSteps, "an integer >= 0, at most steps");
   } else if (canon == "schedule.decay") {
     tc.schedule.decay = one_of(kDecays);
+  } else if (canon == "lora.rank") {
+    lora.rank = static_cast<int>(int_field(0, 4096, "0..4096; 0 for full fine-tuning"));
+  } else if (canon == "lora.alpha") {
+    lora.alpha = num_field([](double x) { return x > 0 && x <= 1e6; }, "a number in (0, 1e6]");
+  } else if (canon == "lora.use_rslora") {
+    if (!v.IsScalar() || v.Tag() == "!" || (v.Scalar() != "true" && v.Scalar() != "false"))
+      fail(mark, path, fmt::format("expected true or false, got {}", describe(v)));
+    lora.use_rslora = v.Scalar() == "true";
+  } else if (canon == "lora.dropout") {
+    const double x = number(v, mark, path);
+    if (x != 0)
+      fail(
+          mark, path,
+          fmt::format("{} is not supported: Saturn trains adapters without dropout (valid: 0)", x));
+  } else if (canon == "lora.targets") {
+    // A list of names, or one name (a sweep over lora.targets may list single targets).
+    std::vector<std::string> names;
+    if (v.IsSequence()) {
+      if (v.size() == 0)
+        fail(mark, path,
+             "the list is empty (valid: one or more of q, k, v, qkv, o, gate, up, "
+             "down, fc, proj, all-linear)");
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        const YAML::Node n = v[i];
+        names.push_back(string(n, n.Mark(), element(path, i)));
+      }
+    } else {
+      names.push_back(string(v, mark, path));
+    }
+    lora.targets = names;
   } else if (canon == "schedule.min_lr_ratio") {
     tc.schedule.min_lr_ratio = num_field([](double x) { return x >= 0 && x <= 1; }, "0 to 1");
   } else {
@@ -562,17 +633,49 @@ std::string canonical(const std::string& key) {
 }
 
 // Applies one entry of `defaults:`, a job or a sweep's fixed values to `tc`.
-void Parser::apply_train_entry(const Entry& e, TrainConfig& tc, Provenance& prov,
+void Parser::apply_train_entry(const Entry& e, JobSettings& settings, Provenance& prov,
                                LayerFields& layer) const {
-  if (e.key == "optimizer" || e.key == "schedule" || e.key == "early_stop") {
+  if (e.key == "optimizer" || e.key == "schedule" || e.key == "early_stop" || e.key == "lora") {
     const MapView m = map(e.value, e.mark(), e.path,
                           e.key == "optimizer"  ? kOptimizerKeys
                           : e.key == "schedule" ? kScheduleKeys
+                          : e.key == "lora"     ? kLoraKeys
                                                 : kEarlyStopKeys);
     for (const auto& s : m.entries)
-      set_field(e.key + "." + s.key, s.value, s.mark(), s.path, tc, prov, layer);
+      set_field(e.key + "." + s.key, s.value, s.mark(), s.path, settings, prov, layer);
   } else {
-    set_field(canonical(e.key), e.value, e.mark(), e.path, tc, prov, layer);
+    set_field(canonical(e.key), e.value, e.mark(), e.path, settings, prov, layer);
+  }
+}
+
+void Parser::resolve_lora(const LoraSettings& settings, const Provenance& prov, Arch arch,
+                          LoraConfig& lora, const YAML::Mark& mark, const std::string& path) const {
+  const auto at = [&](const char* field) {
+    const auto it = prov.find(field);
+    return it != prov.end() ? it->second : Where{mark, path};
+  };
+  if (settings.rank) lora.rank = *settings.rank;
+  if (settings.alpha) lora.alpha = *settings.alpha;
+  if (settings.use_rslora) lora.use_rslora = *settings.use_rslora;
+  if (settings.targets) {
+    try {
+      lora.targets = parse_lora_targets(*settings.targets, arch);
+    } catch (const InputError& err) {
+      const Where w = at("lora.targets");
+      fail(w.mark, w.path, err.what());
+    }
+  }
+  if (!lora.enabled()) return;
+  if (!settings.rank && lora.rank <= 0) {
+    const Where w = at("lora.targets");
+    fail(w.mark, w.path, "lora needs a rank (valid: lora: {rank: 1..4096, targets: [...]})");
+  }
+  if (lora.targets == 0) {
+    const Where w = at("lora.rank");
+    fail(w.mark, fmt::format("{} (lora.targets)", w.path),
+         fmt::format("missing: which linears get adapters (valid: {})",
+                     arch == Arch::kGpt2 ? "qkv, o, fc, proj, all-linear"
+                                         : "q, k, v, qkv, o, gate, up, down, all-linear"));
   }
 }
 
@@ -804,6 +907,14 @@ void Parser::parse_models(const Entry& e) {
     }
     shape_key("vocab_size", mc.vocab_size, 2, limits::kVocab, "; 256 for byte data", false);
     parse_llama_variants(m, mc, pre.has_value(), agree);
+    if (const Entry* x = m.find("lora")) {
+      // The model's adapters: its jobs train them (a job's own `lora:` overrides fields).
+      JobSettings settings;
+      Provenance prov;
+      LayerFields layer;
+      apply_train_entry(*x, settings, prov, layer);
+      resolve_lora(settings.lora, prov, mc.arch, mc.lora, x->mark(), x->path);
+    }
     for (const auto& [f, hi] :
          {std::pair<const char*, double>{"norm_eps", 1.0}, {"rope_theta", 1e12}}) {
       if (const Entry* x = m.find(f)) {
@@ -966,8 +1077,9 @@ const ModelConfig& Parser::model_named(const YAML::Node& v, const YAML::Mark& ma
 }
 
 // Cross-field checks of a fully resolved job, then registration under its unique id.
-void Parser::finish_job(JobSpec job, const Provenance& prov, const YAML::Mark& mark,
-                        const std::string& path, Workload& w) {
+void Parser::finish_job(JobSpec job, const LoraSettings& lora, const Provenance& prov,
+                        const YAML::Mark& mark, const std::string& path, Workload& w) {
+  resolve_lora(lora, prov, job.model.arch, job.model.lora, mark, path);
   const TrainConfig& t = job.train;
   if (!prov.count("batch_size"))
     fail(mark, path + ".batch_size", "missing (give batch_size in the job, its sweep or defaults)");
@@ -1082,7 +1194,7 @@ void Parser::finish_job(JobSpec job, const Provenance& prov, const YAML::Mark& m
   w.jobs.push_back(std::move(job));
 }
 
-void Parser::parse_jobs(const Entry& e, const TrainConfig& base, const Provenance& base_prov,
+void Parser::parse_jobs(const Entry& e, const JobSettings& base, const Provenance& base_prov,
                         Workload& w) {
   if (!e.value.IsSequence())
     fail(e.mark(), e.path,
@@ -1157,7 +1269,7 @@ void Parser::parse_jobs(const Entry& e, const TrainConfig& base, const Provenanc
       std::vector<std::size_t> idx(swept.size(), 0);
       while (true) {
         JobSpec job;
-        TrainConfig tc = base;
+        JobSettings tc = base;
         Provenance prov = base_prov;
         LayerFields layer;
         std::string model_name;
@@ -1175,11 +1287,15 @@ void Parser::parse_jobs(const Entry& e, const TrainConfig& base, const Provenanc
           const YAML::Mark vmark = v.IsNull() ? x.mark() : v.Mark();
           if (x.key == "model") {
             job.model = model_named(v, vmark, vpath, model_name);
-          } else if (x.key == "optimizer" || x.key == "schedule" || x.key == "early_stop") {
+          } else if (x.key == "optimizer" || x.key == "schedule" || x.key == "early_stop" ||
+                     x.key == "lora") {
             fail(vmark, x.path,
                  fmt::format("{} cannot be swept as a whole (valid: a map of fixed values; sweep "
-                             "lr, weight_decay or warmup instead)",
-                             x.key));
+                             "{} instead)",
+                             x.key,
+                             x.key == "lora" ? "lora.rank, lora.alpha, lora.targets or "
+                                               "lora.use_rslora"
+                                             : "lr, weight_decay or warmup"));
           } else {
             set_field(canonical(x.key), v, vmark, vpath, tc, prov, layer);
             if (x.key != "lr" && x.key != "batch_size")
@@ -1187,9 +1303,9 @@ void Parser::parse_jobs(const Entry& e, const TrainConfig& base, const Provenanc
           }
         }
         job.model_name = model_name;
-        job.train = tc;
-        job.id = default_job_id(model_name, tc.optimizer.lr, tc.batch_size) + extra;
-        finish_job(std::move(job), prov, s.mark(), s.path, w);
+        job.train = tc.train;
+        job.id = default_job_id(model_name, tc.train.optimizer.lr, tc.train.batch_size) + extra;
+        finish_job(std::move(job), tc.lora, prov, s.mark(), s.path, w);
         std::size_t k = swept.size();
         while (k > 0 && ++idx[k - 1] == swept[k - 1]->value.size()) idx[--k] = 0;
         if (k == 0) break;
@@ -1197,20 +1313,20 @@ void Parser::parse_jobs(const Entry& e, const TrainConfig& base, const Provenanc
     } else {
       const MapView m = map(item, mark, path, kJobKeys);
       JobSpec job;
-      TrainConfig tc = base;
+      JobSettings tc = base;
       Provenance prov = base_prov;
       LayerFields layer;
       const Entry& model = require(m, "model", "the name of a model defined in models");
       job.model = model_named(model.value, model.mark(), model.path, job.model_name);
       for (const auto& x : m.entries)
         if (x.key != "model" && x.key != "name") apply_train_entry(x, tc, prov, layer);
-      job.train = tc;
+      job.train = tc.train;
       if (const Entry* n = m.find("name")) {
         job.id = name(n->value, n->mark(), n->path, "it names the job's directory");
       } else {
-        job.id = default_job_id(job.model_name, tc.optimizer.lr, tc.batch_size);
+        job.id = default_job_id(job.model_name, tc.train.optimizer.lr, tc.train.batch_size);
       }
-      finish_job(std::move(job), prov, mark, path, w);
+      finish_job(std::move(job), tc.lora, prov, mark, path, w);
     }
   }
 }
@@ -1249,7 +1365,7 @@ Workload Parser::parse(const std::string& text) {
   w.train_data = data_path(train);
   w.val_data = data_path(val);
 
-  TrainConfig base;
+  JobSettings base;
   Provenance base_prov;
   if (const Entry* e = top.find("defaults")) {
     const MapView m = map(e->value, e->mark(), e->path, kDefaultsKeys);
@@ -1389,7 +1505,7 @@ void Parser::add_submission(const Submission& sub, const LoadOptions& options, W
     train = data_path(*train_entry);
     val = data_path(*val_entry);
   }
-  TrainConfig base = defaults_;
+  JobSettings base = defaults_;
   Provenance base_prov = defaults_prov_;
   if (const Entry* e = top.find("defaults")) {
     const MapView m = map(e->value, e->mark(), e->path, kDefaultsKeys);

@@ -126,6 +126,11 @@ struct Backend {
     std::fill(dpre, dpre + n, 0.0f);
     cpu::gelu_backward(dpre, pre, dact_scratch, n);
   }
+  static void scaled_add_rows(Context&, float* dst, std::size_t dst_pitch, const float* src,
+                              std::size_t src_pitch, std::size_t width, std::size_t rows,
+                              float scale) {
+    cpu::scaled_add_rows(dst, dst_pitch, src, src_pitch, width, rows, scale);
+  }
   static void add_bias(Context&, float* out, const float* bias, int N, int C) {
     cpu::add_bias(out, bias, N, C);
   }

@@ -132,6 +132,12 @@ void residual_backward(float* da, float* db, const float* dout, std::size_t n);
 // once, after the reduction).
 void add_bias(float* out, const float* bias, int N, int C);
 
+// ---- lora.cpp --------------------------------------------------------------------------------
+// dst[r, c] += scale * src[r, c] for `rows` rows of `width`, each matrix with its own row pitch
+// (an adapter's output into its columns of the base linear's output).
+void scaled_add_rows(float* dst, std::size_t dst_pitch, const float* src, std::size_t src_pitch,
+                     std::size_t width, std::size_t rows, float scale);
+
 // ---- crossentropy.cpp ------------------------------------------------------------------------
 // Fused softmax + cross-entropy over the vocabulary. probs[N,V] is saved for backward (it may
 // alias logits). losses[N] gets -log p(target). Targets < 0 are ignored (loss 0, no gradient).

@@ -133,6 +133,11 @@ struct Backend : BackendTypes {
                                 b(w), N, C, OC,
                                 w_in_out ? WeightLayout::kInOut : WeightLayout::kOutIn);
   }
+  static void scaled_add_rows(Context& ctx, Act* dst, std::size_t dst_pitch, const Act* src,
+                              std::size_t src_pitch, std::size_t width, std::size_t rows,
+                              float scale) {
+    cuda::scaled_add_rows(ctx, b(dst), dst_pitch, b(src), src_pitch, width, rows, scale);
+  }
   static void add_bias(Context& ctx, Act* out, const Weight* bias, int N, int C) {
     cuda::add_bias(ctx, b(out), b(bias), N, C);
   }

@@ -140,6 +140,11 @@ void residual_backward(Context& ctx, bf16* da, bf16* db, const bf16* dout, std::
 // once, after the reduction).
 void add_bias(Context& ctx, bf16* out, const bf16* bias, int N, int C);
 
+// ---- lora.cu ---------------------------------------------------------------------------------
+// dst[r, c] += scale * src[r, c], rows of `width` with their own pitches (cpu::scaled_add_rows).
+void scaled_add_rows(Context& ctx, bf16* dst, std::size_t dst_pitch, const bf16* src,
+                     std::size_t src_pitch, std::size_t width, std::size_t rows, float scale);
+
 // ---- crossentropy.cu -------------------------------------------------------------------------
 // The classifier's loss, fused with the softmax: losses[N] (fp32) = -log softmax(logits)[target]
 // computed in fp32 from the bf16 logits; targets < 0 give loss 0. Targets must be < V. One read
