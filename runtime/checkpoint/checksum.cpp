@@ -66,4 +66,12 @@ std::string format_checksum(std::uint64_t sum) {
   return fmt::format("{:#018x}", sum);
 }
 
+std::uint64_t base_fingerprint_term(const std::string& name, const std::vector<std::int64_t>& shape,
+                                    const std::vector<std::int64_t>& start,
+                                    const std::vector<std::int64_t>& count, const float* data) {
+  std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a of the name
+  for (const unsigned char c : name) h = (h ^ c) * 0x100000001b3ull;
+  return hash_box(shape, start, count, data) * (2 * h + 1);
+}
+
 }  // namespace saturn::ckpt

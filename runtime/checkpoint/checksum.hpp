@@ -29,6 +29,13 @@ std::uint64_t hash_box(const std::vector<std::int64_t>& shape,
                        const std::vector<std::int64_t>& start,
                        const std::vector<std::int64_t>& count, const float* data);
 
+// A LoRA job's base fingerprint (CheckpointMeta::base_checksum) is the sum over its frozen
+// tensors of hash_box(tensor) times (2 · FNV-1a(name) + 1), an odd factor: a sum of boxes'
+// terms, so ranks holding parts of the base add theirs. This is one box's term.
+std::uint64_t base_fingerprint_term(const std::string& name, const std::vector<std::int64_t>& shape,
+                                    const std::vector<std::int64_t>& start,
+                                    const std::vector<std::int64_t>& count, const float* data);
+
 // "0x0123456789abcdef".
 std::string format_checksum(std::uint64_t sum);
 

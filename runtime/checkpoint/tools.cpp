@@ -258,7 +258,26 @@ bool is_saturn_hf_export(const fs::path& dir) {
 HfExportResult export_hf(const fs::path& file, const fs::path& target,
                          const HfExportOptions& options) {
   const CheckpointMeta meta = read_meta(MPI_COMM_SELF, file);
-  if (!options.origin.empty()) check_origin(options.origin, meta.model);
+  const bool adapters = meta.model.lora.enabled();
+  if (adapters && !options.merge)
+    throw InputError(fmt::format(
+        "{} holds LoRA adapters ({}) trained on the base {}, not a whole model (valid: --format "
+        "peft for the adapters, or --format hf --merge for the base with them merged in)",
+        file.string(), describe_lora(meta.model.lora), meta.base_model));
+  if (!adapters && options.merge)
+    throw InputError(fmt::format("--merge: {} holds no LoRA adapters (a full fine-tune's weights "
+                                 "export as they are: leave --merge out)",
+                                 file.string()));
+  fs::path base = options.base;
+  if (adapters && base.empty()) {
+    if (meta.base_model.rfind('/', 0) != 0)
+      throw InputError(fmt::format(
+          "{}: the adapters were trained on a randomly initialised base ({}), which no directory "
+          "holds: there is nothing to merge them into (valid: --format peft)",
+          file.string(), meta.base_model));
+    base = meta.base_model;
+  }
+  if (!options.origin.empty()) check_origin(options.origin, meta.model.base_model());
   OutputDirOptions out_options;
   out_options.force = options.force;
   out_options.is_ours = is_saturn_hf_export;
@@ -304,8 +323,9 @@ HfExportResult export_hf(const fs::path& file, const fs::path& target,
   std::unique_ptr<hf::SafetensorsWriter> writer;
   int shard = -1;
   std::size_t in_current = 0;
-  visit_model_tensors(file, [&](const std::string& name, const std::vector<std::int64_t>&,
-                                const float* data, std::size_t elements) {
+  const TensorVisitor write_tensor = [&](const std::string& name,
+                                         const std::vector<std::int64_t>&, const float* data,
+                                         std::size_t elements) {
     while (writer == nullptr || in_current == shards[static_cast<std::size_t>(shard)].size()) {
       if (writer) writer->finish();
       ++shard;
@@ -319,7 +339,11 @@ HfExportResult export_hf(const fs::path& file, const fs::path& target,
       ++in_current;
       ++result.tensors;
     }
-  });
+  };
+  if (adapters)
+    visit_merged_tensors(file, meta, base, write_tensor);
+  else
+    visit_model_tensors(file, write_tensor);
   if (writer) writer->finish();
   if (n > 1) {
     nlohmann::ordered_json index;
@@ -331,8 +355,8 @@ HfExportResult export_hf(const fs::path& file, const fs::path& target,
     index["weight_map"] = map;
     write_json_file(dir / "model.safetensors.index.json", index);
   }
-  nlohmann::ordered_json config = hf::config_json(meta.model);
-  nlohmann::ordered_json generation = hf::generation_config_json(meta.model);
+  nlohmann::ordered_json config = hf::config_json(meta.model.base_model());
+  nlohmann::ordered_json generation = hf::generation_config_json(meta.model.base_model());
   if (!options.origin.empty())
     result.carried = carry_origin(options.origin, dir, config, generation);
   result.architecture = config["architectures"][0].get<std::string>();

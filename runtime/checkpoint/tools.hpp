@@ -48,10 +48,17 @@ std::size_t export_safetensors(const std::filesystem::path& file, const std::fil
 // describe the checkpoint's model (InputError naming the field that differs), and is checked
 // before anything is written. Without it the special-token ids are null: Saturn does not know
 // the tokenizer.
+//
+// A LoRA job's checkpoint holds adapters, not a model: it exports only with `merge`, as its base
+// (from `base`, else the directory its checkpoint records) with the adapters merged in as PEFT's
+// merge_and_unload does; the base's weights must be the ones the adapters were trained on
+// (CheckpointMeta::base_checksum), else InputError and nothing is written.
 struct HfExportOptions {
   std::uint64_t max_shard_bytes = std::uint64_t{5} << 30;
   std::filesystem::path origin;
   bool force = false;
+  bool merge = false;
+  std::filesystem::path base;
 };
 struct HfExportResult {
   std::size_t tensors = 0;
@@ -62,6 +69,25 @@ struct HfExportResult {
 };
 HfExportResult export_hf(const std::filesystem::path& file, const std::filesystem::path& dir,
                          const HfExportOptions& options = {});
+
+// A LoRA checkpoint's adapters as PEFT saves them, into directory `dir`: adapter_config.json
+// (rank, alpha, the target modules, rsLoRA, the base's path) and adapter_model.safetensors
+// (base_model.model.<module>.lora_A/B.weight), which peft's PeftModel.from_pretrained(base, dir)
+// loads onto the base model as is. InputError for a checkpoint without adapters; the output
+// directory's rules are export_hf's.
+struct PeftExportResult {
+  std::size_t tensors = 0;
+  std::string base_model;  // as the checkpoint records it
+  ModelConfig model;
+};
+PeftExportResult export_peft(const std::filesystem::path& file, const std::filesystem::path& dir,
+                             bool force = false);
+
+// The base model's tensors in layout order, read from the Hugging Face directory `base`, with
+// the adapters of LoRA checkpoint `file` (meta: its metadata) merged in; InputError (after the
+// last tensor) when the base is not the one the adapters were trained on.
+void visit_merged_tensors(const std::filesystem::path& file, const CheckpointMeta& meta,
+                          const std::filesystem::path& base, const TensorVisitor& visit);
 
 // Converts a Hugging Face model directory (hf::read_config, hf::HfWeights) into a checkpoint
 // file of weights only (step 0, no optimizer state). Collective over comm: each rank reads and

@@ -32,6 +32,8 @@ struct CkptArgs {
   std::string max_shard_size = "5GiB";
   std::string origin;
   bool force = false;
+  bool merge = false;
+  std::string base;
 };
 
 int run_inspect(const CkptArgs& a) {
@@ -75,17 +77,32 @@ int run_inspect(const CkptArgs& a) {
 }
 
 int run_export(const CkptArgs& a) {
-  if (a.format != "safetensors" && a.format != "hf")
-    throw InputError(fmt::format("--format {}: valid formats are safetensors and hf", a.format));
+  if (a.format != "safetensors" && a.format != "hf" && a.format != "peft")
+    throw InputError(
+        fmt::format("--format {}: valid formats are safetensors, hf and peft", a.format));
   const ckpt::MpiGuard mpi;
   if (!a.origin.empty() && a.format != "hf")
     throw InputError("--from is used only with --format hf");
+  if ((a.merge || !a.base.empty()) && a.format != "hf")
+    throw InputError("--merge and --base are used only with --format hf");
+  if (!a.base.empty() && !a.merge) throw InputError("--base is used only with --merge");
+  if (a.format == "peft") {
+    const ckpt::PeftExportResult r = ckpt::export_peft(a.file, a.output, a.force);
+    log::info(
+        "wrote LoRA adapters ({}) for PEFT to {}: adapter_config.json and {} tensors in "
+        "adapter_model.safetensors; load them with PeftModel.from_pretrained(base, \"{}\") on "
+        "the base {}",
+        describe_lora(r.model.lora), a.output, r.tensors, a.output, r.base_model);
+    return kExitOk;
+  }
   if (a.format == "hf") {
     ckpt::HfExportOptions opt;
     opt.max_shard_bytes = parse_bytes(a.max_shard_size, "--max-shard-size");
     if (opt.max_shard_bytes == 0) throw InputError("--max-shard-size must be > 0");
     opt.origin = a.origin;
     opt.force = a.force;
+    opt.merge = a.merge;
+    opt.base = a.base;
     const ckpt::HfExportResult r = ckpt::export_hf(a.file, a.output, opt);
     log::info(
         "wrote a Hugging Face {} model to {}: config.json, generation_config.json and {} "
@@ -144,14 +161,25 @@ void add_ckpt_command(CLI::App& root, Action* action) {
   CLI::App* exp = cmd->add_subcommand(
       "export",
       "Write the model weights in another format: safetensors (one file, names as in the "
-      "checkpoint) or hf (a directory transformers' from_pretrained loads as is)");
+      "checkpoint), hf (a directory transformers' from_pretrained loads as is; a LoRA "
+      "checkpoint with --merge) or peft (a LoRA checkpoint's adapters, a directory peft's "
+      "PeftModel.from_pretrained loads onto the base)");
   exp->add_option("file", args->file, "Checkpoint file (.h5)")
       ->required()
       ->check(CLI::ExistingFile);
-  exp->add_option("--format", args->format, "Output format (safetensors: a file; hf: a directory)")
-      ->check(CLI::IsMember({"safetensors", "hf"}));
-  exp->add_option("-o,--output", args->output, "Output file (safetensors) or directory (hf)")
+  exp->add_option("--format", args->format,
+                  "Output format (safetensors: a file; hf, peft: a directory)")
+      ->check(CLI::IsMember({"safetensors", "hf", "peft"}));
+  exp->add_option("-o,--output", args->output,
+                  "Output file (safetensors) or directory (hf, peft)")
       ->required();
+  exp->add_flag("--merge", args->merge,
+                "hf, for a LoRA checkpoint: the base model with the adapters merged in (W + "
+                "scale * B A, as PEFT's merge_and_unload), read from the directory the job "
+                "started from (its checkpoint records it and its weights' checksum)");
+  exp->add_option("--base", args->base,
+                  "hf --merge: the base model's Hugging Face directory, when it moved since "
+                  "training (its weights must be the ones the adapters were trained on)");
   exp->add_option("--max-shard-size", args->max_shard_size,
                   "hf: largest safetensors shard (e.g. 2GiB); above it the weights are sharded "
                   "with model.safetensors.index.json")
@@ -163,7 +191,7 @@ void add_ckpt_command(CLI::App& root, Action* action) {
                   "model (its config.json is checked against the checkpoint), and the export "
                   "never writes into it");
   exp->add_flag("--force", args->force,
-                "hf: replace an output directory that holds something other than an earlier "
+                "hf, peft: replace an output directory that holds something other than an earlier "
                 "export of Saturn's (what it holds is deleted); without it such a directory is "
                 "refused");
   exp->callback([args, action] { *action = [args] { return run_export(*args); }; });

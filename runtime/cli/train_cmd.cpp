@@ -108,7 +108,7 @@ int run_job(const TrainArgs& a) {
       opt.quiet = a.quiet || rank != 0;
       opt.resume = a.resume;
       opt.keep_checkpoints = a.keep_checkpoints;
-      opt.export_hf = w.export_format == "hf";
+      opt.export_format = export_option(w.export_format);
       run_dir =
           a.run_dir.empty() ? RunDir::default_for(w.name).root() : std::filesystem::path(a.run_dir);
       opt.job_dir = RunDir(run_dir).job_dir(job.id);

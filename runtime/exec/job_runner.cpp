@@ -85,7 +85,7 @@ class Segment {
     opt.resources = ctx_.resources;
     opt.quiet = true;   // the coordinator prints the batch's progress
     opt.resume = true;  // continue from the job's newest checkpoint when it has one
-    opt.export_hf = ctx_.workload->export_format == "hf";
+    opt.export_format = export_option(ctx_.workload->export_format);
     return opt;
   }
 

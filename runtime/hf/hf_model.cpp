@@ -703,7 +703,8 @@ std::string first_few(const std::vector<std::string>& v) {
 
 }  // namespace
 
-std::vector<FileTensor> file_tensors(const ModelConfig& model) {
+std::vector<FileTensor> file_tensors(const ModelConfig& adapted) {
+  const ModelConfig model = adapted.base_model();  // the files hold no adapters
   const ParameterLayout layout(model);
   const bool phi3 = model.hf_architecture == kPhi3Arch;
   std::vector<FileTensor> out;
@@ -733,7 +734,8 @@ std::vector<FileTensor> file_tensors(const ModelConfig& model) {
   return out;
 }
 
-HfWeights::HfWeights(const fs::path& dir, const ModelConfig& model) : set_(dir) {
+HfWeights::HfWeights(const fs::path& dir, const ModelConfig& adapted) : set_(dir) {
+  const ModelConfig model = adapted.base_model();  // a LoRA job's base: the files hold no adapters
   const std::string src = set_.source().string();
   const ParameterLayout layout(model);
   std::vector<std::string> missing;

@@ -94,6 +94,13 @@ struct ModelConfig {
   std::string hf_extra_fields;
 
   int head_dim() const { return head_size > 0 ? head_size : d_model / n_head; }
+  // The model without its adapters: what a LoRA job's base is (a Hugging Face directory holds,
+  // an export merges into).
+  ModelConfig base_model() const {
+    ModelConfig c = *this;
+    c.lora = {};
+    return c;
+  }
   int q_dim() const { return n_head * head_dim(); }  // width of q (and of attention's output)
   float norm_offset() const { return norm_unit_offset ? 1.0f : 0.0f; }
   float embedding_scale() const;  // sqrt(d_model) as float32 with scale_embeddings, else 1

@@ -70,6 +70,9 @@ fs::path RunDir::metrics_file(const fs::path& job_dir) {
 fs::path RunDir::hf_export_dir(const fs::path& job_dir) {
   return job_dir / "hf";
 }
+fs::path RunDir::peft_export_dir(const fs::path& job_dir) {
+  return job_dir / "peft";
+}
 
 const std::vector<std::string>& RunDir::started_entries() {
   // Relative to the root, as the Slurm script tests them ([ -e "$RUN_DIR/<entry>" ]).

@@ -46,6 +46,8 @@ class RunDir {
   std::filesystem::path job_dir(const std::string& job_id) const;
   static std::filesystem::path metrics_file(const std::filesystem::path& job_dir);
   static std::filesystem::path hf_export_dir(const std::filesystem::path& job_dir);
+  // A LoRA job's adapters for PEFT (`export: peft`).
+  static std::filesystem::path peft_export_dir(const std::filesystem::path& job_dir);
 
   // The entries whose presence means a run started here (what a requeued batch script tests
   // before it passes --resume).

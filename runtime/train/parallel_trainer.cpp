@@ -20,6 +20,14 @@
 
 namespace saturn {
 
+TrainOptions::Export export_option(const std::string& workload_export) {
+  if (workload_export == "hf") return TrainOptions::Export::kHf;
+  if (workload_export == "peft") return TrainOptions::Export::kPeft;
+  if (!workload_export.empty())
+    throw InputError(fmt::format("export: '{}' (valid: hf, peft)", workload_export));
+  return TrainOptions::Export::kNone;
+}
+
 Trainer::Trainer(TrainJob job, TrainOptions options, ParallelOptions parallel,
                  comm::Communicator& comm)
     : job_(std::move(job)),
@@ -141,17 +149,13 @@ void Trainer::settle_base() {
   checkpoints_.base_checksum = base_fingerprint();
 }
 
-// Each frozen tensor's checkpoint checksum (ckpt::hash_box over the slices each element's writer
-// holds) times an odd number of its name, summed over the tensors and the ranks: the same for
-// any strategy and degree, and changed by any changed weight.
+// ckpt::base_fingerprint_term over the frozen slices each element's writer holds, summed over
+// the ranks: the same for any strategy and degree, and changed by any changed weight.
 std::string Trainer::base_fingerprint() {
   std::uint64_t local = 0;
   comm::agree_on(comm_, [&] {
     for (const TensorSlice& s : strategy_->export_state(parallel::StateKind::kFrozen)) {
-      if (!s.writer) continue;
-      std::uint64_t name = 0xcbf29ce484222325ull;  // FNV-1a
-      for (unsigned char c : s.name) name = (name ^ c) * 0x100000001b3ull;
-      local += ckpt::hash_box(s.shape, s.start, s.count, s.data) * (2 * name + 1);
+      if (s.writer) local += ckpt::base_fingerprint_term(s.name, s.shape, s.start, s.count, s.data);
     }
   });
   // One slot per rank (an exact sum: the others are zero), then a wrapping sum here.
@@ -315,11 +319,27 @@ void Trainer::finish() {
   result_.steps_done = done_;
   if (!result_.stopped && done_ == job_.train.steps && !options_.job_dir.empty() &&
       !poisoned(done_)) {
+    // The adapters are only valid on the base they were trained with: a base that moved during
+    // training (a strategy updating what it must not) is a bug, never a result.
+    if (job_.model.lora.enabled() && base_fingerprint() != checkpoints_.base_checksum)
+      throw Error(fmt::format("job {}: the frozen base changed during training (weights checksum "
+                              "{} at the start): not saving adapters trained on another model",
+                              job_.id, checkpoints_.base_checksum));
     const auto final_file = ckpt::save_final(comm_, checkpoints_, point(done_), source_);
-    if (options_.export_hf)
+    if (options_.export_format != TrainOptions::Export::kNone)
       comm::agree_on(comm_, [&] {
         if (rank_ != 0) return;
+        const bool adapters = job_.model.lora.enabled();
+        if (adapters && options_.export_format == TrainOptions::Export::kPeft) {
+          const std::filesystem::path dir = RunDir::peft_export_dir(options_.job_dir);
+          const ckpt::PeftExportResult r = ckpt::export_peft(final_file, dir);
+          if (!options_.quiet)
+            log::info("job {}: final adapters for PEFT in {} ({} tensors)", job_.id,
+                      dir.string(), r.tensors);
+          return;
+        }
         ckpt::HfExportOptions hf_options;
+        hf_options.merge = adapters;
         // The special tokens and tokenizer handed back; the directory may be gone by now
         // (a resumed run elsewhere), which costs them but not the weights.
         std::error_code ec;

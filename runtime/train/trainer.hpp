@@ -33,10 +33,16 @@ struct TrainOptions {
   std::int64_t max_steps = -1;  // stop early after this many steps (tests); -1: all
   bool resume = false;          // continue from the job's newest valid checkpoint, if any
   int keep_checkpoints = 3;     // step checkpoints kept in job_dir/checkpoints
-  // After final.h5: also job_dir/hf, the final weights as a Hugging Face model directory
-  // (workload `export: hf`).
-  bool export_hf = false;
+  // After final.h5, the workload's `export:` (docs/checkpoints.md): kHf writes job_dir/hf, the
+  // final weights as a Hugging Face model directory (a LoRA job's base with its adapters
+  // merged); kPeft writes a LoRA job's adapters as PEFT saves them, job_dir/peft (a full
+  // fine-tune, which has none, job_dir/hf).
+  enum class Export { kNone, kHf, kPeft };
+  Export export_format = Export::kNone;
 };
+
+// The workload's `export:` value ("", hf, peft) as an option.
+TrainOptions::Export export_option(const std::string& workload_export);
 
 struct StepRecord {
   std::int64_t step = 0;  // 1-based optimizer step just completed
