@@ -206,6 +206,13 @@ double blocks_flops_per_token(const ModelConfig& c, int seq_len, int first, int 
   // attention).
   const double matmul =
       c.arch == Arch::kGpt2 ? 4 * C * C + 2 * C * F : 2 * C * Q + 2 * C * KV + 3 * C * F;
+  // A LoRA job's frozen linears skip their weight gradient: backward once the forward, not
+  // twice. Each adapter costs 2·rank·(in + out) forward and 2·rank·(3·in + 2·out) backward
+  // (A x recomputed, then B's and A's gradients and the input's).
+  const bool lora = c.lora.enabled();
+  double adapters = 0;
+  for (const LoraLinear& x : lora_linears(c))
+    adapters += 2.0 * c.lora.rank * (4.0 * static_cast<double>(x.in) + 3.0 * static_cast<double>(x.out));
   double flops = 0;
   for (int l = first; l < end; ++l) {
     // Keys per query: the sequence, or a sliding window shorter than it (Gemma 2: on its even
@@ -213,7 +220,7 @@ double blocks_flops_per_token(const ModelConfig& c, int seq_len, int first, int 
     const double T = c.window(l) > 0 ? std::min(seq_len, c.window(l)) : seq_len;
     // forward 2 FLOPs per multiply-add, backward twice the forward; attention scores and values
     // cost 2·T·Q multiply-adds per token (causal: about half, counted whole as PaLM does).
-    flops += 3.0 * (2.0 * matmul + 4.0 * T * Q);
+    flops += (lora ? 2.0 : 3.0) * 2.0 * matmul + 3.0 * 4.0 * T * Q + adapters;
   }
   return flops;
 }
@@ -225,7 +232,8 @@ double block_flops_per_token(const ModelConfig& c, int seq_len) {
 }
 
 double head_flops_per_token(const ModelConfig& c) {
-  return 3.0 * 2.0 * static_cast<double>(c.d_model) * c.vocab_size;
+  // Forward, and the input's gradient; the weight's too unless frozen (LoRA).
+  return (c.lora.enabled() ? 2.0 : 3.0) * 2.0 * static_cast<double>(c.d_model) * c.vocab_size;
 }
 
 Estimate& infeasible(Estimate& e, const std::string& reason) {

@@ -1,6 +1,7 @@
 #include "runtime/profile/store.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <hdf5.h>
 #include <unistd.h>
 
@@ -42,10 +43,15 @@ std::string signature_of(const ModelConfig& m, const TrainConfig& t) {
       fmt::format("{}{}{}{}", m.alternate_window && m.n_layer > 1 && !window.empty() ? " alt" : "",
                   m.post_norms ? " postnorm" : "", m.attn_softcap > 0 ? " attncap" : "",
                   m.final_softcap > 0 ? " logitcap" : "");
-  return fmt::format("{} L{} H{} d{} ff{} V{} T{} B{} mb{} {}{}{}{}{}{}{}{}", arch_name(m.arch),
+  // LoRA: the adapters' rank and targets change the work and the memory (alpha does not).
+  const std::string lora =
+      m.lora.enabled() ? fmt::format(" lora-r{}-{}", m.lora.rank,
+                                     fmt::join(lora_target_names(m.lora.targets), "+"))
+                       : std::string();
+  return fmt::format("{} L{} H{} d{} ff{} V{} T{} B{} mb{} {}{}{}{}{}{}{}{}{}", arch_name(m.arch),
                      m.n_layer, m.n_head, m.d_model, m.ffn_dim(), m.vocab_size, t.seq_len,
                      t.batch_size, t.micro_batch_size, t.optimizer.type,
-                     t.reproducible ? " repro" : "", kv, tied, bias, window, gemma, gemma2);
+                     t.reproducible ? " repro" : "", kv, tied, bias, window, gemma, gemma2, lora);
 }
 
 std::string ProfileKey::text() const {

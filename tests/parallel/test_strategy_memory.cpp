@@ -160,5 +160,41 @@ TEST(Memory, EstimatesAreWithin15PercentOfMeasuredPeaks) {
   }
 }
 
+// A LoRA job (issue 31): no gradients or AdamW state for the frozen base, so its estimate, which
+// must still match its measured peak, is well under the full fine-tune's at the same shape.
+TEST(Memory, LoraEstimatesMatchTheirPeaksAndUndercutFullFineTunes) {
+  const int n = world().size();
+  for (Arch arch : {Arch::kGpt2, Arch::kLlama}) {
+    for (const auto& [name, knobs] :
+         std::vector<std::pair<std::string, std::vector<std::string>>>{
+             {"ddp", {}}, {"ddp", {"recompute=true"}}, {"tensor", {}}, {"ddp+tensor", {}}}) {
+      StrategySpec full = param_heavy(n);
+      full.model.n_layer = 8;
+      full.model.d_model = 64;
+      full.model.arch = arch;
+      if (arch == Arch::kLlama) full.model.d_ff = 4 * full.model.d_model;
+      full.knobs = parallel::parse_knobs(knobs);
+      StrategySpec lora = full;
+      lora.model.lora.rank = 8;
+      lora.model.lora.targets = all_lora_targets(arch);
+      const Measured f = measure(name, full);
+      const Measured l = measure(name, lora);
+      const double err = std::abs(static_cast<double>(l.estimate) - static_cast<double>(l.peak)) /
+                         static_cast<double>(l.peak);
+      if (world().rank() == 0)
+        std::printf("[ lora     ] %-12s %-5s %-16s full %10zu lora %10zu (%.2fx) estimate %+.1f%%\n",
+                    name.c_str(), arch_name(arch), knobs.empty() ? "" : knobs.front().c_str(),
+                    f.peak, l.peak, static_cast<double>(l.peak) / static_cast<double>(f.peak),
+                    100.0 * (static_cast<double>(l.estimate) - static_cast<double>(l.peak)) /
+                        static_cast<double>(l.peak));
+      EXPECT_LE(err, 0.15) << name << " " << arch_name(arch) << ": LoRA estimate "
+                           << format_bytes(l.estimate) << ", measured " << format_bytes(l.peak);
+      // Parameters alone stay (and grow by the adapters); gradients and two moments go.
+      EXPECT_LT(static_cast<double>(l.peak), 0.7 * static_cast<double>(f.peak))
+          << name << " " << arch_name(arch);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace saturn::testing
