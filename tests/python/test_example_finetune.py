@@ -31,7 +31,7 @@ ARGS.add_argument("--source-dir", required=True)
 args = ARGS.parse_args()
 
 
-venv_peers.require(args.venv, ["tokenizers", "transformers"])
+venv_peers.require(args.venv, ["tokenizers", "transformers", "peft"])
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -128,11 +128,55 @@ def main():
             err = abs(got - final) / final
             check(err <= 1e-4, f"{jid}: exported model's loss {got:.6f} = final val loss "
                                f"{final:.6f} (rel {err:.1e})")
+        check_lora_sweep(tmp, windows, models["tiny-llama"])
     if FAILURES:
         print(f"FAILED: {len(FAILURES)} check(s)")
         return 1
     print("the fine-tuning example works end to end")
     return 0
+
+
+def check_lora_sweep(tmp, windows, base):
+    """examples/lora-sweep.yaml on 4 ranks (issue 31): 8 LoRA jobs and a full fine-tune of the
+    same base all finish, the LoRA jobs on fewer devices than the full one, and each LoRA job's
+    PEFT export gives its final val loss on the base."""
+    import peft
+    shutil.copy(os.path.join(args.source_dir, "examples", "lora-sweep.yaml"), tmp)
+    run_dir = os.path.join(tmp, "run-lora")
+    run([args.saturn, "run", os.path.join(tmp, "lora-sweep.yaml"), "--np", "4", "--run-dir",
+         run_dir, "--quiet"])
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        jobs = json.load(f)["jobs"]
+    check(len(jobs) == 9 and all(j["status"] == "finished" for j in jobs),
+          f"lora-sweep: 9 jobs finished ({[(j['id'], j['status']) for j in jobs]})")
+    devices = {j["id"]: max(s["devices"] for s in j["segments"]) for j in jobs}
+    strategies = {j["id"]: sorted({s["strategy"] for s in j["segments"]}) for j in jobs}
+    full = devices.get("tiny-llama-full", 0)
+    lora = [d for jid, d in devices.items() if jid != "tiny-llama-full"]
+    print(f"  lora-sweep placement: {[(jid, strategies[jid], devices[jid]) for jid in devices]}")
+    # The example's 15 MiB devices hold a LoRA job (13.9 MiB) but not the full fine-tune
+    # (17.1 MiB): the planner must give it several. Whether it also runs the LoRA jobs one device
+    # each is its makespan choice, which on this VM's 4 ranks over 2 cores is close to a tie
+    # with running them on 4 (printed, not asserted).
+    check(full >= 2, f"lora-sweep: the full fine-tune on {full} devices (it fits none alone)")
+    check(all(s in ("ddp", "tensor", "ddp+tensor", "single") for jid, ss in strategies.items()
+              if jid != "tiny-llama-full" for s in ss),
+          "lora-sweep: every LoRA job on a strategy that trains adapters")
+    print(f"  lora-sweep: LoRA jobs on {sorted(set(lora))} devices, the full fine-tune on {full}"
+          f"{' (fewer)' if lora and max(lora) < full else ''}")
+    for job in jobs:
+        jid = job["id"]
+        if jid == "tiny-llama-full":
+            continue
+        with warnings_captured() as caught:
+            loaded = peft.PeftModel.from_pretrained(base, os.path.join(run_dir, "jobs", jid,
+                                                                       "peft")).eval()
+        check(not caught, f"{jid}: its PEFT export loads without warnings ({caught[:2]})")
+        got = hf_loss(loaded, windows)
+        final = job["final_val_loss"]
+        check(abs(got - final) <= 1e-4 * final,
+              f"{jid}: the PEFT export's loss {got:.6f} = final val loss {final:.6f}")
+        base = loaded.unload()  # the base back without this job's adapters
 
 
 class warnings_captured:

@@ -589,6 +589,59 @@ TEST_F(WorkloadTest, GroupedQueryAttentionAndTiedHead) {
       "model_config.tie_embeddings: false");
 }
 
+// `lora:` (issue 31): on a model, overridden field by field in defaults, jobs and sweeps; swept by
+// dotted names into job ids; bad values named at their place; through the job JSON and back.
+TEST_F(WorkloadTest, LoraSettings) {
+  const Workload w = load(
+      "data: {train: data/train.bin, val: data/val.bin}\n"
+      "defaults: {lora: {alpha: 16}}\n"
+      "models:\n"
+      "  m: {arch: llama, n_layer: 2, n_head: 4, d_model: 32, lora: {rank: 4, targets: [q, v]}}\n"
+      "  g: {arch: gpt2, n_layer: 2, n_head: 4, d_model: 32}\n"
+      "jobs:\n"
+      "  - sweep: {model: m, batch_size: 4, lora.rank: [8, 32], lora.targets: [[qkv], [o]]}\n"
+      "  - {name: full, model: m, batch_size: 4, lora: {rank: 0}}\n"
+      "  - {name: gl, model: g, batch_size: 4, lora: {rank: 2, targets: [all-linear], "
+      "use_rslora: true}}\n"
+      "  - {name: plain, model: m, batch_size: 4}\n");
+  ASSERT_EQ(w.jobs.size(), 7u);
+  EXPECT_EQ(w.jobs[0].id, "m-lr3e-4-bs4-r8-tqkv");
+  EXPECT_EQ(w.jobs[3].id, "m-lr3e-4-bs4-r32-to");
+  const LoraConfig& l0 = w.jobs[0].model.lora;
+  EXPECT_EQ(l0.rank, 8);
+  EXPECT_EQ(l0.alpha, 16);
+  EXPECT_EQ(l0.targets, parse_lora_targets({"q", "k", "v"}, Arch::kLlama));
+  EXPECT_FALSE(w.jobs[4].model.lora.enabled());  // rank 0: the full fine-tune
+  const LoraConfig& lg = w.jobs[5].model.lora;
+  EXPECT_EQ(lg.targets, all_lora_targets(Arch::kGpt2));
+  EXPECT_TRUE(lg.use_rslora);
+  // The model's own lora, with the defaults' alpha.
+  EXPECT_EQ(w.jobs[6].model.lora.rank, 4);
+  EXPECT_EQ(w.jobs[6].model.lora.alpha, 16);
+  const ModelConfig back = model_config_from_json(to_json(w.jobs[5].model));
+  EXPECT_EQ(back.lora, lg);
+
+  const std::string head =
+      "data: {train: data/train.bin, val: data/val.bin}\nmodels:\n"
+      "  g: {arch: gpt2, n_layer: 2, n_head: 4, d_model: 32}\njobs:\n";
+  EXPECT_CONTAINS(error(head + "  - {model: g, batch_size: 4, lora: {rank: 4, targets: [q]}}\n", 5,
+                        56, "jobs[0].lora.targets"),
+                  "c_attn: target qkv");
+  EXPECT_CONTAINS(error(head + "  - {model: g, batch_size: 4, lora: {rank: 4, targets: [fc], "
+                               "dropout: 0.1}}\n",
+                        5, 71, "jobs[0].lora.dropout"),
+                  "not supported");
+  EXPECT_CONTAINS(error(head + "  - {model: g, batch_size: 4, lora: {rank: 4}}\n", 5, 44,
+                        "jobs[0].lora.rank (lora.targets)"),
+                  "which linears");
+  EXPECT_CONTAINS(error(head + "  - {model: g, batch_size: 4, lora: {rank: 9999, targets: [fc]}}\n",
+                        5, 44, "jobs[0].lora.rank"),
+                  "out of range");
+  EXPECT_CONTAINS(error(head + "  - sweep: {model: g, batch_size: 4, lora: [{rank: 4}]}\n", 5, 45,
+                        "jobs[0].sweep.lora"),
+                  "cannot be swept as a whole");
+}
+
 // The llama switches a workload may set (issue 30): biases, a sliding window (Gemma 2: on even
 // layers only), rotary scaling, and Gemma 2's post-norms, score scale and soft-caps; they reach
 // the model, survive checkpoint metadata's JSON, and bad values name their key.

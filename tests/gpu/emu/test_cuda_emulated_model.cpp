@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -56,6 +57,16 @@ ModelConfig tiny(const std::string& name) {
     c.attn_softcap = 0.5f;
     c.final_softcap = 0.2f;
   }
+  if (name == "gpt2_lora" || name == "llama_lora") {  // adapters on every linear, rank 4
+    c.arch = name == "gpt2_lora" ? Arch::kGpt2 : Arch::kLlama;
+    if (c.arch == Arch::kLlama) {
+      c.n_head = 4;
+      c.n_kv_head = 2;
+    }
+    c.lora.rank = 4;
+    c.lora.alpha = 8;
+    c.lora.targets = all_lora_targets(c.arch);
+  }
   if (name == "llama_variants") {
     c.qkv_bias = c.o_bias = c.mlp_bias = true;
     c.sliding_window = 24;
@@ -98,7 +109,13 @@ TEST_P(EmulatedModel, BlockBackwardMemsets) {
   m.model().head_backward(1.0f / static_cast<float>(B * T));
   // Gemma 2: and the gradient of each of its two post-normed branches (the norm's backward
   // accumulates).
-  const std::uint64_t want = GetParam() == "gpt2" ? 2 : GetParam() == "gemma2" ? 6 : 4;
+  // LoRA: and each adapter's output gradient (scaled into zeros), and GPT-2's c_fc gradient
+  // (an adapter on mlp.c_proj unfuses the GELU backward); GPT-2's frozen key bias has no
+  // gradient to keep at zero.
+  const std::map<std::string, std::uint64_t> memsets = {
+      {"gpt2", 2}, {"gemma2", 6}, {"gpt2_lora", 1 + 4 + 1}, {"llama_lora", 4 + 7}};
+  const auto it = memsets.find(GetParam());
+  const std::uint64_t want = it != memsets.end() ? it->second : 4;
   for (int l = cfg.n_layer - 1; l >= 0; --l) {
     const std::uint64_t before = emu::memset_async_calls();
     m.model().block_backward(l);
@@ -141,7 +158,7 @@ TEST_P(EmulatedModel, BackwardIsBitRepeatable) {
 
 INSTANTIATE_TEST_SUITE_P(Arch, EmulatedModel,
                          ::testing::Values("gpt2", "llama", "llama_gqa_tied", "llama_variants",
-                                           "gemma", "gemma2"),
+                                           "gemma", "gemma2", "gpt2_lora", "llama_lora"),
                          [](const auto& p) { return p.param; });
 
 // What estimates add for the backend itself is what a CUDA device takes before any model.
