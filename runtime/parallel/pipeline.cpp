@@ -198,8 +198,6 @@ int PipelineStrategy::slots_for(int stage) const {
 
 Estimate PipelineStrategy::estimate() const {
   Estimate e;
-  if (const std::string why = lora_unsupported(spec_, name()); !why.empty())
-    return infeasible(e, why);
   if (!check_common(e, spec_, dp_)) return e;
   const Plan pl = plan();
   if (!pl.reason.empty()) return infeasible(e, pl.reason);
@@ -211,16 +209,21 @@ Estimate PipelineStrategy::estimate() const {
   const std::size_t NC =
       static_cast<std::size_t>(pl.micro) * T * c.d_model * dtype_size(bt.activations);
   const TiedHead head(c, layout);
+  // The last stage's copy of a tied embedding: its weights, and (unless frozen) its gradients.
+  const std::size_t wte_w = head.tied ? layout.tensors()[0].numel : 0;
   const std::size_t wte_n = head.elements;
   for (int s = 0; s < p_; ++s) {
     const int first = s == 0 ? -1 : pl.bounds[static_cast<std::size_t>(s)];
     const int last = s == p_ - 1 ? L : pl.bounds[static_cast<std::size_t>(s + 1)] - 1;
-    const std::size_t n = layout.group_end(last) - layout.group_begin(first);
+    // Parameters of the stage's groups; gradients, moments and reductions of their trained
+    // tensors (all of them but for a LoRA job).
+    const std::size_t w = layout.group_end(last) - layout.group_begin(first);
+    const std::size_t n = layout.grad_group_end(last) - layout.grad_group_begin(first);
     const bool tied = head.tied && p_ > 1 && s == p_ - 1;
     // Each buffer at its footprint in the backend's pool: parameters (ParamStore), gradients,
     // AdamW's m and v, per range (the stage's groups and, on the last stage, the wte copy).
-    auto per_range = [&](std::size_t k) {
-      return ParamStore::bytes(bt, k) + 3 * bt.footprint(k * sizeof(float));
+    auto per_range = [&](std::size_t kw, std::size_t k) {
+      return ParamStore::bytes(bt, kw) + (k > 0 ? 3 * bt.footprint(k * sizeof(float)) : 0);
     };
     const bool repro = spec_.train.reproducible;  // fp64 accumulators beside the gradients
     auto acc = [&](std::size_t k) { return repro ? bt.footprint(k * sizeof(double)) : 0; };
@@ -230,19 +233,19 @@ Estimate PipelineStrategy::estimate() const {
                                                     static_cast<int>(pl.micro), T, slots);
     const std::size_t send = s > 0 ? bt.footprint(NC) : 0;
     const std::size_t tokens = TokenStage::bytes(bt, pl.micro, T, pl.m, s == 0, s == p_ - 1);
-    const std::size_t params = ParamStore::bytes(bt, n) + (tied ? ParamStore::bytes(bt, wte_n) : 0);
-    const std::size_t grads =
-        bt.footprint(n * sizeof(float)) + (tied ? bt.footprint(wte_n * sizeof(float)) : 0);
+    const std::size_t params = ParamStore::bytes(bt, w) + (tied ? ParamStore::bytes(bt, wte_w) : 0);
+    const std::size_t grads = bt.footprint(n * sizeof(float)) +
+                              (tied && wte_n > 0 ? bt.footprint(wte_n * sizeof(float)) : 0);
     const std::size_t moments = 2 * grads;
-    const std::size_t accs = acc(n) + (tied ? acc(wte_n) : 0);
+    const std::size_t accs = acc(n) + (tied && wte_n > 0 ? acc(wte_n) : 0);
     const std::size_t total =
-        per_range(n) + (tied ? per_range(wte_n) : 0) + accs + acts + send + tokens;
+        per_range(w, n) + (tied ? per_range(wte_w, wte_n) : 0) + accs + acts + send + tokens;
     std::uint64_t comm = 0;
     const int links = (s > 0 ? 1 : 0) + (s < p_ - 1 ? 1 : 0);
     comm += static_cast<std::uint64_t>(pl.m) * 2 * static_cast<std::uint64_t>(links) * NC;
     const std::size_t width = repro ? 2 : 1;  // reductions carry fp64 when reproducible
     const std::size_t wte = wte_n * sizeof(float);
-    if (head.tied && p_ > 1 && (s == 0 || s == p_ - 1)) comm += width * wte;
+    if (wte_n > 0 && p_ > 1 && (s == 0 || s == p_ - 1)) comm += width * wte;
     if (dp_ > 1) comm += width * P;
     e.comm_bytes = std::max<std::uint64_t>(e.comm_bytes, comm);
     const double flops = static_cast<double>(pl.rows) * T *
@@ -278,7 +281,7 @@ Estimate PipelineStrategy::estimate() const {
   e.comm_schedule.push_back({comm::CollOp::kSendRecv, 2, exchanges, sent, false, true, exchanges});
   if (const double rest = static_cast<double>(e.comm_bytes) - sent; rest > 0) {
     const double calls =
-        (head.tied ? 1.0 : 0.0) + (dp_ > 1 ? std::ceil(static_cast<double>(L) / p_) + 1 : 0.0);
+        (wte_n > 0 ? 1.0 : 0.0) + (dp_ > 1 ? std::ceil(static_cast<double>(L) / p_) + 1 : 0.0);
     e.comm_schedule.push_back(
         {comm::CollOp::kAllreduce, std::max(dp_, 2), std::max(calls, 1.0), rest, false, true, 0});
   }
@@ -287,14 +290,14 @@ Estimate PipelineStrategy::estimate() const {
 }
 
 void PipelineStrategy::setup(comm::CommPair& comms, Device& device, MemoryPool& /*host*/) {
-  if (const std::string why = lora_unsupported(spec_, name()); !why.empty()) throw InputError(why);
   check_setup(comms, device);
   device_ = &device;
   world_ = &comms;
   stage_ = comms.rank() % p_;
   dp_rank_ = comms.rank() / p_;
   const ModelConfig& c = spec_.model;
-  const bool tied = TiedHead(c, ParameterLayout(c)).tied;
+  // The first and last stage sum the tied embedding's gradients (none when it is frozen).
+  const bool tied = TiedHead(c, ParameterLayout(c)).elements > 0;
   pp_comm_ = comms.split(dp_rank_, stage_);
   dp_comm_ = comms.split(stage_, dp_rank_);
   if (tied && p_ > 1) tie_comm_ = pp_comm_->split(stage_ == 0 || stage_ == p_ - 1 ? 0 : -1, stage_);
@@ -316,29 +319,35 @@ void PipelineStrategy::setup(comm::CommPair& comms, Device& device, MemoryPool& 
   const ParameterLayout& layout = model_->layout();
   lo_ = layout.group_begin(first_group);
   hi_ = layout.group_end(last_group);
+  // The gradients (and AdamW's moments) of the stage's trained tensors: a LoRA job's adapters.
+  glo_ = layout.grad_group_begin(first_group);
+  ghi_ = layout.grad_group_end(last_group);
   params_ = ParamStore(device, hi_ - lo_);
-  grads_ = Buffer<float>(device.memory(), hi_ - lo_, "gradients");
+  grads_ = Buffer<float>(device.memory(), ghi_ - glo_, "gradients");
   device.zero(grads_.data(), grads_.bytes());
   const TiedHead head(c, layout);
   tied_copy_ = head.tied && p_ > 1 && stage_ == p_ - 1;
-  wte_size_ = head.elements;
-  if (tied_copy_) {
-    wte_params_ = ParamStore(device, wte_size_);
-    wte_grads_ = Buffer<float>(device.memory(), wte_size_, "gradients");
+  wte_size_ = head.tied ? layout.tensors()[0].numel : 0;
+  head_elements_ = head.elements;                   // 0: untied, or frozen (LoRA)
+  wte_grad_size_ = tied_copy_ ? head.elements : 0;
+  if (tied_copy_) wte_params_ = ParamStore(device, wte_size_);
+  if (wte_grad_size_ > 0) {
+    wte_grads_ = Buffer<float>(device.memory(), wte_grad_size_, "gradients");
     device.zero(wte_grads_.data(), wte_grads_.bytes());
+    wte_opt_ = std::make_unique<AdamW>(spec_.train.optimizer, layout, 0, wte_grad_size_, device);
   }
-  opt_ = std::make_unique<AdamW>(spec_.train.optimizer, layout, lo_, hi_, device);
-  if (tied_copy_)
-    wte_opt_ = std::make_unique<AdamW>(spec_.train.optimizer, layout, 0, wte_size_, device);
+  opt_ = std::make_unique<AdamW>(spec_.train.optimizer, layout, glo_, ghi_, device, lo_);
   if (spec_.train.reproducible) {
-    acc_ = GradAccumulator(device, hi_ - lo_);
-    if (tied_copy_) wte_acc_ = GradAccumulator(device, wte_size_);
+    acc_ = GradAccumulator(device, ghi_ - glo_);
+    if (wte_grad_size_ > 0) wte_acc_ = GradAccumulator(device, wte_grad_size_);
   }
   for (int g = first_group; g <= last_group; ++g)
     model_->bind_group(g, params_.weights_at(layout.group_begin(g) - lo_),
-                       grads_.data() + (layout.group_begin(g) - lo_));
+                       grads_.data() + (layout.grad_group_begin(g) - glo_));
   // The head reads the token embedding through group -1; only its first tensor (wte) is used.
-  if (tied_copy_) model_->bind_group(-1, wte_params_.weights(), wte_grads_.data());
+  if (tied_copy_)
+    model_->bind_group(-1, wte_params_.weights(),
+                       wte_grad_size_ > 0 ? wte_grads_.data() : nullptr);
   model_->reserve(static_cast<int>(micro_), spec_.train.seq_len, slots_for(stage_));
   act_type_ = device.traits().activations;
   act_count_ = static_cast<std::size_t>(micro_) * spec_.train.seq_len * c.d_model;
@@ -358,10 +367,19 @@ void PipelineStrategy::setup(comm::CommPair& comms, Device& device, MemoryPool& 
   params_.refresh();
   if (tied_copy_) wte_params_.refresh();
   slices_ = SliceSet(device);
-  for (const auto& t : layout.tensors())
-    if (t.offset >= lo_ && t.offset + t.numel <= hi_)
-      slices_.add_local_tensor(t, 0, 0, t.offset - lo_, dp_rank_ == 0);
-  if (tied_copy_) slices_.add_local_tensor(layout.tensors()[0], 0, 1, 0, false);
+  frozen_slices_ = SliceSet(device);
+  opt_slices_ = SliceSet(device);
+  for (const auto& t : layout.tensors()) {
+    if (t.offset < lo_ || t.offset + t.numel > hi_) continue;
+    (t.trainable ? slices_ : frozen_slices_)
+        .add_local_tensor(t, 0, 0, t.offset - lo_, dp_rank_ == 0);
+    if (t.trainable) opt_slices_.add_local_tensor(t, 0, 0, t.grad_offset - glo_, dp_rank_ == 0);
+  }
+  if (tied_copy_) {
+    const ParamTensor& wte = layout.tensors()[0];
+    (wte.trainable ? slices_ : frozen_slices_).add_local_tensor(wte, 0, 1, 0, false);
+    if (wte.trainable) opt_slices_.add_local_tensor(wte, 0, 1, 0, false);
+  }
   tokens_ = TokenStage(device, c.vocab_size, micro_, spec_.train.seq_len, m_, stage_ == 0,
                        stage_ == p_ - 1);
   loss_ = DeviceSum(device);
@@ -402,8 +420,8 @@ void PipelineStrategy::backward_micro(int i, int slot, float dloss) {
     m.head_backward(dloss);
     // Reproducible mode: the tied embedding's classifier part is its own term, whether the
     // last stage holds a copy (p > 1) or the embedding itself (p = 1).
-    if (repro && tied_copy_) wte_acc_.flush(wte_grads_.data(), wte_size_);
-    if (repro && p_ == 1 && wte_size_ > 0) acc_.flush(grads_.data(), wte_size_);
+    if (repro && wte_grad_size_ > 0) wte_acc_.flush(wte_grads_.data(), wte_grad_size_);
+    if (repro && p_ == 1 && head_elements_ > 0) acc_.flush(grads_.data(), head_elements_);
   } else {
     pp.recv(m.dresidual(), act_count_, act_type_, stage_ + 1, grad_tag(i));
   }
@@ -431,7 +449,7 @@ StepResult PipelineStrategy::train_step(const data::Batch& batch, std::int64_t s
     tokens_.upload(m_);
   }
   device_->zero(grads_.data(), grads_.bytes());
-  if (tied_copy_) device_->zero(wte_grads_.data(), wte_grads_.bytes());
+  if (wte_grad_size_ > 0) device_->zero(wte_grads_.data(), wte_grads_.bytes());
   loss_.reset();
   const double busy_before = stats_.busy_s;
   const int slots = slots_for(stage_);
@@ -482,7 +500,7 @@ StepResult PipelineStrategy::train_step(const data::Batch& batch, std::int64_t s
   {
     ScopedTimer compute(stats_.compute_s);
     opt_->step(params_.master(), params_.weights(), grads_.data(), r.lr, scale, step + 1);
-    if (tied_copy_)
+    if (wte_opt_)
       wte_opt_->step(wte_params_.master(), wte_params_.weights(), wte_grads_.data(), r.lr, scale,
                      step + 1);
   }
@@ -492,18 +510,18 @@ StepResult PipelineStrategy::train_step(const data::Batch& batch, std::int64_t s
 
 void PipelineStrategy::reduce_grads() {
   reduce_stage(tie_comm_ ? &tie_comm_->data() : nullptr, dp_ > 1 ? &dp_comm_->data() : nullptr,
-               stage_ == 0, grads_.data(), grads_.size(), tied_copy_ ? wte_grads_.data() : nullptr,
-               wte_size_);
+               stage_ == 0, grads_.data(), grads_.size(),
+               wte_grad_size_ > 0 ? wte_grads_.data() : nullptr, head_grad_size());
 }
 
 // Reproducible mode: the same reductions on the fp64 sums, then the one rounding to fp32.
 void PipelineStrategy::reproducible_reduce() {
   reduce_stage(tie_comm_ ? &tie_comm_->data() : nullptr, dp_ > 1 ? &dp_comm_->data() : nullptr,
-               stage_ == 0, acc_.data(), acc_.size(), tied_copy_ ? wte_acc_.data() : nullptr,
-               wte_size_);
+               stage_ == 0, acc_.data(), acc_.size(),
+               wte_grad_size_ > 0 ? wte_acc_.data() : nullptr, head_grad_size());
   ScopedTimer compute(stats_.compute_s);
   acc_.round_and_reset(grads_.data());
-  if (tied_copy_) {
+  if (wte_grad_size_ > 0) {
     wte_acc_.round_and_reset(wte_grads_.data());
   }
 }
@@ -527,29 +545,34 @@ double PipelineStrategy::evaluate(const data::Batch& batch) {
 std::vector<float*> PipelineStrategy::segments(StateKind kind) {
   switch (kind) {
     case StateKind::kParams:
+    case StateKind::kFrozen:
       return {params_.master(), wte_params_.master()};
     case StateKind::kAdamM:
       return {opt_->m(), wte_opt_ ? wte_opt_->m() : nullptr};
     case StateKind::kAdamV:
       return {opt_->v(), wte_opt_ ? wte_opt_->v() : nullptr};
-    case StateKind::kFrozen:  // none (export_state answers first)
-      break;
   }
   return {};
 }
 
+// The tied embedding's gradient elements the first and last stage sum (0: untied or frozen).
+std::size_t PipelineStrategy::head_grad_size() const {
+  return tie_comm_ ? head_elements_ : 0;
+}
+
+SliceSet& PipelineStrategy::slice_set(StateKind kind) {
+  return kind == StateKind::kParams   ? slices_
+         : kind == StateKind::kFrozen ? frozen_slices_
+                                      : opt_slices_;
+}
+
 StateSlices PipelineStrategy::export_state(StateKind kind) {
-  if (kind == StateKind::kFrozen) return {};  // no frozen tensors: LoRA is refused at setup
-  return slices_.export_from(segments(kind));
+  return slice_set(kind).export_from(segments(kind));
 }
 
 void PipelineStrategy::import_state(StateKind kind, const StateSlices& slices) {
-  if (kind == StateKind::kFrozen) {
-    if (!slices.empty()) throw Error(fmt::format("{}: no frozen tensors to import", name()));
-    return;
-  }
-  slices_.import_into(segments(kind), slices);
-  if (kind == StateKind::kParams) {
+  slice_set(kind).import_into(segments(kind), slices);
+  if (kind == StateKind::kParams || kind == StateKind::kFrozen) {
     params_.refresh();
     if (tied_copy_) wte_params_.refresh();
   }

@@ -64,6 +64,8 @@ class PipelineStrategy : public Strategy {
   void reduce_grads();         // sums the gradients across stages (tied) and replicas
   void reproducible_reduce();  // the same in fp64, then rounds them into the gradients
   std::vector<float*> segments(StateKind kind);
+  SliceSet& slice_set(StateKind kind);
+  std::size_t head_grad_size() const;
 
   std::string name_;
   int p_ = 1, dp_ = 1;
@@ -75,12 +77,15 @@ class PipelineStrategy : public Strategy {
   comm::CommPair* world_ = nullptr;
   std::unique_ptr<comm::CommPair> pp_comm_, dp_comm_, tie_comm_;
   std::unique_ptr<Model> model_;
-  std::size_t lo_ = 0, hi_ = 0;  // this stage's range of the flat layout
+  std::size_t lo_ = 0, hi_ = 0;    // this stage's range of the flat layout
+  std::size_t glo_ = 0, ghi_ = 0;  // ... and of the gradient layout (its trained tensors)
   ParamStore params_;
   Buffer<float> grads_;
   std::unique_ptr<AdamW> opt_;
   bool tied_copy_ = false;    // GPT-2 last stage (p > 1): its own copy of the token embedding
-  std::size_t wte_size_ = 0;  // the tied embedding's elements (TiedHead; 0 for LLaMA)
+  std::size_t wte_size_ = 0;  // the tied embedding's elements (0 for an untied LLaMA)
+  std::size_t wte_grad_size_ = 0;  // ... of the last stage's copy's gradient (0: frozen, LoRA)
+  std::size_t head_elements_ = 0;  // TiedHead::elements: the head's part of the gradient
   ParamStore wte_params_;
   Buffer<float> wte_grads_;
   std::unique_ptr<AdamW> wte_opt_;
@@ -90,7 +95,9 @@ class PipelineStrategy : public Strategy {
   Buffer<std::byte> grad_send_;
   comm::Request grad_send_req_;
   std::vector<comm::Request> act_send_;  // per slot
-  SliceSet slices_;
+  SliceSet slices_;         // the trained parameters
+  SliceSet frozen_slices_;  // the frozen ones (a LoRA job's base)
+  SliceSet opt_slices_;     // AdamW m and v, in the gradient layout
   TokenStage tokens_;
   DeviceSum loss_;
 };

@@ -167,7 +167,12 @@ TEST(Memory, LoraEstimatesMatchTheirPeaksAndUndercutFullFineTunes) {
   for (Arch arch : {Arch::kGpt2, Arch::kLlama}) {
     for (const auto& [name, knobs] :
          std::vector<std::pair<std::string, std::vector<std::string>>>{
-             {"ddp", {}}, {"ddp", {"recompute=true"}}, {"tensor", {}}, {"ddp+tensor", {}}}) {
+             {"ddp", {}},
+             {"ddp", {"recompute=true"}},
+             {"tensor", {}},
+             {"ddp+tensor", {}},
+             {"pipeline", {}},
+             {"ddp+pipeline", {"schedule=gpipe"}}}) {
       StrategySpec full = param_heavy(n);
       full.model.n_layer = 8;
       full.model.d_model = 64;
