@@ -101,6 +101,10 @@ class ParameterLayout {
     return grad_group_end(group) - grad_group_begin(group);
   }
   std::size_t trainable_begin(int group) const { return trainable_begin_[group + 1]; }
+  // The parameter element whose gradient is element x of group g's gradients.
+  std::size_t weight_of_gradient(int group, std::size_t x) const {
+    return trainable_begin(group) + (x - grad_group_begin(group));
+  }
   // Index range [first, last) into tensors() of a group's tensors.
   std::size_t group_first_tensor(int group) const { return group_tensor_[group + 1]; }
   std::size_t group_last_tensor(int group) const { return group_tensor_[group + 2]; }

@@ -27,8 +27,11 @@ class ShardMap {
     bool empty() const { return begin >= end; }
   };
 
+  // Which layout's groups are cut: the parameters' (FSDP), or the gradients' (ZeRO-2: only the
+  // trained tensors, which are all of them but for a LoRA job's adapters).
+  enum class Over { kParameters, kGradients };
   ShardMap() = default;
-  ShardMap(const ParameterLayout& layout, int ranks, int rank);
+  ShardMap(const ParameterLayout& layout, int ranks, int rank, Over over = Over::kParameters);
 
   // The length of every rank's part of a group of n elements (align: the layout's).
   static std::size_t shard_len(std::size_t n, int ranks, std::size_t align) {

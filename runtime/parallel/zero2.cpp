@@ -27,8 +27,6 @@ Zero2Strategy::Zero2Strategy(StrategySpec spec)
 
 Estimate Zero2Strategy::estimate() const {
   Estimate e;
-  if (const std::string why = lora_unsupported(spec_, name()); !why.empty())
-    return infeasible(e, why);
   if (!check_common(e, spec_, spec_.degree)) return e;
   const ModelConfig& c = spec_.model;
   const int N = spec_.degree, T = spec_.train.seq_len, L = c.n_layer;
@@ -39,7 +37,8 @@ Estimate Zero2Strategy::estimate() const {
   const BackendTraits& bt = backend_traits(spec_.backend);
   const bool repro = spec_.train.reproducible;
   const std::size_t n = layout_.total();
-  const ShardMap map(layout_, N, 0);  // rank 0 owns the most
+  const std::size_t ng = layout_.grad_total();  // the trained tensors' gradients
+  const ShardMap map(layout_, N, 0, ShardMap::Over::kGradients);  // rank 0 owns the most
   std::size_t moments = 0, transient = 0;
   std::uint64_t reduced = 0, gathered = 0;  // bytes per step, as CommStats counts them
   for (int g = -1; g <= L; ++g) {
@@ -59,7 +58,7 @@ Estimate Zero2Strategy::estimate() const {
   const std::size_t acts = model_activation_bytes(spec_.backend, c, o, static_cast<int>(micro), T);
   const std::size_t tokens = TokenStage::bytes(bt, micro, T, rows / micro, true, true);
   const std::size_t params = ParamStore::bytes(bt, n);
-  const std::size_t grads = bt.footprint(n * sizeof(float));
+  const std::size_t grads = bt.footprint(ng * sizeof(float));
   const std::size_t owned = bt.footprint(map.total() * sizeof(float));
   e.device_breakdown = {{"parameters", params},
                         {"gradients", grads},
@@ -70,7 +69,7 @@ Estimate Zero2Strategy::estimate() const {
                         {"gradient reduction (peak)", transient}};
   e.device_bytes = params + grads + owned + moments + acts + tokens + transient;
   if (repro) {
-    const std::size_t acc = bt.footprint(n * sizeof(double));
+    const std::size_t acc = bt.footprint(ng * sizeof(double));
     e.device_breakdown["fp64 gradient accumulator"] = acc;
     e.device_bytes += acc;
   }
@@ -79,7 +78,8 @@ Estimate Zero2Strategy::estimate() const {
   e.comm_bytes = reduced + gathered;
   // The cost: after the last micro-batch, one reduce-scatter and one all-gather per group, one
   // after the other (the replicas meet at the first), none hidden behind compute.
-  const double groups = L + 2.0;
+  double groups = 0;  // with anything to reduce (a LoRA job's embeddings and head have not)
+  for (int g = -1; g <= L; ++g) groups += layout_.grad_group_size(g) > 0 ? 1.0 : 0.0;
   e.comm_schedule = {
       {comm::CollOp::kReduceScatter, N, groups, static_cast<double>(reduced), false, true, 1.0},
       {comm::CollOp::kAllGather, N, groups, static_cast<double>(gathered), false, true, 0.0}};
@@ -91,7 +91,6 @@ Estimate Zero2Strategy::estimate() const {
 }
 
 void Zero2Strategy::setup(comm::CommPair& comms, Device& device, MemoryPool& /*host*/) {
-  if (const std::string why = lora_unsupported(spec_, name()); !why.empty()) throw InputError(why);
   check_setup(comms, device);
   comms_ = &comms;
   track(comms_);
@@ -111,7 +110,7 @@ void Zero2Strategy::setup(comm::CommPair& comms, Device& device, MemoryPool& /*h
   if (model_->layout().total() != layout_.total())
     throw Error("zero2: the model's layout is not the one its parts were cut from");
   model_->init_weights(spec_.train.seed);
-  shards_ = ShardMap(layout_, size_, rank_);
+  shards_ = ShardMap(layout_, size_, rank_, ShardMap::Over::kGradients);
   owned_grads_ = Buffer<float>(device.memory(), shards_.total(), "reduced gradients");
   device.zero(owned_grads_.data(), owned_grads_.bytes());
   opts_.resize(static_cast<std::size_t>(L + 2));
@@ -119,18 +118,21 @@ void Zero2Strategy::setup(comm::CommPair& comms, Device& device, MemoryPool& /*h
     const ShardMap::Group& G = shards_.group(g);
     if (G.own_end > G.own_begin)
       opts_[static_cast<std::size_t>(g + 1)] =
-          std::make_unique<AdamW>(spec_.train.optimizer, layout_, G.own_begin, G.own_end, device);
+          std::make_unique<AdamW>(spec_.train.optimizer, layout_, G.own_begin, G.own_end, device,
+                                  layout_.weight_of_gradient(g, G.own_begin));
   }
-  if (spec_.train.reproducible) acc_ = GradAccumulator(device, layout_.total());
+  if (spec_.train.reproducible) acc_ = GradAccumulator(device, layout_.grad_total());
   model_->reserve(static_cast<int>(micro_), spec_.train.seq_len);
   // The weights are whole on every rank (rank 0 writes them); the moments, the owned parts.
   params_ = SliceSet(device);
+  frozen_ = SliceSet(device);
   owned_ = SliceSet(device);
   for (const auto& t : layout_.tensors()) {
-    params_.add_local_tensor(t, 0, 0, t.offset, rank_ == 0);
-    const ShardMap::Piece p = shards_.owned(t.layer, t.offset, t.offset + t.numel);
+    (t.trainable ? params_ : frozen_).add_local_tensor(t, 0, 0, t.offset, rank_ == 0);
+    if (!t.trainable) continue;
+    const ShardMap::Piece p = shards_.owned(t.layer, t.grad_offset, t.grad_offset + t.numel);
     if (!p.empty())
-      owned_.add_flat_range(t, p.begin - t.offset, p.end - t.offset, t.layer + 1,
+      owned_.add_flat_range(t, p.begin - t.grad_offset, p.end - t.grad_offset, t.layer + 1,
                             p.begin - shards_.group(t.layer).own_begin, true);
   }
   tokens_ =
@@ -140,6 +142,7 @@ void Zero2Strategy::setup(comm::CommPair& comms, Device& device, MemoryPool& /*h
 
 void Zero2Strategy::reduce_scatter_group(int g) {
   const ShardMap::Group& G = shards_.group(g);
+  if (G.size == 0) return;  // nothing trained in the group (LoRA: the embeddings, the head)
   const std::size_t whole = G.shard * static_cast<std::size_t>(size_);
   comm::Communicator& data = comms_->data();
   if (spec_.train.reproducible) {
@@ -159,16 +162,20 @@ void Zero2Strategy::reduce_scatter_group(int g) {
   data.reduce_scatter(sums.data(), owned_grads_.data() + G.offset, G.shard, comm::ReduceOp::kSum);
 }
 
+// The updated parts of group g's trained parameters, from every rank to every rank.
 void Zero2Strategy::all_gather_group(int g) {
   const ShardMap::Group& G = shards_.group(g);
+  if (G.size == 0) return;
   Buffer<float> whole(device_->memory(), G.shard * static_cast<std::size_t>(size_),
                       "parameter gathering");
   float* mine = whole.data() + static_cast<std::size_t>(rank_) * G.shard;
   device_->zero(mine, G.shard * sizeof(float));
   if (G.own_end > G.own_begin)
-    device_->copy(mine, model_->master() + G.own_begin, (G.own_end - G.own_begin) * sizeof(float));
+    device_->copy(mine, model_->master() + layout_.weight_of_gradient(g, G.own_begin),
+                  (G.own_end - G.own_begin) * sizeof(float));
   comms_->data().all_gather(mine, whole.data(), G.shard);  // in place
-  device_->copy(model_->master() + G.begin, whole.data(), G.size * sizeof(float));
+  device_->copy(model_->master() + layout_.weight_of_gradient(g, G.begin), whole.data(),
+                G.size * sizeof(float));
 }
 
 StepResult Zero2Strategy::train_step(const data::Batch& batch, std::int64_t step) {
@@ -221,8 +228,8 @@ StepResult Zero2Strategy::train_step(const data::Batch& batch, std::int64_t step
     for (int g = -1; g <= L; ++g)
       if (auto& opt = opts_[static_cast<std::size_t>(g + 1)]) {
         const ShardMap::Group& G = shards_.group(g);
-        opt->step(m.master() + G.own_begin, nullptr, owned_grads_.data() + G.offset, r.lr, scale,
-                  step + 1);
+        opt->step(m.master() + layout_.weight_of_gradient(g, G.own_begin), nullptr,
+                  owned_grads_.data() + G.offset, r.lr, scale, step + 1);
       }
   }
   for (int g = -1; g <= L; ++g) all_gather_group(g);
@@ -247,18 +254,14 @@ std::vector<float*> Zero2Strategy::moments(StateKind kind) {
 }
 
 StateSlices Zero2Strategy::export_state(StateKind kind) {
-  if (kind == StateKind::kFrozen) return {};  // no frozen tensors: LoRA is refused at setup
+  if (kind == StateKind::kFrozen) return frozen_.export_from({model_->master()});
   if (kind == StateKind::kParams) return params_.export_from({model_->master()});
   return owned_.export_from(moments(kind));
 }
 
 void Zero2Strategy::import_state(StateKind kind, const StateSlices& slices) {
-  if (kind == StateKind::kFrozen) {
-    if (!slices.empty()) throw Error(fmt::format("{}: no frozen tensors to import", name()));
-    return;
-  }
-  if (kind == StateKind::kParams) {
-    params_.import_into({model_->master()}, slices);
+  if (kind == StateKind::kParams || kind == StateKind::kFrozen) {
+    (kind == StateKind::kParams ? params_ : frozen_).import_into({model_->master()}, slices);
     model_->refresh_weights();
     return;
   }

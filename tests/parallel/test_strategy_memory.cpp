@@ -172,7 +172,8 @@ TEST(Memory, LoraEstimatesMatchTheirPeaksAndUndercutFullFineTunes) {
              {"tensor", {}},
              {"ddp+tensor", {}},
              {"pipeline", {}},
-             {"ddp+pipeline", {"schedule=gpipe"}}}) {
+             {"ddp+pipeline", {"schedule=gpipe"}},
+             {"zero2", {}}}) {
       StrategySpec full = param_heavy(n);
       full.model.n_layer = 8;
       full.model.d_model = 64;
