@@ -83,7 +83,15 @@ class Model {
   // group_end(g). GPT-2's head reads the token embedding (group -1), so a head-running shard
   // binds group -1 too.
   virtual void bind_group(int group, const void* weights, float* grads) = 0;
-  void unbind_group(int group) { bind_group(group, nullptr, nullptr); }
+  // A LoRA job's FSDP keeps a group's trained tensors (its adapters) apart from its frozen ones:
+  // they are then read at `trained` (laid out as the group's parameters from
+  // layout().trainable_begin(group)), the frozen ones at bind_group's weights. Null: all at
+  // bind_group's weights.
+  virtual void bind_group_trained(int group, const void* trained) = 0;
+  void unbind_group(int group) {
+    bind_group(group, nullptr, nullptr);
+    bind_group_trained(group, nullptr);
+  }
 
   // Tensor parallelism: the sum over the tensor-parallel group, in place, of `count`
   // activations (traits().activations) in device memory; set by the strategy, needed when

@@ -52,6 +52,7 @@ class Transformer final : public Model {
           fmt::format("tensor-parallel rank {} is outside [0, {})", s.tp_rank, s.tp_size));
     const std::size_t groups = static_cast<std::size_t>(layout_.num_groups());
     group_weights_.assign(groups, nullptr);
+    group_trained_.assign(groups, nullptr);
     group_grads_.assign(groups, nullptr);
     if (options_.storage == ParamStorage::kOwned) {
       master_ = Buffer<float>(pool, layout_.total(), "parameters");
@@ -119,6 +120,13 @@ class Transformer final : public Model {
       throw Error(fmt::format("bind_group: no parameter group {}", group));
     group_weights_[static_cast<std::size_t>(group + 1)] = static_cast<const Weight*>(weights);
     group_grads_[static_cast<std::size_t>(group + 1)] = grads;
+  }
+  void bind_group_trained(int group, const void* trained) override {
+    if (options_.storage != ParamStorage::kBorrowed)
+      throw Error("bind_group_trained on a model that owns its parameters");
+    if (group < -1 || group >= config_.n_layer + 1)
+      throw Error(fmt::format("bind_group_trained: no parameter group {}", group));
+    group_trained_[static_cast<std::size_t>(group + 1)] = static_cast<const Weight*>(trained);
   }
 
   void set_tp_allreduce(std::function<void(void*, std::size_t)> f) override {
@@ -395,6 +403,9 @@ class Transformer final : public Model {
   Act* resid(int l) { return cur().resid[static_cast<std::size_t>(l - first_)].data(); }
 
   const Weight* p(const ParamTensor& t) const {
+    if (t.trainable)
+      if (const Weight* trained = group_trained_[static_cast<std::size_t>(t.layer + 1)])
+        return trained + (t.offset - layout_.trainable_begin(t.layer));
     const Weight* base = group_weights_[static_cast<std::size_t>(t.layer + 1)];
     if (base == nullptr)
       throw Error(fmt::format("parameters of {} (group {}) are not bound", t.name, t.layer));
@@ -607,6 +618,7 @@ class Transformer final : public Model {
   Buffer<Weight> weights_;  // separate kernel copy only (kSeparateWeights)
   Buffer<float> grads_;
   std::vector<const Weight*> group_weights_;  // per group g at [g + 1]
+  std::vector<const Weight*> group_trained_;  // its trained tensors apart (bind_group_trained)
   std::vector<float*> group_grads_;
   std::function<void(void*, std::size_t)> tp_allreduce_;
   std::unique_ptr<Acts> acts_;

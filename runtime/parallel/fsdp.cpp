@@ -10,8 +10,10 @@
 namespace saturn::parallel {
 
 struct FsdpStrategy::Gathered {
-  Buffer<std::byte> buf;  // the group's weights, in the kernels' type
+  Buffer<std::byte> buf;  // the group's trained weights, in the kernels' type
   comm::Request req;
+  Buffer<std::byte> frozen;  // its frozen ones (a LoRA job's base)
+  comm::Request frozen_req;
 };
 
 struct FsdpStrategy::Reduction {
@@ -31,15 +33,25 @@ std::size_t transient_peak(const ParameterLayout& layout, int ranks, bool tied, 
                            bool overlap, bool repro, const BackendTraits& bt) {
   const int L = layout.num_groups() - 2;
   const std::size_t wbytes = dtype_size(bt.weights);
+  // Shard lengths of a group's trained tensors (their gradients) and of its frozen ones.
   auto len = [&](int g) {
-    return ShardMap::shard_len(layout.group_size(g), ranks, layout.align());
+    return ShardMap::shard_len(layout.grad_group_size(g), ranks, layout.align());
+  };
+  auto frozen_len = [&](int g) {
+    return ShardMap::shard_len(layout.trainable_begin(g) - layout.group_begin(g), ranks,
+                               layout.align());
   };
   const std::size_t n = static_cast<std::size_t>(ranks);
-  auto W = [&](int g) { return bt.footprint(len(g) * n * wbytes); };         // gathered weights
-  auto A = [&](int g) { return bt.footprint(len(g) * n * sizeof(float)); };  // gradient buffer
-  auto A64 = [&](int g) { return bt.footprint(len(g) * n * sizeof(double)); };
-  auto R = [&](int g) { return bt.footprint(len(g) * sizeof(float)); };  // reduced shard
-  auto R64 = [&](int g) { return bt.footprint(len(g) * sizeof(double)); };
+  auto W = [&](int g) {  // gathered weights, the frozen ones in a buffer of their own
+    const std::size_t f = frozen_len(g) * n * wbytes, t = len(g) * n * wbytes;
+    return (t > 0 ? bt.footprint(t) : 0) + (f > 0 ? bt.footprint(f) : 0);
+  };
+  // Nothing for a group without trained tensors (a LoRA job's embeddings and head).
+  auto bytes = [&](int g, std::size_t k) { return len(g) == 0 ? 0 : bt.footprint(k); };
+  auto A = [&](int g) { return bytes(g, len(g) * n * sizeof(float)); };  // gradient buffer
+  auto A64 = [&](int g) { return bytes(g, len(g) * n * sizeof(double)); };
+  auto R = [&](int g) { return bytes(g, len(g) * sizeof(float)); };  // reduced shard
+  auto R64 = [&](int g) { return bytes(g, len(g) * sizeof(double)); };
   std::size_t live = 0, peak = 0;
   auto alloc = [&](std::size_t b) {
     live += b;
@@ -123,8 +135,6 @@ FsdpStrategy::~FsdpStrategy() = default;
 
 Estimate FsdpStrategy::estimate() const {
   Estimate e;
-  if (const std::string why = lora_unsupported(spec_, name()); !why.empty())
-    return infeasible(e, why);
   if (!check_common(e, spec_, spec_.degree)) return e;
   const ModelConfig& c = spec_.model;
   const int N = spec_.degree, T = spec_.train.seq_len, L = c.n_layer;
@@ -133,7 +143,8 @@ Estimate FsdpStrategy::estimate() const {
   const std::int64_t micro = choose_micro_batch(spec_, rows, &why);
   if (micro == 0) return infeasible(e, "fsdp: " + why);
   const BackendTraits& bt = backend_traits(spec_.backend);
-  const ShardMap map(layout_, N, 0);  // rank 0 owns the most
+  const ShardMap map(layout_, N, 0, ShardMap::Over::kGradients);  // rank 0 owns the most
+  const ShardMap frozen(layout_, N, 0, ShardMap::Over::kFrozen);
   const std::size_t shards = bt.footprint(map.total() * sizeof(float));
   // AdamW's moments: a pair of buffers per group this rank owns part of.
   std::size_t moments = 0;
@@ -151,7 +162,8 @@ Estimate FsdpStrategy::estimate() const {
   const std::size_t wbytes = dtype_size(bt.weights);
   const std::size_t transient =
       transient_peak(layout_, N, tied, spec_.knobs.prefetch, spec_.knobs.overlap, repro, bt);
-  const std::size_t params = ParamStore::bytes(bt, map.total());
+  const std::size_t params = ParamStore::bytes(bt, map.total()) +
+                             (frozen.total() > 0 ? ParamStore::bytes(bt, frozen.total()) : 0);
   e.device_breakdown = {{"parameters", params},       {"gradients", shards},
                         {"optimizer state", moments}, {"activations", acts},
                         {"tokens", tokens},           {"gathered (peak)", transient}};
@@ -167,14 +179,16 @@ Estimate FsdpStrategy::estimate() const {
   // groups once, GPT-2's embedding a third time for the tied head) and reduce-scattered once
   // (the tied embedding twice). CommStats counts a gather as the rank's shard (in the kernels'
   // weight type), a reduce-scatter as the whole buffer (fp32; fp64 when reproducible).
+  // A LoRA job gathers its frozen tensors too, and reduces only its adapters.
   std::uint64_t per_micro = 0;
-  auto len = [&](int g) { return ShardMap::shard_len(layout_.group_size(g), N, layout_.align()); };
+  auto len = [&](int g) { return map.group(g).shard + frozen.group(g).shard; };
+  auto rlen = [&](int g) { return map.group(g).shard; };
   const std::uint64_t rs = repro ? 2 : 1;
   for (int g = -1; g <= L; ++g) {
     const std::uint64_t gathers = g == L ? 1 : 2;
-    per_micro += gathers * len(g) * wbytes + rs * static_cast<std::uint64_t>(N) * len(g) * 4;
+    per_micro += gathers * len(g) * wbytes + rs * static_cast<std::uint64_t>(N) * rlen(g) * 4;
   }
-  if (tied) per_micro += len(-1) * wbytes + rs * static_cast<std::uint64_t>(N) * len(-1) * 4;
+  if (tied) per_micro += len(-1) * wbytes + rs * static_cast<std::uint64_t>(N) * rlen(-1) * 4;
   e.comm_bytes = per_micro * static_cast<std::uint64_t>(e.micro_batches);
   // The cost: per micro-batch every group is gathered for the forward and again for the
   // backward (the head once; overlapping compute with prefetch, each gather waited for), and
@@ -189,7 +203,7 @@ Estimate FsdpStrategy::estimate() const {
                      {comm::CollOp::kReduceScatter, N, m * (groups + ties),
                       static_cast<double>(e.comm_bytes) - gathered, spec_.knobs.overlap, true, 0}};
   // Reproducible: each gathered group gradient is widened to fp64 before its reduction.
-  if (repro) e.accumulated_elements = static_cast<double>(c.num_parameters());
+  if (repro) e.accumulated_elements = static_cast<double>(layout_.grad_total());
   e.flops =
       static_cast<double>(rows) * T * (block_flops_per_token(c, T) * L + head_flops_per_token(c));
   e.layout = fmt::format("dp={} (sharded 1/{})", N, N);
@@ -198,7 +212,6 @@ Estimate FsdpStrategy::estimate() const {
 }
 
 void FsdpStrategy::setup(comm::CommPair& comms, Device& device, MemoryPool& /*host*/) {
-  if (const std::string why = lora_unsupported(spec_, name()); !why.empty()) throw InputError(why);
   check_setup(comms, device);
   comms_ = &comms;
   track(comms_);
@@ -213,8 +226,10 @@ void FsdpStrategy::setup(comm::CommPair& comms, Device& device, MemoryPool& /*ho
   micro_ = choose_micro_batch(spec_, rows, &why);
   if (micro_ == 0) throw InputError("fsdp: " + why);
 
-  shards_ = ShardMap(layout_, size_, rank_);
+  shards_ = ShardMap(layout_, size_, rank_, ShardMap::Over::kGradients);
+  frozen_map_ = ShardMap(layout_, size_, rank_, ShardMap::Over::kFrozen);
   params_ = ParamStore(device, shards_.total());
+  if (frozen_map_.total() > 0) frozen_ = ParamStore(device, frozen_map_.total());
   grads_ = Buffer<float>(device.memory(), shards_.total(), "gradients");
   device.zero(grads_.data(), grads_.bytes());
   repro_ = spec_.train.reproducible;
@@ -224,7 +239,8 @@ void FsdpStrategy::setup(comm::CommPair& comms, Device& device, MemoryPool& /*ho
     const ShardMap::Group& G = shards_.group(g);
     if (G.own_end > G.own_begin)
       opts_[static_cast<std::size_t>(g + 1)] =
-          std::make_unique<AdamW>(spec_.train.optimizer, layout_, G.own_begin, G.own_end, device);
+          std::make_unique<AdamW>(spec_.train.optimizer, layout_, G.own_begin, G.own_end, device,
+                                  layout_.weight_of_gradient(g, G.own_begin));
   }
   ModelOptions o;
   o.storage = ParamStorage::kBorrowed;
@@ -235,21 +251,32 @@ void FsdpStrategy::setup(comm::CommPair& comms, Device& device, MemoryPool& /*ho
   grad_buffers_.resize(static_cast<std::size_t>(L + 2));
 
   // Each rank keeps only its part of every canonical tensor while the weights stream past.
+  // A trained tensor's elements are addressed in the gradient layout, a frozen one's in the
+  // parameter layout (its shard map's coordinates).
+  const auto piece = [&](const ParamTensor& t) {
+    const std::size_t at = t.trainable ? t.grad_offset : t.offset;
+    return std::make_pair(at,
+                          (t.trainable ? shards_ : frozen_map_).owned(t.layer, at, at + t.numel));
+  };
   generate_canonical_weights(
       c, spec_.train.seed, [&](std::size_t k, const ParamTensor&, const float* values) {
         const ParamTensor& t = layout_.tensors()[k];
-        const ShardMap::Piece p = shards_.owned(t.layer, t.offset, t.offset + t.numel);
+        const auto [at, p] = piece(t);
         if (!p.empty())
-          device.upload(params_.master() + p.pos, values + (p.begin - t.offset),
+          device.upload((t.trainable ? params_ : frozen_).master() + p.pos, values + (p.begin - at),
                         (p.end - p.begin) * sizeof(float));
       });
   params_.refresh();
+  if (frozen_map_.total() > 0) frozen_.refresh();
   slices_ = SliceSet(device);
+  frozen_slices_ = SliceSet(device);
   for (const auto& t : layout_.tensors()) {
-    const ShardMap::Piece p = shards_.owned(t.layer, t.offset, t.offset + t.numel);
+    const auto [at, p] = piece(t);
+    const ShardMap& map = t.trainable ? shards_ : frozen_map_;
     if (!p.empty())
-      slices_.add_flat_range(t, p.begin - t.offset, p.end - t.offset, t.layer + 1,
-                             p.begin - shards_.group(t.layer).own_begin, true);
+      (t.trainable ? slices_ : frozen_slices_)
+          .add_flat_range(t, p.begin - at, p.end - at, t.layer + 1,
+                          p.begin - map.group(t.layer).own_begin, true);
   }
   tokens_ =
       TokenStage(device, c.vocab_size, micro_, spec_.train.seq_len, rows / micro_, true, true);
@@ -259,21 +286,34 @@ void FsdpStrategy::setup(comm::CommPair& comms, Device& device, MemoryPool& /*ho
 void FsdpStrategy::start_gather(int g) {
   auto& slot = gathered_[static_cast<std::size_t>(g + 1)];
   if (slot) return;
-  const ShardMap::Group& G = shards_.group(g);
   const DType wt = device_->traits().weights;
+  const auto n = static_cast<std::size_t>(size_);
   slot = std::make_unique<Gathered>();
-  slot->buf = Buffer<std::byte>(device_->memory(),
-                                G.shard * static_cast<std::size_t>(size_) * dtype_size(wt),
-                                "gathered parameters");
-  slot->req =
-      comms_->data().iall_gather(params_.weights_at(G.offset), slot->buf.data(), G.shard, wt);
+  if (const ShardMap::Group& G = shards_.group(g); G.size > 0) {
+    slot->buf =
+        Buffer<std::byte>(device_->memory(), G.shard * n * dtype_size(wt), "gathered parameters");
+    slot->req =
+        comms_->data().iall_gather(params_.weights_at(G.offset), slot->buf.data(), G.shard, wt);
+  }
+  if (const ShardMap::Group& F = frozen_map_.group(g); F.size > 0) {
+    slot->frozen =
+        Buffer<std::byte>(device_->memory(), F.shard * n * dtype_size(wt), "gathered parameters");
+    slot->frozen_req =
+        comms_->data().iall_gather(frozen_.weights_at(F.offset), slot->frozen.data(), F.shard, wt);
+  }
 }
 
-const void* FsdpStrategy::acquire(int g) {
+void FsdpStrategy::bind(int g, float* grads) {
   start_gather(g);
   auto& slot = gathered_[static_cast<std::size_t>(g + 1)];
   slot->req.wait();
-  return slot->buf.data();
+  slot->frozen_req.wait();
+  if (frozen_map_.group(g).size == 0) {  // no frozen tensors: the group is one gathered range
+    model_->bind_group(g, slot->buf.data(), grads);
+    return;
+  }
+  model_->bind_group(g, slot->frozen.data(), grads);
+  model_->bind_group_trained(g, shards_.group(g).size > 0 ? slot->buf.data() : nullptr);
 }
 
 void FsdpStrategy::release(int g) {
@@ -282,6 +322,7 @@ void FsdpStrategy::release(int g) {
 
 float* FsdpStrategy::new_grad_buffer(int g) {
   const ShardMap::Group& G = shards_.group(g);
+  if (G.size == 0) return nullptr;  // nothing trained in the group (LoRA)
   auto& b = grad_buffers_[static_cast<std::size_t>(g + 1)];
   b = Buffer<float>(device_->memory(), G.shard * static_cast<std::size_t>(size_),
                     "gathered gradients");
@@ -291,6 +332,7 @@ float* FsdpStrategy::new_grad_buffer(int g) {
 
 void FsdpStrategy::launch_reduction(int g) {
   const ShardMap::Group& G = shards_.group(g);
+  if (G.size == 0) return;
   auto r = std::make_unique<Reduction>();
   r->group = g;
   comm::Communicator& data = comms_->data();
@@ -330,20 +372,20 @@ void FsdpStrategy::micro_step(const std::int32_t* tokens, const std::int32_t* ta
   const int L = spec_.model.n_layer;
   const bool prefetch = spec_.knobs.prefetch;
   // Forward: one group resident at a time (plus the prefetched next one).
-  m.bind_group(-1, acquire(-1), nullptr);
+  bind(-1, nullptr);
   if (prefetch) start_gather(L > 0 ? 0 : L);
   m.embed_forward(tokens);
   m.unbind_group(-1);
   release(-1);
   for (int l = 0; l < L; ++l) {
-    m.bind_group(l, acquire(l), nullptr);
+    bind(l, nullptr);
     if (prefetch) start_gather(l + 1 < L ? l + 1 : L);
     m.block_forward(l);
     m.unbind_group(l);
     release(l);
   }
-  m.bind_group(L, acquire(L), nullptr);
-  if (tied_) m.bind_group(-1, acquire(-1), nullptr);
+  bind(L, nullptr);
+  if (tied_) bind(-1, nullptr);
   m.head_forward(targets);
   if (!backward) {
     m.unbind_group(L);
@@ -355,8 +397,8 @@ void FsdpStrategy::micro_step(const std::int32_t* tokens, const std::int32_t* ta
     return;
   }
   // Head backward with the head's groups still gathered.
-  m.bind_group(L, acquire(L), new_grad_buffer(L));
-  if (tied_) m.bind_group(-1, acquire(-1), new_grad_buffer(-1));
+  bind(L, new_grad_buffer(L));
+  if (tied_) bind(-1, new_grad_buffer(-1));
   if (prefetch) start_gather(L - 1);
   m.head_backward(dloss);
   m.unbind_group(L);
@@ -369,7 +411,7 @@ void FsdpStrategy::micro_step(const std::int32_t* tokens, const std::int32_t* ta
   if (tied_) launch_reduction(-1);
   // Blocks and embedding, last to first; each group's reduction overlaps the next backward.
   for (int l = L - 1; l >= -1; --l) {
-    m.bind_group(l, acquire(l), new_grad_buffer(l));
+    bind(l, new_grad_buffer(l));
     if (prefetch && l >= 0) start_gather(l - 1);
     if (l >= 0)
       m.block_backward(l);
@@ -468,6 +510,8 @@ std::vector<float*> FsdpStrategy::segments(StateKind kind) {
     const std::size_t i = static_cast<std::size_t>(g + 1);
     if (kind == StateKind::kParams)
       s[i] = params_.master() + shards_.group(g).offset;
+    else if (kind == StateKind::kFrozen)
+      s[i] = frozen_map_.total() > 0 ? frozen_.master() + frozen_map_.group(g).offset : nullptr;
     else if (opts_[i])
       s[i] = kind == StateKind::kAdamM ? opts_[i]->m() : opts_[i]->v();
   }
@@ -475,17 +519,13 @@ std::vector<float*> FsdpStrategy::segments(StateKind kind) {
 }
 
 StateSlices FsdpStrategy::export_state(StateKind kind) {
-  if (kind == StateKind::kFrozen) return {};  // no frozen tensors: LoRA is refused at setup
-  return slices_.export_from(segments(kind));
+  return (kind == StateKind::kFrozen ? frozen_slices_ : slices_).export_from(segments(kind));
 }
 
 void FsdpStrategy::import_state(StateKind kind, const StateSlices& slices) {
-  if (kind == StateKind::kFrozen) {
-    if (!slices.empty()) throw Error(fmt::format("{}: no frozen tensors to import", name()));
-    return;
-  }
-  slices_.import_into(segments(kind), slices);
+  (kind == StateKind::kFrozen ? frozen_slices_ : slices_).import_into(segments(kind), slices);
   if (kind == StateKind::kParams) params_.refresh();
+  if (kind == StateKind::kFrozen && frozen_map_.total() > 0) frozen_.refresh();
 }
 
 }  // namespace saturn::parallel

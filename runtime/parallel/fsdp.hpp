@@ -39,7 +39,8 @@ class FsdpStrategy : public Strategy {
   struct Gathered;
   struct Reduction;
   void start_gather(int g);
-  const void* acquire(int g);
+  // Waits for group g's gather and binds it to the model, with `grads` (null: forward only).
+  void bind(int g, float* grads);
   void release(int g);
   float* new_grad_buffer(int g);
   void launch_reduction(int g);
@@ -51,13 +52,18 @@ class FsdpStrategy : public Strategy {
   std::vector<float*> segments(StateKind kind);
 
   ParameterLayout layout_;  // the whole model's, with the backend's group alignment
+  // Each group's trained tensors (all of them but for a LoRA job's adapters), sharded by the
+  // gradient layout: their weights, gradients and AdamW moments; and its frozen tensors (a LoRA
+  // job's base), sharded apart: gathered when used, never reduced or updated.
   ShardMap shards_;
+  ShardMap frozen_map_;
   comm::CommPair* comms_ = nullptr;
   Device* device_ = nullptr;
   int rank_ = 0, size_ = 1;
   std::int64_t micro_ = 0;
   bool tied_ = false;  // GPT-2: the head reads the token embedding (group -1)
   ParamStore params_;  // this rank's shards: fp32 master and the kernels' copy
+  ParamStore frozen_;  // ... of the frozen tensors
   Buffer<float> grads_;
   std::vector<std::unique_ptr<AdamW>> opts_;  // per group; null when this rank owns nothing
   std::unique_ptr<Model> model_;
@@ -67,6 +73,7 @@ class FsdpStrategy : public Strategy {
   bool repro_ = false;                       // reproducible mode: reduce in fp64 into acc_
   GradAccumulator acc_;                      // the owned shards' gradients in fp64
   SliceSet slices_;
+  SliceSet frozen_slices_;
   TokenStage tokens_;
   DeviceSum loss_;
 };

@@ -4,8 +4,7 @@
 
 namespace saturn::parallel {
 
-ShardMap::ShardMap(const ParameterLayout& layout, int ranks, int rank, Over over)
-    : ranks_(ranks) {
+ShardMap::ShardMap(const ParameterLayout& layout, int ranks, int rank, Over over) : ranks_(ranks) {
   const int L = layout.num_groups() - 2;
   groups_.resize(static_cast<std::size_t>(L + 2));
   const std::size_t r = static_cast<std::size_t>(rank);
@@ -13,7 +12,9 @@ ShardMap::ShardMap(const ParameterLayout& layout, int ranks, int rank, Over over
     Group& G = groups_[static_cast<std::size_t>(g + 1)];
     const bool grads = over == Over::kGradients;
     G.begin = grads ? layout.grad_group_begin(g) : layout.group_begin(g);
-    G.size = grads ? layout.grad_group_size(g) : layout.group_size(g);
+    G.size = grads                   ? layout.grad_group_size(g)
+             : over == Over::kFrozen ? layout.trainable_begin(g) - layout.group_begin(g)
+                                     : layout.group_size(g);
     G.shard = shard_len(G.size, ranks, layout.align());
     G.offset = total_;
     total_ += G.shard;

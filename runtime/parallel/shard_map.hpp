@@ -29,7 +29,9 @@ class ShardMap {
 
   // Which layout's groups are cut: the parameters' (FSDP), or the gradients' (ZeRO-2: only the
   // trained tensors, which are all of them but for a LoRA job's adapters).
-  enum class Over { kParameters, kGradients };
+  // kFrozen: each group's frozen tensors, [group_begin, trainable_begin) of the parameter layout
+  // (empty groups without LoRA).
+  enum class Over { kParameters, kGradients, kFrozen };
   ShardMap() = default;
   ShardMap(const ParameterLayout& layout, int ranks, int rank, Over over = Over::kParameters);
 

@@ -165,15 +165,16 @@ TEST(Memory, EstimatesAreWithin15PercentOfMeasuredPeaks) {
 TEST(Memory, LoraEstimatesMatchTheirPeaksAndUndercutFullFineTunes) {
   const int n = world().size();
   for (Arch arch : {Arch::kGpt2, Arch::kLlama}) {
-    for (const auto& [name, knobs] :
-         std::vector<std::pair<std::string, std::vector<std::string>>>{
+    for (const auto& [name, knobs] : std::vector<std::pair<std::string, std::vector<std::string>>>{
              {"ddp", {}},
              {"ddp", {"recompute=true"}},
              {"tensor", {}},
              {"ddp+tensor", {}},
              {"pipeline", {}},
              {"ddp+pipeline", {"schedule=gpipe"}},
-             {"zero2", {}}}) {
+             {"zero2", {}},
+             {"fsdp", {}},
+             {"fsdp", {"prefetch=false", "overlap=false"}}}) {
       StrategySpec full = param_heavy(n);
       full.model.n_layer = 8;
       full.model.d_model = 64;
@@ -188,11 +189,12 @@ TEST(Memory, LoraEstimatesMatchTheirPeaksAndUndercutFullFineTunes) {
       const double err = std::abs(static_cast<double>(l.estimate) - static_cast<double>(l.peak)) /
                          static_cast<double>(l.peak);
       if (world().rank() == 0)
-        std::printf("[ lora     ] %-12s %-5s %-16s full %10zu lora %10zu (%.2fx) estimate %+.1f%%\n",
-                    name.c_str(), arch_name(arch), knobs.empty() ? "" : knobs.front().c_str(),
-                    f.peak, l.peak, static_cast<double>(l.peak) / static_cast<double>(f.peak),
-                    100.0 * (static_cast<double>(l.estimate) - static_cast<double>(l.peak)) /
-                        static_cast<double>(l.peak));
+        std::printf(
+            "[ lora     ] %-12s %-5s %-16s full %10zu lora %10zu (%.2fx) estimate %+.1f%%\n",
+            name.c_str(), arch_name(arch), knobs.empty() ? "" : knobs.front().c_str(), f.peak,
+            l.peak, static_cast<double>(l.peak) / static_cast<double>(f.peak),
+            100.0 * (static_cast<double>(l.estimate) - static_cast<double>(l.peak)) /
+                static_cast<double>(l.peak));
       EXPECT_LE(err, 0.15) << name << " " << arch_name(arch) << ": LoRA estimate "
                            << format_bytes(l.estimate) << ", measured " << format_bytes(l.peak);
       // Parameters alone stay (and grow by the adapters); gradients and two moments go.
