@@ -212,7 +212,8 @@ double blocks_flops_per_token(const ModelConfig& c, int seq_len, int first, int 
   const bool lora = c.lora.enabled();
   double adapters = 0;
   for (const LoraLinear& x : lora_linears(c))
-    adapters += 2.0 * c.lora.rank * (4.0 * static_cast<double>(x.in) + 3.0 * static_cast<double>(x.out));
+    adapters +=
+        2.0 * c.lora.rank * (4.0 * static_cast<double>(x.in) + 3.0 * static_cast<double>(x.out));
   double flops = 0;
   for (int l = first; l < end; ++l) {
     // Keys per query: the sequence, or a sliding window shorter than it (Gemma 2: on its even
@@ -273,14 +274,6 @@ void finish_estimate(Estimate& e, const StrategySpec& spec, const std::string& w
     e.device_bytes += fixed;
   }
   check_capacity(e, spec.knobs, what);
-}
-
-std::string lora_unsupported(const StrategySpec& spec, const std::string& strategy) {
-  if (!spec.model.lora.enabled()) return "";
-  return fmt::format(
-      "{} does not train LoRA jobs yet (valid for LoRA: single, ddp, tensor, "
-      "ddp+tensor)",
-      strategy);
 }
 
 bool check_common(Estimate& e, const StrategySpec& spec, int replicas) {

@@ -122,11 +122,6 @@ void check_capacity(Estimate& e, const Knobs& knobs, const std::string& what);
 // on CUDA), then check_capacity.
 void finish_estimate(Estimate& e, const StrategySpec& spec, const std::string& what);
 
-// Strategies that do not yet train LoRA jobs (a frozen base beside trainable adapters) say so
-// instead of training something else: the reason ("" when the spec has no adapters), which
-// their estimate reports as infeasible and their setup throws as an InputError.
-std::string lora_unsupported(const StrategySpec& spec, const std::string& strategy);
-
 // Checks shared by every strategy: degree >= 1, the model valid, the global batch divisible
 // into `replicas` data-parallel replicas. Returns false (estimate infeasible) otherwise.
 bool check_common(Estimate& e, const StrategySpec& spec, int replicas);

@@ -19,12 +19,14 @@ struct OffloadPhase {
   enum Kind { kEmbedForward, kBlockForward, kHead, kBlockBackward, kEmbedBackward };
   struct Need {
     int group = 0;
-    std::size_t count = 0;
+    std::size_t count = 0;  // parameters
     bool grads = false, final_grads = false;
+    std::size_t grad_count = 0;  // their trained tensors' gradients (all but a LoRA job's base)
   };
   Kind kind = kEmbedForward;
   int layer = 0;
   std::vector<Need> needs;
+  bool backward = false;  // kHead: and its backward (whether or not the head is trained)
 };
 
 struct OffloadStrategy::Item {
@@ -40,15 +42,21 @@ namespace {
 
 // The phases of one micro-batch, in order: forward (embeddings, blocks, the head with its
 // backward when training), then backward (blocks from the last, embeddings).
-std::vector<OffloadPhase> schedule(const ParameterLayout& layout, int L, std::size_t tied,
-                                   bool backward) {
+// tied_weights, tied_grads: the tied embedding's elements the head reads, and its gradient's
+// (0: frozen).
+std::vector<OffloadPhase> schedule(const ParameterLayout& layout, int L, std::size_t tied_weights,
+                                   std::size_t tied_grads, bool backward) {
   using P = OffloadPhase;
   std::vector<P> phases;
-  auto all = [&](int g, bool grads) { return P::Need{g, layout.group_size(g), grads, grads}; };
+  auto all = [&](int g, bool grads) {
+    const std::size_t n = layout.grad_group_size(g);
+    return P::Need{g, layout.group_size(g), grads && n > 0, grads && n > 0, n};
+  };
   phases.push_back({P::kEmbedForward, -1, {all(-1, false)}});
   for (int l = 0; l < L; ++l) phases.push_back({P::kBlockForward, l, {all(l, false)}});
-  P head{P::kHead, L, {all(L, backward)}};
-  if (tied > 0) head.needs.push_back({-1, tied, backward, false});
+  P head{P::kHead, L, {all(L, backward)}, backward};
+  if (tied_weights > 0)
+    head.needs.push_back({-1, tied_weights, backward && tied_grads > 0, false, tied_grads});
   phases.push_back(head);
   if (!backward) return phases;
   for (int l = L - 1; l >= 0; --l) phases.push_back({P::kBlockBackward, l, {all(l, true)}});
@@ -71,7 +79,7 @@ std::size_t phases_peak(const std::vector<OffloadPhase>& phases, const BackendTr
   auto fetch = [&](const OffloadPhase& p) {
     for (const auto& n : p.needs) {
       add(fp32(n.count));
-      if (n.grads) add(fp32(n.count));
+      if (n.grads) add(fp32(n.grad_count));
     }
   };
   auto acquire = [&](const OffloadPhase& p) {
@@ -87,9 +95,9 @@ std::size_t phases_peak(const std::vector<OffloadPhase>& phases, const BackendTr
       if (!n.grads) continue;
       if (hold && n.final_grads) {
         now -= held;
-        held = fp32(n.count);
+        held = fp32(n.grad_count);
       } else {
-        now -= fp32(n.count);
+        now -= fp32(n.grad_count);
       }
     }
   };
@@ -133,8 +141,6 @@ OffloadStrategy::~OffloadStrategy() {
 
 Estimate OffloadStrategy::estimate() const {
   Estimate e;
-  if (const std::string why = lora_unsupported(spec_, name()); !why.empty())
-    return infeasible(e, why);
   if (!check_common(e, spec_, spec_.degree)) return e;
   const ModelConfig& c = spec_.model;
   const int T = spec_.train.seq_len, L = c.n_layer;
@@ -152,16 +158,18 @@ Estimate OffloadStrategy::estimate() const {
   // gradients are reduced at degree > 1: with overlap each group's stay until the next's are).
   const TiedHead tied(c, layout_);
   const bool reduce = spec_.degree > 1 && !spec_.train.reproducible;
-  const std::size_t group_peak =
-      phases_peak(schedule(layout_, L, tied.tied ? tied.elements : 0, true), bt,
-                  spec_.knobs.prefetch, reduce && spec_.knobs.overlap);
+  const std::size_t group_peak = phases_peak(
+      schedule(layout_, L, tied.tied ? layout_.tensors()[0].numel : 0, tied.elements, true), bt,
+      spec_.knobs.prefetch, reduce && spec_.knobs.overlap);
+  // Parameters (P) and the trained tensors' gradients and moments (G: a LoRA job's adapters).
   const std::size_t P = layout_.total() * sizeof(float);
+  const std::size_t G = layout_.grad_total() * sizeof(float);
   e.device_breakdown = {
       {"activations", acts}, {"tokens", tokens}, {"offloaded groups (peak)", group_peak}};
   e.device_bytes = acts + tokens + group_peak;
-  e.host_bytes = 4 * P;
+  e.host_bytes = P + 3 * G;
   const bool repro = spec_.train.reproducible;
-  if (repro) e.host_bytes += 2 * P;  // the fp64 gradient accumulator
+  if (repro) e.host_bytes += 2 * G;  // the fp64 gradient accumulator
   e.micro_batch = micro;
   e.micro_batches = rows / micro;
   // Per micro-batch every group's parameters go to the device twice (forward, backward; the
@@ -171,10 +179,11 @@ Estimate OffloadStrategy::estimate() const {
   // embeddings' backward), or, in reproducible mode, never (they start from zero each time).
   const std::uint64_t m = static_cast<std::uint64_t>(e.micro_batches);
   const std::uint64_t head = layout_.group_size(L) * sizeof(float);
-  const std::uint64_t wte = (tied.tied ? tied.elements : 0) * sizeof(float);
-  const std::uint64_t grads_in = repro ? 0 : (m - 1) * (P + wte) + wte;
-  e.host_transfer_bytes = m * (2 * P - head + wte) + m * (P + wte) + grads_in;
-  if (spec_.degree > 1) e.comm_bytes = repro ? 2 * P : P;
+  const std::uint64_t wte = (tied.tied ? layout_.tensors()[0].numel : 0) * sizeof(float);
+  const std::uint64_t wte_g = tied.elements * sizeof(float);  // 0: frozen
+  const std::uint64_t grads_in = repro ? 0 : (m - 1) * (G + wte_g) + wte_g;
+  e.host_transfer_bytes = m * (2 * P - head + wte) + m * (G + wte_g) + grads_in;
+  if (spec_.degree > 1) e.comm_bytes = repro ? 2 * G : G;
   e.flops =
       static_cast<double>(rows) * T * (block_flops_per_token(c, T) * L + head_flops_per_token(c));
   e.layout = fmt::format("dp={}, parameters and optimizer on the host{}", spec_.degree,
@@ -185,14 +194,13 @@ Estimate OffloadStrategy::estimate() const {
     e.comm_schedule.push_back({comm::CollOp::kAllreduce, spec_.degree, repro ? 1.0 : L + 2.0,
                                static_cast<double>(e.comm_bytes), !repro && spec_.knobs.overlap,
                                true, 1.0});
-  e.optimizer_elements = static_cast<double>(e.host_bytes / 2) / (2.0 * sizeof(float));
-  if (repro) e.accumulated_elements = static_cast<double>(c.num_parameters());
+  e.optimizer_elements = static_cast<double>(layout_.grad_total());
+  if (repro) e.accumulated_elements = static_cast<double>(layout_.grad_total());
   finish_estimate(e, spec_, "offload");
   return e;
 }
 
 void OffloadStrategy::setup(comm::CommPair& comms, Device& device, MemoryPool& host) {
-  if (const std::string why = lora_unsupported(spec_, name()); !why.empty()) throw InputError(why);
   check_setup(comms, device);
   // The host state streams through the device's copy engine: it must be the memory the device
   // copies from asynchronously (pinned on a GPU), not whatever pool the caller had at hand.
@@ -217,17 +225,19 @@ void OffloadStrategy::setup(comm::CommPair& comms, Device& device, MemoryPool& h
   host_ = std::make_unique<cpu::CpuDevice>(host);
   const TiedHead tied(spec_.model, layout_);
   tied_ = tied.tied;
-  tied_elements_ = tied.tied ? tied.elements : 0;
+  tied_weights_ = tied.tied ? layout_.tensors()[0].numel : 0;
+  tied_elements_ = tied.elements;  // 0: untied, or frozen
   std::string why;
   const std::int64_t rows = spec_.train.batch_size / size_;
   micro_ = choose_micro_batch(spec_, rows, &why);
   if (micro_ == 0) throw InputError("offload: " + why);
   params_ = Buffer<float>(host, layout_.total(), "parameters");
-  grads_ = Buffer<float>(host, layout_.total(), "gradients");
+  grads_ = Buffer<float>(host, layout_.grad_total(), "gradients");
   params_.zero();
   grads_.zero();
-  opt_ = std::make_unique<AdamW>(spec_.train.optimizer, layout_, 0, layout_.total(), *host_);
-  if (spec_.train.reproducible) acc_ = GradAccumulator(*host_, layout_.total());
+  opt_ =
+      std::make_unique<AdamW>(spec_.train.optimizer, layout_, 0, layout_.grad_total(), *host_, 0);
+  if (spec_.train.reproducible) acc_ = GradAccumulator(*host_, layout_.grad_total());
   ModelOptions o;
   o.storage = ParamStorage::kBorrowed;
   o.recompute = spec_.knobs.recompute;
@@ -239,7 +249,12 @@ void OffloadStrategy::setup(comm::CommPair& comms, Device& device, MemoryPool& h
                                std::copy(values, values + t.numel, params_.data() + t.offset);
                              });
   slices_ = SliceSet(*host_);
-  for (const auto& t : layout_.tensors()) slices_.add_local_tensor(t, 0, 0, t.offset, rank_ == 0);
+  frozen_slices_ = SliceSet(*host_);
+  opt_slices_ = SliceSet(*host_);
+  for (const auto& t : layout_.tensors()) {
+    (t.trainable ? slices_ : frozen_slices_).add_local_tensor(t, 0, 0, t.offset, rank_ == 0);
+    if (t.trainable) opt_slices_.add_local_tensor(t, 0, 0, t.grad_offset, rank_ == 0);
+  }
   tokens_ = TokenStage(device, spec_.model.vocab_size, micro_, spec_.train.seq_len, rows / micro_,
                        true, true);
   loss_ = DeviceSum(device);
@@ -255,18 +270,20 @@ OffloadStrategy::Loaded OffloadStrategy::fetch(const Phase& phase, bool fresh) {
     item->ready = device_->upload_async(item->master.data(), params_.data() + b, bytes);
     stats_.host_transfer_bytes += bytes;
     if (n.grads) {
-      item->grads = Buffer<float>(device_->memory(), n.count, "offloaded gradients");
+      const std::size_t gb = layout_.grad_group_begin(n.group),
+                        gbytes = n.grad_count * sizeof(float);
+      item->grads = Buffer<float>(device_->memory(), n.grad_count, "offloaded gradients");
       // The host's gradients of this step so far: none in its first micro-batch, except the tied
       // head's part of the token embedding, which went to the host between the head and the
       // embeddings' backward. Reproducible mode moves them into its accumulator after each
       // micro-batch, so every micro-batch starts from zero there.
-      std::size_t in = n.count;
+      std::size_t in = n.grad_count;
       if (fresh || spec_.train.reproducible)
         in = phase.kind == Phase::kEmbedBackward && !spec_.train.reproducible ? tied_elements_ : 0;
-      if (in < n.count) device_->zero(item->grads.data(), bytes);
+      if (in < n.grad_count) device_->zero(item->grads.data(), gbytes);
       if (in > 0) {
         item->ready =
-            device_->upload_async(item->grads.data(), grads_.data() + b, in * sizeof(float));
+            device_->upload_async(item->grads.data(), grads_.data() + gb, in * sizeof(float));
         stats_.host_transfer_bytes += in * sizeof(float);
       }
     }
@@ -303,7 +320,7 @@ void OffloadStrategy::run(const Phase& phase, const std::int32_t* tokens,
       break;
     case Phase::kHead:
       m.head_forward(targets);
-      if (phase.needs.front().grads) m.head_backward(dloss);
+      if (phase.backward) m.head_backward(dloss);
       break;
     case Phase::kBlockBackward:
       m.block_backward(phase.layer);
@@ -318,9 +335,9 @@ void OffloadStrategy::complete_reduction() {
   if (!reducing_) return;
   reducing_->reduction.wait();
   const Phase::Need& n = reducing_->need;
-  device_->download_async(grads_.data() + layout_.group_begin(n.group), reducing_->grads.data(),
-                          n.count * sizeof(float));
-  stats_.host_transfer_bytes += n.count * sizeof(float);
+  device_->download_async(grads_.data() + layout_.grad_group_begin(n.group),
+                          reducing_->grads.data(), n.grad_count * sizeof(float));
+  stats_.host_transfer_bytes += n.grad_count * sizeof(float);
   reducing_.reset();
 }
 
@@ -336,16 +353,16 @@ void OffloadStrategy::finish(Loaded& loaded, bool reduce) {
       if (spec_.knobs.overlap) {
         // The previous group's reduction ran during this phase; this one runs during the next.
         complete_reduction();
-        item->reduction = data.iallreduce(item->grads.data(), n.count, comm::ReduceOp::kSum);
+        item->reduction = data.iallreduce(item->grads.data(), n.grad_count, comm::ReduceOp::kSum);
         reducing_ = std::move(item);
         continue;
       }
-      data.allreduce(item->grads.data(), n.count, comm::ReduceOp::kSum);
+      data.allreduce(item->grads.data(), n.grad_count, comm::ReduceOp::kSum);
     }
     // Released at once: the device's allocator keeps the block until the copy has read it.
-    device_->download_async(grads_.data() + layout_.group_begin(n.group), item->grads.data(),
-                            n.count * sizeof(float));
-    stats_.host_transfer_bytes += n.count * sizeof(float);
+    device_->download_async(grads_.data() + layout_.grad_group_begin(n.group), item->grads.data(),
+                            n.grad_count * sizeof(float));
+    stats_.host_transfer_bytes += n.grad_count * sizeof(float);
     item.reset();
   }
   loaded.clear();
@@ -354,7 +371,7 @@ void OffloadStrategy::finish(Loaded& loaded, bool reduce) {
 void OffloadStrategy::micro_step(const std::int32_t* tokens, const std::int32_t* targets,
                                  float dloss, bool backward, bool fresh, bool reduce) {
   const std::vector<Phase> phases =
-      schedule(layout_, spec_.model.n_layer, tied_elements_, backward);
+      schedule(layout_, spec_.model.n_layer, tied_weights_, tied_elements_, backward);
   const bool prefetch = spec_.knobs.prefetch;
   const bool repro = spec_.train.reproducible;
   Loaded current, next;
@@ -368,7 +385,7 @@ void OffloadStrategy::micro_step(const std::int32_t* tokens, const std::int32_t*
     finish(current, reduce);
     // Reproducible mode: the tied embedding's classifier part is its own term
     // (parallel/repro.hpp), taken once it is on the host.
-    if (repro && backward && tied_ && phases[i].kind == Phase::kHead) {
+    if (repro && backward && tied_elements_ > 0 && phases[i].kind == Phase::kHead) {
       device_->finish_copies("offload: the tied head's gradients to the host");
       acc_.flush(grads_.data(), tied_elements_);
     }
@@ -445,28 +462,28 @@ double OffloadStrategy::evaluate(const data::Batch& batch) {
 std::vector<float*> OffloadStrategy::segments(StateKind kind) {
   switch (kind) {
     case StateKind::kParams:
+    case StateKind::kFrozen:
       return {params_.data()};
     case StateKind::kAdamM:
       return {opt_->m()};
     case StateKind::kAdamV:
       return {opt_->v()};
-    case StateKind::kFrozen:  // none (export_state answers first)
-      break;
   }
   return {};
 }
 
+SliceSet& OffloadStrategy::slice_set(StateKind kind) {
+  return kind == StateKind::kParams   ? slices_
+         : kind == StateKind::kFrozen ? frozen_slices_
+                                      : opt_slices_;
+}
+
 StateSlices OffloadStrategy::export_state(StateKind kind) {
-  if (kind == StateKind::kFrozen) return {};  // no frozen tensors: LoRA is refused at setup
-  return slices_.export_from(segments(kind));
+  return slice_set(kind).export_from(segments(kind));
 }
 
 void OffloadStrategy::import_state(StateKind kind, const StateSlices& slices) {
-  if (kind == StateKind::kFrozen) {
-    if (!slices.empty()) throw Error(fmt::format("{}: no frozen tensors to import", name()));
-    return;
-  }
-  slices_.import_into(segments(kind), slices);
+  slice_set(kind).import_into(segments(kind), slices);
 }
 
 }  // namespace saturn::parallel

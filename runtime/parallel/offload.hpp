@@ -58,6 +58,7 @@ class OffloadStrategy : public Strategy {
   // Allocates a phase's buffers and issues its copies (gradients: zeroed on the device, and the
   // host's copied in unless `fresh`: the first micro-batch of a step).
   Loaded fetch(const Phase& phase, bool fresh);
+  SliceSet& slice_set(StateKind kind);
   // Orders the compute after the phase's copies, converts the weights (where the kernels read
   // another type) and binds the groups to the model.
   void acquire(Loaded& loaded);
@@ -80,13 +81,16 @@ class OffloadStrategy : public Strategy {
   int rank_ = 0, size_ = 1;
   std::int64_t micro_ = 0;
   bool tied_ = false;
-  std::size_t tied_elements_ = 0;  // GPT-2: the token embedding's part of group -1
+  std::size_t tied_weights_ = 0;   // GPT-2: the token embedding's part of group -1
+  std::size_t tied_elements_ = 0;  // ... its gradient's (0: frozen)
   Buffer<float> params_, grads_;   // host: fp32 master weights and gradients
   std::unique_ptr<AdamW> opt_;     // host
   std::unique_ptr<Model> model_;
   std::unique_ptr<Item> reducing_;  // a group whose gradients are being allreduced (overlap)
   GradAccumulator acc_;             // host, reproducible mode
-  SliceSet slices_;
+  SliceSet slices_;                 // the trained parameters
+  SliceSet frozen_slices_;          // the frozen ones (a LoRA job's base)
+  SliceSet opt_slices_;             // AdamW m and v, in the gradient layout
   TokenStage tokens_;
   DeviceSum loss_;
 };

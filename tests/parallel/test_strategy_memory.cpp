@@ -174,7 +174,8 @@ TEST(Memory, LoraEstimatesMatchTheirPeaksAndUndercutFullFineTunes) {
              {"ddp+pipeline", {"schedule=gpipe"}},
              {"zero2", {}},
              {"fsdp", {}},
-             {"fsdp", {"prefetch=false", "overlap=false"}}}) {
+             {"fsdp", {"prefetch=false", "overlap=false"}},
+             {"offload", {}}}) {
       StrategySpec full = param_heavy(n);
       full.model.n_layer = 8;
       full.model.d_model = 64;

@@ -3,8 +3,8 @@ transformers, fine-tuned by Saturn with `lora:` and by peft 0.12 on the same ste
 
   - trajectory: 20 reproducible steps (Saturn's batch order, AdamW, clipping, transformers'
     cosine schedule) equal PEFT's training within 1e-6 in loss at every step and 5e-4 relative
-    in the adapters (ADAPTER_TOL says why), on one device and under ddp x2, fsdp x2,
-    pipeline x2 and zero2 x2 (bit-identical adapters to one device's); tensor x2 (which
+    in the adapters (ADAPTER_TOL says why), on one device and under ddp, fsdp, pipeline,
+    zero2 and offload x2 (bit-identical adapters to one device's); tensor x2 (which
     reproducible mode does not run) within 1e-5 in loss. Targets q,v (GPT-2: its fused c_attn) at rank 4, and every linear
     at rank 16 with rsLoRA. The first step's learning rate is 0 (transformers' warmup), so the
     step-1 checkpoint holds Saturn's initial adapters, which PEFT starts from.
@@ -240,7 +240,7 @@ def check_arch(arch, tmp):
                f"{worst_rel(got, ref_adapters):.1e})",
                set(got) == set(ref_adapters) and worst_rel(got, ref_adapters) <= ADAPTER_TOL,
                f"ours {sorted(got)[:3]}... vs {sorted(ref_adapters)[:3]}...")
-        for strategy in ("ddp", "fsdp", "pipeline", "zero2", "tensor"):
+        for strategy in ("ddp", "fsdp", "pipeline", "zero2", "offload", "tensor"):
             repro = strategy != "tensor"
             wl2 = wl if repro else wl.replace(".yaml", "-nonrepro.yaml")
             if not repro:
