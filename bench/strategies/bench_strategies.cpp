@@ -45,6 +45,9 @@ int run(int argc, char** argv) {
   app.add_option("--warmup", warmup);
   app.add_option("--steps", steps);
   app.add_option("--knob", knobs);
+  int lora_rank = 0;
+  app.add_option("--lora-rank", lora_rank,
+                 "Train LoRA adapters of this rank on every linear (0: a full fine-tune)");
   bool list = false;
   app.add_flag("--list", list,
                "Print the registry's offered strategies (name, smallest degree, knob variants) as "
@@ -71,6 +74,10 @@ int run(int argc, char** argv) {
   spec.model.n_head = heads;
   spec.model.d_model = d_model;
   spec.model.max_seq_len = seq;
+  if (lora_rank > 0) {
+    spec.model.lora.rank = lora_rank;
+    spec.model.lora.targets = all_lora_targets(spec.model.arch);
+  }
   spec.train.batch_size = batch;
   spec.train.seq_len = seq;
   spec.train.steps = warmup + steps;
