@@ -7,8 +7,8 @@
 
 #include "runtime/checkpoint/checksum.hpp"
 #include "runtime/checkpoint/tools.hpp"
-#include "runtime/core/error.hpp"
 #include "runtime/core/atomic_file.hpp"
+#include "runtime/core/error.hpp"
 #include "runtime/core/output_dir.hpp"
 #include "runtime/hf/hf_model.hpp"
 #include "runtime/hf/safetensors.hpp"
@@ -33,14 +33,7 @@ bool is_saturn_peft_export(const fs::path& dir) {
     const std::string name = entry.path().filename().string();
     if (!entry.is_regular_file(ec) || entry.is_symlink(ec)) return false;
     if (name == kPeftConfig) continue;
-    if (name != kPeftWeights) return false;
-    try {
-      const hf::SafetensorsFile f(entry.path());
-      const auto it = f.metadata().find("source");
-      if (it == f.metadata().end() || it->second != "saturn-checkpoint") return false;
-    } catch (const Error&) {
-      return false;
-    }
+    if (name != kPeftWeights || !written_by_saturn(entry.path())) return false;
     has_weights = true;
   }
   return has_weights && !ec;
@@ -124,10 +117,9 @@ PeftExportResult export_peft(const fs::path& file, const fs::path& target, bool 
 void visit_merged_tensors(const fs::path& file, const CheckpointMeta& meta, const fs::path& base,
                           const TensorVisitor& visit) {
   std::map<std::string, std::vector<float>> adapters;
-  visit_model_tensors(file, [&](const std::string& name, const std::vector<std::int64_t>&,
-                                const float* data, std::size_t n) {
-    adapters[name].assign(data, data + n);
-  });
+  visit_model_tensors(
+      file, [&](const std::string& name, const std::vector<std::int64_t>&, const float* data,
+                std::size_t n) { adapters[name].assign(data, data + n); });
   // Base weight name -> its adapter's A and B.
   struct Adapted {
     const LoraLinear* linear;
@@ -183,8 +175,8 @@ void visit_merged_tensors(const fs::path& file, const CheckpointMeta& meta, cons
         "{}: the weights of {} (checksum {}) are not the base the adapters of {} were trained on "
         "({}, checksum {}); merging them would give another model (valid: --base the directory "
         "the job started from)",
-        base.string(), base.string(), format_checksum(fingerprint), file.string(),
-        meta.base_model, meta.base_checksum));
+        base.string(), base.string(), format_checksum(fingerprint), file.string(), meta.base_model,
+        meta.base_checksum));
 }
 
 }  // namespace saturn::ckpt

@@ -240,20 +240,23 @@ bool is_saturn_hf_export(const fs::path& dir) {
     if (name == "config.json" || name == "generation_config.json" ||
         name == "model.safetensors.index.json" || tokenizer)
       continue;
-    if (!is_weight_file(name)) return false;
-    try {
-      const hf::SafetensorsFile f(entry.path());
-      const auto it = f.metadata().find("source");
-      if (it == f.metadata().end() || it->second != "saturn-checkpoint") return false;
-    } catch (const Error&) {
-      return false;
-    }
+    if (!is_weight_file(name) || !written_by_saturn(entry.path())) return false;
     has_weights = true;
   }
   return has_weights && !ec;
 }
 
 }  // namespace
+
+bool written_by_saturn(const fs::path& safetensors) {
+  try {
+    const hf::SafetensorsFile f(safetensors);
+    const auto it = f.metadata().find("source");
+    return it != f.metadata().end() && it->second == "saturn-checkpoint";
+  } catch (const Error&) {
+    return false;
+  }
+}
 
 HfExportResult export_hf(const fs::path& file, const fs::path& target,
                          const HfExportOptions& options) {
@@ -265,9 +268,10 @@ HfExportResult export_hf(const fs::path& file, const fs::path& target,
         "peft for the adapters, or --format hf --merge for the base with them merged in)",
         file.string(), describe_lora(meta.model.lora), meta.base_model));
   if (!adapters && options.merge)
-    throw InputError(fmt::format("--merge: {} holds no LoRA adapters (a full fine-tune's weights "
-                                 "export as they are: leave --merge out)",
-                                 file.string()));
+    throw InputError(
+        fmt::format("--merge: {} holds no LoRA adapters (a full fine-tune's weights "
+                    "export as they are: leave --merge out)",
+                    file.string()));
   fs::path base = options.base;
   if (adapters && base.empty()) {
     if (meta.base_model.rfind('/', 0) != 0)
@@ -323,9 +327,8 @@ HfExportResult export_hf(const fs::path& file, const fs::path& target,
   std::unique_ptr<hf::SafetensorsWriter> writer;
   int shard = -1;
   std::size_t in_current = 0;
-  const TensorVisitor write_tensor = [&](const std::string& name,
-                                         const std::vector<std::int64_t>&, const float* data,
-                                         std::size_t elements) {
+  const TensorVisitor write_tensor = [&](const std::string& name, const std::vector<std::int64_t>&,
+                                         const float* data, std::size_t elements) {
     while (writer == nullptr || in_current == shards[static_cast<std::size_t>(shard)].size()) {
       if (writer) writer->finish();
       ++shard;

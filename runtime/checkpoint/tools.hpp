@@ -70,6 +70,10 @@ struct HfExportResult {
 HfExportResult export_hf(const std::filesystem::path& file, const std::filesystem::path& dir,
                          const HfExportOptions& options = {});
 
+// Whether a safetensors file is one of Saturn's exports (metadata source=saturn-checkpoint): an
+// export may replace a directory of them without --force.
+bool written_by_saturn(const std::filesystem::path& safetensors);
+
 // A LoRA checkpoint's adapters as PEFT saves them, into directory `dir`: adapter_config.json
 // (rank, alpha, the target modules, rsLoRA, the base's path) and adapter_model.safetensors
 // (base_model.model.<module>.lora_A/B.weight), which peft's PeftModel.from_pretrained(base, dir)

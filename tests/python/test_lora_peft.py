@@ -29,6 +29,7 @@ import tempfile
 import warnings
 
 import venv_peers
+from token_files import write_tokens
 
 ARGS = argparse.ArgumentParser()
 ARGS.add_argument("--saturn", required=True)
@@ -86,14 +87,6 @@ def make_model(arch):
             if p.dim() == 1:
                 p.add_(0.1 * torch.randn_like(p))
     return model.eval()
-
-
-def write_tokens(path, tokens):
-    header = np.zeros(256, dtype=np.int32)
-    header[0], header[1], header[2] = 20240520, 1, len(tokens)
-    with open(path, "wb") as f:
-        f.write(header.tobytes())
-        f.write(np.asarray(tokens, dtype=np.uint16).tobytes())
 
 
 # The adapters' tolerance, relative to each tensor's largest element. Adam divides each gradient
