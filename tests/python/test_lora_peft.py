@@ -13,8 +13,9 @@ transformers, fine-tuned by Saturn with `lora:` and by peft 0.12 on the same ste
   - export: `saturn ckpt export --format peft` loads with PeftModel.from_pretrained with no
     missing or unexpected keys and no warnings, and gives Saturn's final val loss within 1e-6;
     `--format hf --merge` equals PEFT's merge_and_unload() within 1e-6.
-  - resume: ddp x2 stopped at step 10, resumed on one rank, ends bit-identical to one run; a
-    resume against a changed base is exit 2 naming the base.
+  - resume: ddp x2 stopped at step 10, resumed on one rank, ends bit-identical to one run;
+    `saturn run --np 2` pre-empted by SIGUSR1 exits 99 and `--resume --np 1` ends bit-identical
+    to an uninterrupted run; a resume against a changed base is exit 2 naming the base.
 
 Usage: test_lora_peft.py --saturn SATURN --venv VENV [--only gpt2,llama]
 """
@@ -23,9 +24,11 @@ import json
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 import warnings
 
 import venv_peers
@@ -107,16 +110,17 @@ CONFIGS = [
 ]
 
 
-def workload(path, src, data, targets, rank, alpha, rslora, reproducible=True, export=""):
+def workload(path, src, data, targets, rank, alpha, rslora, reproducible=True, export="",
+             steps=STEPS, checkpoint_every=1):
     with open(path, "w") as f:
         f.write(f"""name: lora-peft
 {'export: ' + export if export else ''}
 data: {{train: {data}, val: {data}}}
 defaults:
   seq_len: {T}
-  steps: {STEPS}
+  steps: {steps}
   eval_batches: 1
-  checkpoint_every: 1
+  checkpoint_every: {checkpoint_every}
   reproducible: {'true' if reproducible else 'false'}
   optimizer: {{lr: {LR}, weight_decay: {WD}, grad_clip: {CLIP}}}
   schedule: {{warmup: {WARMUP}, decay: hf_cosine}}
@@ -255,6 +259,7 @@ def check_arch(arch, tmp):
         if name == CONFIGS[0][0]:
             check_exports(arch, src, final, model, x, y, metrics(rd)[STEPS]["val_loss"], tmp)
             check_resume(arch, wl, src, got, tmp)
+            check_signal(arch, src, data, targets[arch], rank, alpha, rslora, tmp)
 
 
 def check_exports(arch, src, final, trained, x, y, val_loss, tmp):
@@ -333,6 +338,45 @@ def check_resume(arch, wl, src, straight, tmp):
              "--resume"], expect_rc=2)
     expect(f"{arch}: a resume on a changed base is exit 2 naming it",
            p.returncode == 2 and os.path.abspath(changed) in p.stderr, p.stderr[-400:])
+
+
+def check_signal(arch, src, data, targets, rank, alpha, rslora, tmp):
+    """`saturn run` of the LoRA job pre-empted by SIGUSR1 (as Slurm's --signal sends it): it
+    checkpoints and exits 99; `saturn run --resume` on another rank count finishes it with
+    adapters bit-identical to an uninterrupted run (reproducible mode)."""
+    wl = os.path.join(tmp, f"{arch}-signal.yaml")
+    workload(wl, src, data, targets, rank, alpha, rslora, steps=400, checkpoint_every=0)
+    env = dict(os.environ, SATURN_CALIBRATION_CACHE="none")
+    straight = os.path.join(tmp, f"{arch}-signal-straight")
+    p = subprocess.run([args.saturn, "run", wl, "--np", "1", "--run-dir", straight, "--quiet"],
+                       capture_output=True, text=True, env=env)
+    if p.returncode != 0:
+        expect(f"{arch}: saturn run of the LoRA job", False, p.stderr[-300:])
+        return
+    rd = os.path.join(tmp, f"{arch}-signal-run")
+    proc = subprocess.Popen([args.saturn, "run", wl, "--np", "2", "--run-dir", rd, "--quiet"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    progress = os.path.join(rd, "jobs", "j", "metrics.jsonl")
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        if os.path.exists(progress) and sum(1 for _ in open(progress)) >= 20:
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGUSR1)
+    out, err = proc.communicate(timeout=300)
+    done = [r for r in map(json.loads, open(progress))] if os.path.exists(progress) else []
+    stopped_at = max((r["step"] for r in done), default=0)
+    expect(f"{arch}: SIGUSR1 to saturn run: exit 99 at step {stopped_at} of 400",
+           proc.returncode == 99 and 0 < stopped_at < 400,
+           "" if proc.returncode == 99 else f"exit {proc.returncode}: {err[-300:]}")
+    p = subprocess.run([args.saturn, "run", "--resume", rd, "--np", "1", "--quiet"],
+                       capture_output=True, text=True, env=env)
+    ok = p.returncode == 0
+    a = adapters(os.path.join(straight, "jobs", "j", "final.h5")) if ok else {}
+    b = adapters(os.path.join(rd, "jobs", "j", "final.h5")) if ok else {}
+    expect(f"{arch}: --resume on one rank finishes with adapters bit-identical to one run",
+           ok and a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a),
+           "" if ok else p.stderr[-300:])
 
 
 def main():
