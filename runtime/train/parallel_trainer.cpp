@@ -200,11 +200,17 @@ void Trainer::open_metrics(std::int64_t first_step) {
 void Trainer::announce() const {
   if (options_.quiet || rank_ != 0) return;
   const ModelConfig& m = job_.model;
+  // A LoRA job: what it trains beside the frozen base.
+  const std::string lora =
+      m.lora.enabled()
+          ? fmt::format("; LoRA {}: {:.3f}M trained, the base frozen", describe_lora(m.lora),
+                        static_cast<double>(m.adapter_parameters()) / 1e6)
+          : std::string();
   log::info(
-      "job {}: {} {}x{} d_model {} ({:.2f}M parameters), {} on {} ({}), batch {} in "
+      "job {}: {} {}x{} d_model {} ({:.2f}M parameters{}), {} on {} ({}), batch {} in "
       "micro-batches of {} x {} tokens, {} steps; estimated peak {} per rank",
       job_.id, arch_name(m.arch), m.n_layer, m.n_head, m.d_model,
-      static_cast<double>(m.num_parameters()) / 1e6, par_.strategy,
+      static_cast<double>(m.num_parameters()) / 1e6, lora, par_.strategy,
       par_.degree == 1 ? device_->describe() : fmt::format("{} ranks", par_.degree),
       estimate_.layout, job_.train.batch_size, estimate_.micro_batch, job_.train.seq_len,
       total_steps_, format_bytes(estimate_.device_bytes));
@@ -322,9 +328,10 @@ void Trainer::finish() {
     // The adapters are only valid on the base they were trained with: a base that moved during
     // training (a strategy updating what it must not) is a bug, never a result.
     if (job_.model.lora.enabled() && base_fingerprint() != checkpoints_.base_checksum)
-      throw Error(fmt::format("job {}: the frozen base changed during training (weights checksum "
-                              "{} at the start): not saving adapters trained on another model",
-                              job_.id, checkpoints_.base_checksum));
+      throw Error(
+          fmt::format("job {}: the frozen base changed during training (weights checksum "
+                      "{} at the start): not saving adapters trained on another model",
+                      job_.id, checkpoints_.base_checksum));
     const auto final_file = ckpt::save_final(comm_, checkpoints_, point(done_), source_);
     if (options_.export_format != TrainOptions::Export::kNone)
       comm::agree_on(comm_, [&] {
@@ -334,8 +341,8 @@ void Trainer::finish() {
           const std::filesystem::path dir = RunDir::peft_export_dir(options_.job_dir);
           const ckpt::PeftExportResult r = ckpt::export_peft(final_file, dir);
           if (!options_.quiet)
-            log::info("job {}: final adapters for PEFT in {} ({} tensors)", job_.id,
-                      dir.string(), r.tensors);
+            log::info("job {}: final adapters for PEFT in {} ({} tensors)", job_.id, dir.string(),
+                      r.tensors);
           return;
         }
         ckpt::HfExportOptions hf_options;
