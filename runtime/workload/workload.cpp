@@ -1412,6 +1412,16 @@ Workload Parser::parse(const std::string& text) {
   if (const Entry* e = top.find("export")) {
     w.export_format = choice(*e, kExportFormats);
     check_exportable();
+    // A LoRA job's export merges its adapters into its base (hf), or hands them back for a
+    // base PEFT can load (peft): both need the base to come from a directory.
+    for (const auto& j : w.jobs)
+      if (j.model.lora.enabled() && j.init_from.empty())
+        fail(e->mark(), e->path,
+             fmt::format("`export: {}` hands LoRA job '{}' back on its base, but its model '{}' "
+                         "starts from random weights, which no directory holds (valid: give "
+                         "the model a `from:` directory, or leave `export` out and keep the "
+                         "HDF5 checkpoints)",
+                         w.export_format, j.id, j.model_name));
   }
   if (const Entry* e = top.find("selection")) parse_selection(*e, w);
 

@@ -637,6 +637,10 @@ TEST_F(WorkloadTest, LoraSettings) {
   EXPECT_CONTAINS(error(head + "  - {model: g, batch_size: 4, lora: {rank: 9999, targets: [fc]}}\n",
                         5, 44, "jobs[0].lora.rank"),
                   "out of range");
+  EXPECT_CONTAINS(error("export: peft\n" + head +
+                            "  - {model: g, batch_size: 4, lora: {rank: 4, targets: [fc]}}\n",
+                        1, 9, "export"),
+                  "starts from random weights");
   EXPECT_CONTAINS(error(head + "  - sweep: {model: g, batch_size: 4, lora: [{rank: 4}]}\n", 5, 45,
                         "jobs[0].sweep.lora"),
                   "cannot be swept as a whole");
