@@ -248,7 +248,10 @@ class RunReader {
     for (const auto& spec : w.jobs) {
       JobInfo j;
       j.id = spec.id;
-      j.model = spec.model_name;
+      // A LoRA job says so beside its model: what it trains is what tells it from a full one.
+      j.model = spec.model.lora.enabled()
+                    ? fmt::format("{} + LoRA {}", spec.model_name, describe_lora(spec.model.lora))
+                    : spec.model_name;
       j.lr = spec.train.optimizer.lr;
       j.batch_size = spec.train.batch_size;
       j.steps = spec.train.steps;
