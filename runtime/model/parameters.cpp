@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 
 #include "runtime/core/error.hpp"
@@ -275,13 +276,9 @@ BlockTensors ParameterLayout::block(int l) const {
     b.downb = maybe(mlp_bias_);
     b.post_mlpw = maybe(post_norms_);
   }
-  // The adapters follow the base tensors, in LoraTarget order (lora_linears' order).
-  const ParamTensor* next = t + (arch_ == Arch::kGpt2 ? 12 : 0);
-  if (arch_ != Arch::kGpt2) {
-    next = b.post_mlpw != nullptr ? b.post_mlpw + 1
-           : b.downb != nullptr   ? b.downb + 1
-                                  : b.downw + 1;
-  }
+  // The adapters close the group, an A and a B per target in LoraTarget order (lora_linears').
+  const auto adapters = static_cast<std::size_t>(2 * std::popcount(lora_targets_));
+  const ParamTensor* next = tensors_.data() + group_last_tensor(l) - adapters;
   for (int i = 0; i < 10; ++i)
     if ((lora_targets_ & (1u << i)) != 0) {
       b.lora[i] = {next, next + 1};

@@ -224,7 +224,6 @@ void OffloadStrategy::setup(comm::CommPair& comms, Device& device, MemoryPool& h
   device_ = &device;
   host_ = std::make_unique<cpu::CpuDevice>(host);
   const TiedHead tied(spec_.model, layout_);
-  tied_ = tied.tied;
   tied_weights_ = tied.tied ? layout_.tensors()[0].numel : 0;
   tied_elements_ = tied.elements;  // 0: untied, or frozen
   std::string why;

@@ -80,7 +80,6 @@ class OffloadStrategy : public Strategy {
   std::unique_ptr<Device> host_;  // the host pool as a device: the optimizer and sums there
   int rank_ = 0, size_ = 1;
   std::int64_t micro_ = 0;
-  bool tied_ = false;
   std::size_t tied_weights_ = 0;   // GPT-2: the token embedding's part of group -1
   std::size_t tied_elements_ = 0;  // ... its gradient's (0: frozen)
   Buffer<float> params_, grads_;   // host: fp32 master weights and gradients
