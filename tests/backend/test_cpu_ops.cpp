@@ -280,6 +280,35 @@ TEST(CpuOps, EmbeddingForwardBackward) {
   }
 }
 
+// The sums follow embedding_gradient.hpp's windows (the CUDA kernels' order, bit for bit): a
+// token's occurrences, in the sorted list of every token's, summed per window of 256 keys from
+// zero. Token 1 comes after token 0's 100 keys, so its 500 fall into windows at 100..255,
+// 256..511 and 512..599; a plain running sum from 1.0 would lose every 2^-25 added to it.
+TEST(CpuOps, EmbeddingGradientSumsPerWindowOfSortedKeys) {
+  const int T = 600, C = 3;
+  const float tiny = std::ldexp(1.0f, -25);
+  std::vector<int32_t> tok(T);
+  Vec dout(static_cast<std::size_t>(T) * C);
+  bool first_of_token1 = true;
+  for (int t = 0; t < T; ++t) {
+    tok[t] = (t < 200 && t % 2 == 0) ? 0 : 1;
+    const float v = tok[t] == 0 ? 0.5f : (first_of_token1 ? 1.0f : tiny);
+    if (tok[t] == 1) first_of_token1 = false;
+    for (int c = 0; c < C; ++c) dout[static_cast<std::size_t>(t) * C + c] = v;
+  }
+  Vec dwte(2 * C, 0.0f);
+  embedding_backward(dwte.data(), nullptr, dout.data(), tok.data(), 1, T, C);
+  float want = 0.0f;
+  want += 1.0f;           // keys 100..255: 1.0 then 155 tiny ones, each lost against 1.0
+  want += 256 * tiny;     // keys 256..511, summed from zero: exact
+  want += 88 * tiny;      // keys 512..599
+  ASSERT_NE(want, 1.0f);  // what a running sum over the positions gives
+  for (int c = 0; c < C; ++c) {
+    EXPECT_EQ(dwte[c], 50.0f) << "token 0, channel " << c;
+    EXPECT_EQ(dwte[C + c], want) << "token 1, channel " << c;
+  }
+}
+
 // ---- layernorm ------------------------------------------------------------------------------
 
 TEST(CpuOps, LayerNormForwardBackward) {

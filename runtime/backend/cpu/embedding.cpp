@@ -1,7 +1,10 @@
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "runtime/backend/cpu/ops.hpp"
 #include "runtime/backend/cpu/parallel.hpp"
+#include "runtime/backend/embedding_gradient.hpp"
 
 namespace saturn::cpu {
 
@@ -31,23 +34,45 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
   const std::ptrdiff_t N = static_cast<std::ptrdiff_t>(B) * T;
   const std::size_t row = static_cast<std::size_t>(C);
   if (dwte != nullptr) {
-    // Tokens repeat, so rows of dwte collide across positions. Each thread owns a slice of the
-    // channels and walks all positions in order: no atomics, and every element's sum has the
-    // same order whatever the thread count.
+    // Tokens repeat, so rows of dwte collide across positions. The sums follow the windows of
+    // embedding_gradient.hpp (as the CUDA kernels do). Each thread owns a slice of the channels
+    // and walks every run of sorted keys: no atomics, and the same order at any thread count.
+    std::vector<std::uint64_t> keys(static_cast<std::size_t>(N));
+    for (std::ptrdiff_t n = 0; n < N; ++n)
+      keys[static_cast<std::size_t>(n)] =
+          embedding_gradient_key(tokens[n], static_cast<std::uint64_t>(n));
+    std::sort(keys.begin(), keys.end());
+    const std::size_t count = keys.size();
 #pragma omp parallel
     {
       const detail::Range r = detail::thread_range(C, omp_get_thread_num(), omp_get_num_threads());
-      for (std::ptrdiff_t n = 0; n < N; ++n) {
-        if (tokens[n] == padding_idx) continue;
-        float* d = dwte + static_cast<std::size_t>(tokens[n]) * row;
-        const float* g = dout + static_cast<std::size_t>(n) * row;
-        if (scale != 1.0f) {
+      std::vector<float> segment(static_cast<std::size_t>(r.end - r.begin));
+      // segment = the rows of keys [first, last) summed from zero, then added to the token's row.
+      auto add_segment = [&](float* d, std::size_t first, std::size_t last) {
+        std::fill(segment.begin(), segment.end(), 0.0f);
+        for (std::size_t m = first; m < last; ++m) {
+          const float* g = dout + (keys[m] & 0xffffffffu) * row + r.begin;
 #pragma omp simd
-          for (std::ptrdiff_t c = r.begin; c < r.end; ++c) d[c] += g[c] * scale;
-        } else {
-#pragma omp simd
-          for (std::ptrdiff_t c = r.begin; c < r.end; ++c) d[c] += g[c];
+          for (std::ptrdiff_t c = 0; c < r.end - r.begin; ++c) segment[c] += g[c] * scale;
         }
+#pragma omp simd
+        for (std::ptrdiff_t c = 0; c < r.end - r.begin; ++c) d[r.begin + c] += segment[c];
+      };
+      for (std::size_t first = 0; first < count;) {
+        const std::uint64_t token = keys[first] >> 32;
+        std::size_t end = first + 1;
+        while (end < count && (keys[end] >> 32) == token) ++end;
+        if (static_cast<std::int64_t>(token) != padding_idx) {
+          float* d = dwte + token * row;
+          for (std::size_t s = first; s < end;) {
+            const std::size_t window_end =
+                (s / kEmbeddingGradientWindow + 1) * kEmbeddingGradientWindow;
+            const std::size_t last = std::min(end, window_end);
+            add_segment(d, s, last);
+            s = last;
+          }
+        }
+        first = end;
       }
     }
   }

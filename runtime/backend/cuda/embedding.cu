@@ -1,5 +1,6 @@
 #include "runtime/backend/cuda/common.cuh"
 #include "runtime/backend/cuda/ops.hpp"
+#include "runtime/backend/embedding_gradient.hpp"
 
 namespace saturn::cuda {
 namespace {
@@ -21,19 +22,20 @@ __global__ void embedding_forward_kernel(bf16* out, const std::int32_t* tokens, 
 
 // The token embedding's gradient without atomics. Tokens repeat, so rows of dwte collide; the
 // rows are grouped by token through a sort of the keys (token << 32 | position), which are
-// unique, so the sorted order is unique too: then one block per run of equal tokens adds that
-// token's rows of dout in position order, as the CPU does (cpu::embedding_backward), so the
-// result does not depend on how blocks are scheduled. The sort is bitonic over the keys padded
-// to a power of two: steps whose partners lie within a tile of kSortTile keys run in shared
-// memory, one launch for a run of them; larger strides take one launch per step.
+// unique, so the sorted order is unique too. The sums then follow embedding_gradient.hpp, as the
+// CPU does: the sorted keys are cut into windows of kEmbeddingGradientWindow; a segment (one
+// token's keys inside one window) is one block's sum, so no block adds more than a window of
+// rows, and each token's row adds its segments' sums in order, so the result does not depend on
+// how blocks are scheduled. The sort is bitonic over the keys padded to a power of two: steps
+// whose partners lie within a tile of kSortTile keys run in shared memory, one launch for a run
+// of them; larger strides take one launch per step.
 constexpr int kSortTile = 2048;
 constexpr std::uint64_t kPadKey = ~std::uint64_t{0};  // sorts after every real key
 
 __global__ void embedding_sort_keys_kernel(std::uint64_t* keys, const std::int32_t* tokens,
                                            std::size_t N, std::size_t padded) {
   for (std::size_t i = global_index(); i < padded; i += global_stride())
-    keys[i] = i < N ? (static_cast<std::uint64_t>(static_cast<std::uint32_t>(tokens[i])) << 32) | i
-                    : kPadKey;
+    keys[i] = i < N ? embedding_gradient_key(tokens[i], i) : kPadKey;
 }
 
 // The compare-exchange of keys i and i ^ j (i the lower) in stage k of a bitonic sort:
@@ -82,24 +84,56 @@ __global__ void bitonic_step_kernel(std::uint64_t* keys, std::size_t padded, std
   }
 }
 
-// One block per sorted key; the block at the start of a run of equal tokens adds the run's rows
-// of dout (in position order, the keys' order within the run) to the token's row of dwte.
+constexpr std::size_t kWindow = kEmbeddingGradientWindow;
+
+__device__ __forceinline__ std::uint64_t token_of(std::uint64_t key) {
+  return key >> 32;
+}
+
+// The rows of the sorted keys [first, last) summed from zero in key order, at channel c.
+// __fmul_rn: no multiply-add contraction, so that the rounding is the CPU's.
+__device__ __forceinline__ float segment_sum(const bf16* dout, const std::uint64_t* keys,
+                                             std::size_t first, std::size_t last, int C, int c,
+                                             float scale) {
+  float s = 0.0f;
+  for (std::size_t m = first; m < last; ++m)
+    s += __fmul_rn(to_f(dout[(keys[m] & 0xffffffffu) * C + c]), scale);
+  return s;
+}
+
+// One block per window: where a token's run continues into this window from the one before,
+// the block sums the run's segment in this window into partial[window]. Such a segment starts
+// at the window's first key, so a window holds at most one.
+__global__ void embedding_gradient_continuations_kernel(float* partial, const bf16* dout,
+                                                        const std::uint64_t* keys, std::size_t N,
+                                                        int C, float scale) {
+  const std::size_t first = static_cast<std::size_t>(blockIdx.x) * kWindow;
+  const std::uint64_t tok = token_of(keys[first]);
+  if (first == 0 || token_of(keys[first - 1]) != tok) return;  // no run continues here
+  std::size_t last = first + 1;
+  while (last < N && last < first + kWindow && token_of(keys[last]) == tok) ++last;
+  for (int c = threadIdx.x; c < C; c += blockDim.x)
+    partial[blockIdx.x * static_cast<std::size_t>(C) + c] =
+        segment_sum(dout, keys, first, last, C, c, scale);
+}
+
+// One block per sorted key; the block at the start of a run of equal tokens sums the run's first
+// segment, adds it to the token's row of dwte, then adds the run's continuations in window order.
 __global__ void embedding_backward_wte_kernel(float* dwte, const bf16* dout,
-                                              const std::uint64_t* keys, std::size_t N, int C,
-                                              int padding_idx, float scale) {
+                                              const std::uint64_t* keys, const float* partial,
+                                              std::size_t N, int C, int padding_idx, float scale) {
   const std::size_t first = blockIdx.x;
-  const std::uint64_t tok = keys[first] >> 32;
-  if (first > 0 && (keys[first - 1] >> 32) == tok) return;  // not the start of a run
+  const std::uint64_t tok = token_of(keys[first]);
+  if (first > 0 && token_of(keys[first - 1]) == tok) return;  // not the start of a run
   if (padding_idx >= 0 && tok == static_cast<std::uint64_t>(padding_idx)) return;
-  std::size_t end = first + 1;
-  while (end < N && (keys[end] >> 32) == tok) ++end;
+  const std::size_t window_end = (first / kWindow + 1) * kWindow;
+  std::size_t last = first + 1;
+  while (last < N && last < window_end && token_of(keys[last]) == tok) ++last;
   float* d = dwte + tok * C;
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
-    float s = d[c];
-    for (std::size_t m = first; m < end; ++m) {
-      const std::size_t n = keys[m] & 0xffffffffu;
-      s += to_f(dout[n * C + c]) * scale;
-    }
+    float s = d[c] + segment_sum(dout, keys, first, last, C, c, scale);
+    for (std::size_t w = window_end; w < N && token_of(keys[w]) == tok; w += kWindow)
+      s += partial[(w / kWindow) * static_cast<std::size_t>(C) + c];
     d[c] = s;
   }
 }
@@ -151,8 +185,19 @@ void embedding_backward(Context& ctx, float* dwte, float* dwpe, const bf16* dout
       bitonic_tile_kernel<<<tiles, kThreads, 0, ctx.stream()>>>(keys.data(), tile, k, k);
       SATURN_CUDA_LAUNCH_CHECK("bitonic_tile_kernel");
     }
-    embedding_backward_wte_kernel<<<N, kThreads, 0, ctx.stream()>>>(dwte, dout, keys.data(), N, C,
-                                                                    padding_idx, scale);
+    // Windows after the first can hold a run's continuation; their sums go to `partial`.
+    const auto windows = static_cast<unsigned>((N + kWindow - 1) / kWindow);
+    Buffer<float> partial(ctx.pool(), static_cast<std::size_t>(windows) * C,
+                          "embedding gradient window sums");
+    if (windows > 1) {
+      // clang-format off
+      embedding_gradient_continuations_kernel<<<windows, kThreads, 0, ctx.stream()>>>(partial.data(), dout, keys.data(), N, C, scale);
+      // clang-format on
+      SATURN_CUDA_LAUNCH_CHECK("embedding_gradient_continuations_kernel");
+    }
+    // clang-format off
+    embedding_backward_wte_kernel<<<N, kThreads, 0, ctx.stream()>>>(dwte, dout, keys.data(), partial.data(), N, C, padding_idx, scale);
+    // clang-format on
     SATURN_CUDA_LAUNCH_CHECK("embedding_backward_wte_kernel");
   }
   if (dwpe != nullptr) {

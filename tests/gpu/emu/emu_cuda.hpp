@@ -55,8 +55,8 @@ void emu_check_argument(const char* kernel, int index, const T& value) {
 // What a rewritten launch calls (transform.py) with the kernel's arguments. A launch runs at
 // once, after the deferred work queued before it on its stream (emu_stream.hpp).
 template <typename... Args>
-void emu_launch(dim3 grid, dim3 block, std::size_t smem, cudaStream_t stream,
-                const char* kernel, const std::function<void()>& body, const Args&... args) {
+void emu_launch(dim3 grid, dim3 block, std::size_t smem, cudaStream_t stream, const char* kernel,
+                const std::function<void()>& body, const Args&... args) {
   int index = 0;
   (emu_check_argument(kernel, index++, args), ...);
   emu::order_before(stream);
@@ -77,7 +77,8 @@ inline T __shfl_sync(unsigned, T v, int src) {
 }
 template <typename T>
 inline T __shfl_xor_sync(unsigned, T v, int mask) {
-  return static_cast<T>(emu::shuffle(static_cast<double>(v), static_cast<int>(threadIdx.x % 32) ^ mask));
+  return static_cast<T>(
+      emu::shuffle(static_cast<double>(v), static_cast<int>(threadIdx.x % 32) ^ mask));
 }
 inline float atomicAdd(float* p, float v) {
   const float old = *p;
@@ -94,6 +95,9 @@ inline float rsqrtf(float x) {
 }
 inline float __fdiv_rn(float a, float b) {
   return a / b;
+}
+inline float __fmul_rn(float a, float b) {
+  return a * b;  // a product never fused into a multiply-add: the host build has no FMA
 }
 inline float __fsqrt_rn(float x) {
   return std::sqrt(x);
