@@ -164,7 +164,11 @@ void NcclCommunicator::init(int device) {
     SATURN_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
     SATURN_CUDA_CHECK(cudaEventCreateWithFlags(&blocking_, cudaEventDisableTiming));
   });
-  check(ncclCommInitRank(&comm_, size_, id, rank_), "ncclCommInitRank");
+  // Non-blocking: NCCL's calls return ncclInProgress instead of blocking inside NCCL (set-up,
+  // connecting to a peer), and settle() polls them under the timeout.
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  settle(ncclCommInitRankConfig(&comm_, size_, id, rank_, &config), "ncclCommInitRankConfig");
 }
 
 NcclCommunicator::~NcclCommunicator() {
@@ -173,6 +177,7 @@ NcclCommunicator::~NcclCommunicator() {
       flush_p2p();
       SATURN_CUDA_CHECK(cudaEventRecord(blocking_, stream_));
       await_event(blocking_, "the communicator's destruction (its last operations)");
+      settle(ncclCommFinalize(comm_), "ncclCommFinalize");
     } catch (...) {
       // Reported by fail() (which aborted the communicator); destructors must not throw.
     }
@@ -235,6 +240,34 @@ std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) {
   return child;
 }
 
+void NcclCommunicator::settle(ncclResult_t issued, const std::string& what) {
+  if (issued != ncclInProgress) return check(issued, what);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int polls = 0;; ++polls) {
+    ncclResult_t state = ncclSuccess;
+    const ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
+    if (r != ncclSuccess) check(r, what + " (ncclCommGetAsyncError)");
+    if (state == ncclSuccess) return;
+    if (state != ncclInProgress) check(state, what);
+    const double waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (waited > timeout_s_)
+      fail(what, fmt::format("still in progress after {:.0f} s (SATURN_NCCL_TIMEOUT_S): a peer "
+                             "rank failed, died or has not made the same call",
+                             waited));
+    back_off(polls);
+  }
+}
+
+void NcclCommunicator::back_off(int polls) {
+  // Spin briefly (most calls finish in microseconds), then sleep a little longer each time.
+  if (polls < 64) {
+    std::this_thread::yield();
+  } else {
+    std::this_thread::sleep_for(std::chrono::microseconds(polls < 1024 ? 50 : 1000));
+  }
+}
+
 bool NcclCommunicator::poll_event(cudaEvent_t event, const std::string& what) {
   require_usable(what);
   const cudaError_t e = cudaEventQuery(event);
@@ -262,12 +295,7 @@ void NcclCommunicator::await_event(cudaEvent_t event, const std::string& what) {
       fail(what, fmt::format("not complete after {:.0f} s (SATURN_NCCL_TIMEOUT_S): a peer rank "
                              "failed, died or issued a different operation",
                              waited));
-    // Spin briefly (most operations finish in microseconds), then back off.
-    if (polls < 64) {
-      std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(polls < 1024 ? 50 : 1000));
-    }
+    back_off(polls);
   }
 }
 
@@ -318,7 +346,7 @@ void NcclCommunicator::flush_p2p() {
   // The group is closed even when a call failed, so NCCL's group state stays balanced.
   const ncclResult_t end = ncclGroupEnd();
   if (first_error != ncclSuccess) check(first_error, failed_call);
-  check(end, "ncclGroupEnd");
+  settle(end, "ncclGroupEnd of " + batch->what);
   for (const P2pBatch::Op& op : batch->ops) note_use(op.data);
   batch->done = record_on_stream(batch->what);
 }
@@ -344,7 +372,7 @@ std::unique_ptr<RequestImpl> NcclCommunicator::collective(const std::string& wha
   require_usable(what);
   flush_p2p();  // issue order is NCCL's matching order
   follow_compute();
-  check(enqueue(), what);
+  settle(enqueue(), what);
   if (blocking) {
     SATURN_CUDA_CHECK(cudaEventRecord(blocking_, stream_));
     await_event(blocking_, what);

@@ -16,6 +16,17 @@
 //    joins the group), so send/recv pairs two ranks post to each other cannot deadlock. NCCL
 //    matches point-to-point messages per peer in issue order; tags are accepted for interface
 //    compatibility but not used for matching.
+// Non-blocking mode (ncclConfig_t::blocking = 0): NCCL may block inside a call in blocking mode
+// (ncclCommInitRank waits for every member, ncclGroupEnd and the first operations with a peer
+// set up connections), where no timeout could see a dead peer. Here every call that returns
+// ncclInProgress is polled (ncclCommGetAsyncError) until complete, under the same timeout as
+// the waits, before anything else is issued on the communicator.
+// Order across communicators: operations of different communicators may run one at a time on a
+// GPU, in host issue order, so every rank must issue its operations over all its communicators
+// in one order fixed by the program (a strategy's code), never by timing or by which request
+// completed first; then whatever runs first on one rank runs first on its peers. The fake NCCL
+// of the emulator runs a process's operations one group at a time in issue order, so a strategy
+// that breaks this order deadlocks (times out) in the emulated tests.
 // Failure: every wait polls its event and ncclCommGetAsyncError, with a timeout
 // (SATURN_NCCL_TIMEOUT_S, default 600 s). On an asynchronous error or the timeout the
 // communicator calls ncclCommAbort (so no operation of it can hang the process afterwards) and
@@ -124,6 +135,10 @@ class NcclCommunicator final : public Communicator {
   // Aborts the communicator and throws NcclError for `what`.
   [[noreturn]] void fail(const std::string& what, const std::string& reason);
   void check(ncclResult_t r, const std::string& what);
+  // The communicator is non-blocking: a call that returned ncclInProgress is complete once
+  // ncclCommGetAsyncError stops saying so; polled under the timeout, as operations are.
+  void settle(ncclResult_t issued, const std::string& what);
+  static void back_off(int polls);
   void follow_compute();  // NCCL stream waits for the compute stream's queued work
   // Issues one collective: `enqueue` calls NCCL on the NCCL stream. Blocking: waits for it and
   // returns null; else returns its request.

@@ -431,7 +431,6 @@ TEST_F(GpuOps, LinearDGeluBackwardOverwritesAndAccumulates) {
   const int N = 39, OC = 56;
   // C = 96: fused (DGELU epilogue); C = 90: the GELU gradient runs as its own kernel.
   for (int C : {96, 90}) {
-    const bool fused = C % 8 == 0;
     for (auto layout : {cpu::WeightLayout::kOutIn, cpu::WeightLayout::kInOut}) {
       SCOPED_TRACE("C " + std::to_string(C) +
                    (layout == cpu::WeightLayout::kOutIn ? ", out-in" : ", in-out"));
@@ -472,7 +471,10 @@ TEST_F(GpuOps, LinearDGeluBackwardOverwritesAndAccumulates) {
                           0.5 * x * (1 - th * th) * 0.7978845608028654 * (1 + 3 * 0.044715 * x * x);
         const double sum_err = 2.0 * OC * std::ldexp(1.0, -24) * s[i];
         const double big = std::max(std::abs(got[i]), std::abs(dpre[i]));
-        bound[i] = kU * big * (fused ? 1.0 : 2.0) + std::abs(gp) * sum_err +
+        // Two bf16 roundings on both paths: the unfused one stores dact in bf16 before the
+        // GELU kernel, and cuBLASLt's DGELU epilogue errs as much on a GPU (up to 1.5 half-ulps
+        // on an H200 with cuBLASLt 13, device check of 2026-12-04), as if it rounded dact too.
+        bound[i] = 2.0 * kU * big + std::abs(gp) * sum_err +
                    kTanhAllowance * (1 + std::abs(x)) * std::abs(dact[i]);
       }
       EXPECT_TRUE(within(got, dpre, bound, "GELU input gradient"));
@@ -683,7 +685,15 @@ void attention_case(GpuOps& t, int B, int T, int H, int hd, const Vec* given_qkv
   const auto forward_tiles = t.ctx().attention_tiles();
   EXPECT_EQ(forward_tiles.forward, tiles);
   EXPECT_EQ(forward_tiles.dq + forward_tiles.dkv, 0u);
-  SATURN_EXPECT_CLOSE(t.download(d_out, out.size()), out, kTolBf16);
+  {
+    // O = P·V with P rounded to bf16 on the GPU: where the terms cancel, the error is absolute
+    // (one element of 102400 over bf16's relative bound with an rms-based atol, T = 200,
+    // hd = 128, seed 1643585859426690576), so the absolute part is doubled, as for dq, dk, dv.
+    const Vec got_out = t.download(d_out, out.size());
+    EXPECT_EQ(first_non_finite(got_out), -1);
+    EXPECT_LT(rel_error(got_out, out), kTolBf16);
+    EXPECT_TRUE(elements_close(got_out, out, kTolBf16, 2 * kTolBf16));
+  }
   EXPECT_EQ(first_non_finite(t.download(d_lse, static_cast<std::size_t>(B) * H * T)), -1);
 
   // Backward from the GPU's own (bf16) forward output, as the model does; the CPU gets the
@@ -719,16 +729,13 @@ void attention_case(GpuOps& t, int B, int T, int H, int hd, const Vec* given_qkv
         w.push_back(dqkv[r * stride + part_begin[part] + c]);
       }
     SCOPED_TRACE(part == 0 ? "dq" : part == 1 ? "dk" : "dv");
-    // With Hkv < H, dv sums the group's H/Hkv terms P_h^T·dO_h, each with P rounded to bf16;
-    // where the terms cancel, their errors are absolute like dq's and dk's (one element of
-    // 17920 over the single-head bound, seed 15664336447355901200), so dv takes their bound.
-    if (part == 2 && Hkv == H) {
-      SATURN_EXPECT_CLOSE(g, w, kTolBf16);
-    } else {
-      EXPECT_EQ(first_non_finite(g), -1);
-      EXPECT_LT(rel_error(g, w), 2 * kTolBf16);
-      EXPECT_TRUE(elements_close(g, w, kTolBf16, 2 * kTolBf16));
-    }
+    // dv = Σ_queries P^T·dO with P rounded to bf16 on the GPU: where the terms cancel, the
+    // error is absolute like dq's and dk's (one element of 17920 over a relative bound with
+    // Hkv < H, seed 15664336447355901200; one of 102400 with Hkv = H, T = 200, hd = 128, seed
+    // 9399221065307948057), so dv takes their bound too.
+    EXPECT_EQ(first_non_finite(g), -1);
+    EXPECT_LT(rel_error(g, w), 2 * kTolBf16);
+    EXPECT_TRUE(elements_close(g, w, kTolBf16, 2 * kTolBf16));
   }
 }
 

@@ -28,6 +28,23 @@
 //    the peers' matching operations then never complete either. ncclCommAbort completes
 //    (without results) every queued operation of the communicator, as aborting does on a GPU.
 //
+//  - Non-blocking communicators (ncclCommInitRankConfig with config.blocking = 0): set-up,
+//    every operation outside a group, ncclGroupEnd and ncclCommFinalize return ncclInProgress
+//    and complete late, while ncclCommGetAsyncError is polled (it says ncclInProgress until
+//    then); another call on the communicator before that is ncclInvalidUsage. Connections are
+//    set up lazily, as NCCL does: a communicator's first collective, and its first send or
+//    receive with each peer, exchange a token with those peers before the operations are
+//    queued, so a dead peer leaves the call in progress (non-blocking) or blocks it forever
+//    (blocking mode, as NCCL blocks in ncclCommInitRank or ncclGroupEnd).
+//    SATURN_EMU_NCCL_DEAD=R:K makes MPI world rank R a dead process from its K-th NCCL call on
+//    (0-based, counting set-ups, operations outside a group and outermost ncclGroupEnds): it
+//    sends nothing more and its calls never complete.
+//  - One device, one order: NCCL's kernels of different communicators may run one at a time on
+//    a GPU, in the order the host issued them (a kernel waiting for a peer keeps the others
+//    out), so ranks that issue operations of two communicators in different orders can
+//    deadlock. The fake runs a process's operations, over all its communicators, one group at a
+//    time in issue order: such a program deadlocks here too (the waits time out).
+//
 // Communicator set-up: ncclGetUniqueId names its creator (MPI world rank) and a counter; the
 // creator must be a member (NcclCommunicator creates it on rank 0). ncclCommInitRank exchanges
 // world ranks through the creator over MPI_COMM_WORLD (tags 20000-29999), then creates an MPI
@@ -40,14 +57,18 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <array>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <memory>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "runtime/core/dtype.hpp"
@@ -55,6 +76,14 @@
 #include "tests/gpu/emu/emu_stream.hpp"
 
 struct FakeBatch;
+
+// A call of a non-blocking communicator that has not completed: ncclCommGetAsyncError advances
+// it and says ncclInProgress until it has. A blocking communicator's call runs it to the end.
+struct FakePending {
+  virtual ~FakePending() = default;
+  virtual bool advance() = 0;  // true once complete
+  virtual void cancel() {}     // ncclCommAbort: drop its messages
+};
 
 struct ncclComm {
   MPI_Comm mpi = MPI_COMM_NULL;
@@ -65,6 +94,10 @@ struct ncclComm {
   std::uint64_t collective_seq = 0;  // collectives issued on this communicator
   std::set<cudaStream_t> streams;    // where its operations were queued
   std::set<FakeBatch*> running;
+  bool blocking = true;                  // ncclConfig_t::blocking
+  std::unique_ptr<FakePending> pending;  // the non-blocking call in progress
+  std::set<int> connected;               // peers of a point-to-point connection
+  bool collectives_connected = false;    // the first collective has connected every peer
 };
 
 namespace {
@@ -98,6 +131,7 @@ const char* kind_name(Kind k) {
 
 constexpr int kCollectiveTag = 1;
 constexpr int kP2pTag = 2;
+constexpr int kConnectTag = 3;
 
 struct Header {
   std::int32_t kind = 0, type = 0, op = 0, root = 0;
@@ -272,6 +306,84 @@ const Injection& injection() {
 std::uint64_t g_op_counter = 0;
 int g_comm_counter = 0;
 
+// SATURN_EMU_NCCL_DEAD=R:K (see the file comment).
+struct Death {
+  bool active = false;
+  int rank = -1;
+  std::uint64_t call = 0;
+};
+const Death& death() {
+  static const Death d = [] {
+    Death x;
+    const char* v = std::getenv("SATURN_EMU_NCCL_DEAD");
+    if (v == nullptr || *v == '\0') return x;
+    unsigned long long k = 0;
+    if (std::sscanf(v, "%d:%llu", &x.rank, &k) != 2) {
+      std::fprintf(stderr, "fake NCCL: SATURN_EMU_NCCL_DEAD='%s' is not RANK:CALL_INDEX\n", v);
+      std::abort();
+    }
+    x.active = true;
+    x.call = k;
+    return x;
+  }();
+  return d;
+}
+std::uint64_t g_call_counter = 0;
+bool g_dead = false;
+
+// Counts one call (a set-up, an operation outside a group, an outermost ncclGroupEnd): true when
+// this process is dead from it on.
+bool call_dies() {
+  if (!g_dead) {
+    const Death& d = death();
+    if (d.active && d.rank == world_rank() && d.call == g_call_counter) {
+      std::fprintf(stderr,
+                   "fake NCCL: world rank %d dies at its NCCL call %llu "
+                   "(SATURN_EMU_NCCL_DEAD)\n",
+                   d.rank, static_cast<unsigned long long>(d.call));
+      g_dead = true;
+    }
+  }
+  ++g_call_counter;
+  return g_dead;
+}
+
+struct NeverCompletes final : FakePending {
+  bool advance() override { return false; }
+};
+
+// A dead process's call: in progress forever (non-blocking), or blocked forever.
+ncclResult_t dead_call(ncclComm* comm) {
+  if (comm != nullptr && !comm->blocking) {
+    comm->pending = std::make_unique<NeverCompletes>();
+    return ncclInProgress;
+  }
+  for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+}
+
+void cancel_requests(std::vector<MPI_Request>& requests) {
+  for (MPI_Request& r : requests)
+    if (r != MPI_REQUEST_NULL) {
+      MPI_Cancel(&r);
+      MPI_Request_free(&r);
+    }
+  requests.clear();
+}
+
+// Runs a call to its end (a blocking communicator), or leaves it to ncclCommGetAsyncError.
+ncclResult_t run_or_defer(ncclComm* comm, std::unique_ptr<FakePending> call) {
+  if (comm->blocking) {
+    while (!call->advance()) std::this_thread::yield();  // forever, if a peer is dead
+    return comm->async_error;
+  }
+  comm->pending = std::move(call);
+  return ncclInProgress;
+}
+
+// The operations of one process, over all its communicators, in issue order: each starts only
+// once every operation issued before it has finished (see the file comment).
+std::deque<FakeBatch*> g_lane;
+
 }  // namespace
 
 // One queue item: the operations of one group on one (communicator, stream).
@@ -289,6 +401,15 @@ struct FakeBatch {
   std::vector<std::vector<std::byte>> own;  // this rank's staged send data, per op
   bool stalled = false;                     // injected failure or a detected mismatch
   bool finished = false;
+  bool reached = false;  // its stream has reached it
+  bool begun = false;    // its messages are posted
+
+  FakeBatch() { g_lane.push_back(this); }
+  ~FakeBatch() { leave_lane(); }
+  void leave_lane() {
+    auto it = std::find(g_lane.begin(), g_lane.end(), this);
+    if (it != g_lane.end()) g_lane.erase(it);
+  }
 
   Header header_of(const Op& op) const {
     Header h;
@@ -363,7 +484,20 @@ struct FakeBatch {
     return true;
   }
 
+  // Its stream has reached it: it begins once it is first in the process's lane.
   void start() {
+    reached = true;
+    try_begin();
+  }
+  bool try_begin() {
+    if (begun) return true;
+    if (comm->aborted || g_lane.empty() || g_lane.front() != this) return false;
+    begun = true;
+    begin();
+    return true;
+  }
+
+  void begin() {
     if (comm->aborted) return;
     comm->running.insert(this);
     own.resize(ops.size());
@@ -511,7 +645,11 @@ struct FakeBatch {
   }
 
   bool poll() {
-    if (comm->aborted) return true;  // aborted: complete without results
+    if (comm->aborted) {  // aborted: complete without results
+      leave_lane();
+      return true;
+    }
+    if (!try_begin()) return false;
     if (stalled) return false;
     if (!requests.empty()) {
       int done = 0;
@@ -537,6 +675,7 @@ struct FakeBatch {
     finish();
     if (!finished) return false;
     comm->running.erase(this);
+    leave_lane();
     return true;
   }
 
@@ -582,6 +721,164 @@ void enqueue_ops(std::vector<Op> ops) {
   }
 }
 
+// Lazy connection set-up before operations are queued (see the file comment): a token sent to
+// and received from each peer of `peers` (a peer once per connection, so both sides exchange
+// as many), then the operations go on their streams. A non-blocking call also completes late
+// with nothing to connect.
+struct Connect final : FakePending {
+  std::vector<Op> ops;
+  std::vector<MPI_Request> requests;
+  std::vector<std::int32_t> tokens;
+  int polls = 1;
+
+  Connect(ncclComm* comm, std::vector<Op> o, const std::vector<int>& peers)
+      : ops(std::move(o)), tokens(2 * peers.size(), 1) {
+    for (std::size_t i = 0; i < peers.size(); ++i) {
+      MPI_Request r[2];
+      MPI_Isend(&tokens[2 * i], 1, MPI_INT32_T, peers[i], kConnectTag, comm->mpi, &r[0]);
+      MPI_Irecv(&tokens[2 * i + 1], 1, MPI_INT32_T, peers[i], kConnectTag, comm->mpi, &r[1]);
+      requests.insert(requests.end(), r, r + 2);
+    }
+  }
+  bool advance() override {
+    if (polls > 0) {
+      --polls;
+      return false;
+    }
+    if (!requests.empty()) {
+      int done = 0;
+      MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE);
+      if (done == 0) return false;
+      requests.clear();
+    }
+    enqueue_ops(std::move(ops));
+    ops.clear();
+    return true;
+  }
+  void cancel() override { cancel_requests(requests); }
+};
+
+// The peers `ops` connect to on first use: each send/recv peer not yet connected, and every
+// other rank for the communicator's first collective.
+std::vector<int> new_connections(ncclComm* comm, const std::vector<Op>& ops) {
+  std::vector<int> peers;
+  for (const Op& op : ops) {
+    if (op.kind == Kind::kSend || op.kind == Kind::kRecv) {
+      if (comm->connected.insert(op.root).second) peers.push_back(op.root);
+    } else if (!comm->collectives_connected) {
+      comm->collectives_connected = true;
+      for (int j = 0; j < comm->size; ++j)
+        if (j != comm->rank) peers.push_back(j);
+    }
+  }
+  return peers;
+}
+
+// Issues one call's operations (one, or a group's): per communicator, connect, then queue.
+ncclResult_t submit(std::vector<Op> ops) {
+  std::vector<std::pair<ncclComm*, std::vector<Op>>> parts;
+  for (Op& op : ops) {
+    auto it = std::find_if(parts.begin(), parts.end(),
+                           [&](const auto& part) { return part.first == op.comm; });
+    if (it == parts.end()) {
+      parts.push_back({op.comm, {}});
+      it = parts.end() - 1;
+    }
+    it->second.push_back(op);
+  }
+  ncclResult_t result = ncclSuccess;
+  for (auto& [comm, part] : parts) {
+    const std::vector<int> peers = new_connections(comm, part);
+    const ncclResult_t r =
+        run_or_defer(comm, std::make_unique<Connect>(comm, std::move(part), peers));
+    if (r != ncclSuccess && result == ncclSuccess) result = r;
+  }
+  return result;
+}
+
+// ncclCommInitRank's exchange: every member's world rank, in communicator rank order, gathered
+// through the id's creator over MPI_COMM_WORLD, then the members' MPI communicator.
+struct InitExchange final : FakePending {
+  ncclComm* comm;
+  int root, tag;
+  std::vector<int> table;
+  std::vector<std::array<int, 2>> pairs;  // (communicator rank, world rank) per member
+  std::vector<MPI_Request> requests;
+  bool table_sent = false;
+
+  InitExchange(ncclComm* c, int creator, int exchange_tag)
+      : comm(c), root(creator), tag(exchange_tag), table(static_cast<std::size_t>(c->size), -1) {
+    if (comm->world_rank == root) {
+      table[static_cast<std::size_t>(comm->rank)] = root;
+      pairs.resize(static_cast<std::size_t>(comm->size - 1));
+      for (auto& pair : pairs) post(MPI_Irecv, pair.data(), 2, MPI_ANY_SOURCE);
+    } else {
+      pairs.push_back({comm->rank, comm->world_rank});
+      MPI_Request r{};
+      MPI_Isend(pairs[0].data(), 2, MPI_INT, root, tag, MPI_COMM_WORLD, &r);
+      requests.push_back(r);
+      post(MPI_Irecv, table.data(), comm->size, root);
+    }
+  }
+  template <typename Recv>
+  void post(Recv recv, int* into, int n, int from) {
+    MPI_Request r{};
+    recv(into, n, MPI_INT, from, tag, MPI_COMM_WORLD, &r);
+    requests.push_back(r);
+  }
+  bool advance() override {
+    int done = 0;
+    MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE);
+    if (done == 0) return false;
+    requests.clear();
+    if (comm->world_rank == root && !table_sent) {
+      for (const auto& [rank, world] : pairs) {
+        if (rank < 0 || rank >= comm->size || table[static_cast<std::size_t>(rank)] != -1) {
+          async_fail(comm, ncclInvalidUsage,
+                     "ncclCommInitRank: two members claim rank " + std::to_string(rank));
+          return true;
+        }
+        table[static_cast<std::size_t>(rank)] = world;
+      }
+      for (int k = 0; k < comm->size; ++k)
+        if (k != comm->rank) {
+          MPI_Request r{};
+          MPI_Isend(table.data(), comm->size, MPI_INT, table[static_cast<std::size_t>(k)], tag,
+                    MPI_COMM_WORLD, &r);
+          requests.push_back(r);
+        }
+      table_sent = true;
+      return false;
+    }
+    // Every member has the table: the members' communicator (collective over them).
+    MPI_Group world_group, group;
+    MPI_Comm_group(MPI_COMM_WORLD, &world_group);
+    MPI_Group_incl(world_group, comm->size, table.data(), &group);
+    const int rc = MPI_Comm_create_group(MPI_COMM_WORLD, group, tag, &comm->mpi);
+    MPI_Group_free(&group);
+    MPI_Group_free(&world_group);
+    if (rc != MPI_SUCCESS) {
+      async_fail(comm, ncclSystemError, "ncclCommInitRank: MPI_Comm_create_group failed");
+      return true;
+    }
+    MPI_Comm_set_errhandler(comm->mpi, MPI_ERRORS_RETURN);
+    return true;
+  }
+  void cancel() override { cancel_requests(requests); }
+};
+
+// ncclCommFinalize of a non-blocking communicator: completes late, its operations done.
+struct FinalizeLate final : FakePending {
+  ncclComm* comm;
+  int polls = 1;
+  explicit FinalizeLate(ncclComm* c) : comm(c) {}
+  bool advance() override {
+    if (polls-- > 0) return false;
+    for (cudaStream_t s : comm->streams) emu::synchronize_stream(s);
+    return true;
+  }
+};
+
 ncclResult_t check_buffer(ncclComm* comm, const void* p, std::size_t bytes, const char* what,
                           const char* call) {
   if (bytes == 0) return ncclSuccess;
@@ -600,6 +897,11 @@ ncclResult_t issue(Op op) {
                 std::string(call) + ": no (or a destroyed) communicator");
   if (comm->aborted)
     return fail(comm, ncclInvalidUsage, std::string(call) + ": the communicator was aborted");
+  if (comm->pending)
+    return fail(comm, ncclInvalidUsage,
+                std::string(call) +
+                    ": called before the previous call on this non-blocking communicator "
+                    "completed (poll ncclCommGetAsyncError until it is not ncclInProgress)");
   if (comm->async_error != ncclSuccess) return comm->async_error;
   const std::size_t es = type_size(op.type);
   if (es == 0) return fail(comm, ncclInvalidArgument, std::string(call) + ": unknown data type");
@@ -650,10 +952,10 @@ ncclResult_t issue(Op op) {
   op.inject_failure = inj.active && inj.rank == comm->world_rank && inj.op == op.index;
   if (g_group_depth > 0) {
     g_grouped.push_back(op);
-  } else {
-    enqueue_ops({op});
+    return ncclSuccess;
   }
-  return ncclSuccess;
+  if (call_dies()) return dead_call(comm);
+  return submit({op});
 }
 
 }  // namespace
@@ -706,7 +1008,8 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
   return ncclSuccess;
 }
 
-ncclResult_t ncclCommInitRank(ncclComm_t* out, int nranks, ncclUniqueId id, int rank) {
+ncclResult_t ncclCommInitRankConfig(ncclComm_t* out, int nranks, ncclUniqueId id, int rank,
+                                    ncclConfig_t* config) {
   std::int32_t fields[3];
   std::memcpy(fields, id.internal, sizeof(fields));
   if (fields[0] != 0x5a4e4343)
@@ -714,46 +1017,24 @@ ncclResult_t ncclCommInitRank(ncclComm_t* out, int nranks, ncclUniqueId id, int 
                 "ncclCommInitRank: not a unique id of ncclGetUniqueId");
   if (nranks < 1 || rank < 0 || rank >= nranks)
     return fail(nullptr, ncclInvalidArgument, "ncclCommInitRank: rank outside [0, nranks)");
-  const int root = fields[1];
-  const int tag = 20000 + fields[2] % 10000;
-  const int me = world_rank();
-  // Every member's world rank, in communicator rank order, gathered through the id's creator.
-  std::vector<int> table(static_cast<std::size_t>(nranks), -1);
-  if (me == root) {
-    table[static_cast<std::size_t>(rank)] = me;
-    for (int k = 1; k < nranks; ++k) {
-      int pair[2];
-      MPI_Recv(pair, 2, MPI_INT, MPI_ANY_SOURCE, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-      if (pair[0] < 0 || pair[0] >= nranks || table[static_cast<std::size_t>(pair[0])] != -1)
-        return fail(nullptr, ncclInvalidUsage,
-                    "ncclCommInitRank: two members claim rank " + std::to_string(pair[0]));
-      table[static_cast<std::size_t>(pair[0])] = pair[1];
-    }
-    for (int k = 0; k < nranks; ++k)
-      if (k != rank)
-        MPI_Send(table.data(), nranks, MPI_INT, table[static_cast<std::size_t>(k)], tag,
-                 MPI_COMM_WORLD);
-  } else {
-    const int pair[2] = {rank, me};
-    MPI_Send(pair, 2, MPI_INT, root, tag, MPI_COMM_WORLD);
-    MPI_Recv(table.data(), nranks, MPI_INT, root, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-  }
-  MPI_Group world_group, group;
-  MPI_Comm_group(MPI_COMM_WORLD, &world_group);
-  MPI_Group_incl(world_group, nranks, table.data(), &group);
   auto comm = std::make_unique<ncclComm>();
-  const int rc = MPI_Comm_create_group(MPI_COMM_WORLD, group, tag, &comm->mpi);
-  MPI_Group_free(&group);
-  MPI_Group_free(&world_group);
-  if (rc != MPI_SUCCESS)
-    return fail(nullptr, ncclSystemError, "ncclCommInitRank: MPI_Comm_create_group failed");
-  MPI_Comm_set_errhandler(comm->mpi, MPI_ERRORS_RETURN);
   comm->rank = rank;
   comm->size = nranks;
-  comm->world_rank = me;
+  comm->world_rank = world_rank();
   comm->id = g_comm_counter++;
-  *out = comm.release();
-  return ncclSuccess;
+  // NCCL_CONFIG_UNDEF_INT (the initializer's value) means NCCL's default: blocking.
+  comm->blocking = config == nullptr || config->blocking != 0;
+  ncclComm* c = comm.get();
+  *out = comm.release();  // set at once: a call in progress can be polled or aborted
+  if (call_dies()) return dead_call(c);
+  const ncclResult_t r =
+      run_or_defer(c, std::make_unique<InitExchange>(c, fields[1], 20000 + fields[2] % 10000));
+  if (r != ncclSuccess && r != ncclInProgress) *out = nullptr;
+  return r;
+}
+
+ncclResult_t ncclCommInitRank(ncclComm_t* out, int nranks, ncclUniqueId id, int rank) {
+  return ncclCommInitRankConfig(out, nranks, id, rank, nullptr);
 }
 
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* error) {
@@ -761,13 +1042,20 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* error) {
     return fail(nullptr, ncclInvalidArgument, "ncclCommGetAsyncError: no communicator");
   // A GPU's proxy thread makes progress on its own; polling the error is such a moment here.
   if (!comm->aborted) emu::progress();
-  *error = comm->async_error;
+  if (comm->pending && comm->pending->advance()) comm->pending.reset();
+  *error = comm->async_error != ncclSuccess ? comm->async_error
+           : comm->pending                  ? ncclInProgress
+                                            : ncclSuccess;
   return ncclSuccess;
 }
 
 ncclResult_t ncclCommAbort(ncclComm_t comm) {
   if (comm == nullptr) return ncclSuccess;
   comm->aborted = true;
+  if (comm->pending) {
+    comm->pending->cancel();
+    comm->pending.reset();
+  }
   for (FakeBatch* b : comm->running) b->cancel();
   comm->running.clear();
   // Queued operations complete (without results) once reached: reach them now.
@@ -777,8 +1065,28 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
   return ncclSuccess;
 }
 
+ncclResult_t ncclCommFinalize(ncclComm_t comm) {
+  if (comm == nullptr)
+    return fail(nullptr, ncclInvalidArgument, "ncclCommFinalize: no communicator");
+  if (comm->pending)
+    return fail(comm, ncclInvalidUsage,
+                "ncclCommFinalize: called before the previous call on this non-blocking "
+                "communicator completed");
+  if (comm->async_error != ncclSuccess) return comm->async_error;
+  if (!comm->blocking) {
+    comm->pending = std::make_unique<FinalizeLate>(comm);
+    return ncclInProgress;
+  }
+  for (cudaStream_t s : comm->streams) emu::synchronize_stream(s);
+  return ncclSuccess;
+}
+
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   if (comm == nullptr) return ncclSuccess;
+  if (comm->pending)
+    return fail(comm, ncclInvalidUsage,
+                "ncclCommDestroy: a call on this non-blocking communicator is in progress "
+                "(ncclCommAbort ends it)");
   if (comm->async_error != ncclSuccess) return ncclCommAbort(comm);
   // Completes the operations still queued (they need the peers, as on a GPU).
   for (cudaStream_t s : comm->streams) emu::synchronize_stream(s);
@@ -795,12 +1103,12 @@ ncclResult_t ncclGroupStart() {
 ncclResult_t ncclGroupEnd() {
   if (g_group_depth == 0)
     return fail(nullptr, ncclInvalidUsage, "ncclGroupEnd without ncclGroupStart");
-  if (--g_group_depth == 0) {
-    std::vector<Op> ops = std::move(g_grouped);
-    g_grouped.clear();
-    if (!ops.empty()) enqueue_ops(std::move(ops));
-  }
-  return ncclSuccess;
+  if (--g_group_depth > 0) return ncclSuccess;
+  std::vector<Op> ops = std::move(g_grouped);
+  g_grouped.clear();
+  if (ops.empty()) return ncclSuccess;
+  if (call_dies()) return dead_call(ops.front().comm);
+  return submit(std::move(ops));
 }
 
 ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t type,

@@ -5,7 +5,9 @@
 // fake must catch a kernel that reads a result without waiting for it (the test proves the
 // fake's strictness, so that the strategies' runs over it mean something); an asynchronous
 // error on one rank must make every rank throw NcclError within the timeout instead of hanging
-// (test_emulated_nccl_failure_np2, with SATURN_EMU_NCCL_FAIL).
+// (test_emulated_nccl_failure_np2, with SATURN_EMU_NCCL_FAIL); a dead peer during set-up, a
+// group or a collective likewise (test_emulated_nccl_dead_*, with SATURN_EMU_NCCL_DEAD); two
+// communicators whose operations the ranks issue in different orders deadlock, as on a GPU.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -13,6 +15,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -404,6 +407,119 @@ TEST(EmulatedNccl, InjectedFailureMakesEveryRankThrowWithinTheTimeout) {
   // Every later call fails at once, naming the first failure.
   EXPECT_THROW(k.nccl.allreduce(d, n, DType::kFloat32, ReduceOp::kSum), NcclError);
   EXPECT_THROW(k.nccl.isend(d, n, DType::kFloat32, (k.r + 1) % k.p, 0).wait(), NcclError);
+}
+
+// Operations of two communicators issued in one order on every rank complete; issued in
+// different orders they deadlock on a GPU, which may run one communicator's kernels at a time
+// in issue order: the fake does so too, and the waits time out (NcclCommunicator's rule, see
+// nccl_communicator.hpp).
+void two_communicators(bool same_order) {
+  Rank k;
+  NcclCommunicator other(world(), k.device.index(), k.device.context().stream());
+  k.nccl.set_timeout_seconds(3);
+  other.set_timeout_seconds(3);
+  const std::size_t n = 32;
+  void* a = upload(k, DType::kFloat32, values(k.r, n));
+  void* b = upload(k, DType::kFloat32, values(k.r, n, 1));
+  std::vector<double> sum_a(n, 0.0), sum_b(n, 0.0);
+  for (int q = 0; q < k.p; ++q) {
+    const auto va = values(q, n), vb = values(q, n, 1);
+    for (std::size_t i = 0; i < n; ++i) sum_a[i] += va[i], sum_b[i] += vb[i];
+  }
+  // Connected first (a communicator's first collective connects its peers, a rendezvous of
+  // its own), so what follows tests the order in which the operations run.
+  void* warm = upload(k, DType::kFloat32, values(k.r, 1));
+  k.nccl.allreduce(warm, 1, DType::kFloat32, ReduceOp::kSum);
+  other.allreduce(warm, 1, DType::kFloat32, ReduceOp::kSum);
+  const bool a_first = same_order || k.r == 0;
+  Request first = a_first ? k.nccl.iallreduce(a, n, DType::kFloat32, ReduceOp::kSum)
+                          : other.iallreduce(b, n, DType::kFloat32, ReduceOp::kSum);
+  Request second = a_first ? other.iallreduce(b, n, DType::kFloat32, ReduceOp::kSum)
+                           : k.nccl.iallreduce(a, n, DType::kFloat32, ReduceOp::kSum);
+  int timeouts = 0;
+  for (Request* r : {&first, &second}) {
+    try {
+      r->wait();
+    } catch (const NcclError& e) {
+      ++timeouts;
+      EXPECT_EQ(e.operation(), "ncclAllReduce");
+      EXPECT_NE(std::string(e.what()).find("SATURN_NCCL_TIMEOUT_S"), std::string::npos) << e.what();
+    }
+  }
+  if (same_order) {
+    EXPECT_EQ(timeouts, 0) << "rank " << k.r;
+    expect_values(download(DType::kFloat32, a, n), sum_a, 0, "first communicator");
+    expect_values(download(DType::kFloat32, b, n), sum_b, 0, "second communicator");
+  } else {
+    EXPECT_GE(timeouts, 1) << "rank " << k.r << ": operations of two communicators issued in "
+                           << "different orders on the ranks completed; a GPU may deadlock there";
+  }
+}
+
+TEST(EmulatedNccl, TwoCommunicatorsInOneIssueOrderComplete) {
+  two_communicators(true);
+}
+
+TEST(EmulatedNccl, TwoCommunicatorsInDifferentIssueOrdersDeadlock) {
+  if (world().size() != 2) GTEST_SKIP() << "written for 2 ranks";
+  two_communicators(false);
+}
+
+// A dead peer (SATURN_EMU_NCCL_DEAD: world rank 1 stops at its K-th NCCL call) ends every rank's
+// call with NcclError within the timeout (4 s, set by the ctest entries), in set-up, in a
+// point-to-point group and in a collective, instead of blocking inside NCCL.
+void expect_ends_within_timeout(const std::function<void()>& call, const std::string& operation) {
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    call();
+    ADD_FAILURE() << "no error on rank " << world().rank();
+  } catch (const NcclError& e) {
+    EXPECT_EQ(e.operation().rfind(operation, 0), 0u) << e.operation();
+    EXPECT_NE(std::string(e.what()).find("SATURN_NCCL_TIMEOUT_S"), std::string::npos) << e.what();
+  }
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(waited, 4.0 + 10.0) << "rank " << world().rank();
+}
+
+#define SATURN_SKIP_UNLESS_DEAD_PEER(entry) \
+  if (std::getenv("SATURN_EMU_NCCL_DEAD") == nullptr) GTEST_SKIP() << "run by " entry
+
+TEST(EmulatedNcclDeadPeer, DuringSetUp) {
+  SATURN_SKIP_UNLESS_DEAD_PEER("test_emulated_nccl_dead_setup_np2");
+  cuda::CudaDevice device{world().rank(), std::size_t{64} << 20};
+  expect_ends_within_timeout(
+      [&] { NcclCommunicator c(world(), device.index(), device.context().stream()); },
+      "ncclCommInitRankConfig");
+}
+
+TEST(EmulatedNcclDeadPeer, DuringGroup) {
+  SATURN_SKIP_UNLESS_DEAD_PEER("test_emulated_nccl_dead_group_np2");
+  Rank k;  // set-up: call 0
+  const std::size_t n = 16;
+  void* out = upload(k, DType::kFloat32, values(k.r, n));
+  void* in = k.alloc(n * sizeof(float));
+  const int peer = (k.r + 1) % k.p;
+  expect_ends_within_timeout(
+      [&] {
+        Request s = k.nccl.isend(out, n, DType::kFloat32, peer, 0);
+        Request r = k.nccl.irecv(in, n, DType::kFloat32, peer, 0);
+        r.wait();  // the group (call 1)
+        s.wait();
+      },
+      "ncclGroupEnd");
+  EXPECT_TRUE(k.nccl.aborted());
+}
+
+TEST(EmulatedNcclDeadPeer, DuringCollective) {
+  SATURN_SKIP_UNLESS_DEAD_PEER("test_emulated_nccl_dead_collective_np2");
+  Rank k;  // set-up: call 0
+  const std::size_t n = 16;
+  void* d = upload(k, DType::kFloat32, values(k.r, n));
+  expect_ends_within_timeout(
+      [&] { k.nccl.allreduce(d, n, DType::kFloat32, ReduceOp::kSum); },  // call 1
+      "ncclAllReduce");
+  EXPECT_TRUE(k.nccl.aborted());
 }
 
 }  // namespace
