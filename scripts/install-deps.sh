@@ -14,7 +14,7 @@ packages=(build-essential cmake pkg-config git
 if [[ "${1:-}" == "--tests" ]]; then
   # Test and benchmark peers only; the runtime never needs Python.
   packages+=(python3 python3-numpy python3-torch python3-h5py python3-venv python3-psutil
-    python3-yaml slurmctld slurmd munge chromium)
+    python3-yaml python3-jinja2 slurmctld slurmd munge chromium)
 fi
 
 # The Hugging Face test peers (tests/python/test_hf_models.py): Debian has no `transformers`, so

@@ -31,15 +31,25 @@ void add_data_command(CLI::App& root, Action* action) {
       "/tokens, uint32) when the vocabulary exceeds 65536. Files are written under a temporary\n"
       "name and renamed, so a failed run leaves no partial file (and no DIR it created); an\n"
       "output that exists and is not a regular file (a FIFO, a link) is refused.\n"
+      "With --format jsonl (and --tokenizer), each input line is an instruction record,\n"
+      "{\"prompt\", \"completion\"} or {\"messages\": [{\"role\", \"content\"}, ...]}; chat\n"
+      "records are rendered with the tokenizer's chat template (tokenizer_config.json, as\n"
+      "transformers renders it; jinja2 needed), an eos ends each record, and a loss mask beside\n"
+      "each token file (DIR/train.mask, DIR/val.mask: one byte per token) marks the answers'\n"
+      "tokens, the only ones trained on. The split is by record. A malformed record is exit 2\n"
+      "naming its file and line, and nothing is written.\n"
       "Examples:\n"
       "  saturn data prepare --input /usr/share/common-licenses/* --output examples/data\n"
-      "  saturn data prepare --tokenizer /models/gpt2 --input corpus.txt --output data/gpt2");
+      "  saturn data prepare --tokenizer /models/gpt2 --input corpus.txt --output data/gpt2\n"
+      "  saturn data prepare --format jsonl --tokenizer /models/llama --input chats.jsonl \\\n"
+      "      --output data/chats");
   // Shared with the callback, which runs after parsing.
   auto options = std::make_shared<data::PrepareOptions>();
   auto inputs = std::make_shared<std::vector<std::string>>();
   auto output = std::make_shared<std::string>();
   auto tokenizer = std::make_shared<std::string>();
   auto python = std::make_shared<std::string>();
+  auto format = std::make_shared<std::string>("text");
   prepare->add_option("--input,-i", *inputs, "Text files to tokenize (one or more)")->required();
   prepare->add_option("--output,-o", *output, "Directory for the train and val files (created)")
       ->required();
@@ -54,18 +64,29 @@ void add_data_command(CLI::App& root, Action* action) {
       "--python", *python,
       "The Python that runs the `tokenizers` library for --tokenizer (default: $SATURN_PYTHON, "
       "else ~/.cache/saturn/test-venv/bin/python if it exists, else python3)");
-  prepare->callback([action, options, inputs, output, tokenizer, python] {
-    *action = [options, inputs, output, tokenizer, python] {
+  prepare
+      ->add_option("--format", *format,
+                   "text: the inputs are text; jsonl: instruction records (needs --tokenizer)")
+      ->check(CLI::IsMember({"text", "jsonl"}))
+      ->capture_default_str();
+  prepare->callback([action, options, inputs, output, tokenizer, python, format] {
+    *action = [options, inputs, output, tokenizer, python, format] {
       options->inputs.assign(inputs->begin(), inputs->end());
       options->output_dir = *output;
       if (tokenizer->empty() && !python->empty())
         throw InputError("--python is used only with --tokenizer");
+      const bool records = *format == "jsonl";
       const data::PrepareResult r =
-          tokenizer->empty() ? data::prepare_byte_dataset(*options)
-                             : data::prepare_tokenized_dataset(*options, *tokenizer, *python);
+          records              ? data::prepare_instruction_dataset(*options, *tokenizer, *python)
+          : tokenizer->empty() ? data::prepare_byte_dataset(*options)
+                               : data::prepare_tokenized_dataset(*options, *tokenizer, *python);
       fmt::print("wrote {} ({} tokens) and {} ({} tokens), vocabulary {} ({})\n",
                  r.train_path.string(), r.train_tokens, r.val_path.string(), r.val_tokens,
                  r.vocab_size, r.tokenizer);
+      if (records)
+        fmt::print("records: {} train, {} val; loss masks {} and {}: {} of {} tokens trained on\n",
+                   r.train_records, r.val_records, r.train_mask.string(), r.val_mask.string(),
+                   r.trained_tokens, r.train_tokens + r.val_tokens);
       if (!tokenizer->empty())
         fmt::print("models trained on this data need vocab_size >= {}\n", r.vocab_size);
       return 0;

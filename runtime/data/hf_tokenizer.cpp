@@ -19,6 +19,7 @@
 #include "runtime/core/error.hpp"
 #include "runtime/core/log.hpp"
 #include "runtime/data/hf_tokenize_script.hpp"
+#include "runtime/data/instruct_tokenize_script.hpp"
 
 extern char** environ;
 
@@ -171,22 +172,23 @@ std::string default_tokenizer_python() {
   return "python3";
 }
 
-EncodedText encode_with_hf_tokenizer(const HfTokenizerFile& tokenizer,
-                                     const std::vector<fs::path>& inputs, const std::string& python,
-                                     const fs::path& ids_file) {
-  std::vector<std::string> argv = {python, "-c", kHfTokenizeScript, tokenizer.file.string(),
-                                   ids_file.string()};
-  for (const auto& p : inputs) argv.push_back(p.string());
+namespace {
+
+// Runs one of the embedded scripts: `what` names the command for the messages. Returns the JSON
+// object the script prints last on success; maps its "saturn-error KIND MESSAGE" line to the
+// exception of that kind.
+json run_tokenizer_script(const std::string& python, const char* script,
+                          const std::vector<std::string>& args, const std::string& what) {
+  std::vector<std::string> argv = {python, "-c", script};
+  argv.insert(argv.end(), args.begin(), args.end());
   int spawn_error = 0;
   const auto [status, output] = run_capturing(argv, spawn_error);
-  const std::string tok = tokenizer.file.string();
   if (status < 0)
-    throw InputError(fmt::format(
-        "data prepare --tokenizer: cannot run the Python interpreter '{}': {} (give one with "
-        "--python or SATURN_PYTHON)",
-        python, std::strerror(spawn_error)));
+    throw InputError(
+        fmt::format("{}: cannot run the Python interpreter '{}': {} (give one with --python or "
+                    "SATURN_PYTHON)",
+                    what, python, std::strerror(spawn_error)));
   if (status != 0) {
-    // The script's own failures are one "saturn-error KIND MESSAGE" line.
     const auto at = output.rfind("saturn-error ");
     if (status == 3 && at != std::string::npos) {
       std::string line = output.substr(at + 13);
@@ -196,55 +198,111 @@ EncodedText encode_with_hf_tokenizer(const HfTokenizerFile& tokenizer,
       const std::string message = sp == std::string::npos ? "" : line.substr(sp + 1);
       if (kind == "no-library")
         throw InputError(fmt::format(
-            "data prepare --tokenizer needs the Python library `tokenizers`, which '{}' cannot "
-            "import ({}). Run scripts/install-deps.sh --tests (a venv at "
-            "~/.cache/saturn/test-venv with tokenizers) or give a Python that has it with "
+            "{} needs a Python library that '{}' cannot import ({}). Run "
+            "scripts/install-deps.sh --tests (a venv at ~/.cache/saturn/test-venv with "
+            "`tokenizers`; jinja2 for chat templates) or give a Python that has it with "
             "--python or SATURN_PYTHON",
-            python, message));
+            what, python, message));
       if (kind == "not-a-tokenizer")
-        throw InputError(
-            fmt::format("--tokenizer {} is not a tokenizer the `tokenizers` library can load: {}",
-                        tok, message));
+        throw InputError(fmt::format("{}: not a tokenizer the `tokenizers` library can load: {}",
+                                     what, message));
       if (kind == "not-utf8")
-        throw InputError(
-            fmt::format("data prepare --tokenizer: an input is not UTF-8 text: {}", message));
-      // The library fails on an input, or the tokenizer cannot be used in windows (each message
-      // names the file).
+        throw InputError(fmt::format("{}: an input is not UTF-8 text: {}", what, message));
+      // The library fails on an input, the tokenizer cannot be used in windows, or a record is
+      // malformed (each message names the file, and the line for a record).
       if (kind == "encode")
-        throw InputError(
-            fmt::format("data prepare --tokenizer: the library cannot encode {}", message));
-      if (kind == "unsupported" || kind == "unsplittable")
-        throw InputError(fmt::format("data prepare --tokenizer: {}", message));
-      if (kind == "io") throw IoError(fmt::format("data prepare --tokenizer: {}", message));
-      throw Error(fmt::format("data prepare --tokenizer: {}: {}", kind, message));
+        throw InputError(fmt::format("{}: the library cannot encode {}", what, message));
+      if (kind == "unsupported" || kind == "unsplittable" || kind == "bad-record")
+        throw InputError(fmt::format("{}: {}", what, message));
+      if (kind == "io") throw IoError(fmt::format("{}: {}", what, message));
+      throw Error(fmt::format("{}: {}: {}", what, kind, message));
     }
-    throw Error(fmt::format("data prepare --tokenizer: '{}' exited with status {}:\n{}", python,
-                            status, last_lines(output)));
+    throw Error(fmt::format("{}: '{}' exited with status {}:\n{}", what, python, status,
+                            last_lines(output)));
   }
-
-  EncodedText r;
   const auto brace = output.rfind("\n{");
   const std::string result = output.substr(brace == std::string::npos ? 0 : brace + 1);
   try {
-    const json j = json::parse(result);
+    return json::parse(result);
+  } catch (const json::exception& e) {
+    throw Error(fmt::format("{}: unexpected output from '{}' ({}):\n{}", what, python, e.what(),
+                            last_lines(output)));
+  }
+}
+
+// The size of a file the script wrote, checked against what it reported.
+void expect_file_size(const fs::path& file, std::uint64_t bytes, const std::string& what,
+                      const std::string& reported) {
+  std::error_code ec;
+  const auto got = fs::file_size(file, ec);
+  if (ec || got != bytes)
+    throw Error(fmt::format("{}: {} holds {} bytes, not the {} bytes of {}", what, file.string(),
+                            ec ? 0 : got, bytes, reported));
+}
+
+}  // namespace
+
+EncodedText encode_with_hf_tokenizer(const HfTokenizerFile& tokenizer,
+                                     const std::vector<fs::path>& inputs, const std::string& python,
+                                     const fs::path& ids_file) {
+  std::vector<std::string> args = {tokenizer.file.string(), ids_file.string()};
+  for (const auto& p : inputs) args.push_back(p.string());
+  const std::string what = fmt::format("data prepare --tokenizer {}", tokenizer.file.string());
+  const json j = run_tokenizer_script(python, kHfTokenizeScript, args, what);
+  EncodedText r;
+  try {
     r.library = j.at("library").get<std::string>();
     r.vocab_size = j.at("vocab_size").get<std::uint64_t>();
     r.counts = j.at("counts").get<std::vector<std::uint64_t>>();
   } catch (const json::exception& e) {
-    throw Error(fmt::format("data prepare --tokenizer: unexpected output from '{}' ({}):\n{}",
-                            python, e.what(), last_lines(output)));
+    throw Error(fmt::format("{}: unexpected result from '{}': {}", what, python, e.what()));
   }
   for (auto c : r.counts) r.total += c;
-  std::error_code ec;
-  const auto bytes = fs::file_size(ids_file, ec);
-  if (ec || r.counts.size() != inputs.size() || bytes != r.total * sizeof(std::uint32_t))
-    throw Error(fmt::format(
-        "data prepare --tokenizer: the ids file {} holds {} bytes, not the {} ids of {} inputs "
-        "the tokenizer reported",
-        ids_file.string(), ec ? 0 : bytes, r.total, r.counts.size()));
+  if (r.counts.size() != inputs.size())
+    throw Error(
+        fmt::format("{}: counts for {} inputs, not {}", what, r.counts.size(), inputs.size()));
+  expect_file_size(ids_file, r.total * sizeof(std::uint32_t), what,
+                   fmt::format("the {} ids the tokenizer reported", r.total));
   // Every id must lie below the larger of the library's count and the file's largest id plus
   // one (IdsReader checks each as it reads).
   r.vocab_size = std::max(r.vocab_size, tokenizer.vocab_size);
+  return r;
+}
+
+EncodedRecords encode_instruction_records(const HfTokenizerFile& tokenizer,
+                                          const std::vector<fs::path>& inputs,
+                                          const std::string& python, const RecordFiles& files) {
+  std::vector<std::string> args = {tokenizer.file.parent_path().string(), files.ids.string(),
+                                   files.mask.string(), files.records.string()};
+  for (const auto& p : inputs) args.push_back(p.string());
+  const std::string what =
+      fmt::format("data prepare --format jsonl --tokenizer {}", tokenizer.file.string());
+  const json j = run_tokenizer_script(python, kInstructTokenizeScript, args, what);
+  EncodedRecords r;
+  std::uint64_t records = 0;
+  try {
+    r.text.library = j.at("library").get<std::string>();
+    r.text.vocab_size = std::max(j.at("vocab_size").get<std::uint64_t>(), tokenizer.vocab_size);
+    r.text.total = j.at("ids").get<std::uint64_t>();
+    r.trained = j.at("trained").get<std::uint64_t>();
+    records = j.at("records").get<std::uint64_t>();
+  } catch (const json::exception& e) {
+    throw Error(fmt::format("{}: unexpected result from '{}': {}", what, python, e.what()));
+  }
+  r.text.counts = {r.text.total};
+  const std::string reported = fmt::format("the {} ids of {} records", r.text.total, records);
+  expect_file_size(files.ids, r.text.total * sizeof(std::uint32_t), what, reported);
+  expect_file_size(files.mask, r.text.total, what, reported);
+  expect_file_size(files.records, records * sizeof(std::uint64_t), what, reported);
+  r.record_ids.resize(records);
+  std::ifstream in(files.records, std::ios::binary);
+  in.read(reinterpret_cast<char*>(r.record_ids.data()),
+          static_cast<std::streamsize>(records * sizeof(std::uint64_t)));
+  if (!in) throw IoError(fmt::format("{}: cannot read {}", what, files.records.string()));
+  std::uint64_t sum = 0;
+  for (std::uint64_t c : r.record_ids) sum += c;
+  if (sum != r.text.total)
+    throw Error(fmt::format("{}: the records' ids add up to {}, not {}", what, sum, r.text.total));
   return r;
 }
 

@@ -48,6 +48,28 @@ EncodedText encode_with_hf_tokenizer(const HfTokenizerFile& tokenizer,
                                      const std::string& python,
                                      const std::filesystem::path& ids_file);
 
+// Where encode_instruction_records writes: the ids (little-endian uint32), the loss mask (one
+// byte per id, 1 where the token is trained on) and the ids per record (little-endian uint64).
+struct RecordFiles {
+  std::filesystem::path ids, mask, records;
+};
+
+struct EncodedRecords {
+  EncodedText text;                       // counts: one entry, the total
+  std::vector<std::uint64_t> record_ids;  // ids per record, in input order
+  std::uint64_t trained = 0;              // ids whose mask is 1
+};
+
+// Instruction records (JSON Lines: {"prompt", "completion"} or {"messages": [...]}) encoded
+// with the tokenizer and, for messages, the chat template of its tokenizer_config.json, as
+// instruct_tokenize.py says (rendered as transformers renders it; the answers' tokens trained;
+// an eos after each record). Every record is checked before anything is written. Throws
+// InputError naming FILE:LINE for a malformed record, and as encode_with_hf_tokenizer does
+// otherwise; the caller removes the files, also on failure.
+EncodedRecords encode_instruction_records(const HfTokenizerFile& tokenizer,
+                                          const std::vector<std::filesystem::path>& inputs,
+                                          const std::string& python, const RecordFiles& files);
+
 // Reads an ids file that encode_with_hf_tokenizer wrote, front to back, a part at a time, so
 // that no more than one split's ids need be in memory.
 class IdsReader {

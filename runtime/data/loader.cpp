@@ -112,8 +112,26 @@ void TokenLoader::next_batch(std::int64_t batch_size, std::int32_t* inputs, std:
     const auto row = static_cast<std::uint64_t>(b) * t;
     tokens_.copy_to(start, t, inputs + row);
     tokens_.copy_to(start + 1, t, targets + row);
+    if (mask_)
+      for (std::uint64_t i = 0; i < t; ++i)
+        if ((*mask_)[start + 1 + i] == 0) targets[row + i] = -1;
     skip(1);
   }
+}
+
+bool load_loss_mask_beside(TokenLoader& loader, const std::filesystem::path& token_file) {
+  const std::filesystem::path mask = loss_mask_path(token_file);
+  std::error_code ec;
+  if (!std::filesystem::exists(mask, ec)) return false;
+  loader.set_loss_mask(read_loss_mask(mask, loader.tokens().size()));
+  return true;
+}
+
+void TokenLoader::set_loss_mask(std::vector<std::uint8_t> mask) {
+  if (mask.size() != tokens_.size())
+    throw Error(fmt::format("loss mask of {} bytes for {} ({} tokens)", mask.size(), tokens_.name(),
+                            tokens_.size()));
+  mask_ = std::make_shared<const std::vector<std::uint8_t>>(std::move(mask));
 }
 
 Batch TokenLoader::next_batch(std::int64_t batch_size) {

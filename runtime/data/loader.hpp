@@ -9,6 +9,8 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -96,10 +98,17 @@ class TokenLoader {
   // Token offset of the window the loader would read at `pos` (for tests and diagnostics).
   std::uint64_t window_start(const LoaderPosition& pos) const;
 
+  // Instruction data: one byte per token of the file, 1 where the token is trained on
+  // (token_file.hpp's loss mask). A target whose token's byte is 0 becomes -1 (no loss, no
+  // gradient). Error when the size is not the token count.
+  void set_loss_mask(std::vector<std::uint8_t> mask);
+  bool masked() const { return mask_ != nullptr; }
+
  private:
   const std::vector<std::uint64_t>& permutation(std::uint64_t epoch) const;
 
   TokenArray tokens_;
+  std::shared_ptr<const std::vector<std::uint8_t>> mask_;  // null: every target trained
   int seq_len_;
   std::uint64_t seed_;
   Order order_;
@@ -110,5 +119,9 @@ class TokenLoader {
   mutable std::uint64_t perm_epoch_ = 0;
   mutable bool perm_valid_ = false;
 };
+
+// Instruction data: sets the loss mask beside `token_file` (loss_mask_path) on the loader when
+// that file exists; true if it did. InputError naming the mask when it does not fit the tokens.
+bool load_loss_mask_beside(TokenLoader& loader, const std::filesystem::path& token_file);
 
 }  // namespace saturn::data

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <span>
 #include <system_error>
 #include <utility>
@@ -159,6 +160,43 @@ void write_split(IdsReader& ids, std::uint64_t count, bool narrow, const fs::pat
   }
 }
 
+// Stages a copy of `file` into the output directory as `name`, unless it is the file already
+// there.
+void stage_copy(Output& out, const fs::path& file, const fs::path& output_dir,
+                const std::string& name) {
+  const fs::path copy = output_dir / name;
+  std::error_code ec;
+  if (fs::equivalent(file, copy, ec)) return;
+  const fs::path staged = out.stage(name);
+  fs::copy_file(file, staged, fs::copy_options::overwrite_existing, ec);
+  if (ec)
+    throw IoError(
+        fmt::format("cannot copy {} to {}: {}", file.string(), copy.string(), ec.message()));
+}
+
+// The tokenizer beside its data: a later export or inspection needs the same one.
+void stage_tokenizer_copy(Output& out, const HfTokenizerFile& tokenizer, const fs::path& dir) {
+  stage_copy(out, tokenizer.file, dir, "tokenizer.json");
+}
+
+// The mask file the instruction encoder wrote, read a split at a time.
+class MaskReader {
+ public:
+  explicit MaskReader(const fs::path& file) : file_(file), in_(file, std::ios::binary) {
+    if (!in_) throw IoError(fmt::format("cannot open {}", file.string()));
+  }
+  std::vector<std::uint8_t> read(std::uint64_t count) {
+    std::vector<std::uint8_t> m(count);
+    in_.read(reinterpret_cast<char*>(m.data()), static_cast<std::streamsize>(count));
+    if (!in_) throw IoError(fmt::format("cannot read {}: it ends early", file_.string()));
+    return m;
+  }
+
+ private:
+  fs::path file_;
+  std::ifstream in_;
+};
+
 }  // namespace
 
 PrepareResult prepare_byte_dataset(const PrepareOptions& options) {
@@ -226,16 +264,58 @@ PrepareResult prepare_tokenized_dataset(const PrepareOptions& options,
   IdsReader ids(ids_file.path, text, tokenizer);
   write_split(ids, r.train_tokens, narrow, out.stage(r.train_path.filename().string()));
   write_split(ids, r.val_tokens, narrow, out.stage(r.val_path.filename().string()));
-  // The tokenizer beside its data: a later export or inspection needs the same one.
-  const fs::path copy = options.output_dir / "tokenizer.json";
+  stage_tokenizer_copy(out, tokenizer, options.output_dir);
+  out.commit();
+  return r;
+}
+
+PrepareResult prepare_instruction_dataset(const PrepareOptions& options,
+                                          const fs::path& tokenizer_path,
+                                          const std::string& python_in) {
+  if (tokenizer_path.empty())
+    throw InputError(
+        "data prepare --format jsonl: no --tokenizer given (the records are encoded with a "
+        "Hugging Face tokenizer and its chat template)");
+  check_options(options);
+  const HfTokenizerFile tokenizer = inspect_hf_tokenizer(tokenizer_path);
+  const std::string python = python_in.empty() ? default_tokenizer_python() : python_in;
+  Output out(options.output_dir);
+  out.create();
+  const auto tmp = [&](const char* what) {
+    return options.output_dir / fmt::format(".saturn-{}.tmp.{}", what, ::getpid());
+  };
+  RemoveOnExit ids_file{tmp("ids")}, mask_file{tmp("mask")}, records_file{tmp("records")};
+  const EncodedRecords enc = encode_instruction_records(
+      tokenizer, options.inputs, python, {ids_file.path, mask_file.path, records_file.path});
+  // Split by record, never inside one: val gets the last records.
+  const std::uint64_t n = enc.record_ids.size();
+  const std::uint64_t n_val = val_count(n, options.val_fraction, "records");
+  PrepareResult r;
+  r.train_records = n - n_val;
+  r.val_records = n_val;
+  for (std::uint64_t i = 0; i < n; ++i)
+    (i < r.train_records ? r.train_tokens : r.val_tokens) += enc.record_ids[i];
+  r.trained_tokens = enc.trained;
+  r.vocab_size = enc.text.vocab_size;
+  r.tokenizer =
+      fmt::format("{}, {}, {}", enc.text.library, tokenizer.model_type, tokenizer.file.string());
+  const bool narrow = r.vocab_size <= 65536;
+  const char* ext = narrow ? ".bin" : ".h5";
+  r.train_path = options.output_dir / fmt::format("train{}", ext);
+  r.val_path = options.output_dir / fmt::format("val{}", ext);
+  r.train_mask = loss_mask_path(r.train_path);
+  r.val_mask = loss_mask_path(r.val_path);
+  IdsReader ids(ids_file.path, enc.text, tokenizer);
+  write_split(ids, r.train_tokens, narrow, out.stage(r.train_path.filename().string()));
+  write_split(ids, r.val_tokens, narrow, out.stage(r.val_path.filename().string()));
+  MaskReader mask(mask_file.path);
+  write_loss_mask(out.stage(r.train_mask.filename().string()), mask.read(r.train_tokens));
+  write_loss_mask(out.stage(r.val_mask.filename().string()), mask.read(r.val_tokens));
+  stage_tokenizer_copy(out, tokenizer, options.output_dir);
+  // The chat template and special tokens, for a later export or inspection.
+  const fs::path config = tokenizer.file.parent_path() / "tokenizer_config.json";
   std::error_code ec;
-  if (!fs::equivalent(tokenizer.file, copy, ec)) {
-    const fs::path staged = out.stage("tokenizer.json");
-    fs::copy_file(tokenizer.file, staged, fs::copy_options::overwrite_existing, ec);
-    if (ec)
-      throw IoError(fmt::format("cannot copy {} to {}: {}", tokenizer.file.string(), copy.string(),
-                                ec.message()));
-  }
+  if (fs::exists(config, ec)) stage_copy(out, config, options.output_dir, "tokenizer_config.json");
   out.commit();
   return r;
 }

@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <system_error>
 
@@ -334,6 +335,50 @@ void write_llmc_tokens(const fs::path& path, std::span<const std::uint16_t> toke
         fmt::format("cannot write {}: {}", path.string(), reason.empty() ? errno_text() : reason));
   }
   rename_into_place(tmp, path);
+}
+
+fs::path loss_mask_path(const fs::path& token_file) {
+  fs::path p = token_file;
+  return p.replace_extension(".mask");
+}
+
+void write_loss_mask(const fs::path& path, std::span<const std::uint8_t> mask) {
+  check_output_file(path);
+  const fs::path tmp = fs::path(path.string() + fmt::format(".tmp.{}", ::getpid()));
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) throw IoError(fmt::format("cannot create {}: {}", tmp.string(), errno_text()));
+  bool ok = mask.empty() || std::fwrite(mask.data(), 1, mask.size(), f) == mask.size();
+  ok = ok && std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
+  const std::string reason = ok ? "" : errno_text();
+  ok = (std::fclose(f) == 0) && ok;
+  if (!ok) {
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    throw IoError(
+        fmt::format("cannot write {}: {}", path.string(), reason.empty() ? errno_text() : reason));
+  }
+  rename_into_place(tmp, path);
+}
+
+std::vector<std::uint8_t> read_loss_mask(const fs::path& path, std::uint64_t tokens) {
+  require_regular_file(path);
+  std::error_code ec;
+  const std::uint64_t size = fs::file_size(path, ec);
+  if (ec) throw IoError(fmt::format("cannot read loss mask {}: {}", path.string(), ec.message()));
+  if (size != tokens)
+    throw InputError(fmt::format(
+        "loss mask {} holds {} bytes, but its token file has {} tokens (one byte per token: "
+        "prepare the data again with `saturn data prepare --format jsonl`)",
+        path.string(), size, tokens));
+  std::vector<std::uint8_t> mask(tokens);
+  std::ifstream in(path, std::ios::binary);
+  in.read(reinterpret_cast<char*>(mask.data()), static_cast<std::streamsize>(tokens));
+  if (!in) throw IoError(fmt::format("cannot read loss mask {}", path.string()));
+  for (std::size_t i = 0; i < mask.size(); ++i)
+    if (mask[i] > 1)
+      throw InputError(fmt::format("loss mask {}: byte {} is {} (valid: 0 or 1)", path.string(), i,
+                                   static_cast<int>(mask[i])));
+  return mask;
 }
 
 void write_hdf5_tokens(const fs::path& path, std::span<const std::uint32_t> tokens) {

@@ -74,4 +74,14 @@ void write_llmc_tokens(const std::filesystem::path& path, std::span<const std::u
 // for vocabularies that do not fit uint16. Throws IoError naming the file.
 void write_hdf5_tokens(const std::filesystem::path& path, std::span<const std::uint32_t> tokens);
 
+// The loss mask of instruction data (`data prepare --format jsonl`), beside its token file:
+// the same path with the extension ".mask". One byte per token, no header: 1 where the token is
+// trained on as a target (an answer's), 0 where it is only context (a prompt's).
+std::filesystem::path loss_mask_path(const std::filesystem::path& token_file);
+// Writes a loss mask atomically (as write_llmc_tokens). Throws IoError naming the file.
+void write_loss_mask(const std::filesystem::path& path, std::span<const std::uint8_t> mask);
+// Reads the loss mask of a token file of `tokens` tokens. Throws InputError naming the file when
+// its size is not `tokens` bytes or a byte is neither 0 nor 1, IoError when it cannot be read.
+std::vector<std::uint8_t> read_loss_mask(const std::filesystem::path& path, std::uint64_t tokens);
+
 }  // namespace saturn::data

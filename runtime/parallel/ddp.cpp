@@ -207,7 +207,8 @@ StepResult DdpStrategy::train_step(const data::Batch& batch, std::int64_t step) 
   const TrainConfig& tc = spec_.train;
   const RowRange rows = shard_rows(tc.batch_size, dp_rank_, dp_);
   const std::int64_t accum = rows.count / micro_;
-  const float dloss = 1.0f / static_cast<float>(tc.batch_size * tc.seq_len);
+  const LossScale per_target = loss_scale(batch);
+  const float dloss = per_target.dloss;
   const int L = spec_.model.n_layer;
   const bool overlap = dp_ > 1 && spec_.knobs.overlap && !tc.reproducible;
   Model& m = *model_;
@@ -222,7 +223,8 @@ StepResult DdpStrategy::train_step(const data::Batch& batch, std::int64_t step) 
   for (std::int64_t k = 0; k < accum; ++k) {
     ScopedTimer compute(stats_.compute_s);
     m.forward(tokens_.inputs(k), tokens_.targets(k));
-    loss_.add(m.loss(), static_cast<double>(micro_));
+    loss_.add(m.loss(),
+              static_cast<double>(trained_targets(batch, rows.begin + k * micro_, micro_)));
     if (tc.reproducible) {
       // Every micro-batch's gradient goes into the fp64 accumulator as its canonical terms;
       // the reduction across replicas waits for the last one (no overlap): it runs on the
@@ -257,7 +259,7 @@ StepResult DdpStrategy::train_step(const data::Batch& batch, std::int64_t step) 
   dp_comm_->control().allreduce(&loss_sum, 1, comm::ReduceOp::kSum);
   const double sq = grad_square_sum();
   StepResult r;
-  r.loss = loss_sum / static_cast<double>(tc.batch_size);
+  r.loss = loss_sum / per_target.divisor;
   r.grad_norm = std::sqrt(sq);
   r.lr = scheduled_lr(tc.optimizer, tc.schedule, step, tc.steps);
   {
@@ -270,8 +272,8 @@ StepResult DdpStrategy::train_step(const data::Batch& batch, std::int64_t step) 
 }
 
 double DdpStrategy::evaluate(const data::Batch& batch) {
-  return replica_eval_loss(batch, spec_.train.seq_len, dp_rank_, dp_, micro_, *model_, tokens_,
-                           loss_, dp_comm_->control());
+  return replica_eval_loss(batch, dp_rank_, dp_, micro_, *model_, tokens_, loss_,
+                           dp_comm_->control());
 }
 
 std::vector<float*> DdpStrategy::segments(StateKind kind) {

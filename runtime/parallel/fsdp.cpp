@@ -430,15 +430,16 @@ StepResult FsdpStrategy::train_step(const data::Batch& batch, std::int64_t step)
   const TrainConfig& tc = spec_.train;
   const RowRange rows = shard_rows(tc.batch_size, rank_, size_);
   const std::int64_t accum = rows.count / micro_;
-  const float dloss = 1.0f / static_cast<float>(tc.batch_size * tc.seq_len);
+  const LossScale per_target = loss_scale(batch);
   for (std::int64_t k = 0; k < accum; ++k) tokens_.stage(batch, k, rows.begin + k * micro_, micro_);
   tokens_.upload(accum);
   device_->zero(grads_.data(), grads_.bytes());
   loss_.reset();
   for (std::int64_t k = 0; k < accum; ++k) {
     ScopedTimer compute(stats_.compute_s);
-    micro_step(tokens_.inputs(k), tokens_.targets(k), dloss, true);
-    loss_.add(model_->loss(), static_cast<double>(micro_));
+    micro_step(tokens_.inputs(k), tokens_.targets(k), per_target.dloss, true);
+    loss_.add(model_->loss(),
+              static_cast<double>(trained_targets(batch, rows.begin + k * micro_, micro_)));
   }
   double sums[2] = {loss_.read(), 0.0};
   comm::Communicator& control = comms_->control();
@@ -457,7 +458,7 @@ StepResult FsdpStrategy::train_step(const data::Batch& batch, std::int64_t step)
     control.allreduce(sums, 2, comm::ReduceOp::kSum);
   }
   StepResult r;
-  r.loss = sums[0] / static_cast<double>(tc.batch_size);
+  r.loss = sums[0] / per_target.divisor;
   r.grad_norm = std::sqrt(sums[1]);
   r.lr = scheduled_lr(tc.optimizer, tc.schedule, step, tc.steps);
   const float scale = clip_scale(r.grad_norm, tc.optimizer.grad_clip);
@@ -476,7 +477,6 @@ StepResult FsdpStrategy::train_step(const data::Batch& batch, std::int64_t step)
 }
 
 double FsdpStrategy::evaluate(const data::Batch& batch) {
-  const int T = spec_.train.seq_len;
   const RowRange rows = shard_rows(batch.batch_size, rank_, size_);
   // Every rank must take part in every gather: all run the largest rank's number of
   // micro-batches, padding with ignored rows.
@@ -495,12 +495,13 @@ double FsdpStrategy::evaluate(const data::Batch& batch) {
       const std::int64_t r = (first + k) * micro_;
       const std::int64_t n = std::max<std::int64_t>(0, std::min(micro_, rows.count - r));
       micro_step(tokens_.inputs(k), tokens_.targets(k), 0.0f, false);
-      loss_.add(model_->loss(), static_cast<double>(n * T));
+      loss_.add(model_->loss(), static_cast<double>(trained_targets(
+                                    batch, rows.begin + std::min(r, rows.count), n)));
     }
   }
   double sum = loss_.read();
   comms_->control().allreduce(&sum, 1, comm::ReduceOp::kSum);
-  return sum / static_cast<double>(batch.batch_size * T);
+  return sum / loss_scale(batch).divisor;
 }
 
 std::vector<float*> FsdpStrategy::segments(StateKind kind) {

@@ -399,10 +399,9 @@ void OffloadStrategy::micro_step(const std::int32_t* tokens, const std::int32_t*
 StepResult OffloadStrategy::train_step(const data::Batch& batch, std::int64_t step) {
   ScopedTimer whole(stats_.step_s);
   const TrainConfig& tc = spec_.train;
-  const int T = tc.seq_len;
   const RowRange rows = shard_rows(tc.batch_size, rank_, size_);
   const std::int64_t accum = rows.count / micro_;
-  const float dloss = 1.0f / static_cast<float>(tc.batch_size * T);
+  const LossScale per_target = loss_scale(batch);
   for (std::int64_t k = 0; k < accum; ++k) tokens_.stage(batch, k, rows.begin + k * micro_, micro_);
   tokens_.upload(accum);
   loss_.reset();
@@ -411,8 +410,9 @@ StepResult OffloadStrategy::train_step(const data::Batch& batch, std::int64_t st
     // The last micro-batch's gradients are final: reduced on the device, group by group, before
     // they go to the host (reproducible mode reduces its fp64 sums below instead).
     const bool reduce = size_ > 1 && !tc.reproducible && k + 1 == accum;
-    micro_step(tokens_.inputs(k), tokens_.targets(k), dloss, true, k == 0, reduce);
-    loss_.add(model_->loss(), static_cast<double>(micro_));
+    micro_step(tokens_.inputs(k), tokens_.targets(k), per_target.dloss, true, k == 0, reduce);
+    loss_.add(model_->loss(),
+              static_cast<double>(trained_targets(batch, rows.begin + k * micro_, micro_)));
   }
   // The host reads the gradients, and the optimizer writes the weights the copies read.
   device_->finish_copies("offload: gradients to the host");
@@ -430,7 +430,7 @@ StepResult OffloadStrategy::train_step(const data::Batch& batch, std::int64_t st
   double loss_sum = loss_.read();
   comms_->control().allreduce(&loss_sum, 1, comm::ReduceOp::kSum);
   StepResult r;
-  r.loss = loss_sum / static_cast<double>(tc.batch_size);
+  r.loss = loss_sum / per_target.divisor;
   r.grad_norm = std::sqrt(sq);
   r.lr = scheduled_lr(tc.optimizer, tc.schedule, step, tc.steps);
   {
@@ -444,18 +444,17 @@ StepResult OffloadStrategy::train_step(const data::Batch& batch, std::int64_t st
 }
 
 double OffloadStrategy::evaluate(const data::Batch& batch) {
-  const int T = spec_.train.seq_len;
   const RowRange rows = shard_rows(batch.batch_size, rank_, size_);
   loss_.reset();
   tokens_.for_each_micro(
-      batch, rows.begin, rows.count, micro_, true, [&](std::int64_t k, std::int64_t n) {
+      batch, rows.begin, rows.count, micro_, true, [&](std::int64_t k, double weight) {
         micro_step(tokens_.inputs(k), tokens_.targets(k), 0.0f, false, true, false);
-        loss_.add(model_->loss(), static_cast<double>(n * T));
+        loss_.add(model_->loss(), weight);
       });
   double sum = loss_.read();
   device_->finish_copies("offload: evaluation");
   comms_->control().allreduce(&sum, 1, comm::ReduceOp::kSum);
-  return sum / static_cast<double>(batch.batch_size * T);
+  return sum / loss_scale(batch).divisor;
 }
 
 std::vector<float*> OffloadStrategy::segments(StateKind kind) {

@@ -328,7 +328,7 @@ void PipelineStrategy::setup(comm::CommPair& comms, Device& device, MemoryPool& 
   const TiedHead head(c, layout);
   tied_copy_ = head.tied && p_ > 1 && stage_ == p_ - 1;
   wte_size_ = head.tied ? layout.tensors()[0].numel : 0;
-  head_elements_ = head.elements;                   // 0: untied, or frozen (LoRA)
+  head_elements_ = head.elements;  // 0: untied, or frozen (LoRA)
   wte_grad_size_ = tied_copy_ ? head.elements : 0;
   if (tied_copy_) wte_params_ = ParamStore(device, wte_size_);
   if (wte_grad_size_ > 0) {
@@ -346,8 +346,7 @@ void PipelineStrategy::setup(comm::CommPair& comms, Device& device, MemoryPool& 
                        grads_.data() + (layout.grad_group_begin(g) - glo_));
   // The head reads the token embedding through group -1; only its first tensor (wte) is used.
   if (tied_copy_)
-    model_->bind_group(-1, wte_params_.weights(),
-                       wte_grad_size_ > 0 ? wte_grads_.data() : nullptr);
+    model_->bind_group(-1, wte_params_.weights(), wte_grad_size_ > 0 ? wte_grads_.data() : nullptr);
   model_->reserve(static_cast<int>(micro_), spec_.train.seq_len, slots_for(stage_));
   act_type_ = device.traits().activations;
   act_count_ = static_cast<std::size_t>(micro_) * spec_.train.seq_len * c.d_model;
@@ -441,9 +440,8 @@ void PipelineStrategy::backward_micro(int i, int slot, float dloss) {
 StepResult PipelineStrategy::train_step(const data::Batch& batch, std::int64_t step) {
   ScopedTimer whole(stats_.step_s);
   const TrainConfig& tc = spec_.train;
-  const int T = tc.seq_len;
   const RowRange rows = shard_rows(tc.batch_size, dp_rank_, dp_);
-  const float dloss = 1.0f / static_cast<float>(tc.batch_size * T);
+  const LossScale per_target = loss_scale(batch);
   if (stage_ == 0 || stage_ == p_ - 1) {
     for (int i = 0; i < m_; ++i) tokens_.stage(batch, i, rows.begin + i * micro_, micro_);
     tokens_.upload(m_);
@@ -453,9 +451,11 @@ StepResult PipelineStrategy::train_step(const data::Batch& batch, std::int64_t s
   loss_.reset();
   const double busy_before = stats_.busy_s;
   const int slots = slots_for(stage_);
-  const double weight = static_cast<double>(micro_ * T);
-  auto F = [&](int i) { forward_micro(i, i % slots, i, weight); };
-  auto B = [&](int i) { backward_micro(i, i % slots, dloss); };
+  auto F = [&](int i) {
+    forward_micro(i, i % slots, i,
+                  static_cast<double>(trained_targets(batch, rows.begin + i * micro_, micro_)));
+  };
+  auto B = [&](int i) { backward_micro(i, i % slots, per_target.dloss); };
   {
     ScopedTimer schedule(stats_.schedule_s);
     if (spec_.knobs.schedule == PipelineSchedule::kGpipe) {
@@ -493,7 +493,7 @@ StepResult PipelineStrategy::train_step(const data::Batch& batch, std::int64_t s
     pp_comm_->control().allreduce(&sq, 1, comm::ReduceOp::kSum);
   }
   StepResult r;
-  r.loss = sums[0] / static_cast<double>(tc.batch_size * T);
+  r.loss = sums[0] / per_target.divisor;
   r.grad_norm = std::sqrt(sq);
   r.lr = scheduled_lr(tc.optimizer, tc.schedule, step, tc.steps);
   const float scale = clip_scale(r.grad_norm, tc.optimizer.grad_clip);
@@ -527,19 +527,17 @@ void PipelineStrategy::reproducible_reduce() {
 }
 
 double PipelineStrategy::evaluate(const data::Batch& batch) {
-  const int T = spec_.train.seq_len;
   const RowRange rows = shard_rows(batch.batch_size, dp_rank_, dp_);
   const bool ends = stage_ == 0 || stage_ == p_ - 1;
   loss_.reset();
   // Tags only need to tell activations from gradients: messages between two ranks arrive in
   // order.
-  tokens_.for_each_micro(
-      batch, rows.begin, rows.count, micro_, ends,
-      [&](std::int64_t k, std::int64_t n) { forward_micro(0, 0, k, static_cast<double>(n * T)); });
+  tokens_.for_each_micro(batch, rows.begin, rows.count, micro_, ends,
+                         [&](std::int64_t k, double weight) { forward_micro(0, 0, k, weight); });
   for (auto& q : act_send_) q.wait();
   double sum = stage_ == p_ - 1 ? loss_.read() : 0.0;
   world_->control().allreduce(&sum, 1, comm::ReduceOp::kSum);
-  return sum / static_cast<double>(batch.batch_size * T);
+  return sum / loss_scale(batch).divisor;
 }
 
 std::vector<float*> PipelineStrategy::segments(StateKind kind) {

@@ -82,8 +82,8 @@ class PipelineStrategy : public Strategy {
   ParamStore params_;
   Buffer<float> grads_;
   std::unique_ptr<AdamW> opt_;
-  bool tied_copy_ = false;    // GPT-2 last stage (p > 1): its own copy of the token embedding
-  std::size_t wte_size_ = 0;  // the tied embedding's elements (0 for an untied LLaMA)
+  bool tied_copy_ = false;         // GPT-2 last stage (p > 1): its own copy of the token embedding
+  std::size_t wte_size_ = 0;       // the tied embedding's elements (0 for an untied LLaMA)
   std::size_t wte_grad_size_ = 0;  // ... of the last stage's copy's gradient (0: frozen, LoRA)
   std::size_t head_elements_ = 0;  // TiedHead::elements: the head's part of the gradient
   ParamStore wte_params_;
@@ -95,9 +95,9 @@ class PipelineStrategy : public Strategy {
   Buffer<std::byte> grad_send_;
   comm::Request grad_send_req_;
   std::vector<comm::Request> act_send_;  // per slot
-  SliceSet slices_;         // the trained parameters
-  SliceSet frozen_slices_;  // the frozen ones (a LoRA job's base)
-  SliceSet opt_slices_;     // AdamW m and v, in the gradient layout
+  SliceSet slices_;                      // the trained parameters
+  SliceSet frozen_slices_;               // the frozen ones (a LoRA job's base)
+  SliceSet opt_slices_;                  // AdamW m and v, in the gradient layout
   TokenStage tokens_;
   DeviceSum loss_;
 };

@@ -2,19 +2,19 @@
 
 namespace saturn::parallel {
 
-double replica_eval_loss(const data::Batch& batch, int seq_len, int rank, int size,
-                         std::int64_t micro, Model& model, TokenStage& tokens, DeviceSum& loss,
+double replica_eval_loss(const data::Batch& batch, int rank, int size, std::int64_t micro,
+                         Model& model, TokenStage& tokens, DeviceSum& loss,
                          comm::Communicator& control) {
   const RowRange rows = shard_rows(batch.batch_size, rank, size);
   loss.reset();
   tokens.for_each_micro(batch, rows.begin, rows.count, micro, true,
-                        [&](std::int64_t k, std::int64_t n) {
+                        [&](std::int64_t k, double weight) {
                           model.forward(tokens.inputs(k), tokens.targets(k));
-                          loss.add(model.loss(), static_cast<double>(n * seq_len));
+                          loss.add(model.loss(), weight);
                         });
   double sum = loss.read();
   control.allreduce(&sum, 1, comm::ReduceOp::kSum);
-  return sum / static_cast<double>(batch.batch_size * seq_len);
+  return sum / loss_scale(batch).divisor;
 }
 
 }  // namespace saturn::parallel

@@ -12,10 +12,11 @@
 
 namespace saturn::parallel {
 
-// The mean loss per token of `batch` over the `size` ranks of `control`; this rank (`rank`)
-// forwards its shard_rows in micro-batches of `micro`. Every rank of `control` calls it.
-double replica_eval_loss(const data::Batch& batch, int seq_len, int rank, int size,
-                         std::int64_t micro, Model& model, TokenStage& tokens, DeviceSum& loss,
+// The mean loss over the trained targets of `batch` (tokens.hpp, loss_scale) over the `size`
+// ranks of `control`; this rank (`rank`) forwards its shard_rows in micro-batches of `micro`.
+// Every rank of `control` calls it.
+double replica_eval_loss(const data::Batch& batch, int rank, int size, std::int64_t micro,
+                         Model& model, TokenStage& tokens, DeviceSum& loss,
                          comm::Communicator& control);
 
 }  // namespace saturn::parallel

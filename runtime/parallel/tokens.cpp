@@ -32,6 +32,23 @@ std::size_t TokenStage::bytes(const BackendTraits& traits, std::int64_t micro, i
   return ((inputs ? 1 : 0) + (targets ? 1 : 0)) * one + traits.footprint(sizeof(double));
 }
 
+std::int64_t trained_targets(const data::Batch& batch, std::int64_t row, std::int64_t rows) {
+  const auto T = static_cast<std::size_t>(batch.seq_len);
+  const auto begin = static_cast<std::size_t>(row) * T;
+  const auto end = std::min(batch.targets.size(), begin + static_cast<std::size_t>(rows) * T);
+  std::int64_t n = 0;
+  for (std::size_t i = begin; i < end; ++i) n += batch.targets[i] >= 0 ? 1 : 0;
+  return n;
+}
+
+LossScale loss_scale(const data::Batch& batch) {
+  LossScale s;
+  s.divisor =
+      static_cast<double>(std::max<std::int64_t>(1, trained_targets(batch, 0, batch.batch_size)));
+  s.dloss = 1.0f / static_cast<float>(s.divisor);
+  return s;
+}
+
 void TokenStage::stage(const data::Batch& batch, std::int64_t k, std::int64_t row, std::int64_t n) {
   if (k < 0 || k >= capacity_)
     throw Error(fmt::format("token stage: micro-batch {} outside its {} slots", k, capacity_));

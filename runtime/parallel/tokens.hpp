@@ -15,6 +15,18 @@
 
 namespace saturn::parallel {
 
+// The loss of a batch is the mean over its trained targets (docs/engine.md, "The loss"): every
+// target but the -1 a loss mask (instruction data) or padding leaves. Each micro-batch's mean
+// loss enters the sum weighted by its trained targets, and the sum, like the loss gradient, is
+// divided by the whole batch's, so every strategy and micro-batch size gives the same number.
+// Without a mask that is B·T, as for plain text.
+std::int64_t trained_targets(const data::Batch& batch, std::int64_t row, std::int64_t rows);
+struct LossScale {
+  double divisor = 1;  // the batch's trained targets (1 when it has none: no loss, no gradient)
+  float dloss = 1;     // 1 / divisor: the loss gradient of one trained target
+};
+LossScale loss_scale(const data::Batch& batch);
+
 class TokenStage {
  public:
   TokenStage() = default;
@@ -37,8 +49,8 @@ class TokenStage {
 
   // Evaluation's walk over `rows` rows of `batch` from `first_row`, in micro-batches of `micro`
   // rows (the last may be shorter): staged and uploaded capacity() at a time (unless
-  // `stage_tokens` is false: a middle pipeline stage reads none), then fn(k, n) for each, with
-  // k its slot in the group and n its real rows.
+  // `stage_tokens` is false: a middle pipeline stage reads none), then fn(k, weight) for each,
+  // with k its slot in the group and weight its trained targets (the weight of its mean loss).
   template <class Fn>
   void for_each_micro(const data::Batch& batch, std::int64_t first_row, std::int64_t rows,
                       std::int64_t micro, bool stage_tokens, Fn&& fn) {
@@ -51,7 +63,9 @@ class TokenStage {
           stage(batch, k, first_row + (first + k) * micro, rows_of(first + k));
         upload(count);
       }
-      for (std::int64_t k = 0; k < count; ++k) fn(k, rows_of(first + k));
+      for (std::int64_t k = 0; k < count; ++k)
+        fn(k, static_cast<double>(
+                  trained_targets(batch, first_row + (first + k) * micro, rows_of(first + k))));
     }
   }
 

@@ -37,7 +37,7 @@ Estimate Zero2Strategy::estimate() const {
   const BackendTraits& bt = backend_traits(spec_.backend);
   const bool repro = spec_.train.reproducible;
   const std::size_t n = layout_.total();
-  const std::size_t ng = layout_.grad_total();  // the trained tensors' gradients
+  const std::size_t ng = layout_.grad_total();                    // the trained tensors' gradients
   const ShardMap map(layout_, N, 0, ShardMap::Over::kGradients);  // rank 0 owns the most
   std::size_t moments = 0, transient = 0;
   std::uint64_t reduced = 0, gathered = 0;  // bytes per step, as CommStats counts them
@@ -183,7 +183,8 @@ StepResult Zero2Strategy::train_step(const data::Batch& batch, std::int64_t step
   const TrainConfig& tc = spec_.train;
   const RowRange rows = shard_rows(tc.batch_size, rank_, size_);
   const std::int64_t accum = rows.count / micro_;
-  const float dloss = 1.0f / static_cast<float>(tc.batch_size * tc.seq_len);
+  const LossScale per_target = loss_scale(batch);
+  const float dloss = per_target.dloss;
   const int L = spec_.model.n_layer;
   Model& m = *model_;
   for (std::int64_t k = 0; k < accum; ++k) tokens_.stage(batch, k, rows.begin + k * micro_, micro_);
@@ -196,7 +197,8 @@ StepResult Zero2Strategy::train_step(const data::Batch& batch, std::int64_t step
   for (std::int64_t k = 0; k < accum; ++k) {
     ScopedTimer compute(stats_.compute_s);
     m.forward(tokens_.inputs(k), tokens_.targets(k));
-    loss_.add(m.loss(), static_cast<double>(micro_));
+    loss_.add(m.loss(),
+              static_cast<double>(trained_targets(batch, rows.begin + k * micro_, micro_)));
     if (tc.reproducible)
       reproducible_backward(m, dloss, acc_);
     else
@@ -218,7 +220,7 @@ StepResult Zero2Strategy::train_step(const data::Batch& batch, std::int64_t step
     control.allreduce(sums, 2, comm::ReduceOp::kSum);
   }
   StepResult r;
-  r.loss = sums[0] / static_cast<double>(tc.batch_size);
+  r.loss = sums[0] / per_target.divisor;
   r.grad_norm = std::sqrt(sums[1]);
   r.lr = scheduled_lr(tc.optimizer, tc.schedule, step, tc.steps);
   const float scale = clip_scale(r.grad_norm, tc.optimizer.grad_clip);
@@ -242,8 +244,7 @@ StepResult Zero2Strategy::train_step(const data::Batch& batch, std::int64_t step
 }
 
 double Zero2Strategy::evaluate(const data::Batch& batch) {
-  return replica_eval_loss(batch, spec_.train.seq_len, rank_, size_, micro_, *model_, tokens_,
-                           loss_, comms_->control());
+  return replica_eval_loss(batch, rank_, size_, micro_, *model_, tokens_, loss_, comms_->control());
 }
 
 std::vector<float*> Zero2Strategy::moments(StateKind kind) {

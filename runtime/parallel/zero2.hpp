@@ -55,8 +55,8 @@ class Zero2Strategy : public Strategy {
   Buffer<float> owned_grads_;                 // the reduced gradients of the owned parts
   std::vector<std::unique_ptr<AdamW>> opts_;  // per group; null when this rank owns none of it
   GradAccumulator acc_;                       // reproducible: the whole gradient in fp64
-  SliceSet params_;  // the replica's trained weights (rank 0 writes them)
-  SliceSet frozen_;  // ... and its frozen ones (a LoRA job's base)
+  SliceSet params_;                           // the replica's trained weights (rank 0 writes them)
+  SliceSet frozen_;                           // ... and its frozen ones (a LoRA job's base)
   SliceSet owned_;                            // the owned parts' AdamW moments
   TokenStage tokens_;
   DeviceSum loss_;

@@ -92,6 +92,15 @@ void Trainer::setup() {
                           job_.train.seed);
     val_loader_.emplace(data::TokenLoader::validation(data::TokenArray::open(job_.val_data, vocab),
                                                       job_.train.seq_len));
+    // Instruction data: the loss is taken on the answers' tokens only (docs/engine.md).
+    const bool masked = data::load_loss_mask_beside(*train_loader_, job_.train_data);
+    if (data::load_loss_mask_beside(*val_loader_, job_.val_data) != masked)
+      throw InputError(fmt::format(
+          "job {}: {} has a loss mask beside it ({}) and {} has none: prepare both splits "
+          "with `saturn data prepare --format jsonl`",
+          job_.id, (masked ? job_.train_data : job_.val_data).string(),
+          data::loss_mask_path(masked ? job_.train_data : job_.val_data).string(),
+          (masked ? job_.val_data : job_.train_data).string()));
     // The rank's own device: what the launch binding chose, else (a GPU) its node-local rank;
     // a CPU "device" index only names the pool.
     const Resources& res = options_.resources;

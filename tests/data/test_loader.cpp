@@ -64,6 +64,45 @@ TEST(TokenLoader, WindowsInputsAndTargets) {
   EXPECT_EQ(l.position(), (LoaderPosition{0, 3}));
 }
 
+// Instruction data: a target whose token's mask byte is 0 is -1 (no loss); inputs are kept.
+TEST(TokenLoader, LossMaskMarksUntrainedTargets) {
+  TokenLoader l(counting(101), 10, 7);
+  std::vector<std::uint8_t> mask(101);
+  for (std::size_t i = 0; i < mask.size(); ++i) mask[i] = (i / 3) % 2 == 0 ? 1 : 0;
+  l.set_loss_mask(mask);
+  EXPECT_TRUE(l.masked());
+  const Batch b = l.next_batch(4);
+  int trained = 0;
+  for (std::size_t i = 0; i < b.targets.size(); ++i) {
+    const std::int32_t token = b.inputs[i] + 1;  // counting: the target is the next token
+    EXPECT_EQ(b.targets[i], mask[static_cast<std::size_t>(token)] ? token : -1) << i;
+    trained += b.targets[i] >= 0;
+  }
+  EXPECT_GT(trained, 0);
+  EXPECT_LT(trained, 40);
+  EXPECT_THROW(l.set_loss_mask(std::vector<std::uint8_t>(100, 1)), Error);
+}
+
+TEST(LossMask, BesideItsTokenFileAndChecked) {
+  TempDir dir;
+  const auto tokens = dir.path() / "train.bin";
+  write_llmc_tokens(tokens, std::vector<std::uint16_t>(50, 3));
+  EXPECT_EQ(loss_mask_path(tokens), dir.path() / "train.mask");
+  TokenLoader l(TokenArray::open(tokens), 8, 1);
+  EXPECT_FALSE(load_loss_mask_beside(l, tokens));  // none yet: plain text
+  write_loss_mask(loss_mask_path(tokens), std::vector<std::uint8_t>(49, 1));
+  EXPECT_NE(error_of<InputError>([&] { load_loss_mask_beside(l, tokens); }).find("49 bytes"),
+            std::string::npos);
+  std::vector<std::uint8_t> bad(50, 1);
+  bad[7] = 2;
+  write_loss_mask(loss_mask_path(tokens), bad);
+  EXPECT_NE(error_of<InputError>([&] { load_loss_mask_beside(l, tokens); }).find("byte 7 is 2"),
+            std::string::npos);
+  write_loss_mask(loss_mask_path(tokens), std::vector<std::uint8_t>(50, 1));
+  EXPECT_TRUE(load_loss_mask_beside(l, tokens));
+  EXPECT_TRUE(l.masked());
+}
+
 TEST(TokenLoader, TooShortData) {
   const std::string msg = error_of<InputError>([] { TokenLoader(counting(64), 64, 1); });
   EXPECT_CONTAINS(msg, "data file counting has 64 tokens; seq_len 64 needs at least 65");

@@ -157,10 +157,25 @@ inline std::vector<std::uint16_t> pattern_tokens(std::size_t n, int vocab, std::
   return t;
 }
 
-// A data directory made by rank 0 and removed at exit; every rank gets its path.
+// A loss mask in runs of trained and untrained targets of irregular lengths (about 60 %
+// trained), so that micro-batches and ranks hold different numbers of trained targets.
+inline std::vector<std::uint8_t> pattern_loss_mask(std::size_t n, std::uint64_t seed) {
+  Rng r(seed);
+  std::vector<std::uint8_t> m(n);
+  std::uint8_t on = 1;
+  for (std::size_t i = 0; i < n;) {
+    const std::size_t run = 1 + r.below(on ? 40 : 30);
+    for (std::size_t k = 0; k < run && i < n; ++k, ++i) m[i] = on;
+    on = on ? 0 : 1;
+  }
+  return m;
+}
+
+// A data directory made by rank 0 and removed at exit; every rank gets its path. With
+// `loss_masks`, instruction data: a loss mask beside each token file.
 class SharedData {
  public:
-  explicit SharedData(int vocab) {
+  explicit SharedData(int vocab, bool loss_masks = false) {
     comm::Communicator& c = world();
     rank_ = c.rank();
     std::int64_t pid = ::getpid();
@@ -171,6 +186,10 @@ class SharedData {
       std::filesystem::create_directories(dir_);
       data::write_llmc_tokens(dir_ / "train.bin", pattern_tokens(20000, vocab, 1));
       data::write_llmc_tokens(dir_ / "val.bin", pattern_tokens(3000, vocab, 2));
+      if (loss_masks) {
+        data::write_loss_mask(dir_ / "train.mask", pattern_loss_mask(20000, 3));
+        data::write_loss_mask(dir_ / "val.mask", pattern_loss_mask(3000, 4));
+      }
     }
     c.barrier();
   }
