@@ -9,7 +9,8 @@ model's (no model hub is needed).
 Run with the Python that has transformers (scripts/install-deps.sh --tests makes it):
   ~/.cache/saturn/test-venv/bin/python examples/make_hf_model.py
 It writes examples/models/tiny-{gpt2,llama,mistral,qwen2} (config.json,
-model.safetensors, generation_config.json, tokenizer.json, tokenizer_config.json), then prints
+model.safetensors, generation_config.json, tokenizer.json, tokenizer_config.json with a chat
+template), then prints
 the `saturn data prepare --tokenizer` command that makes the example's data with the same
 tokenizer.
 """
@@ -36,7 +37,13 @@ def train_tokenizer(files, vocab_size):
     return transformers.PreTrainedTokenizerFast(
         tokenizer_object=tok, bos_token="<|endoftext|>", eos_token="<|endoftext|>",
         unk_token="<|endoftext|>", model_max_length=128,
-        clean_up_tokenization_spaces=False)
+        clean_up_tokenization_spaces=False, chat_template=CHAT_TEMPLATE)
+
+
+# A chat template in plain text (no tokens beyond the vocabulary's), for the instruction
+# example (examples/instruct-sweep.yaml): each turn is "### role:", the content, a blank line.
+CHAT_TEMPLATE = ("{% for m in messages %}### {{ m['role'] }}:\n{{ m['content'] }}\n\n"
+                 "{% endfor %}{% if add_generation_prompt %}### assistant:\n{% endif %}")
 
 
 def pretrain(model, ids, steps, seq_len, batch, lr, seed):

@@ -14,7 +14,9 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <initializer_list>
 #include <limits>
+#include <span>
 #include <system_error>
 
 #include "runtime/core/error.hpp"
@@ -308,8 +310,34 @@ std::vector<std::uint32_t> read_tokens(const fs::path& path, std::uint32_t vocab
   return out;
 }
 
-void write_llmc_tokens(const fs::path& path, std::span<const std::uint16_t> tokens) {
+namespace {
+
+// Writes `parts` (byte ranges, in order) to a temporary file beside `path`, synced, then renamed
+// over `path`, so readers never see a partial file. Throws IoError naming the file.
+void write_atomically(const fs::path& path,
+                      std::initializer_list<std::span<const std::byte>> parts) {
   check_output_file(path);  // renamed over below: never over a FIFO, device or link
+  const fs::path tmp = fs::path(path.string() + fmt::format(".tmp.{}", ::getpid()));
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) throw IoError(fmt::format("cannot create {}: {}", tmp.string(), errno_text()));
+  bool ok = true;
+  for (const auto& part : parts)
+    ok = ok && (part.empty() || std::fwrite(part.data(), 1, part.size(), f) == part.size());
+  ok = ok && std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
+  const std::string reason = ok ? "" : errno_text();
+  ok = (std::fclose(f) == 0) && ok;
+  if (!ok) {
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    throw IoError(
+        fmt::format("cannot write {}: {}", path.string(), reason.empty() ? errno_text() : reason));
+  }
+  rename_into_place(tmp, path);
+}
+
+}  // namespace
+
+void write_llmc_tokens(const fs::path& path, std::span<const std::uint16_t> tokens) {
   if (tokens.size() > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()))
     throw InputError(
         fmt::format("cannot write {}: {} tokens exceed the llm.c format's limit of {} per file",
@@ -318,23 +346,7 @@ void write_llmc_tokens(const fs::path& path, std::span<const std::uint16_t> toke
   header[0] = kLlmcMagic;
   header[1] = kLlmcVersion;
   header[2] = static_cast<std::int32_t>(tokens.size());
-
-  const fs::path tmp = fs::path(path.string() + fmt::format(".tmp.{}", ::getpid()));
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) throw IoError(fmt::format("cannot create {}: {}", tmp.string(), errno_text()));
-  bool ok = std::fwrite(header.data(), sizeof(std::int32_t), header.size(), f) == header.size();
-  if (ok && !tokens.empty())
-    ok = std::fwrite(tokens.data(), sizeof(std::uint16_t), tokens.size(), f) == tokens.size();
-  ok = ok && std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
-  const std::string reason = ok ? "" : errno_text();
-  ok = (std::fclose(f) == 0) && ok;
-  if (!ok) {
-    std::error_code ec;
-    fs::remove(tmp, ec);
-    throw IoError(
-        fmt::format("cannot write {}: {}", path.string(), reason.empty() ? errno_text() : reason));
-  }
-  rename_into_place(tmp, path);
+  write_atomically(path, {std::as_bytes(std::span(header)), std::as_bytes(tokens)});
 }
 
 fs::path loss_mask_path(const fs::path& token_file) {
@@ -343,21 +355,7 @@ fs::path loss_mask_path(const fs::path& token_file) {
 }
 
 void write_loss_mask(const fs::path& path, std::span<const std::uint8_t> mask) {
-  check_output_file(path);
-  const fs::path tmp = fs::path(path.string() + fmt::format(".tmp.{}", ::getpid()));
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) throw IoError(fmt::format("cannot create {}: {}", tmp.string(), errno_text()));
-  bool ok = mask.empty() || std::fwrite(mask.data(), 1, mask.size(), f) == mask.size();
-  ok = ok && std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
-  const std::string reason = ok ? "" : errno_text();
-  ok = (std::fclose(f) == 0) && ok;
-  if (!ok) {
-    std::error_code ec;
-    fs::remove(tmp, ec);
-    throw IoError(
-        fmt::format("cannot write {}: {}", path.string(), reason.empty() ? errno_text() : reason));
-  }
-  rename_into_place(tmp, path);
+  write_atomically(path, {std::as_bytes(mask)});
 }
 
 std::vector<std::uint8_t> read_loss_mask(const fs::path& path, std::uint64_t tokens) {

@@ -774,6 +774,17 @@ void Parser::check_data(const Entry& e, const fs::path& file,
     fail(e.mark(), e.path, err.what());
   }
   const std::uint64_t size = tokens.size();
+  // Instruction data: a loss mask beside the file must hold one byte per token.
+  const fs::path mask = data::loss_mask_path(file);
+  std::error_code ec;
+  if (fs::exists(mask, ec)) {
+    const auto bytes = fs::file_size(mask, ec);
+    if (ec || bytes != size)
+      fail(e.mark(), e.path,
+           fmt::format("the loss mask {} beside data file {} holds {} bytes, not one per token "
+                       "({}): prepare the data again with `saturn data prepare --format jsonl`",
+                       mask.string(), file.string(), ec ? 0 : bytes, size));
+  }
   const std::uint32_t max_token = tokens.max_token();
   for (const JobSpec& job : jobs) {
     const auto need = static_cast<std::uint64_t>(job.train.seq_len) + 1;
@@ -1385,6 +1396,16 @@ Workload Parser::parse(const std::string& text) {
   if (options_.check_data_files && options_.check_data_contents) {
     check_data(train, w.train_data, w.jobs);
     check_data(val, w.val_data, w.jobs);
+    std::error_code ec;
+    const bool train_masked = fs::exists(data::loss_mask_path(w.train_data), ec);
+    if (train_masked != fs::exists(data::loss_mask_path(w.val_data), ec)) {
+      const Entry& bare = train_masked ? val : train;
+      fail(bare.mark(), bare.path,
+           fmt::format("{} has a loss mask beside it and {} has none (instruction data needs "
+                       "both: `saturn data prepare --format jsonl` writes them together)",
+                       (train_masked ? w.train_data : w.val_data).string(),
+                       (train_masked ? w.val_data : w.train_data).string()));
+    }
   }
 
   w.strategies = known_strategies();

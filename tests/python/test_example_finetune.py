@@ -11,6 +11,8 @@ Then, for every job:
     tokenizer and the special-token ids of the model it came from, and its loss on those windows
     equals the job's final val loss (relative 1e-4).
 
+Also examples/lora-sweep.yaml (issue 31) and examples/instruct-sweep.yaml (issue 32) on the same
+models (check_lora_sweep, check_instruct_sweep).
 Usage: test_example_finetune.py --saturn SATURN --venv VENV --source-dir REPO
 """
 import argparse
@@ -129,11 +131,57 @@ def main():
             check(err <= 1e-4, f"{jid}: exported model's loss {got:.6f} = final val loss "
                                f"{final:.6f} (rel {err:.1e})")
         check_lora_sweep(tmp, windows, models["tiny-llama"])
+        check_instruct_sweep(tmp, models["tiny-llama"])
     if FAILURES:
         print(f"FAILED: {len(FAILURES)} check(s)")
         return 1
     print("the fine-tuning example works end to end")
     return 0
+
+
+def check_instruct_sweep(tmp, base):
+    """examples/instruct-sweep.yaml on 4 ranks (issue 32): the records made by
+    make_instruct_data.py, tokenized with tiny-llama's chat template; every job finishes, its
+    step-0 val loss equals transformers' loss of the imported model with labels -100 where the
+    loss mask is 0 (relative 1e-5), and its val loss falls."""
+    shutil.copy(os.path.join(args.source_dir, "examples", "instruct-sweep.yaml"), tmp)
+    records = os.path.join(tmp, "data-instruct", "records.jsonl")
+    run([sys.executable, os.path.join(args.source_dir, "examples", "make_instruct_data.py"),
+         "--out", records])
+    env = dict(os.environ, SATURN_PYTHON=sys.executable)
+    run([args.saturn, "data", "prepare", "--format", "jsonl", "--tokenizer",
+         os.path.join(tmp, "models", "tiny-llama"), "--input", records, "--output",
+         os.path.join(tmp, "data-instruct")], env=env)
+    run_dir = os.path.join(tmp, "run-instruct")
+    run([args.saturn, "run", os.path.join(tmp, "instruct-sweep.yaml"), "--np", "4", "--run-dir",
+         run_dir, "--quiet"])
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        jobs = json.load(f)["jobs"]
+    check(len(jobs) == 4 and all(j["status"] == "finished" for j in jobs),
+          f"instruct-sweep: 4 jobs finished ({[(j['id'], j['status']) for j in jobs]})")
+    # Validation: eval_batches (4) micro-batches of 8 rows, windows of seq_len + 1 from the
+    # start of val.bin; a target counts where the loss mask beside it is 1.
+    T, rows = 64, 4 * 8
+    val = read_llmc(os.path.join(tmp, "data-instruct", "val.bin"))
+    with open(os.path.join(tmp, "data-instruct", "val.mask"), "rb") as f:
+        mask = np.frombuffer(f.read(), dtype=np.uint8)
+    check(len(mask) == len(val) and 0 < mask.sum() < len(mask),
+          f"instruct-sweep: a loss mask beside val.bin ({int(mask.sum())} of {len(mask)} trained)")
+    x = np.stack([val[w * T:w * T + T + 1] for w in range(rows)])
+    m = np.stack([mask[w * T:w * T + T + 1] for w in range(rows)])
+    labels = np.where(m == 1, x, -100)
+    with torch.no_grad():
+        ref = base(input_ids=torch.tensor(x), labels=torch.tensor(labels)).loss.item()
+    for job in jobs:
+        with open(os.path.join(run_dir, "jobs", job["id"], "metrics.jsonl")) as f:
+            vals = [(r["step"], r["val_loss"]) for r in map(json.loads, f) if "val_loss" in r]
+        v0 = next((v for s, v in vals if s == 0), None)
+        err = abs(v0 - ref) / ref if v0 is not None else float("inf")
+        check(err <= 1e-5, f"instruct-sweep {job['id']}: step-0 val loss {v0} = transformers' "
+                           f"with labels -100 off the answers, {ref:.7f} (rel {err:.1e})")
+        check(len(vals) >= 2 and vals[-1][1] < vals[0][1],
+              f"instruct-sweep {job['id']}: val loss falls ({vals[0][1]:.4f} -> "
+              f"{vals[-1][1]:.4f})")
 
 
 def check_lora_sweep(tmp, windows, base):

@@ -54,6 +54,7 @@ transformers.utils.logging.disable_progress_bar()
 MPI = ["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", "2"]
 VOCAB, T, B = 128, 16, 4
 STEPS, LR, WD, CLIP, WARMUP = 20, 3e-3, 0.1, 0.5, 3
+SIGNAL_STEPS = 1500
 failures = []
 
 
@@ -345,7 +346,9 @@ def check_signal(arch, src, data, targets, rank, alpha, rslora, tmp):
     checkpoints and exits 99; `saturn run --resume` on another rank count finishes it with
     adapters bit-identical to an uninterrupted run (reproducible mode)."""
     wl = os.path.join(tmp, f"{arch}-signal.yaml")
-    workload(wl, src, data, targets, rank, alpha, rslora, steps=400, checkpoint_every=0)
+    # Long enough, and polled often enough, that the signal lands mid-run on a loaded machine
+    # (400 steps once finished between two polls while other tests shared the cores).
+    workload(wl, src, data, targets, rank, alpha, rslora, steps=SIGNAL_STEPS, checkpoint_every=0)
     env = dict(os.environ, SATURN_CALIBRATION_CACHE="none")
     straight = os.path.join(tmp, f"{arch}-signal-straight")
     p = subprocess.run([args.saturn, "run", wl, "--np", "1", "--run-dir", straight, "--quiet"],
@@ -359,15 +362,15 @@ def check_signal(arch, src, data, targets, rank, alpha, rslora, tmp):
     progress = os.path.join(rd, "jobs", "j", "metrics.jsonl")
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None:
-        if os.path.exists(progress) and sum(1 for _ in open(progress)) >= 20:
+        if os.path.exists(progress) and sum(1 for _ in open(progress)) >= 10:
             break
-        time.sleep(0.2)
+        time.sleep(0.02)
     proc.send_signal(signal.SIGUSR1)
     out, err = proc.communicate(timeout=300)
     done = [r for r in map(json.loads, open(progress))] if os.path.exists(progress) else []
     stopped_at = max((r["step"] for r in done), default=0)
-    expect(f"{arch}: SIGUSR1 to saturn run: exit 99 at step {stopped_at} of 400",
-           proc.returncode == 99 and 0 < stopped_at < 400,
+    expect(f"{arch}: SIGUSR1 to saturn run: exit 99 at step {stopped_at} of {SIGNAL_STEPS}",
+           proc.returncode == 99 and 0 < stopped_at < SIGNAL_STEPS,
            "" if proc.returncode == 99 else f"exit {proc.returncode}: {err[-300:]}")
     p = subprocess.run([args.saturn, "run", "--resume", rd, "--np", "1", "--quiet"],
                        capture_output=True, text=True, env=env)

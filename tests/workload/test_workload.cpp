@@ -972,6 +972,20 @@ TEST_F(WorkloadTest, DataIsCheckedAgainstEveryJobWhenLoaded) {
                     no_contents));
 }
 
+// Instruction data: a loss mask beside each token file, one byte per token, on both splits.
+TEST_F(WorkloadTest, LossMasksAreCheckedWhenLoaded) {
+  const std::string text = std::string(kHead) + "jobs: [{model: small, batch_size: 1}]\n";
+  const auto tokens = data::TokenArray::open(dir_ / "data/train.bin").size();
+  data::write_loss_mask(dir_ / "data/train.mask", std::vector<std::uint8_t>(tokens - 1, 1));
+  std::string msg = error(text, 1, 15, "data.train");
+  EXPECT_CONTAINS(msg, fmt::format("holds {} bytes, not one per token ({})", tokens - 1, tokens));
+  data::write_loss_mask(dir_ / "data/train.mask", std::vector<std::uint8_t>(tokens, 1));
+  msg = error(text, 1, 36, "data.val");
+  EXPECT_CONTAINS(msg, "has a loss mask beside it and");
+  data::write_loss_mask(dir_ / "data/val.mask", std::vector<std::uint8_t>(tokens, 0));
+  EXPECT_NO_THROW(load(text));
+}
+
 TEST_F(WorkloadTest, JobsKnowWhereTheyAreDefined) {
   const Workload w = load(std::string(kHead) +
                           "jobs:\n  - {model: small, batch_size: 1}\n"
