@@ -360,6 +360,7 @@ class Parser {
 
   fs::path data_path(const Entry& e) const;
   void check_data(const Entry& e, const fs::path& file, const std::vector<JobSpec>& jobs) const;
+  void check_loss_masks(const Entry& train, const Entry& val, const Workload& w) const;
   void parse_models(const Entry& e);
   // A llama's variant keys (biases, sliding_window, rope_scaling) into `mc`; with `from`, each
   // key given must agree with config.json (`agree(entry, given, theirs)`).
@@ -765,6 +766,19 @@ fs::path Parser::data_path(const Entry& e) const {
 // Opens a data file and checks it against every job: a token file, long enough for the job's
 // seq_len, no token outside its model's vocabulary. Errors point at the `data` entry, name the
 // file and the job.
+// Instruction data: the train and val files have a loss mask beside them, or neither has.
+void Parser::check_loss_masks(const Entry& train, const Entry& val, const Workload& w) const {
+  std::error_code ec;
+  const bool train_masked = fs::exists(data::loss_mask_path(w.train_data), ec);
+  if (train_masked == fs::exists(data::loss_mask_path(w.val_data), ec)) return;
+  const Entry& bare = train_masked ? val : train;
+  fail(bare.mark(), bare.path,
+       fmt::format("{} has a loss mask beside it and {} has none (instruction data needs both: "
+                   "`saturn data prepare --format jsonl` writes them together)",
+                   (train_masked ? w.train_data : w.val_data).string(),
+                   (train_masked ? w.val_data : w.train_data).string()));
+}
+
 void Parser::check_data(const Entry& e, const fs::path& file,
                         const std::vector<JobSpec>& jobs) const {
   data::TokenArray tokens;
@@ -1396,16 +1410,7 @@ Workload Parser::parse(const std::string& text) {
   if (options_.check_data_files && options_.check_data_contents) {
     check_data(train, w.train_data, w.jobs);
     check_data(val, w.val_data, w.jobs);
-    std::error_code ec;
-    const bool train_masked = fs::exists(data::loss_mask_path(w.train_data), ec);
-    if (train_masked != fs::exists(data::loss_mask_path(w.val_data), ec)) {
-      const Entry& bare = train_masked ? val : train;
-      fail(bare.mark(), bare.path,
-           fmt::format("{} has a loss mask beside it and {} has none (instruction data needs "
-                       "both: `saturn data prepare --format jsonl` writes them together)",
-                       (train_masked ? w.train_data : w.val_data).string(),
-                       (train_masked ? w.val_data : w.train_data).string()));
-    }
+    check_loss_masks(train, val, w);
   }
 
   w.strategies = known_strategies();
