@@ -763,9 +763,6 @@ fs::path Parser::data_path(const Entry& e) const {
   return p;
 }
 
-// Opens a data file and checks it against every job: a token file, long enough for the job's
-// seq_len, no token outside its model's vocabulary. Errors point at the `data` entry, name the
-// file and the job.
 // Instruction data: the train and val files have a loss mask beside them, or neither has.
 void Parser::check_loss_masks(const Entry& train, const Entry& val, const Workload& w) const {
   std::error_code ec;
@@ -779,6 +776,9 @@ void Parser::check_loss_masks(const Entry& train, const Entry& val, const Worklo
                    (train_masked ? w.val_data : w.train_data).string()));
 }
 
+// Opens a data file and checks it against every job: a token file, long enough for the job's
+// seq_len, no token outside its model's vocabulary. Errors point at the `data` entry, name the
+// file and the job.
 void Parser::check_data(const Entry& e, const fs::path& file,
                         const std::vector<JobSpec>& jobs) const {
   data::TokenArray tokens;
