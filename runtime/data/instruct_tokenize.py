@@ -21,8 +21,9 @@
 # message, an empty completion) is "saturn-error bad-record FILE:LINE: what is wrong".
 #
 # Outputs: IDS_OUT little-endian uint32 ids, MASK_OUT one byte per id (1: trained), RECORDS_OUT
-# little-endian uint64 ids per record, in input order. One JSON line on stdout on success; on
-# failure one line "saturn-error KIND MESSAGE" on stderr and exit status 3.
+# little-endian uint64 ids per record, in input order. Lines "saturn-progress ..." every 20000
+# records; one JSON line on stdout on success; on failure one line "saturn-error KIND MESSAGE" on
+# stderr and exit status 3.
 import array
 import datetime
 import json
@@ -231,7 +232,9 @@ def encode_chat(record, where):
 records = read_records()
 ids, mask, counts = array.array("I"), array.array("B"), array.array("Q")
 trained = 0
-for record, where in records:
+for k, (record, where) in enumerate(records):
+    if k and k % 20000 == 0:  # saturn shows these as they come
+        print(f"saturn-progress {k} of {len(records)} records", flush=True)
     if "messages" in record:
         r_ids, r_mask = encode_chat(record, where)
     else:
