@@ -101,6 +101,7 @@ void Trainer::setup() {
           job_.id, (masked ? job_.train_data : job_.val_data).string(),
           data::loss_mask_path(masked ? job_.train_data : job_.val_data).string(),
           (masked ? job_.val_data : job_.train_data).string()));
+    if (masked) require_trained_validation_targets();
     // The rank's own device: what the launch binding chose, else (a GPU) its node-local rank;
     // a CPU "device" index only names the pool.
     const Resources& res = options_.resources;
@@ -223,6 +224,21 @@ void Trainer::announce() const {
       par_.degree == 1 ? device_->describe() : fmt::format("{} ranks", par_.degree),
       estimate_.layout, job_.train.batch_size, estimate_.micro_batch, job_.train.seq_len,
       total_steps_, format_bytes(estimate_.device_bytes));
+}
+
+// Instruction data: a validation loss needs a trained target in the windows evaluated (the
+// first eval_batches x rows of val); with none it would read 0, as if the model were perfect.
+void Trainer::require_trained_validation_targets() {
+  val_loader_->seek({0, 0});
+  const data::Batch b = val_loader_->next_batch(eval_rows(job_.train));
+  val_loader_->seek({0, 0});
+  if (std::any_of(b.targets.begin(), b.targets.end(), [](std::int32_t t) { return t >= 0; }))
+    return;
+  throw InputError(fmt::format(
+      "job {}: the {} validation windows of {} tokens evaluated hold no trained token (its loss "
+      "mask {} is 0 there), so no validation loss can be measured (valid: a larger "
+      "eval_batches, or a val split whose first records have answers)",
+      job_.id, b.batch_size, b.seq_len, data::loss_mask_path(job_.val_data).string()));
 }
 
 // A job that starts from imported weights is evaluated before its first step: the val loss of

@@ -185,6 +185,24 @@ def main():
             expect(f"{label}: final val loss = PyTorch's "
                    f"({vn if vn is None else round(vn, 7)} vs {val_final:.7f})",
                    vn is not None and abs(vn - val_final) / val_final <= 1e-6)
+        # A validation split whose evaluated windows hold no trained target: no val loss can be
+        # measured, so the job is refused before it trains (not reported as a loss of 0).
+        blank = os.path.join(tmp, "blank.bin")
+        write_tokens(blank, tokens)
+        with open(os.path.join(tmp, "blank.mask"), "wb") as f:
+            f.write(bytes(len(tokens)))
+        wl_blank = os.path.join(tmp, "blank.yaml")
+        workload(wl_blank, src, data, 1)
+        with open(wl_blank) as f:
+            text = f.read().replace(f"val: {data}", f"val: {blank}")
+        with open(wl_blank, "w") as f:
+            f.write(text)
+        p = subprocess.run([args.saturn, "train", wl_blank, "--device", "cpu", "--quiet",
+                            "--run-dir", os.path.join(tmp, "blank-run")],
+                           capture_output=True, text=True)
+        expect("a val split with no trained target where it is evaluated: exit 2 saying so",
+               p.returncode == 2 and "hold no trained token" in p.stderr,
+               f"exit {p.returncode}: {p.stderr.strip()[-300:]}")
     if failures:
         print(f"{len(failures)} check(s) failed: {failures}")
         sys.exit(1)
