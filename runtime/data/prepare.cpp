@@ -179,6 +179,24 @@ void stage_tokenizer_copy(Output& out, const HfTokenizerFile& tokenizer, const f
   stage_copy(out, tokenizer.file, dir, "tokenizer.json");
 }
 
+// The encoded ids, r.train_tokens then r.val_tokens of them, as the two token files of
+// output_dir: llm.c's uint16 files when every id fits, else HDF5 uint32 (DESIGN.md "Token
+// files"). Sets r's paths, vocabulary and tokenizer description.
+void write_token_splits(Output& out, const fs::path& output_dir, const fs::path& ids_file,
+                        const EncodedText& text, const HfTokenizerFile& tokenizer,
+                        PrepareResult& r) {
+  r.vocab_size = text.vocab_size;
+  r.tokenizer =
+      fmt::format("{}, {}, {}", text.library, tokenizer.model_type, tokenizer.file.string());
+  const bool narrow = text.vocab_size <= 65536;
+  const char* ext = narrow ? ".bin" : ".h5";
+  r.train_path = output_dir / fmt::format("train{}", ext);
+  r.val_path = output_dir / fmt::format("val{}", ext);
+  IdsReader ids(ids_file, text, tokenizer);
+  write_split(ids, r.train_tokens, narrow, out.stage(r.train_path.filename().string()));
+  write_split(ids, r.val_tokens, narrow, out.stage(r.val_path.filename().string()));
+}
+
 // The mask file the instruction encoder wrote, read a split at a time.
 class MaskReader {
  public:
@@ -253,17 +271,7 @@ PrepareResult prepare_tokenized_dataset(const PrepareOptions& options,
   PrepareResult r;
   r.train_tokens = n - n_val;
   r.val_tokens = n_val;
-  r.vocab_size = text.vocab_size;
-  r.tokenizer =
-      fmt::format("{}, {}, {}", text.library, tokenizer.model_type, tokenizer.file.string());
-  // llm.c's uint16 files when every id fits, else HDF5 uint32 (DESIGN.md "Token files").
-  const bool narrow = text.vocab_size <= 65536;
-  const char* ext = narrow ? ".bin" : ".h5";
-  r.train_path = options.output_dir / fmt::format("train{}", ext);
-  r.val_path = options.output_dir / fmt::format("val{}", ext);
-  IdsReader ids(ids_file.path, text, tokenizer);
-  write_split(ids, r.train_tokens, narrow, out.stage(r.train_path.filename().string()));
-  write_split(ids, r.val_tokens, narrow, out.stage(r.val_path.filename().string()));
+  write_token_splits(out, options.output_dir, ids_file.path, text, tokenizer, r);
   stage_tokenizer_copy(out, tokenizer, options.output_dir);
   out.commit();
   return r;
@@ -296,18 +304,9 @@ PrepareResult prepare_instruction_dataset(const PrepareOptions& options,
   for (std::uint64_t i = 0; i < n; ++i)
     (i < r.train_records ? r.train_tokens : r.val_tokens) += enc.record_ids[i];
   r.trained_tokens = enc.trained;
-  r.vocab_size = enc.text.vocab_size;
-  r.tokenizer =
-      fmt::format("{}, {}, {}", enc.text.library, tokenizer.model_type, tokenizer.file.string());
-  const bool narrow = r.vocab_size <= 65536;
-  const char* ext = narrow ? ".bin" : ".h5";
-  r.train_path = options.output_dir / fmt::format("train{}", ext);
-  r.val_path = options.output_dir / fmt::format("val{}", ext);
+  write_token_splits(out, options.output_dir, ids_file.path, enc.text, tokenizer, r);
   r.train_mask = loss_mask_path(r.train_path);
   r.val_mask = loss_mask_path(r.val_path);
-  IdsReader ids(ids_file.path, enc.text, tokenizer);
-  write_split(ids, r.train_tokens, narrow, out.stage(r.train_path.filename().string()));
-  write_split(ids, r.val_tokens, narrow, out.stage(r.val_path.filename().string()));
   MaskReader mask(mask_file.path);
   write_loss_mask(out.stage(r.train_mask.filename().string()), mask.read(r.train_tokens));
   write_loss_mask(out.stage(r.val_mask.filename().string()), mask.read(r.val_tokens));
