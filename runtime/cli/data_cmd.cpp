@@ -84,9 +84,12 @@ void add_data_command(CLI::App& root, Action* action) {
                  r.train_path.string(), r.train_tokens, r.val_path.string(), r.val_tokens,
                  r.vocab_size, r.tokenizer);
       if (records)
-        fmt::print("records: {} train, {} val; loss masks {} and {}: {} of {} tokens trained on\n",
-                   r.train_records, r.val_records, r.train_mask.string(), r.val_mask.string(),
-                   r.trained_tokens, r.train_tokens + r.val_tokens);
+        fmt::print(
+            "records: {} train, {} val (boundaries {} and {}); loss masks {} and {}: {} of {} "
+            "tokens trained on\n",
+            r.train_records, r.val_records, r.train_record_starts.string(),
+            r.val_record_starts.string(), r.train_mask.string(), r.val_mask.string(),
+            r.trained_tokens, r.train_tokens + r.val_tokens);
       if (!tokenizer->empty())
         fmt::print("models trained on this data need vocab_size >= {}\n", r.vocab_size);
       return 0;

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 #include <numeric>
 
@@ -104,7 +105,8 @@ std::uint64_t TokenLoader::window_start(const LoaderPosition& pos) const {
   return w * static_cast<std::uint64_t>(seq_len_);
 }
 
-void TokenLoader::next_batch(std::int64_t batch_size, std::int32_t* inputs, std::int32_t* targets) {
+void TokenLoader::next_batch(std::int64_t batch_size, std::int32_t* inputs, std::int32_t* targets,
+                             std::int32_t* positions) {
   if (batch_size < 0) throw Error(fmt::format("batch size must be >= 0 (got {})", batch_size));
   const auto t = static_cast<std::uint64_t>(seq_len_);
   for (std::int64_t b = 0; b < batch_size; ++b) {
@@ -115,6 +117,22 @@ void TokenLoader::next_batch(std::int64_t batch_size, std::int32_t* inputs, std:
     if (mask_)
       for (std::uint64_t i = 0; i < t; ++i)
         if ((*mask_)[start + 1 + i] == 0) targets[row + i] = -1;
+    if (starts_) {
+      // `next`: the first record start after the window's first token; `begin`: where the
+      // current token's record begins within the window.
+      const std::vector<std::uint64_t>& s = *starts_;
+      auto next = std::upper_bound(s.begin(), s.end(), start);
+      std::uint64_t begin = start;
+      for (std::uint64_t i = 0; i < t; ++i) {
+        const std::uint64_t n = start + i;
+        if (next != s.end() && *next == n) {
+          begin = n;
+          ++next;
+        }
+        if (positions) positions[row + i] = static_cast<std::int32_t>(n - begin);
+        if (next != s.end() && *next == n + 1) targets[row + i] = -1;
+      }
+    }
     skip(1);
   }
 }
@@ -125,6 +143,26 @@ bool load_loss_mask_beside(TokenLoader& loader, const std::filesystem::path& tok
   if (!std::filesystem::exists(mask, ec)) return false;
   loader.set_loss_mask(read_loss_mask(mask, loader.tokens().size()));
   return true;
+}
+
+bool load_record_starts_beside(TokenLoader& loader, const std::filesystem::path& token_file) {
+  const std::filesystem::path records = record_starts_path(token_file);
+  std::error_code ec;
+  if (!std::filesystem::exists(records, ec)) return false;
+  loader.set_record_starts(read_record_starts(records, loader.tokens().size()));
+  return true;
+}
+
+void TokenLoader::set_record_starts(std::vector<std::uint64_t> starts) {
+  const auto bad = [&](const std::string& what) {
+    throw Error(
+        fmt::format("record starts for {} ({} tokens): {}", tokens_.name(), tokens_.size(), what));
+  };
+  if (starts.empty() || starts[0] != 0) bad("the first record must start at 0");
+  for (std::size_t i = 1; i < starts.size(); ++i)
+    if (starts[i] <= starts[i - 1]) bad(fmt::format("start {} does not increase", i));
+  if (starts.back() >= tokens_.size()) bad("a start is past the last token");
+  starts_ = std::make_shared<const std::vector<std::uint64_t>>(std::move(starts));
 }
 
 void TokenLoader::set_loss_mask(std::vector<std::uint8_t> mask) {
@@ -142,7 +180,9 @@ Batch TokenLoader::next_batch(std::int64_t batch_size) {
                  static_cast<std::size_t>(seq_len_);
   batch.inputs.resize(n);
   batch.targets.resize(n);
-  next_batch(batch_size, batch.inputs.data(), batch.targets.data());
+  if (starts_) batch.positions.resize(n);
+  next_batch(batch_size, batch.inputs.data(), batch.targets.data(),
+             starts_ ? batch.positions.data() : nullptr);
   return batch;
 }
 

@@ -53,12 +53,18 @@ class SplitMix64 {
 std::vector<std::uint64_t> epoch_permutation(std::uint64_t n, std::uint64_t seed,
                                              std::uint64_t epoch);
 
-// B sequences of T tokens, row-major [B][T]; targets[b][t] is the token after inputs[b][t].
+// B sequences of T tokens, row-major [B][T]; targets[b][t] is the token after inputs[b][t]
+// (-1: not trained).
 struct Batch {
   std::int64_t batch_size = 0;
   int seq_len = 0;
   std::vector<std::int32_t> inputs;
   std::vector<std::int32_t> targets;
+  // Empty unless the loader is packed() (set_record_starts); then [B][T]: each input token's
+  // position inside its record within the window (0 at a record's first token and at the
+  // window's first token). The model restarts its positions (learned or rotary) there and
+  // attends only within the run since the last 0, so packed records do not see each other.
+  std::vector<std::int32_t> positions;
 };
 
 enum class Order { kShuffled, kSequential };
@@ -88,8 +94,10 @@ class TokenLoader {
 
   // The next batch_size sequences of the global stream (crossing into the next epoch if needed).
   Batch next_batch(std::int64_t batch_size);
-  // The same, into caller buffers of batch_size * seq_len int32 each.
-  void next_batch(std::int64_t batch_size, std::int32_t* inputs, std::int32_t* targets);
+  // The same, into caller buffers of batch_size * seq_len int32 each; `positions` is filled only
+  // when the loader is packed() and it is not null.
+  void next_batch(std::int64_t batch_size, std::int32_t* inputs, std::int32_t* targets,
+                  std::int32_t* positions = nullptr);
   // Data parallelism: of the next global_batch sequences, the rows
   // [shard * global_batch / num_shards, (shard + 1) * global_batch / num_shards) (integer
   // division), advancing past the whole global batch, so every shard stays at the same position.
@@ -104,11 +112,24 @@ class TokenLoader {
   void set_loss_mask(std::vector<std::uint8_t> mask);
   bool masked() const { return mask_ != nullptr; }
 
+  // Packing without cross-attention (`packing: {cross_attention: false}`): the token offset of
+  // each record's first token (token_file.hpp's record starts). Windows still cut the stream
+  // every T tokens (so the data order is the same as without), but each record of a window is a
+  // sequence of its own there: batches then carry `positions`, where input token n of a window
+  // starting at s has position n - max(record_start(n), s) (record_start(n): the largest start
+  // <= n), so a record cut by the window's start restarts at 0 like a record starting there;
+  // and a target that is the first token of a record becomes -1 (besides the mask's rule),
+  // since no record's last token may predict the next record. Error when the starts are not
+  // valid for the token count (first 0, strictly increasing, below the token count).
+  void set_record_starts(std::vector<std::uint64_t> starts);
+  bool packed() const { return starts_ != nullptr; }
+
  private:
   const std::vector<std::uint64_t>& permutation(std::uint64_t epoch) const;
 
   TokenArray tokens_;
-  std::shared_ptr<const std::vector<std::uint8_t>> mask_;  // null: every target trained
+  std::shared_ptr<const std::vector<std::uint8_t>> mask_;     // null: every target trained
+  std::shared_ptr<const std::vector<std::uint64_t>> starts_;  // null: not packed
   int seq_len_;
   std::uint64_t seed_;
   Order order_;
@@ -123,5 +144,10 @@ class TokenLoader {
 // Instruction data: sets the loss mask beside `token_file` (loss_mask_path) on the loader when
 // that file exists; true if it did. InputError naming the mask when it does not fit the tokens.
 bool load_loss_mask_beside(TokenLoader& loader, const std::filesystem::path& token_file);
+
+// Packing without cross-attention: sets the record starts beside `token_file`
+// (record_starts_path) on the loader when that file exists; true if it did. InputError naming
+// the file when it does not fit the tokens (read_record_starts).
+bool load_record_starts_beside(TokenLoader& loader, const std::filesystem::path& token_file);
 
 }  // namespace saturn::data

@@ -310,6 +310,19 @@ PrepareResult prepare_instruction_dataset(const PrepareOptions& options,
   MaskReader mask(mask_file.path);
   write_loss_mask(out.stage(r.train_mask.filename().string()), mask.read(r.train_tokens));
   write_loss_mask(out.stage(r.val_mask.filename().string()), mask.read(r.val_tokens));
+  // Where each record starts, per split (val's from 0), for packing without cross-attention.
+  std::vector<std::uint64_t> train_starts, val_starts;
+  train_starts.reserve(r.train_records);
+  val_starts.reserve(r.val_records);
+  for (std::uint64_t i = 0, at = 0; i < n; ++i) {
+    if (i == r.train_records) at = 0;
+    (i < r.train_records ? train_starts : val_starts).push_back(at);
+    at += enc.record_ids[i];
+  }
+  r.train_record_starts = record_starts_path(r.train_path);
+  r.val_record_starts = record_starts_path(r.val_path);
+  write_record_starts(out.stage(r.train_record_starts.filename().string()), train_starts);
+  write_record_starts(out.stage(r.val_record_starts.filename().string()), val_starts);
   stage_tokenizer_copy(out, tokenizer, options.output_dir);
   // The chat template and special tokens, for a later export or inspection.
   const fs::path config = tokenizer.file.parent_path() / "tokenizer_config.json";

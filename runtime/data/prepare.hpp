@@ -25,9 +25,11 @@ struct PrepareResult {
   std::uint64_t train_tokens = 0, val_tokens = 0;
   std::uint64_t vocab_size = 0;
   std::string tokenizer;  // "bytes" or e.g. "tokenizers 0.19.1, BPE, /path/tokenizer.json"
-  // Instruction data only: the loss masks beside the token files (loss_mask_path), the records
-  // in each split and the tokens trained on (mask 1) in both.
+  // Instruction data only: the loss masks and the record starts beside the token files
+  // (loss_mask_path, record_starts_path), the records in each split and the tokens trained on
+  // (mask 1) in both.
   std::filesystem::path train_mask, val_mask;
+  std::filesystem::path train_record_starts, val_record_starts;
   std::uint64_t train_records = 0, val_records = 0, trained_tokens = 0;
 };
 
@@ -52,13 +54,14 @@ PrepareResult prepare_tokenized_dataset(const PrepareOptions& options,
                                         const std::string& python);
 
 // Instruction records (JSON Lines: {"prompt", "completion"} or {"messages": [{"role",
-// "content"}, ...]}) -> token files and their loss masks (token_file.hpp's loss_mask_path: one
-// byte per token, 1 where the token is trained on). Chat records are rendered with the chat
-// template of the tokenizer's tokenizer_config.json as transformers renders it; the answers
-// (completions, assistant turns with the template's end of turn) and the eos after each record
-// are trained, the rest is not (instruct_tokenize.py says exactly). The split is by record:
-// val gets the last round(records * val_fraction) records (at least one, and one left for
-// train). A malformed record is InputError naming FILE:LINE and nothing is written; otherwise
+// "content"}, ...]}) -> token files, their loss masks (token_file.hpp's loss_mask_path: one
+// byte per token, 1 where the token is trained on) and their record starts (record_starts_path:
+// the token offset of each record in its split, for packing without cross-attention). Chat records
+// are rendered with the chat template of the tokenizer's tokenizer_config.json as transformers
+// renders it; the answers (completions, assistant turns with the template's end of turn) and the
+// eos after each record are trained, the rest is not (instruct_tokenize.py says exactly). The split
+// is by record: val gets the last round(records * val_fraction) records (at least one, and one left
+// for train). A malformed record is InputError naming FILE:LINE and nothing is written; otherwise
 // as prepare_tokenized_dataset (staging, the tokenizer copied beside the data, with its
 // tokenizer_config.json).
 PrepareResult prepare_instruction_dataset(const PrepareOptions& options,

@@ -379,6 +379,54 @@ std::vector<std::uint8_t> read_loss_mask(const fs::path& path, std::uint64_t tok
   return mask;
 }
 
+fs::path record_starts_path(const fs::path& token_file) {
+  fs::path p = token_file;
+  return p.replace_extension(".records");
+}
+
+void write_record_starts(const fs::path& path, std::span<const std::uint64_t> starts) {
+  write_atomically(path, {std::as_bytes(starts)});
+}
+
+std::vector<std::uint64_t> read_record_starts(const fs::path& path, std::uint64_t tokens) {
+  const std::string file = path.string();
+  const char* again = "prepare the data again with `saturn data prepare --format jsonl`";
+  std::error_code ec;
+  const auto st = fs::status(path, ec);
+  if (!fs::exists(st))
+    throw InputError(fmt::format("record boundaries file {} does not exist ({})", file, again));
+  if (!fs::is_regular_file(st))
+    throw InputError(fmt::format("record boundaries file {} is not a regular file", file));
+  const std::uint64_t size = fs::file_size(path, ec);
+  if (ec) throw IoError(fmt::format("cannot read record boundaries {}: {}", file, ec.message()));
+  if (size % sizeof(std::uint64_t) != 0)
+    throw InputError(fmt::format(
+        "record boundaries {} hold {} bytes, not a multiple of 8 (one uint64 per record: {})", file,
+        size, again));
+  std::vector<std::uint64_t> starts(size / sizeof(std::uint64_t));
+  std::ifstream in(path, std::ios::binary);
+  in.read(reinterpret_cast<char*>(starts.data()), static_cast<std::streamsize>(size));
+  if (!in) throw IoError(fmt::format("cannot read record boundaries {}", file));
+  if (starts.empty() || starts[0] != 0)
+    throw InputError(fmt::format("record boundaries {}: {} (the first record starts at 0: {})",
+                                 file,
+                                 starts.empty() ? std::string("the file holds no record")
+                                                : fmt::format("the first start is {}", starts[0]),
+                                 again));
+  for (std::size_t i = 1; i < starts.size(); ++i)
+    if (starts[i] <= starts[i - 1])
+      throw InputError(fmt::format(
+          "record boundaries {}: start {} is {}, not above start {} ({}): the starts must "
+          "strictly increase ({})",
+          file, i, starts[i], i - 1, starts[i - 1], again));
+  if (starts.back() >= tokens)
+    throw InputError(fmt::format(
+        "record boundaries {}: record {} starts at token {}, but the token file has {} tokens "
+        "(valid: starts below the token count: {})",
+        file, starts.size() - 1, starts.back(), tokens, again));
+  return starts;
+}
+
 void write_hdf5_tokens(const fs::path& path, std::span<const std::uint32_t> tokens) {
   check_output_file(path);
   const fs::path tmp = fs::path(path.string() + fmt::format(".tmp.{}", ::getpid()));

@@ -84,4 +84,19 @@ void write_loss_mask(const std::filesystem::path& path, std::span<const std::uin
 // its size is not `tokens` bytes or a byte is neither 0 nor 1, IoError when it cannot be read.
 std::vector<std::uint8_t> read_loss_mask(const std::filesystem::path& path, std::uint64_t tokens);
 
+// The record boundaries of instruction data (`data prepare --format jsonl`), beside its token
+// file: the same path with the extension ".records". The token offset at which each record
+// starts, uint64 little-endian, one per record, no header: the first is 0, they strictly
+// increase and each is below the token count. Packing without cross-attention (`packing:
+// {cross_attention: false}`) needs them to keep each record's attention and positions its own.
+std::filesystem::path record_starts_path(const std::filesystem::path& token_file);
+// Writes record starts atomically (as write_llmc_tokens). Throws IoError naming the file.
+void write_record_starts(const std::filesystem::path& path, std::span<const std::uint64_t> starts);
+// Reads the record starts of a token file of `tokens` tokens. Throws InputError naming the file
+// and what is wrong (missing, a size that is not a multiple of 8, no start or a first start that
+// is not 0, starts that do not strictly increase, a start at or past `tokens`), IoError when it
+// cannot be read.
+std::vector<std::uint64_t> read_record_starts(const std::filesystem::path& path,
+                                              std::uint64_t tokens);
+
 }  // namespace saturn::data

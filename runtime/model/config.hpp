@@ -151,6 +151,14 @@ struct EarlyStopConfig {
   bool enabled() const { return diverged || patience > 0; }
 };
 
+// `packing:` of a job (docs/workload.md, "Instruction data"): how records packed one after
+// another in the token stream see each other.
+struct PackingConfig {
+  // true: causal attention across records within a window (as text). false: each record
+  // attends only to itself and its positions restart at 0 (needs the data's record starts).
+  bool cross_attention = true;
+};
+
 struct TrainConfig {
   std::int64_t batch_size = 16;       // global batch in sequences per optimizer step
   std::int64_t micro_batch_size = 0;  // 0: chosen by the runtime (memory permitting)
@@ -167,6 +175,7 @@ struct TrainConfig {
   OptimizerConfig optimizer;
   ScheduleConfig schedule;
   EarlyStopConfig early_stop;
+  PackingConfig packing;
 };
 
 // Reproducible mode's canonical micro-batch: every configuration processes the global batch as

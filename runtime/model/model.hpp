@@ -107,6 +107,14 @@ class Model {
   virtual int batch() const = 0;
   virtual int seq() const = 0;
 
+  // Packed records (`packing: {cross_attention: false}`): the current slot's positions and
+  // segment ends, device memory [2][B*T] (parallel::TokenStage::segments: each token's position
+  // in its record, then one past its record's last token in the row). Every pass of the slot
+  // reads them until they are set again, so the caller keeps them alive meanwhile (a pipeline's
+  // micro-batch from its forward to its backward). Null (after reserve): each row is one
+  // sequence, positions 0..T-1.
+  virtual void set_segments(const std::int32_t* segments) = 0;
+
   // ---- the passes. tokens, targets: device buffers of B*T ids, copied in (the caller may
   // reuse them once the pass is enqueued). Token ids must lie in [0, vocab) and targets below
   // vocab (< 0: ignored); callers check them on the host (parallel::TokenStage does).

@@ -149,6 +149,7 @@ class Transformer final : public Model {
                            buf = Buffer<Elem>(pool, n, tag);
                          });
     acts_ = std::move(a);
+    segments_.assign(static_cast<std::size_t>(slots), nullptr);
     slot_ = 0;
     B_n_ = B_;
     T_n_ = T_;
@@ -159,6 +160,10 @@ class Transformer final : public Model {
     slot_ = slot;
   }
   int slots() const override { return acts_ ? static_cast<int>(acts_->slots.size()) : 0; }
+  void set_segments(const std::int32_t* segments) override {
+    require_reserved();
+    segments_[static_cast<std::size_t>(slot_)] = segments;
+  }
   int batch() const override { return B_n_; }
   int seq() const override { return T_n_; }
 
@@ -174,7 +179,7 @@ class Transformer final : public Model {
     const OuterTensors o = layout_.outer();
     const Weight* wpe = o.position_embedding != nullptr ? p(*o.position_embedding) : nullptr;
     B::embedding_forward(*ctx_, resid(first_), s.tokens.data(), p(*o.token_embedding), wpe, B_n_,
-                         T_n_, config_.d_model, config_.embedding_scale());
+                         T_n_, config_.d_model, config_.embedding_scale(), positions());
   }
 
   void block_forward(int l) override {
@@ -285,7 +290,7 @@ class Transformer final : public Model {
       B::zero(c, a.dqkv.data(), NW);
       B::attention_backward(c, dq, dq + Cl, dq + Cl + KVl, a.datt.data(), a.datty.data(),
                             L.atty.data(), L.att.data(), q, q + Cl, q + Cl + KVl, W, B_n_, T_n_, H,
-                            Hkv, hd, causal_attention(hd));
+                            Hkv, hd, attention_params(causal_attention(hd)));
       B::linear_backward(c, a.dln.data(), g(*w.qkvw), g(*w.qkvb), dq, L.ln1.data(), p(*w.qkvw), N,
                          C, W, true, /*overwrite_dinp=*/true);
       lora_backward(w.adapter(LoraTarget::kQkv), L.ln1.data(), C, a.dln.data(), dq, W, 0, W, false);
@@ -337,13 +342,14 @@ class Transformer final : public Model {
       // Grouped-query attention: a key/value head's gradient sums over its group's query heads.
       B::attention_backward(c, dq, dq + Cl, dq + Cl + KVl, a.datt.data(), a.datty.data(),
                             L.atty.data(), L.att.data(), q, q + Cl, q + Cl + KVl, W, B_n_, T_n_, H,
-                            Hkv, hd, config_.attention(l));
+                            Hkv, hd, attention_params(config_.attention(l)));
       // Rotary is linear: gradients w.r.t. the pre-rotary q and k need only the incoming
       // gradient. v has no rotary, so its part of each row is copied.
       B::zero(c, a.dqkv_pre.data(), NW);
       const RotaryParams rot = config_.rotary();
-      B::rotary_backward(c, a.dqkv_pre.data(), dq, B_n_, T_n_, H, hd, W, rot);
-      B::rotary_backward(c, a.dqkv_pre.data() + Cl, dq + Cl, B_n_, T_n_, Hkv, hd, W, rot);
+      B::rotary_backward(c, a.dqkv_pre.data(), dq, B_n_, T_n_, H, hd, W, rot, positions());
+      B::rotary_backward(c, a.dqkv_pre.data() + Cl, dq + Cl, B_n_, T_n_, Hkv, hd, W, rot,
+                         positions());
       const std::size_t pitch = static_cast<std::size_t>(W);
       B::copy_rows(c, a.dqkv_pre.data() + Cl + KVl, pitch, dq + Cl + KVl, pitch,
                    static_cast<std::size_t>(KVl), static_cast<std::size_t>(N));
@@ -371,7 +377,7 @@ class Transformer final : public Model {
     if (g(*o.token_embedding) == nullptr && dwpe == nullptr) return;  // frozen (LoRA)
     B::embedding_backward(*ctx_, g(*o.token_embedding), dwpe, acts_->dres.data(),
                           cur().tokens.data(), B_n_, T_n_, config_.d_model, config_.padding_idx,
-                          config_.embedding_scale());
+                          config_.embedding_scale(), positions());
   }
 
  private:
@@ -392,6 +398,18 @@ class Transformer final : public Model {
     if (!acts_) throw Error("model pass before reserve(): no activations allocated");
   }
   typename Acts::Slot& cur() { return acts_->slots[static_cast<std::size_t>(slot_)]; }
+  // Packed records: the current slot's positions and segment ends (set_segments), or null.
+  const std::int32_t* positions() const { return segments_[static_cast<std::size_t>(slot_)]; }
+  const std::int32_t* segment_ends() const {
+    const std::int32_t* s = positions();
+    return s != nullptr ? s + static_cast<std::size_t>(B_n_) * T_n_ : nullptr;
+  }
+  // A layer's attention with the slot's record bounds.
+  AttentionParams attention_params(AttentionParams params) const {
+    params.positions = positions();
+    params.segment_end = segment_ends();
+    return params;
+  }
   const typename Acts::Slot& cur() const {
     if (!acts_) throw Error("model pass before reserve(): no activations allocated");
     return acts_->slots[static_cast<std::size_t>(slot_)];
@@ -543,7 +561,7 @@ class Transformer final : public Model {
       B::linear_forward(c, q, L.ln1.data(), p(*w.qkvw), p(*w.qkvb), N, C, W, true);
       lora_forward(w.adapter(LoraTarget::kQkv), L.ln1.data(), C, q, W, 0, W, false);
       B::attention_forward(c, L.atty.data(), L.att.data(), q, q + Cl, q + Cl + KVl, W, B_n_, T_n_,
-                           H, Hkv, hd, causal_attention(hd));
+                           H, Hkv, hd, attention_params(causal_attention(hd)));
       // res2 = x + proj(atty): the projection lands in res2, then x is added.
       B::linear_forward(c, L.res2.data(), L.atty.data(), p(*w.projw),
                         tp == 1 ? p(*w.projb) : nullptr, N, Cl, C, true);
@@ -574,10 +592,10 @@ class Transformer final : public Model {
       lora_forward(w.adapter(LoraTarget::kK), L.ln1.data(), C, q, W, Cl, KVl, false);
       lora_forward(w.adapter(LoraTarget::kV), L.ln1.data(), C, q, W, Cl + KVl, KVl, false);
       const RotaryParams rot = config_.rotary();
-      B::rotary_forward(c, q, q, B_n_, T_n_, H, hd, W, rot);
-      B::rotary_forward(c, q + Cl, q + Cl, B_n_, T_n_, Hkv, hd, W, rot);
+      B::rotary_forward(c, q, q, B_n_, T_n_, H, hd, W, rot, positions());
+      B::rotary_forward(c, q + Cl, q + Cl, B_n_, T_n_, Hkv, hd, W, rot, positions());
       B::attention_forward(c, L.atty.data(), L.att.data(), q, q + Cl, q + Cl + KVl, W, B_n_, T_n_,
-                           H, Hkv, hd, config_.attention(l));
+                           H, Hkv, hd, attention_params(config_.attention(l)));
       // Gemma 2's post-norms: a branch's output is kept and normed into where it was headed.
       const bool post = config_.post_norms;
       Act* attn_out = post ? L.attn_out.data() : L.res2.data();
@@ -622,6 +640,7 @@ class Transformer final : public Model {
   std::vector<float*> group_grads_;
   std::function<void(void*, std::size_t)> tp_allreduce_;
   std::unique_ptr<Acts> acts_;
+  std::vector<const std::int32_t*> segments_;  // per slot: set_segments's, null when not packed
   int slot_ = 0;
   int B_n_ = 0, T_n_ = 0;
 };

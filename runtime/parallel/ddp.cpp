@@ -83,7 +83,8 @@ Estimate DdpStrategy::estimate() const {
   const std::size_t held = bt.footprint(P);  // ... as one buffer of the device's pool
   const std::size_t acts =
       model_activation_bytes(spec_.backend, c, model_options(0), static_cast<int>(micro), T);
-  const std::size_t tokens = TokenStage::bytes(bt, micro, T, rows / micro, true, true);
+  const std::size_t tokens = TokenStage::bytes(bt, micro, T, rows / micro,
+                                               {true, true, !spec_.train.packing.cross_attention});
   e.device_breakdown = {{"parameters", ParamStore::bytes(bt, n)},
                         {"gradients", held},
                         {"optimizer state", 2 * held},
@@ -173,7 +174,7 @@ void DdpStrategy::setup(comm::CommPair& comms, Device& device, MemoryPool& /*hos
     if (t.trainable) opt_slices_.add_local_tensor(t, tp_rank_, 0, t.grad_offset, writer);
   }
   tokens_ = TokenStage(device, spec_.model.vocab_size, micro_, spec_.train.seq_len, rows / micro_,
-                       true, true);
+                       {true, true, !spec_.train.packing.cross_attention});
   loss_ = DeviceSum(device);
 }
 
@@ -222,6 +223,7 @@ StepResult DdpStrategy::train_step(const data::Batch& batch, std::int64_t step) 
   }
   for (std::int64_t k = 0; k < accum; ++k) {
     ScopedTimer compute(stats_.compute_s);
+    m.set_segments(tokens_.segments(k));
     m.forward(tokens_.inputs(k), tokens_.targets(k));
     loss_.add(m.loss(),
               static_cast<double>(trained_targets(batch, rows.begin + k * micro_, micro_)));

@@ -156,7 +156,8 @@ Estimate FsdpStrategy::estimate() const {
   o.storage = ParamStorage::kBorrowed;
   o.recompute = spec_.knobs.recompute;
   const std::size_t acts = model_activation_bytes(spec_.backend, c, o, static_cast<int>(micro), T);
-  const std::size_t tokens = TokenStage::bytes(bt, micro, T, rows / micro, true, true);
+  const std::size_t tokens = TokenStage::bytes(bt, micro, T, rows / micro,
+                                               {true, true, !spec_.train.packing.cross_attention});
   const bool tied = TiedHead(c, layout_).tied;
   const bool repro = spec_.train.reproducible;
   const std::size_t wbytes = dtype_size(bt.weights);
@@ -278,8 +279,8 @@ void FsdpStrategy::setup(comm::CommPair& comms, Device& device, MemoryPool& /*ho
           .add_flat_range(t, p.begin - at, p.end - at, t.layer + 1,
                           p.begin - map.group(t.layer).own_begin, true);
   }
-  tokens_ =
-      TokenStage(device, c.vocab_size, micro_, spec_.train.seq_len, rows / micro_, true, true);
+  tokens_ = TokenStage(device, c.vocab_size, micro_, spec_.train.seq_len, rows / micro_,
+                       {true, true, !spec_.train.packing.cross_attention});
   loss_ = DeviceSum(device);
 }
 
@@ -366,9 +367,11 @@ void FsdpStrategy::complete_reductions() {
   reductions_.clear();
 }
 
-void FsdpStrategy::micro_step(const std::int32_t* tokens, const std::int32_t* targets, float dloss,
-                              bool backward) {
+void FsdpStrategy::micro_step(std::int64_t k, float dloss, bool backward) {
   Model& m = *model_;
+  const std::int32_t* tokens = tokens_.inputs(k);
+  const std::int32_t* targets = tokens_.targets(k);
+  m.set_segments(tokens_.segments(k));
   const int L = spec_.model.n_layer;
   const bool prefetch = spec_.knobs.prefetch;
   // Forward: one group resident at a time (plus the prefetched next one).
@@ -437,7 +440,7 @@ StepResult FsdpStrategy::train_step(const data::Batch& batch, std::int64_t step)
   loss_.reset();
   for (std::int64_t k = 0; k < accum; ++k) {
     ScopedTimer compute(stats_.compute_s);
-    micro_step(tokens_.inputs(k), tokens_.targets(k), per_target.dloss, true);
+    micro_step(k, per_target.dloss, true);
     loss_.add(model_->loss(),
               static_cast<double>(trained_targets(batch, rows.begin + k * micro_, micro_)));
   }
@@ -494,7 +497,7 @@ double FsdpStrategy::evaluate(const data::Batch& batch) {
     for (std::int64_t k = 0; k < count; ++k) {
       const std::int64_t r = (first + k) * micro_;
       const std::int64_t n = std::max<std::int64_t>(0, std::min(micro_, rows.count - r));
-      micro_step(tokens_.inputs(k), tokens_.targets(k), 0.0f, false);
+      micro_step(k, 0.0f, false);
       loss_.add(model_->loss(), static_cast<double>(trained_targets(
                                     batch, rows.begin + std::min(r, rows.count), n)));
     }

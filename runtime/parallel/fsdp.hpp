@@ -45,10 +45,9 @@ class FsdpStrategy : public Strategy {
   float* new_grad_buffer(int g);
   void launch_reduction(int g);
   void complete_reductions();
-  // One micro-batch: forward, and backward when `backward`; the mean loss lands in the model's
-  // loss().
-  void micro_step(const std::int32_t* tokens, const std::int32_t* targets, float dloss,
-                  bool backward);
+  // Staged micro-batch k: forward, and backward when `backward`; the mean loss lands in the
+  // model's loss().
+  void micro_step(std::int64_t k, float dloss, bool backward);
   std::vector<float*> segments(StateKind kind);
 
   ParameterLayout layout_;  // the whole model's, with the backend's group alignment

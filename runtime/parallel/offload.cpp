@@ -153,7 +153,8 @@ Estimate OffloadStrategy::estimate() const {
   o.storage = ParamStorage::kBorrowed;
   o.recompute = spec_.knobs.recompute;
   const std::size_t acts = model_activation_bytes(spec_.backend, c, o, static_cast<int>(micro), T);
-  const std::size_t tokens = TokenStage::bytes(bt, micro, T, rows / micro, true, true);
+  const std::size_t tokens = TokenStage::bytes(bt, micro, T, rows / micro,
+                                               {true, true, !spec_.train.packing.cross_attention});
   // The groups in flight, simulated over a training micro-batch (the last one of a step, whose
   // gradients are reduced at degree > 1: with overlap each group's stay until the next's are).
   const TiedHead tied(c, layout_);
@@ -255,7 +256,7 @@ void OffloadStrategy::setup(comm::CommPair& comms, Device& device, MemoryPool& h
     if (t.trainable) opt_slices_.add_local_tensor(t, 0, 0, t.grad_offset, rank_ == 0);
   }
   tokens_ = TokenStage(device, spec_.model.vocab_size, micro_, spec_.train.seq_len, rows / micro_,
-                       true, true);
+                       {true, true, !spec_.train.packing.cross_attention});
   loss_ = DeviceSum(device);
 }
 
@@ -367,8 +368,11 @@ void OffloadStrategy::finish(Loaded& loaded, bool reduce) {
   loaded.clear();
 }
 
-void OffloadStrategy::micro_step(const std::int32_t* tokens, const std::int32_t* targets,
-                                 float dloss, bool backward, bool fresh, bool reduce) {
+void OffloadStrategy::micro_step(std::int64_t k, float dloss, bool backward, bool fresh,
+                                 bool reduce) {
+  const std::int32_t* tokens = tokens_.inputs(k);
+  const std::int32_t* targets = tokens_.targets(k);
+  model_->set_segments(tokens_.segments(k));
   const std::vector<Phase> phases =
       schedule(layout_, spec_.model.n_layer, tied_weights_, tied_elements_, backward);
   const bool prefetch = spec_.knobs.prefetch;
@@ -410,7 +414,7 @@ StepResult OffloadStrategy::train_step(const data::Batch& batch, std::int64_t st
     // The last micro-batch's gradients are final: reduced on the device, group by group, before
     // they go to the host (reproducible mode reduces its fp64 sums below instead).
     const bool reduce = size_ > 1 && !tc.reproducible && k + 1 == accum;
-    micro_step(tokens_.inputs(k), tokens_.targets(k), per_target.dloss, true, k == 0, reduce);
+    micro_step(k, per_target.dloss, true, k == 0, reduce);
     loss_.add(model_->loss(),
               static_cast<double>(trained_targets(batch, rows.begin + k * micro_, micro_)));
   }
@@ -446,11 +450,11 @@ StepResult OffloadStrategy::train_step(const data::Batch& batch, std::int64_t st
 double OffloadStrategy::evaluate(const data::Batch& batch) {
   const RowRange rows = shard_rows(batch.batch_size, rank_, size_);
   loss_.reset();
-  tokens_.for_each_micro(
-      batch, rows.begin, rows.count, micro_, true, [&](std::int64_t k, double weight) {
-        micro_step(tokens_.inputs(k), tokens_.targets(k), 0.0f, false, true, false);
-        loss_.add(model_->loss(), weight);
-      });
+  tokens_.for_each_micro(batch, rows.begin, rows.count, micro_, true,
+                         [&](std::int64_t k, double weight) {
+                           micro_step(k, 0.0f, false, true, false);
+                           loss_.add(model_->loss(), weight);
+                         });
   double sum = loss_.read();
   device_->finish_copies("offload: evaluation");
   comms_->control().allreduce(&sum, 1, comm::ReduceOp::kSum);

@@ -69,8 +69,8 @@ class OffloadStrategy : public Strategy {
   void finish(Loaded& loaded, bool reduce);
   // Waits for the gradient reduction in flight (overlap) and copies its result to the host.
   void complete_reduction();
-  void micro_step(const std::int32_t* tokens, const std::int32_t* targets, float dloss,
-                  bool backward, bool fresh, bool reduce);
+  // Staged micro-batch k through every phase.
+  void micro_step(std::int64_t k, float dloss, bool backward, bool fresh, bool reduce);
   std::vector<float*> segments(StateKind kind);
 
   ParameterLayout layout_;  // with the backend's group alignment (host and device alike)

@@ -232,7 +232,7 @@ Estimate PipelineStrategy::estimate() const {
     const std::size_t acts = model_activation_bytes(spec_.backend, c, model_options(s, pl),
                                                     static_cast<int>(pl.micro), T, slots);
     const std::size_t send = s > 0 ? bt.footprint(NC) : 0;
-    const std::size_t tokens = TokenStage::bytes(bt, pl.micro, T, pl.m, s == 0, s == p_ - 1);
+    const std::size_t tokens = TokenStage::bytes(bt, pl.micro, T, pl.m, staged_parts(s));
     const std::size_t params = ParamStore::bytes(bt, w) + (tied ? ParamStore::bytes(bt, wte_w) : 0);
     const std::size_t grads = bt.footprint(n * sizeof(float)) +
                               (tied && wte_n > 0 ? bt.footprint(wte_n * sizeof(float)) : 0);
@@ -379,15 +379,26 @@ void PipelineStrategy::setup(comm::CommPair& comms, Device& device, MemoryPool& 
     (wte.trainable ? slices_ : frozen_slices_).add_local_tensor(wte, 0, 1, 0, false);
     if (wte.trainable) opt_slices_.add_local_tensor(wte, 0, 1, 0, false);
   }
-  tokens_ = TokenStage(device, c.vocab_size, micro_, spec_.train.seq_len, m_, stage_ == 0,
-                       stage_ == p_ - 1);
+  tokens_ = TokenStage(device, c.vocab_size, micro_, spec_.train.seq_len, m_, staged_parts(stage_));
   loss_ = DeviceSum(device);
+}
+
+// The first stage stages the token ids, the last the targets, and with packed records every
+// stage their segments (its blocks' attention follows the records).
+StagedParts PipelineStrategy::staged_parts(int stage) const {
+  return {stage == 0, stage == p_ - 1, !spec_.train.packing.cross_attention};
+}
+
+bool PipelineStrategy::stages_tokens() const {
+  const StagedParts parts = staged_parts(stage_);
+  return parts.inputs || parts.targets || parts.segments;
 }
 
 void PipelineStrategy::forward_micro(int i, int slot, std::int64_t k, double weight) {
   Model& m = *model_;
   comm::Communicator& pp = pp_comm_->data();
   m.set_slot(slot);
+  m.set_segments(tokens_.segments(k));               // read again by the slot's backward
   act_send_[static_cast<std::size_t>(slot)].wait();  // the slot's output stream is free again
   if (stage_ == 0) {
     ScopedTimer busy(stats_.busy_s);
@@ -442,7 +453,7 @@ StepResult PipelineStrategy::train_step(const data::Batch& batch, std::int64_t s
   const TrainConfig& tc = spec_.train;
   const RowRange rows = shard_rows(tc.batch_size, dp_rank_, dp_);
   const LossScale per_target = loss_scale(batch);
-  if (stage_ == 0 || stage_ == p_ - 1) {
+  if (stages_tokens()) {
     for (int i = 0; i < m_; ++i) tokens_.stage(batch, i, rows.begin + i * micro_, micro_);
     tokens_.upload(m_);
   }
@@ -528,11 +539,10 @@ void PipelineStrategy::reproducible_reduce() {
 
 double PipelineStrategy::evaluate(const data::Batch& batch) {
   const RowRange rows = shard_rows(batch.batch_size, dp_rank_, dp_);
-  const bool ends = stage_ == 0 || stage_ == p_ - 1;
   loss_.reset();
   // Tags only need to tell activations from gradients: messages between two ranks arrive in
   // order.
-  tokens_.for_each_micro(batch, rows.begin, rows.count, micro_, ends,
+  tokens_.for_each_micro(batch, rows.begin, rows.count, micro_, stages_tokens(),
                          [&](std::int64_t k, double weight) { forward_micro(0, 0, k, weight); });
   for (auto& q : act_send_) q.wait();
   double sum = stage_ == p_ - 1 ? loss_.read() : 0.0;

@@ -56,6 +56,9 @@ class PipelineStrategy : public Strategy {
   };
   Plan plan() const;
   ModelOptions model_options(int stage, const Plan& plan) const;
+  // What stage `stage` stages of each micro-batch, and whether this rank stages anything.
+  StagedParts staged_parts(int stage) const;
+  bool stages_tokens() const;
   int slots_for(int stage) const;
   // Micro-batch i in activation slot `slot`: the tokens (first stage) and targets (last stage)
   // are the token stage's micro-batch k; the loss is weighted by `weight` tokens.

@@ -9,6 +9,7 @@ double replica_eval_loss(const data::Batch& batch, int rank, int size, std::int6
   loss.reset();
   tokens.for_each_micro(batch, rows.begin, rows.count, micro, true,
                         [&](std::int64_t k, double weight) {
+                          model.set_segments(tokens.segments(k));
                           model.forward(tokens.inputs(k), tokens.targets(k));
                           loss.add(model.loss(), weight);
                         });

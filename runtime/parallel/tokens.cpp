@@ -8,28 +8,34 @@
 namespace saturn::parallel {
 
 TokenStage::TokenStage(Device& device, int vocab, std::int64_t micro, int T, std::int64_t capacity,
-                       bool inputs, bool targets)
+                       StagedParts parts)
     : device_(&device),
       vocab_(vocab),
       per_micro_(static_cast<std::size_t>(micro) * static_cast<std::size_t>(T)),
       capacity_(capacity) {
   const std::size_t n = per_micro_ * static_cast<std::size_t>(capacity);
-  if (inputs) {
+  if (parts.inputs) {
     host_inputs_.resize(n);
     inputs_ = Buffer<std::int32_t>(device.memory(), n, "tokens");
   }
-  if (targets) {
+  if (parts.targets) {
     host_targets_.resize(n);
     targets_ = Buffer<std::int32_t>(device.memory(), n, "tokens");
+  }
+  if (parts.segments) {
+    host_segments_.resize(2 * n);
+    segments_ = Buffer<std::int32_t>(device.memory(), 2 * n, "tokens");
   }
 }
 
 std::size_t TokenStage::bytes(const BackendTraits& traits, std::int64_t micro, int T,
-                              std::int64_t capacity, bool inputs, bool targets) {
+                              std::int64_t capacity, StagedParts parts) {
   const std::size_t n = static_cast<std::size_t>(micro) * static_cast<std::size_t>(T) *
                         static_cast<std::size_t>(capacity);
   const std::size_t one = traits.footprint(n * sizeof(std::int32_t));
-  return ((inputs ? 1 : 0) + (targets ? 1 : 0)) * one + traits.footprint(sizeof(double));
+  return ((parts.inputs ? 1 : 0) + (parts.targets ? 1 : 0)) * one +
+         (parts.segments ? traits.footprint(2 * n * sizeof(std::int32_t)) : 0) +
+         traits.footprint(sizeof(double));
 }
 
 std::int64_t trained_targets(const data::Batch& batch, std::int64_t row, std::int64_t rows) {
@@ -56,6 +62,34 @@ void TokenStage::stage(const data::Batch& batch, std::int64_t k, std::int64_t ro
   const std::size_t off = static_cast<std::size_t>(k) * per_micro_;
   copy_rows(batch, row, n, micro, host_inputs_.empty() ? nullptr : host_inputs_.data() + off,
             host_targets_.empty() ? nullptr : host_targets_.data() + off);
+  if (!host_segments_.empty()) stage_segments(batch, row, n, host_segments_.data() + 2 * off);
+}
+
+void TokenStage::stage_segments(const data::Batch& batch, std::int64_t row, std::int64_t n,
+                                std::int32_t* segments) const {
+  const int T = batch.seq_len;
+  const std::size_t rows = per_micro_ / static_cast<std::size_t>(T);
+  if (batch.positions.size() != batch.inputs.size())
+    throw Error(
+        fmt::format("token stage: a batch of {} tokens carries {} positions: packed "
+                    "records need the loader's record starts",
+                    batch.inputs.size(), batch.positions.size()));
+  std::int32_t* positions = segments;
+  std::int32_t* ends = segments + per_micro_;
+  for (std::size_t r = 0; r < rows; ++r) {
+    std::int32_t* pos = positions + r * static_cast<std::size_t>(T);
+    if (static_cast<std::int64_t>(r) < n) {
+      const auto from = batch.positions.begin() +
+                        static_cast<std::ptrdiff_t>((static_cast<std::size_t>(row) + r) * T);
+      std::copy(from, from + T, pos);
+    } else {
+      for (int t = 0; t < T; ++t) pos[t] = t;  // padding: one sequence, no loss
+    }
+    // A record ends where the next one starts (position 0) or at the row's end.
+    std::int32_t* end = ends + r * static_cast<std::size_t>(T);
+    end[T - 1] = T;
+    for (int t = T - 2; t >= 0; --t) end[t] = pos[t + 1] == 0 ? t + 1 : end[t + 1];
+  }
 }
 
 void TokenStage::upload(std::int64_t count) {
@@ -76,6 +110,9 @@ void TokenStage::upload(std::int64_t count) {
     device_->upload(inputs_.data(), host_inputs_.data(), n * sizeof(std::int32_t));
   if (!host_targets_.empty())
     device_->upload(targets_.data(), host_targets_.data(), n * sizeof(std::int32_t));
+  // Both halves of micro-batches [0, count): [2][per_micro] each, contiguous.
+  if (!host_segments_.empty())
+    device_->upload(segments_.data(), host_segments_.data(), 2 * n * sizeof(std::int32_t));
 }
 
 const std::int32_t* TokenStage::inputs(std::int64_t k) const {
@@ -84,6 +121,11 @@ const std::int32_t* TokenStage::inputs(std::int64_t k) const {
 
 const std::int32_t* TokenStage::targets(std::int64_t k) const {
   return targets_.data() + static_cast<std::size_t>(k) * per_micro_;
+}
+
+const std::int32_t* TokenStage::segments(std::int64_t k) const {
+  if (host_segments_.empty()) return nullptr;
+  return segments_.data() + 2 * static_cast<std::size_t>(k) * per_micro_;
 }
 
 }  // namespace saturn::parallel

@@ -27,16 +27,25 @@ struct LossScale {
 };
 LossScale loss_scale(const data::Batch& batch);
 
+// What a rank stages: the token ids (it runs the embedding), the targets (it runs the head),
+// the records' segments (packed records, `packing: {cross_attention: false}`: every rank that
+// runs blocks or the embedding, whose attention and positions follow the records).
+struct StagedParts {
+  bool inputs = false;
+  bool targets = false;
+  bool segments = false;
+};
+
 class TokenStage {
  public:
   TokenStage() = default;
-  // Room for `capacity` micro-batches of `micro` rows of T tokens: inputs and/or targets.
+  // Room for `capacity` micro-batches of `micro` rows of T tokens.
   TokenStage(Device& device, int vocab, std::int64_t micro, int T, std::int64_t capacity,
-             bool inputs, bool targets);
+             StagedParts parts);
   // Device bytes such a stage takes on a backend (estimates), with the step's loss sum
   // (DeviceSum, common.hpp) that every strategy keeps beside it.
   static std::size_t bytes(const BackendTraits& traits, std::int64_t micro, int T,
-                           std::int64_t capacity, bool inputs, bool targets);
+                           std::int64_t capacity, StagedParts parts);
 
   std::int64_t capacity() const { return capacity_; }
   // Rows [row, row + n) of `batch` (n <= micro) into micro-batch k, on the host.
@@ -46,6 +55,9 @@ class TokenStage {
   void upload(std::int64_t count);
   const std::int32_t* inputs(std::int64_t k) const;  // device
   const std::int32_t* targets(std::int64_t k) const;
+  // Micro-batch k's positions and segment ends, [2][micro*T] as Model::set_segments takes them;
+  // null when the stage holds no segments. A padding row is one sequence (positions 0..T-1).
+  const std::int32_t* segments(std::int64_t k) const;
 
   // Evaluation's walk over `rows` rows of `batch` from `first_row`, in micro-batches of `micro`
   // rows (the last may be shorter): staged and uploaded capacity() at a time (unless
@@ -70,12 +82,16 @@ class TokenStage {
   }
 
  private:
+  // Rows [row, row + n) of the batch's positions, and their segment ends, into `segments`.
+  void stage_segments(const data::Batch& batch, std::int64_t row, std::int64_t n,
+                      std::int32_t* segments) const;
+
   Device* device_ = nullptr;
   int vocab_ = 0;
   std::size_t per_micro_ = 0;  // ids per micro-batch
   std::int64_t capacity_ = 0;
-  std::vector<std::int32_t> host_inputs_, host_targets_;
-  Buffer<std::int32_t> inputs_, targets_;
+  std::vector<std::int32_t> host_inputs_, host_targets_, host_segments_;
+  Buffer<std::int32_t> inputs_, targets_, segments_;
 };
 
 }  // namespace saturn::parallel

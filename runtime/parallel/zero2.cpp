@@ -56,7 +56,8 @@ Estimate Zero2Strategy::estimate() const {
   ModelOptions o;
   o.recompute = spec_.knobs.recompute;
   const std::size_t acts = model_activation_bytes(spec_.backend, c, o, static_cast<int>(micro), T);
-  const std::size_t tokens = TokenStage::bytes(bt, micro, T, rows / micro, true, true);
+  const std::size_t tokens = TokenStage::bytes(bt, micro, T, rows / micro,
+                                               {true, true, !spec_.train.packing.cross_attention});
   const std::size_t params = ParamStore::bytes(bt, n);
   const std::size_t grads = bt.footprint(ng * sizeof(float));
   const std::size_t owned = bt.footprint(map.total() * sizeof(float));
@@ -135,8 +136,8 @@ void Zero2Strategy::setup(comm::CommPair& comms, Device& device, MemoryPool& /*h
       owned_.add_flat_range(t, p.begin - t.grad_offset, p.end - t.grad_offset, t.layer + 1,
                             p.begin - shards_.group(t.layer).own_begin, true);
   }
-  tokens_ =
-      TokenStage(device, c.vocab_size, micro_, spec_.train.seq_len, rows / micro_, true, true);
+  tokens_ = TokenStage(device, c.vocab_size, micro_, spec_.train.seq_len, rows / micro_,
+                       {true, true, !spec_.train.packing.cross_attention});
   loss_ = DeviceSum(device);
 }
 
@@ -196,6 +197,7 @@ StepResult Zero2Strategy::train_step(const data::Batch& batch, std::int64_t step
   }
   for (std::int64_t k = 0; k < accum; ++k) {
     ScopedTimer compute(stats_.compute_s);
+    m.set_segments(tokens_.segments(k));
     m.forward(tokens_.inputs(k), tokens_.targets(k));
     loss_.add(m.loss(),
               static_cast<double>(trained_targets(batch, rows.begin + k * micro_, micro_)));

@@ -44,14 +44,18 @@ std::string signature_of(const ModelConfig& m, const TrainConfig& t) {
                   m.post_norms ? " postnorm" : "", m.attn_softcap > 0 ? " attncap" : "",
                   m.final_softcap > 0 ? " logitcap" : "");
   // LoRA: the adapters' rank and targets change the work and the memory (alpha does not).
-  const std::string lora =
-      m.lora.enabled() ? fmt::format(" lora-r{}-{}", m.lora.rank,
-                                     fmt::join(lora_target_names(m.lora.targets), "+"))
-                       : std::string();
-  return fmt::format("{} L{} H{} d{} ff{} V{} T{} B{} mb{} {}{}{}{}{}{}{}{}{}", arch_name(m.arch),
+  const std::string lora = m.lora.enabled()
+                               ? fmt::format(" lora-r{}-{}", m.lora.rank,
+                                             fmt::join(lora_target_names(m.lora.targets), "+"))
+                               : std::string();
+  // Packing without cross-attention: block-diagonal attention (other work) and per-token
+  // positions.
+  const char* packing = t.packing.cross_attention ? "" : " nocross";
+  return fmt::format("{} L{} H{} d{} ff{} V{} T{} B{} mb{} {}{}{}{}{}{}{}{}{}{}", arch_name(m.arch),
                      m.n_layer, m.n_head, m.d_model, m.ffn_dim(), m.vocab_size, t.seq_len,
                      t.batch_size, t.micro_batch_size, t.optimizer.type,
-                     t.reproducible ? " repro" : "", kv, tied, bias, window, gemma, gemma2, lora);
+                     t.reproducible ? " repro" : "", kv, tied, bias, window, gemma, gemma2, lora,
+                     packing);
 }
 
 std::string ProfileKey::text() const {

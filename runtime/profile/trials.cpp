@@ -98,7 +98,8 @@ std::vector<std::vector<Placement>> schedule_trials(const std::vector<TrialReque
 
 namespace {
 
-data::Batch synthetic_batch(std::int64_t rows, int T, int vocab, std::uint64_t seed) {
+data::Batch synthetic_batch(std::int64_t rows, int T, int vocab, std::uint64_t seed,
+                            const PackingConfig& packing) {
   // Step time does not depend on the token values; synthetic rows keep trials independent of
   // the data files (and of where the loader stands).
   data::Batch b;
@@ -111,6 +112,14 @@ data::Batch synthetic_batch(std::int64_t rows, int T, int vocab, std::uint64_t s
   for (std::size_t i = 0; i < n; ++i) {
     b.inputs[i] = static_cast<std::int32_t>(rng.below(static_cast<std::uint64_t>(vocab)));
     b.targets[i] = static_cast<std::int32_t>(rng.below(static_cast<std::uint64_t>(vocab)));
+  }
+  // Packed records without cross-attention: one record per row, the most attention work a
+  // window can hold (shorter records only skip more of it), so the trial's time bounds the
+  // data's.
+  if (!packing.cross_attention) {
+    b.positions.resize(n);
+    for (std::size_t i = 0; i < n; ++i)
+      b.positions[i] = static_cast<std::int32_t>(i % static_cast<std::size_t>(T));
   }
   return b;
 }
@@ -154,7 +163,8 @@ Measurement run_one_trial(const TrialRequest& trial, comm::Communicator& group,
     comms = comm::make_comm_pair(group, *device);
     comm::agree_on(group, [&] { s->setup(*comms, *device, *host); });
     const TrainConfig& tc = trial.train;
-    const data::Batch batch = synthetic_batch(tc.batch_size, tc.seq_len, trial.model.vocab_size, 1);
+    const data::Batch batch =
+        synthetic_batch(tc.batch_size, tc.seq_len, trial.model.vocab_size, 1, tc.packing);
     std::int64_t step = 0;
     // Every rank of the group takes the same branch: the elapsed time is agreed (max) first.
     const auto over_limit = [&] {
@@ -203,7 +213,8 @@ Measurement run_one_trial(const TrialRequest& trial, comm::Communicator& group,
     m.step_max_s = *std::max_element(times.begin(), times.end());
     m.comm_s = max_over(group, s->stats().comm.seconds) / static_cast<double>(m.steps);
     if (o.measure_eval && !stopped_early) {
-      const data::Batch val = synthetic_batch(eval_rows(tc), tc.seq_len, trial.model.vocab_size, 2);
+      const data::Batch val =
+          synthetic_batch(eval_rows(tc), tc.seq_len, trial.model.vocab_size, 2, tc.packing);
       group.barrier();
       timer->start();
       comm::agree_on(group, [&] { s->evaluate(val); });

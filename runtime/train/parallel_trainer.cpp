@@ -92,16 +92,7 @@ void Trainer::setup() {
                           job_.train.seed);
     val_loader_.emplace(data::TokenLoader::validation(data::TokenArray::open(job_.val_data, vocab),
                                                       job_.train.seq_len));
-    // Instruction data: the loss is taken on the answers' tokens only (docs/engine.md).
-    const bool masked = data::load_loss_mask_beside(*train_loader_, job_.train_data);
-    if (data::load_loss_mask_beside(*val_loader_, job_.val_data) != masked)
-      throw InputError(fmt::format(
-          "job {}: {} has a loss mask beside it ({}) and {} has none: prepare both splits "
-          "with `saturn data prepare --format jsonl`",
-          job_.id, (masked ? job_.train_data : job_.val_data).string(),
-          data::loss_mask_path(masked ? job_.train_data : job_.val_data).string(),
-          (masked ? job_.val_data : job_.train_data).string()));
-    if (masked) require_trained_validation_targets();
+    attach_instruction_data();
     // The rank's own device: what the launch binding chose, else (a GPU) its node-local rank;
     // a CPU "device" index only names the pool.
     const Resources& res = options_.resources;
@@ -228,6 +219,33 @@ void Trainer::announce() const {
 
 // Instruction data: a validation loss needs a trained target in the windows evaluated (the
 // first eval_batches x rows of val); with none it would read 0, as if the model were perfect.
+// Instruction data: the loss masks and the record boundaries beside the token files, on both
+// loaders.
+void Trainer::attach_instruction_data() {
+  // Instruction data: the loss is taken on the answers' tokens only (docs/engine.md).
+  const bool masked = data::load_loss_mask_beside(*train_loader_, job_.train_data);
+  if (data::load_loss_mask_beside(*val_loader_, job_.val_data) != masked)
+    throw InputError(fmt::format(
+        "job {}: {} has a loss mask beside it ({}) and {} has none: prepare both splits "
+        "with `saturn data prepare --format jsonl`",
+        job_.id, (masked ? job_.train_data : job_.val_data).string(),
+        data::loss_mask_path(masked ? job_.train_data : job_.val_data).string(),
+        (masked ? job_.val_data : job_.train_data).string()));
+  // Packing without cross-attention: each record attends to itself only, its positions
+  // restarting at 0 (the loader's batches carry them).
+  const bool packed = !job_.train.packing.cross_attention;
+  if (packed)
+    for (auto [loader, file] :
+         {std::pair{&*train_loader_, &job_.train_data}, std::pair{&*val_loader_, &job_.val_data}})
+      if (!data::load_record_starts_beside(*loader, *file))
+        throw InputError(fmt::format(
+            "job {}: packing: {{cross_attention: false}} needs the record boundaries {} beside "
+            "{}: prepare the data with `saturn data prepare --format jsonl`",
+            job_.id, data::record_starts_path(*file).string(), file->string()));
+  // Both leave targets untrained: some must remain where validation looks.
+  if (masked || packed) require_trained_validation_targets();
+}
+
 void Trainer::require_trained_validation_targets() {
   val_loader_->seek({0, 0});
   const data::Batch b = val_loader_->next_batch(eval_rows(job_.train));

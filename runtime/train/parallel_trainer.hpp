@@ -68,6 +68,7 @@ class Trainer {
   void open_metrics(std::int64_t first_step);
   void announce() const;
   void evaluate_imported();
+  void attach_instruction_data();
   void require_trained_validation_targets();
   // The optimizer step `step` (0-based) and its evaluation when due; nullopt when it met a
   // non-finite loss or norm and the job stops there (ParallelOptions::nonfinite_stops).

@@ -57,6 +57,9 @@ constexpr auto kEarlyStopFields =
     std::make_tuple(optional_field("diverged", &EarlyStopConfig::diverged),
                     optional_field("patience", &EarlyStopConfig::patience));
 
+constexpr auto kPackingFields =
+    std::make_tuple(optional_field("cross_attention", &PackingConfig::cross_attention));
+
 constexpr auto kJobFields = std::make_tuple(optional_field("id", &JobSpec::id),
                                             optional_field("model_name", &JobSpec::model_name));
 
@@ -186,6 +189,7 @@ void to_json(json& j, const TrainConfig& t) {
   // Only when set: files of jobs without it stay as they were.
   if (t.early_stop.enabled())
     j["early_stop"] = json_fields::object_of(t.early_stop, kEarlyStopFields);
+  if (!t.packing.cross_attention) j["packing"] = json_fields::object_of(t.packing, kPackingFields);
 }
 
 void from_json(const json& j, TrainConfig& t) {
@@ -209,6 +213,9 @@ void from_json(const json& j, TrainConfig& t) {
   if (j.contains("early_stop"))
     json_fields::read_fields<InputError>(j.at("early_stop"), t.early_stop, kEarlyStopFields,
                                          "train_config.early_stop");
+  if (j.contains("packing"))
+    json_fields::read_fields<InputError>(j.at("packing"), t.packing, kPackingFields,
+                                         "train_config.packing");
 }
 
 void to_json(json& j, const JobSpec& job) {

@@ -72,16 +72,19 @@ Keys concat(std::initializer_list<const Keys*> parts) {
   return out;
 }
 
-const Keys kMapTrainKeys = {"optimizer", "schedule", "early_stop", "lora"};
+const Keys kMapTrainKeys = {"optimizer", "schedule", "early_stop", "lora", "packing"};
 const Keys kLoraKeys = {"rank", "alpha", "targets", "use_rslora", "dropout"};
 // A sweep varies single adapter settings by their dotted names.
 const Keys kLoraSweepKeys = {"lora.rank", "lora.alpha", "lora.targets", "lora.use_rslora"};
 const Keys kEarlyStopKeys = {"diverged", "patience"};
+const Keys kPackingKeys = {"cross_attention"};
+const Keys kPackingSweepKeys = {"packing.cross_attention"};
 const Keys kDefaultsKeys = concat({&kScalarTrainKeys, &kMapTrainKeys});
 const Keys kNameModel = {"name", "model"};
 const Keys kModelKey = {"model"};
 const Keys kJobKeys = concat({&kNameModel, &kScalarTrainKeys, &kMapTrainKeys});
-const Keys kSweepKeys = concat({&kModelKey, &kScalarTrainKeys, &kMapTrainKeys, &kLoraSweepKeys});
+const Keys kSweepKeys =
+    concat({&kModelKey, &kScalarTrainKeys, &kMapTrainKeys, &kLoraSweepKeys, &kPackingSweepKeys});
 
 // Short forms of swept keys in job ids (lr and batch_size are always in the id).
 const std::map<std::string, std::string> kIdAbbrev = {{"seed", "s"},
@@ -97,7 +100,8 @@ const std::map<std::string, std::string> kIdAbbrev = {{"seed", "s"},
                                                       {"lora.rank", "r"},
                                                       {"lora.alpha", "a"},
                                                       {"lora.targets", "t"},
-                                                      {"lora.use_rslora", "rs"}};
+                                                      {"lora.use_rslora", "rs"},
+                                                      {"packing.cross_attention", "xattn"}};
 
 std::string join(const Keys& keys) {
   std::string s;
@@ -254,6 +258,7 @@ std::string id_value(const std::string& key, const JobSettings& settings) {
   if (key == "eval_batches") return std::to_string(t.eval_batches);
   if (key == "checkpoint_every") return std::to_string(t.checkpoint_every);
   if (key == "reproducible") return t.reproducible ? "1" : "0";
+  if (key == "packing.cross_attention") return t.packing.cross_attention ? "1" : "0";
   return compact_number(t.optimizer.weight_decay);
 }
 
@@ -361,6 +366,8 @@ class Parser {
   fs::path data_path(const Entry& e) const;
   void check_data(const Entry& e, const fs::path& file, const std::vector<JobSpec>& jobs) const;
   void check_loss_masks(const Entry& train, const Entry& val, const Workload& w) const;
+  void check_record_starts(const Entry& e, const fs::path& file, const std::vector<JobSpec>& jobs,
+                           std::optional<std::uint64_t> tokens) const;
   void parse_models(const Entry& e);
   // A llama's variant keys (biases, sliding_window, rope_scaling) into `mc`; with `from`, each
   // key given must agree with config.json (`agree(entry, given, theirs)`).
@@ -544,11 +551,14 @@ void Parser::set_field(const std::string& canon, const YAML::Node& v, const YAML
         int_field(1, limits::kEvalBatches, fmt::format("1..{}", limits::kEvalBatches));
   } else if (canon == "checkpoint_every") {
     tc.checkpoint_every = int_field(0, limits::kSteps, steps_range + ", or 0 for only final.h5");
-  } else if (canon == "reproducible" || canon == "early_stop.diverged") {
+  } else if (canon == "reproducible" || canon == "early_stop.diverged" ||
+             canon == "packing.cross_attention") {
     // YAML 1.2's booleans only: yes/on/1 are not accepted, so a typo cannot pass as true.
     if (!v.IsScalar() || v.Tag() == "!" || (v.Scalar() != "true" && v.Scalar() != "false"))
       fail(mark, path, fmt::format("expected true or false, got {}", describe(v)));
-    (canon == "reproducible" ? tc.reproducible : tc.early_stop.diverged) = v.Scalar() == "true";
+    (canon == "reproducible"          ? tc.reproducible
+     : canon == "early_stop.diverged" ? tc.early_stop.diverged
+                                      : tc.packing.cross_attention) = v.Scalar() == "true";
   } else if (canon == "early_stop.patience") {
     tc.early_stop.patience =
         int_field(0, limits::kSteps,
@@ -636,11 +646,12 @@ std::string canonical(const std::string& key) {
 // Applies one entry of `defaults:`, a job or a sweep's fixed values to `tc`.
 void Parser::apply_train_entry(const Entry& e, JobSettings& settings, Provenance& prov,
                                LayerFields& layer) const {
-  if (e.key == "optimizer" || e.key == "schedule" || e.key == "early_stop" || e.key == "lora") {
+  if (contains(kMapTrainKeys, e.key)) {
     const MapView m = map(e.value, e.mark(), e.path,
                           e.key == "optimizer"  ? kOptimizerKeys
                           : e.key == "schedule" ? kScheduleKeys
                           : e.key == "lora"     ? kLoraKeys
+                          : e.key == "packing"  ? kPackingKeys
                                                 : kEarlyStopKeys);
     for (const auto& s : m.entries)
       set_field(e.key + "." + s.key, s.value, s.mark(), s.path, settings, prov, layer);
@@ -776,6 +787,34 @@ void Parser::check_loss_masks(const Entry& train, const Entry& val, const Worklo
                    (train_masked ? w.val_data : w.train_data).string()));
 }
 
+// Packing without cross-attention: a job with `packing: {cross_attention: false}` needs the
+// record starts beside `file` (data::record_starts_path); with `tokens` (the contents are
+// checked), valid for that many tokens. Errors point at the `data` entry, name the file and the
+// first such job.
+void Parser::check_record_starts(const Entry& e, const fs::path& file,
+                                 const std::vector<JobSpec>& jobs,
+                                 std::optional<std::uint64_t> tokens) const {
+  const auto job = std::find_if(jobs.begin(), jobs.end(),
+                                [](const JobSpec& j) { return !j.train.packing.cross_attention; });
+  if (job == jobs.end()) return;
+  const fs::path records = data::record_starts_path(file);
+  std::error_code ec;
+  if (!fs::exists(records, ec))
+    fail(e.mark(), e.path,
+         fmt::format("job '{}' has packing: {{cross_attention: false}}, which needs the record "
+                     "boundaries {} beside data file {}, and there are none: prepare the data "
+                     "with `saturn data prepare --format jsonl` (the job is defined at {})",
+                     job->id, records.string(), file.string(), job->where));
+  if (!tokens) return;
+  try {
+    (void)data::read_record_starts(records, *tokens);
+  } catch (const Error& err) {  // InputError or IoError: either way unusable
+    fail(e.mark(), e.path,
+         fmt::format("{} (needed by job '{}', which has packing: {{cross_attention: false}})",
+                     err.what(), job->id));
+  }
+}
+
 // Opens a data file and checks it against every job: a token file, long enough for the job's
 // seq_len, no token outside its model's vocabulary. Errors point at the `data` entry, name the
 // file and the job.
@@ -799,6 +838,7 @@ void Parser::check_data(const Entry& e, const fs::path& file,
                        "({}): prepare the data again with `saturn data prepare --format jsonl`",
                        mask.string(), file.string(), ec ? 0 : bytes, size));
   }
+  check_record_starts(e, file, jobs, size);
   const std::uint32_t max_token = tokens.max_token();
   for (const JobSpec& job : jobs) {
     const auto need = static_cast<std::uint64_t>(job.train.seq_len) + 1;
@@ -1312,15 +1352,15 @@ void Parser::parse_jobs(const Entry& e, const JobSettings& base, const Provenanc
           const YAML::Mark vmark = v.IsNull() ? x.mark() : v.Mark();
           if (x.key == "model") {
             job.model = model_named(v, vmark, vpath, model_name);
-          } else if (x.key == "optimizer" || x.key == "schedule" || x.key == "early_stop" ||
-                     x.key == "lora") {
+          } else if (contains(kMapTrainKeys, x.key)) {
             fail(vmark, x.path,
                  fmt::format("{} cannot be swept as a whole (valid: a map of fixed values; sweep "
                              "{} instead)",
                              x.key,
-                             x.key == "lora" ? "lora.rank, lora.alpha, lora.targets or "
-                                               "lora.use_rslora"
-                                             : "lr, weight_decay or warmup"));
+                             x.key == "lora"      ? "lora.rank, lora.alpha, lora.targets or "
+                                                    "lora.use_rslora"
+                             : x.key == "packing" ? "packing.cross_attention"
+                                                  : "lr, weight_decay or warmup"));
           } else {
             set_field(canonical(x.key), v, vmark, vpath, tc, prov, layer);
             if (x.key != "lr" && x.key != "batch_size")
@@ -1411,6 +1451,9 @@ Workload Parser::parse(const std::string& text) {
     check_data(train, w.train_data, w.jobs);
     check_data(val, w.val_data, w.jobs);
     check_loss_masks(train, val, w);
+  } else if (options_.check_data_files) {
+    check_record_starts(train, w.train_data, w.jobs, std::nullopt);
+    check_record_starts(val, w.val_data, w.jobs, std::nullopt);
   }
 
   w.strategies = known_strategies();
@@ -1575,6 +1618,11 @@ void Parser::add_submission(const Submission& sub, const LoadOptions& options, W
       check_data(jobs, w.train_data, added.jobs);
       check_data(jobs, w.val_data, added.jobs);
     }
+  } else if (options_.check_data_files) {
+    check_record_starts(data != nullptr ? *train_entry : jobs,
+                        data != nullptr ? train : w.train_data, added.jobs, std::nullopt);
+    check_record_starts(data != nullptr ? *val_entry : jobs, data != nullptr ? val : w.val_data,
+                        added.jobs, std::nullopt);
   }
   for (auto& job : added.jobs) {
     job.train_data = train;

@@ -114,12 +114,13 @@ struct Workload {
 };
 
 struct LoadOptions {
-  // Check that the data files exist. Off for tools that only plan, e.g. on a login node without
-  // the data.
+  // Check that the data files exist (and, for jobs with packing: {cross_attention: false},
+  // their record starts). Off for tools that only plan, e.g. on a login node without the data.
   bool check_data_files = true;
   // With check_data_files: also open them and check their contents against every job (a token
   // file of either format, at least seq_len + 1 tokens, every token below the model's
-  // vocab_size). One pass over each file; under mpirun one rank does it.
+  // vocab_size, record starts valid for the tokens). One pass over each file; under mpirun one
+  // rank does it.
   bool check_data_contents = true;
   // Directories that replace models.NAME.from, by model name: a resumed run reads the run
   // directory's copy of the workload, whose relative `from` paths meant the original file's

@@ -607,11 +607,63 @@ TEST(CpuOps, GroupedQueryAttentionGradients) {
                                  B, T, H, 3, hd, causal_attention(hd)),
                InputError);
   // A scale that is not positive, a negative softcap.
-  for (const AttentionParams bad :
-       {AttentionParams{0, 0.0f, 0.0f}, AttentionParams{0, 1.0f, -1.0f}})
+  for (const AttentionParams bad : {AttentionParams{0, 0.0f, 0.0f, nullptr, nullptr},
+                                    AttentionParams{0, 1.0f, -1.0f, nullptr, nullptr}})
     EXPECT_THROW(attention_forward(out.data(), att.data(), qkv.data(), qkv.data(), qkv.data(),
                                    stride, B, T, H, H, hd, bad),
                  InputError);
+}
+
+// Packed records (packing: {cross_attention: false}): attention over a row of records equals
+// attention over each record alone (a sequence of its own), forward and backward, with and
+// without a window, across the 64-row blocks; the records do not see each other.
+TEST(CpuOps, PackedRecordsAttendAlone) {
+  const int T = 150, H = 4, Hkv = 2, hd = 8, C = H * hd, KV = Hkv * hd, stride = C + 2 * KV;
+  const std::vector<int> lengths = {1, 30, 70, 5, 44};
+  std::vector<std::int32_t> pos(T), end(T);
+  for (int t = 0, r = 0; r < static_cast<int>(lengths.size()); t += lengths[r++])
+    for (int i = 0; i < lengths[r]; ++i) {
+      pos[t + i] = i;
+      end[t + i] = t + lengths[r];
+    }
+  Random rng(31);
+  const Vec qkv = rng.vec(static_cast<std::size_t>(T) * stride);
+  const Vec dout = rng.vec(static_cast<std::size_t>(T) * C);
+  for (int window : {0, 20}) {
+    SCOPED_TRACE("window " + std::to_string(window));
+    AttentionParams packed = causal_attention(hd, window);
+    packed.positions = pos.data();
+    packed.segment_end = end.data();
+    Vec out(static_cast<std::size_t>(T) * C), att(static_cast<std::size_t>(H) * T * T);
+    Vec dqkv(qkv.size(), 0.0f), scratch(att.size());
+    attention_forward(out.data(), att.data(), qkv.data(), qkv.data() + C, qkv.data() + C + KV,
+                      stride, 1, T, H, Hkv, hd, packed);
+    attention_backward(dqkv.data(), dqkv.data() + C, dqkv.data() + C + KV, scratch.data(),
+                       dout.data(), qkv.data(), qkv.data() + C, qkv.data() + C + KV, att.data(),
+                       stride, 1, T, H, Hkv, hd, packed);
+    for (int t0 = 0, r = 0; r < static_cast<int>(lengths.size()); t0 += lengths[r++]) {
+      const int n = lengths[r];
+      const std::size_t rows = static_cast<std::size_t>(t0) * stride;
+      const Vec part(qkv.begin() + static_cast<std::ptrdiff_t>(rows),
+                     qkv.begin() + static_cast<std::ptrdiff_t>(rows + n * stride));
+      const Vec part_dout(dout.begin() + static_cast<std::ptrdiff_t>(t0) * C,
+                          dout.begin() + static_cast<std::ptrdiff_t>(t0 + n) * C);
+      Vec o(static_cast<std::size_t>(n) * C), a(static_cast<std::size_t>(H) * n * n);
+      Vec d(part.size(), 0.0f), sc(a.size());
+      const AttentionParams alone = causal_attention(hd, window);
+      attention_forward(o.data(), a.data(), part.data(), part.data() + C, part.data() + C + KV,
+                        stride, 1, n, H, Hkv, hd, alone);
+      attention_backward(d.data(), d.data() + C, d.data() + C + KV, sc.data(), part_dout.data(),
+                         part.data(), part.data() + C, part.data() + C + KV, a.data(), stride, 1, n,
+                         H, Hkv, hd, alone);
+      const Vec got_o(out.begin() + static_cast<std::ptrdiff_t>(t0) * C,
+                      out.begin() + static_cast<std::ptrdiff_t>(t0 + n) * C);
+      const Vec got_d(dqkv.begin() + static_cast<std::ptrdiff_t>(rows),
+                      dqkv.begin() + static_cast<std::ptrdiff_t>(rows + n * stride));
+      EXPECT_LT(rel_err(got_o, to_double(o)), 1e-6) << "record " << r;
+      EXPECT_LT(rel_err(got_d, to_double(d)), 1e-6) << "record " << r;
+    }
+  }
 }
 
 TEST(CpuOps, AttentionSeparateBuffersUnitStride) {

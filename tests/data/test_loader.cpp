@@ -103,6 +103,166 @@ TEST(LossMask, BesideItsTokenFileAndChecked) {
   EXPECT_TRUE(l.masked());
 }
 
+// Packing without cross-attention, by the documented rule: input token n of a window starting at
+// s has position n - max(record_start(n), s); its target is -1 when token n+1 starts a record
+// or (with a mask) the mask of n+1 is 0.
+void expect_packed_rows(const Batch& b, const std::vector<std::uint64_t>& window_starts,
+                        const std::vector<std::uint64_t>& starts,
+                        const std::vector<std::uint8_t>& mask) {
+  const auto T = static_cast<std::uint64_t>(b.seq_len);
+  ASSERT_EQ(b.positions.size(), b.inputs.size());
+  for (std::size_t r = 0; r < window_starts.size(); ++r) {
+    const std::uint64_t s = window_starts[r];
+    for (std::uint64_t t = 0; t < T; ++t) {
+      const std::uint64_t n = s + t;
+      const std::uint64_t record = *std::prev(std::upper_bound(starts.begin(), starts.end(), n));
+      const bool starts_record = std::binary_search(starts.begin(), starts.end(), n + 1);
+      const bool untrained = !mask.empty() && mask[n + 1] == 0;
+      const std::size_t i = r * T + t;
+      EXPECT_EQ(b.inputs[i], static_cast<std::int32_t>(n)) << "row " << r << " t " << t;
+      EXPECT_EQ(b.positions[i], static_cast<std::int32_t>(n - std::max(record, s)))
+          << "row " << r << " t " << t;
+      EXPECT_EQ(b.targets[i], starts_record || untrained ? -1 : static_cast<std::int32_t>(n + 1))
+          << "row " << r << " t " << t;
+    }
+  }
+}
+
+TEST(TokenLoader, PackedPositionsRestartPerRecordAndWindow) {
+  // Windows of 8 start at 0, 8, 16, 24, 32. Records start at 0, 3, 8 (exactly at a window's
+  // start), 13, 17 (cut by the window at 16), 30 and 40 (the last token: only a target).
+  const std::vector<std::uint64_t> starts = {0, 3, 8, 13, 17, 30, 40};
+  TokenLoader l(counting(41), 8, 1, Order::kSequential);
+  EXPECT_FALSE(l.packed());
+  EXPECT_TRUE(l.next_batch(1).positions.empty());  // not packed: no positions
+  l.set_record_starts(starts);
+  EXPECT_TRUE(l.packed());
+  l.seek({0, 0});
+  const Batch b = l.next_batch(5);
+  // Spelled out for the first three windows.
+  const std::vector<std::int32_t> pos0 = {0, 1, 2, 0, 1, 2, 3, 4},
+                                  tgt0 = {1, 2, -1, 4, 5, 6, 7, -1};
+  const std::vector<std::int32_t> pos1 = {0, 1, 2, 3, 4, 0, 1, 2},
+                                  tgt1 = {9, 10, 11, 12, -1, 14, 15, 16};
+  const std::vector<std::int32_t> pos2 = {0, 0, 1, 2, 3, 4, 5, 6},
+                                  tgt2 = {-1, 18, 19, 20, 21, 22, 23, 24};
+  EXPECT_EQ(std::vector<std::int32_t>(b.positions.begin(), b.positions.begin() + 8), pos0);
+  EXPECT_EQ(std::vector<std::int32_t>(b.targets.begin(), b.targets.begin() + 8), tgt0);
+  EXPECT_EQ(std::vector<std::int32_t>(b.positions.begin() + 8, b.positions.begin() + 16), pos1);
+  EXPECT_EQ(std::vector<std::int32_t>(b.targets.begin() + 8, b.targets.begin() + 16), tgt1);
+  EXPECT_EQ(std::vector<std::int32_t>(b.positions.begin() + 16, b.positions.begin() + 24), pos2);
+  EXPECT_EQ(std::vector<std::int32_t>(b.targets.begin() + 16, b.targets.begin() + 24), tgt2);
+  EXPECT_EQ(b.targets[39], -1);  // token 40 starts a record
+  expect_packed_rows(b, {0, 8, 16, 24, 32}, starts, {});
+
+  // With a loss mask: both rules.
+  std::vector<std::uint8_t> mask(41);
+  for (std::size_t i = 0; i < mask.size(); ++i) mask[i] = i % 5 == 0 ? 0 : 1;
+  l.set_loss_mask(mask);
+  l.seek({0, 0});
+  expect_packed_rows(l.next_batch(5), {0, 8, 16, 24, 32}, starts, mask);
+
+  // The caller-buffer overload: the same rows, positions only when asked for.
+  l.seek({0, 1});
+  std::vector<std::int32_t> in(16), tg(16), pos(16, -7);
+  l.next_batch(2, in.data(), tg.data(), pos.data());
+  const Batch same = [&] {
+    l.seek({0, 1});
+    return l.next_batch(2);
+  }();
+  EXPECT_EQ(in, same.inputs);
+  EXPECT_EQ(tg, same.targets);
+  EXPECT_EQ(pos, same.positions);
+  l.seek({0, 1});
+  l.next_batch(2, in.data(), tg.data());  // no positions buffer: targets still packed
+  EXPECT_EQ(tg, same.targets);
+
+  // Starts that do not fit the tokens.
+  TokenLoader bad(counting(41), 8, 1);
+  EXPECT_THROW(bad.set_record_starts({}), Error);
+  EXPECT_THROW(bad.set_record_starts({1, 5}), Error);
+  EXPECT_THROW(bad.set_record_starts({0, 5, 5}), Error);
+  EXPECT_THROW(bad.set_record_starts({0, 41}), Error);
+  EXPECT_FALSE(bad.packed());
+}
+
+TEST(TokenLoader, PackedShardsEqualTheGlobalBatch) {
+  std::vector<std::uint64_t> starts = {0};
+  while (starts.back() < 3900) starts.push_back(starts.back() + 1 + (starts.back() * 7) % 23);
+  constexpr int kShards = 3;
+  constexpr std::int64_t kBatch = 7;
+  TokenLoader global(counting(4000), 16, 5);
+  global.set_record_starts(starts);
+  std::vector<TokenLoader> ranks(kShards, global);
+  for (int step = 0; step < 20; ++step) {
+    std::vector<std::uint64_t> window_starts;
+    for (std::int64_t r = 0; r < kBatch; ++r) {
+      LoaderPosition p = global.position();
+      p.index += static_cast<std::uint64_t>(r);
+      if (p.index >= global.num_sequences()) p = {p.epoch + 1, p.index - global.num_sequences()};
+      window_starts.push_back(global.window_start(p));
+    }
+    const Batch g = global.next_batch(kBatch);
+    expect_packed_rows(g, window_starts, starts, {});
+    Batch joined;
+    for (int s = 0; s < kShards; ++s) {
+      const Batch part = ranks[s].next_shard(kBatch, s, kShards);
+      joined.inputs.insert(joined.inputs.end(), part.inputs.begin(), part.inputs.end());
+      joined.targets.insert(joined.targets.end(), part.targets.begin(), part.targets.end());
+      joined.positions.insert(joined.positions.end(), part.positions.begin(), part.positions.end());
+    }
+    ASSERT_EQ(joined.inputs, g.inputs) << "step " << step;
+    ASSERT_EQ(joined.targets, g.targets) << "step " << step;
+    ASSERT_EQ(joined.positions, g.positions) << "step " << step;
+  }
+}
+
+TEST(RecordStarts, BesideItsTokenFileAndChecked) {
+  TempDir dir;
+  const auto tokens = dir.path() / "train.bin";
+  write_llmc_tokens(tokens, std::vector<std::uint16_t>(50, 3));
+  const auto records = record_starts_path(tokens);
+  EXPECT_EQ(records, dir.path() / "train.records");
+  EXPECT_EQ(record_starts_path(dir.path() / "val.h5"), dir.path() / "val.records");
+  TokenLoader l(TokenArray::open(tokens), 8, 1);
+  EXPECT_FALSE(load_record_starts_beside(l, tokens));  // none: plain text
+  EXPECT_FALSE(l.packed());
+  EXPECT_CONTAINS(error_of<InputError>([&] { read_record_starts(records, 50); }),
+                  records.string() + " does not exist");
+
+  // The format: uint64 little-endian, no header.
+  write_record_starts(records, std::vector<std::uint64_t>{0, 7, 300});
+  const std::string bytes = saturn::testing::read_file(records);
+  ASSERT_EQ(bytes.size(), 24u);
+  EXPECT_EQ(static_cast<unsigned char>(bytes[8]), 7);
+  EXPECT_EQ(static_cast<unsigned char>(bytes[16]), 300 % 256);
+  EXPECT_EQ(static_cast<unsigned char>(bytes[17]), 1);
+  EXPECT_EQ(read_record_starts(records, 301), (std::vector<std::uint64_t>{0, 7, 300}));
+
+  const auto error_for = [&](std::vector<std::uint64_t> starts, std::uint64_t n) {
+    write_record_starts(records, starts);
+    const std::string msg = error_of<InputError>([&] { read_record_starts(records, n); });
+    EXPECT_CONTAINS(msg, records.string());
+    return msg;
+  };
+  EXPECT_CONTAINS(error_for({0, 7, 300}, 300),
+                  "record 2 starts at token 300, but the token "
+                  "file has 300 tokens");
+  EXPECT_CONTAINS(error_for({}, 10), "the file holds no record");
+  EXPECT_CONTAINS(error_for({2, 5}, 10), "the first start is 2");
+  EXPECT_CONTAINS(error_for({0, 5, 5}, 10), "start 2 is 5, not above start 1 (5)");
+  EXPECT_CONTAINS(error_for({0, 5, 3}, 10), "start 2 is 3, not above start 1 (5)");
+  saturn::testing::write_file(records, std::string(12, '\0'));
+  EXPECT_CONTAINS(error_of<InputError>([&] { read_record_starts(records, 10); }),
+                  "hold 12 bytes, not a multiple of 8");
+  EXPECT_THROW(load_record_starts_beside(l, tokens), InputError);
+  EXPECT_FALSE(l.packed());
+
+  write_record_starts(records, std::vector<std::uint64_t>{0, 20, 49});
+  EXPECT_TRUE(load_record_starts_beside(l, tokens));
+  EXPECT_TRUE(l.packed());
+}
+
 TEST(TokenLoader, TooShortData) {
   const std::string msg = error_of<InputError>([] { TokenLoader(counting(64), 64, 1); });
   EXPECT_CONTAINS(msg, "data file counting has 64 tokens; seq_len 64 needs at least 65");

@@ -70,6 +70,10 @@ class DeviceModel {
   Vec params() { return canonical(model_->master()); }
   Vec grads() { return canonical(model_->grads(), true); }
 
+  // Packed records: [2][B*T] positions and segment ends (Model::set_segments), host memory,
+  // for the next passes; empty: none.
+  void set_segments(const std::vector<std::int32_t>& segments) { segments_host_ = segments; }
+
   float forward(const std::vector<std::int32_t>& tokens, const std::vector<std::int32_t>& targets,
                 int B, int T) {
     upload_tokens(tokens, targets, B, T);
@@ -111,20 +115,50 @@ class DeviceModel {
     }
     device_->upload(tokens_.data(), tokens.data(), n * sizeof(std::int32_t));
     device_->upload(targets_.data(), targets.data(), n * sizeof(std::int32_t));
+    if (segments_host_.empty()) {
+      model_->set_segments(nullptr);
+      return;
+    }
+    segments_ = Buffer<std::int32_t>(device_->memory(), segments_host_.size(), "tokens");
+    device_->upload(segments_.data(), segments_host_.data(),
+                    segments_host_.size() * sizeof(std::int32_t));
+    model_->set_segments(segments_.data());
   }
   Device* device_;
   std::unique_ptr<Model> model_;
   ParameterLayout canonical_;
-  Buffer<std::int32_t> tokens_, targets_;
+  Buffer<std::int32_t> tokens_, targets_, segments_;
+  std::vector<std::int32_t> segments_host_;
 };
+
+// Packed records for B rows of T tokens: records of the given lengths (cycled, the last one cut
+// by the row's end) as [2][B*T] positions and segment ends, as parallel::TokenStage stages them.
+inline std::vector<std::int32_t> packed_segments(int B, int T, const std::vector<int>& lengths) {
+  const std::size_t N = static_cast<std::size_t>(B) * T;
+  std::vector<std::int32_t> s(2 * N);
+  std::size_t next = 0;
+  for (int b = 0; b < B; ++b) {
+    std::int32_t* pos = s.data() + static_cast<std::size_t>(b) * T;
+    std::int32_t* end = pos + N;
+    for (int t = 0; t < T;) {
+      const int len = lengths[next++ % lengths.size()];
+      for (int i = 0; i < len && t < T; ++i, ++t) pos[t] = i;
+    }
+    end[T - 1] = T;
+    for (int t = T - 2; t >= 0; --t) end[t] = pos[t + 1] == 0 ? t + 1 : end[t + 1];
+  }
+  return s;
+}
 
 struct Tolerances {
   double logits = 3e-2, loss = 5e-3, grads = 5e-2, tensor_grads = 1e-1;
 };
 
-// Forward and backward from the same bf16-representable weights.
+// Forward and backward from the same bf16-representable weights; segments: packed records
+// ([2][B*T], packed_segments; empty: none).
 inline void parity_case(Device& device, const ModelConfig& cfg, int B, int T,
-                        const Tolerances& tol = {}) {
+                        const Tolerances& tol = {},
+                        const std::vector<std::int32_t>& segments = {}) {
   SCOPED_TRACE(arch_name(cfg.arch));
   const std::size_t N = static_cast<std::size_t>(B) * T;
   std::mt19937 rng(99);
@@ -149,6 +183,11 @@ inline void parity_case(Device& device, const ModelConfig& cfg, int B, int T,
   gpu.set_params(cpu.params());
   const Vec back = gpu.params();
   EXPECT_EQ(rel_error(back.data(), cpu.params(), back.size()), 0.0);
+  if (!segments.empty()) {
+    cpu.reserve(B, T);
+    cpu.model().set_segments(segments.data());
+    gpu.set_segments(segments);
+  }
 
   cpu.forward_logits(tokens.data(), B, T);
   const Vec want_logits(cpu.logits(), cpu.logits() + N * static_cast<std::size_t>(cfg.vocab_size));

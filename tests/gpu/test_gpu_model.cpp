@@ -55,6 +55,15 @@ TEST_F(GpuModel, Gpt2ForwardBackwardMatchCpu) {
 TEST_F(GpuModel, LlamaForwardBackwardMatchCpu) {
   model_parity::parity_case(*device_, small_config(Arch::kLlama), 3, 80);
 }
+// Packed records (issue 32): attention within each record, positions restarting at each.
+TEST_F(GpuModel, Gpt2PackedRecordsMatchCpu) {
+  model_parity::parity_case(*device_, small_config(Arch::kGpt2), 3, 80, {},
+                            model_parity::packed_segments(3, 80, {5, 1, 70, 12, 30}));
+}
+TEST_F(GpuModel, LlamaPackedRecordsMatchCpu) {
+  model_parity::parity_case(*device_, small_config(Arch::kLlama), 3, 80, {},
+                            model_parity::packed_segments(3, 80, {5, 1, 70, 12, 30}));
+}
 TEST_F(GpuModel, Gpt2TrainingTracksCpu) {
   model_parity::training_case(*device_, small_config(Arch::kGpt2), 4, 64, 30, 5e-4, true);
 }

@@ -24,6 +24,30 @@ Vec plus(const Vec& a, const Vec& b) {
   return r;
 }
 
+// Packed records: each row of T tokens cut into records of the given lengths (cycled, the last
+// one cut by the row's end); the positions restart at 0 at each record, and the segment ends
+// (one past each token's record) follow them, as parallel::TokenStage stages them.
+std::vector<std::int32_t> packed_positions(int B, int T, const std::vector<int>& lengths) {
+  std::vector<std::int32_t> pos(static_cast<std::size_t>(B) * T);
+  std::size_t next = 0;
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T;) {
+      const int len = lengths[next++ % lengths.size()];
+      for (int i = 0; i < len && t < T; ++i, ++t) pos[static_cast<std::size_t>(b) * T + t] = i;
+    }
+  return pos;
+}
+std::vector<std::int32_t> segment_ends(int B, int T, const std::vector<std::int32_t>& pos) {
+  std::vector<std::int32_t> end(pos.size());
+  for (int b = 0; b < B; ++b) {
+    const std::size_t row = static_cast<std::size_t>(b) * T;
+    end[row + T - 1] = T;
+    for (int t = T - 2; t >= 0; --t)
+      end[row + t] = pos[row + t + 1] == 0 ? t + 1 : end[row + t + 1];
+  }
+  return end;
+}
+
 TEST_F(GpuOps, Embedding) {
   const int B = 3, T = 37, C = 96, V = 50;
   const std::size_t N = static_cast<std::size_t>(B) * T;
@@ -49,6 +73,38 @@ TEST_F(GpuOps, Embedding) {
   cuda::embedding_backward(ctx(), d_dwte, d_dwpe, upload_bf16(dout), upload_i32(tokens), B, T, C);
   SATURN_EXPECT_CLOSE(download(d_dwte, dwte.size()), dwte, kTolF32);
   SATURN_EXPECT_CLOSE(download(d_dwpe, dwpe.size()), dwpe, kTolF32);
+}
+
+// Packed records: the learned positions are looked up, and their gradients gathered, by each
+// token's position in its record; a position's rows are summed by the windows of sorted keys, as
+// a token's are, so the GPU's gradient equals the CPU's bit for bit (over 256 rows of one
+// position: several windows).
+TEST_F(GpuOps, EmbeddingOfPackedRecords) {
+  const int B = 4, T = 200, C = 48, V = 50;
+  const std::size_t N = static_cast<std::size_t>(B) * T;
+  const auto tokens = random_ints(N, 0, V);
+  const auto positions = packed_positions(B, T, {1, 7, 2, 90, 3});
+  const Vec wte = random_bf16(static_cast<std::size_t>(V) * C);
+  const Vec wpe = random_bf16(static_cast<std::size_t>(T) * C);
+  Vec want(N * C);
+  cpu::embedding_forward(want.data(), tokens.data(), wte.data(), wpe.data(), B, T, C, 1.0f,
+                         positions.data());
+  bf16* out = poisoned_bf16(N * C);
+  const std::int32_t* d_tok = upload_i32(tokens);
+  const std::int32_t* d_pos = upload_i32(positions);
+  cuda::embedding_forward(ctx(), out, d_tok, upload_bf16(wte), upload_bf16(wpe), B, T, C, 1.0f,
+                          d_pos);
+  SATURN_EXPECT_CLOSE(download(out, N * C), want, kTolBf16);
+  const Vec dout = random_bf16(N * C);
+  Vec dwpe = random(static_cast<std::size_t>(T) * C);
+  float* d_dwpe = upload_f32(dwpe);
+  cpu::embedding_backward(nullptr, dwpe.data(), dout.data(), tokens.data(), B, T, C, -1, 1.0f,
+                          positions.data());
+  cuda::embedding_backward(ctx(), nullptr, d_dwpe, upload_bf16(dout), d_tok, B, T, C, -1, 1.0f,
+                           d_pos);
+  const Vec got = download(d_dwpe, dwpe.size());
+  EXPECT_EQ(std::memcmp(got.data(), dwpe.data(), got.size() * sizeof(float)), 0)
+      << "the positions' gradient differs from the CPU's";
 }
 
 TEST_F(GpuOps, LayerNorm) {
@@ -580,6 +636,28 @@ TEST_F(GpuOps, EmulatedCublasLtIsStrict) {
   cublasLtMatmulDescDestroy(op);
 }
 
+// Packed records: each token is rotated by its position in its record.
+TEST_F(GpuOps, RotaryOfPackedRecords) {
+  const int B = 2, T = 70, H = 2, hd = 32, stride = 3 * H * hd;
+  const std::size_t n = static_cast<std::size_t>(B) * T * stride;
+  const auto positions = packed_positions(B, T, {5, 1, 40, 13});
+  const Vec x = random_bf16(n);
+  Vec want = x;
+  cpu::rotary_forward(want.data(), x.data(), B, T, H, hd, stride, RotaryParams{}, positions.data());
+  bf16* d = upload_bf16(x);
+  const std::int32_t* d_pos = upload_i32(positions);
+  cuda::rotary_forward(ctx(), d, d, B, T, H, hd, stride, RotaryParams{}, d_pos);
+  SATURN_EXPECT_CLOSE(download(d, n), want, kTolBf16);
+  const Vec dout = random_bf16(n);
+  Vec dinp = random_bf16(n);
+  bf16* d_dinp = upload_bf16(dinp);
+  cpu::rotary_backward(dinp.data(), dout.data(), B, T, H, hd, stride, RotaryParams{},
+                       positions.data());
+  cuda::rotary_backward(ctx(), d_dinp, upload_bf16(dout), B, T, H, hd, stride, RotaryParams{},
+                        d_pos);
+  SATURN_EXPECT_CLOSE(download(d_dinp, n), dinp, kTolBf16);
+}
+
 TEST_F(GpuOps, RotaryStridedAndInPlace) {
   const int B = 2, T = 19, H = 3, hd = 16, stride = 3 * H * hd;
   const std::size_t n = static_cast<std::size_t>(B) * T * stride;
@@ -641,7 +719,9 @@ TEST_F(GpuOps, RotaryLlama3ScalingMatchesCpu) {
 // The (query tile, key tile) pairs of one head in which some query sees some key: the pairs the
 // attention kernels must compute (tiles of 64 rows, as attention.cu's), counted element by
 // element rather than by the kernels' tile-range formulas.
-std::uint64_t visible_tile_pairs(int T, int window) {
+// pos: a row's positions of packed records (null: none), where query i sees only keys from
+// i - pos[i] on.
+std::uint64_t visible_tile_pairs(int T, int window, const std::int32_t* pos = nullptr) {
   constexpr int kTile = 64;
   const int tiles = (T + kTile - 1) / kTile;
   std::uint64_t pairs = 0;
@@ -650,7 +730,7 @@ std::uint64_t visible_tile_pairs(int T, int window) {
       bool any = false;
       for (int i = qt * kTile; i < std::min(T, (qt + 1) * kTile) && !any; ++i)
         for (int j = kt * kTile; j < std::min(T, (kt + 1) * kTile) && !any; ++j)
-          any = j <= i && (window == 0 || j > i - window);
+          any = j <= i && (window == 0 || j > i - window) && (pos == nullptr || j >= i - pos[i]);
       pairs += any ? 1 : 0;
     }
   return pairs;
@@ -660,18 +740,35 @@ std::uint64_t visible_tile_pairs(int T, int window) {
 // grouped-query attention (0: Hkv = H). window > 0: sliding-window attention. Each kernel must
 // compute exactly the tiles some query of which sees some key (visible_tile_pairs) per head.
 // scale, softcap: Gemma 2's (0: 1/sqrt(hd), no cap).
+// positions: packed records ([B*T], null: none), which each query sees alone.
 void attention_case(GpuOps& t, int B, int T, int H, int hd, const Vec* given_qkv = nullptr,
-                    int Hkv = 0, int window = 0, float scale = 0.0f, float softcap = 0.0f) {
+                    int Hkv = 0, int window = 0, float scale = 0.0f, float softcap = 0.0f,
+                    const std::vector<std::int32_t>* positions = nullptr) {
   if (Hkv == 0) Hkv = H;
   SCOPED_TRACE("B=" + std::to_string(B) + " T=" + std::to_string(T) + " H=" + std::to_string(H) +
                " Hkv=" + std::to_string(Hkv) + " hd=" + std::to_string(hd) +
                " window=" + std::to_string(window) + " scale=" + std::to_string(scale) +
                " softcap=" + std::to_string(softcap));
-  const AttentionParams params{window, scale > 0.0f ? scale : attention_scale(hd), softcap};
+  // The CPU reads the records' bounds from host memory, the GPU from device memory.
+  const std::vector<std::int32_t> ends =
+      positions != nullptr ? segment_ends(B, T, *positions) : std::vector<std::int32_t>{};
+  const AttentionParams params{window, scale > 0.0f ? scale : attention_scale(hd), softcap,
+                               positions != nullptr ? positions->data() : nullptr,
+                               positions != nullptr ? ends.data() : nullptr};
+  AttentionParams device_params = params;
+  if (positions != nullptr) {
+    device_params.positions = t.upload_i32(*positions);
+    device_params.segment_end = t.upload_i32(ends);
+  }
   const int C = H * hd, KV = Hkv * hd, stride = C + 2 * KV;
   const std::size_t N = static_cast<std::size_t>(B) * T;
-  const std::uint64_t heads = static_cast<std::uint64_t>(B) * H;
-  const std::uint64_t tiles = heads * visible_tile_pairs(T, window);
+  std::uint64_t tiles = 0;
+  for (int b = 0; b < B; ++b)
+    tiles +=
+        static_cast<std::uint64_t>(H) *
+        visible_tile_pairs(
+            T, window,
+            positions != nullptr ? positions->data() + static_cast<std::size_t>(b) * T : nullptr);
   const Vec qkv = given_qkv != nullptr ? *given_qkv : t.random_bf16(N * stride, -2.0f, 2.0f);
   Vec out(N * C), att(static_cast<std::size_t>(B) * H * T * T);
   cpu::attention_forward(out.data(), att.data(), qkv.data(), qkv.data() + C, qkv.data() + C + KV,
@@ -681,7 +778,7 @@ void attention_case(GpuOps& t, int B, int T, int H, int hd, const Vec* given_qkv
   float* d_lse = t.poisoned_f32(static_cast<std::size_t>(B) * H * T);
   t.ctx().enable_attention_tile_count();
   cuda::attention_forward(t.ctx(), d_out, d_lse, d_qkv, d_qkv + C, d_qkv + C + KV, stride, B, T, H,
-                          Hkv, hd, params);
+                          Hkv, hd, device_params);
   const auto forward_tiles = t.ctx().attention_tiles();
   EXPECT_EQ(forward_tiles.forward, tiles);
   EXPECT_EQ(forward_tiles.dq + forward_tiles.dkv, 0u);
@@ -709,7 +806,7 @@ void attention_case(GpuOps& t, int B, int T, int H, int hd, const Vec* given_qkv
   t.ctx().enable_attention_tile_count();
   cuda::attention_backward(t.ctx(), d_dqkv, d_dqkv + C, d_dqkv + C + KV, delta, t.upload_bf16(dout),
                            d_out, d_lse, d_qkv, d_qkv + C, d_qkv + C + KV, stride, B, T, H, Hkv, hd,
-                           params);
+                           device_params);
   const auto backward_tiles = t.ctx().attention_tiles();
   EXPECT_EQ(backward_tiles.forward, 0u);
   EXPECT_EQ(backward_tiles.dq, tiles);
@@ -796,6 +893,34 @@ TEST_F(GpuOps, SlidingWindowAttentionForwardBackward) {
   }
 }
 
+// Packed records (`packing: {cross_attention: false}`): each query sees only the keys of its own
+// record, alone and with a sliding window, grouped-query, with both kernel instantiations; the
+// kernels skip the tiles no record spans (records shorter than a tile: only the diagonal tiles
+// and those a record crossing a tile boundary reaches), and rows of a warp whose records start in
+// different chunks.
+TEST_F(GpuOps, PackedRecordsAttentionForwardBackward) {
+  struct Case {
+    int B, T, H, Hkv, hd, window;
+    std::vector<int> lengths;
+  };
+  const Case cases[] = {
+      {2, 200, 4, 2, 32, 0, {1, 7, 30, 2, 90, 5}},  // records across tile boundaries
+      {1, 200, 4, 2, 80, 0, {1}},                   // every token alone
+      {2, 130, 4, 2, 80, 0, {64}},                  // one record per tile
+      {1, 130, 4, 2, 32, 0, {200}},                 // one record: causal
+      {1, 200, 4, 2, 32, 17, {100, 3, 50}},         // a window inside long records
+      {2, 130, 4, 4, 80, 40, {10, 70}},             // the window and the records both bind
+  };
+  for (const Case& c : cases) {
+    const auto positions = packed_positions(c.B, c.T, c.lengths);
+    if (c.lengths.front() < 64 && c.lengths.size() == 1) {
+      EXPECT_LT(visible_tile_pairs(c.T, c.window, positions.data()),
+                visible_tile_pairs(c.T, c.window));
+    }
+    attention_case(*this, c.B, c.T, c.H, c.hd, nullptr, c.Hkv, c.window, 0.0f, 0.0f, &positions);
+  }
+}
+
 // Gemma 2: scores scaled by query_pre_attn_scalar^-0.5 and soft-capped (a cap of 2 bends most of
 // these scores), alone and with a sliding window, with both kernel instantiations; the same
 // tiles as without a cap.
@@ -843,9 +968,10 @@ TEST_F(GpuOps, AttentionRejectsANegativeWindow) {
                                         nullptr, nullptr, nullptr, nullptr, 3 * 64, 1, 4, 1, 1, 64,
                                         causal_attention(64, -1)),
                InputError);
-  EXPECT_THROW(cuda::attention_forward(ctx(), nullptr, nullptr, nullptr, nullptr, nullptr, 3 * 64,
-                                       1, 4, 1, 1, 64, AttentionParams{0, 0.125f, -2.0f}),
-               InputError);
+  EXPECT_THROW(
+      cuda::attention_forward(ctx(), nullptr, nullptr, nullptr, nullptr, nullptr, 3 * 64, 1, 4, 1,
+                              1, 64, AttentionParams{0, 0.125f, -2.0f, nullptr, nullptr}),
+      InputError);
 }
 
 // The dk/dv kernel's order over a group's query heads is fixed: the same inputs give the same

@@ -171,11 +171,21 @@ inline std::vector<std::uint8_t> pattern_loss_mask(std::size_t n, std::uint64_t 
   return m;
 }
 
+// Record starts for packed instruction data: records of 1 to 40 tokens (seq_len 16: records
+// inside a window, across its edges and longer than it).
+inline std::vector<std::uint64_t> pattern_record_starts(std::size_t n, std::uint64_t seed) {
+  Rng r(seed);
+  std::vector<std::uint64_t> starts;
+  for (std::size_t i = 0; i < n; i += 1 + r.below(40)) starts.push_back(i);
+  return starts;
+}
+
 // A data directory made by rank 0 and removed at exit; every rank gets its path. With
-// `loss_masks`, instruction data: a loss mask beside each token file.
+// `loss_masks`, instruction data: a loss mask beside each token file; with `records`, the
+// record starts beside them too (packing without cross-attention).
 class SharedData {
  public:
-  explicit SharedData(int vocab, bool loss_masks = false) {
+  explicit SharedData(int vocab, bool loss_masks = false, bool records = false) {
     comm::Communicator& c = world();
     rank_ = c.rank();
     std::int64_t pid = ::getpid();
@@ -189,6 +199,10 @@ class SharedData {
       if (loss_masks) {
         data::write_loss_mask(dir_ / "train.mask", pattern_loss_mask(20000, 3));
         data::write_loss_mask(dir_ / "val.mask", pattern_loss_mask(3000, 4));
+      }
+      if (records) {
+        data::write_record_starts(dir_ / "train.records", pattern_record_starts(20000, 5));
+        data::write_record_starts(dir_ / "val.records", pattern_record_starts(3000, 6));
       }
     }
     c.barrier();

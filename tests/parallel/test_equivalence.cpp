@@ -1,7 +1,8 @@
 // Every strategy at the world's degree (2 or 4; hybrids on 4) reproduces single-device training
 // of the tiny gpt2 and llama models (and a llama with grouped-query attention and a tied head, and
 // one with biases, a sliding window and llama3 rotary scaling; and llama on instruction data,
-// whose loss is the mean over the trained targets of a loss mask): the
+// whose loss is the mean over the trained targets of a loss mask; and gpt2 and llama_variants on
+// packed instruction records that do not see each other): the
 // losses of 20 steps (and the val losses) within 1e-5 relative, and every final parameter tensor
 // within 1e-5 relative, where relative means max|x - ref| / max|ref| over the tensor (per step for
 // losses).
@@ -32,23 +33,35 @@ struct Case {
 
 // "<model>_masked": the model on instruction data (a loss mask beside the token files), where
 // the loss is the mean over the trained targets of the global batch (docs/engine.md).
+// "<model>_packed": the same data with its record starts, trained with packing: {cross_attention:
+// false} (each record attends only to itself, its positions restarting at 0).
 bool masked(const std::string& model) {
   return model.ends_with("_masked");
 }
+bool packed(const std::string& model) {
+  return model.ends_with("_packed");
+}
 std::string base_model(const std::string& model) {
-  return masked(model) ? model.substr(0, model.size() - 7) : model;
+  return masked(model) || packed(model) ? model.substr(0, model.size() - 7) : model;
 }
 const SharedData& data_for(const std::string& model) {
   static SharedData plain(tiny_model(Arch::kGpt2).vocab_size);
   static SharedData instruct(tiny_model(Arch::kGpt2).vocab_size, true);
-  return masked(model) ? instruct : plain;
+  static SharedData records(tiny_model(Arch::kGpt2).vocab_size, true, true);
+  return packed(model) ? records : masked(model) ? instruct : plain;
+}
+TrainConfig train_for(const std::string& model) {
+  TrainConfig t = tiny_train();
+  t.packing.cross_attention = !packed(model);
+  return t;
 }
 
 const TrainResult& reference(const std::string& model, const SharedData& data) {
   static std::map<std::string, TrainResult> cache;
   auto it = cache.find(model);
   if (it != cache.end()) return it->second;
-  TrainJob job{"ref", tiny_model_named(base_model(model)), tiny_train(), data.train(), data.val()};
+  TrainJob job{"ref", tiny_model_named(base_model(model)), train_for(model), data.train(),
+               data.val()};
   TrainOptions opt;
   opt.quiet = true;
   return cache.emplace(model, train_single_device(job, opt)).first->second;
@@ -63,7 +76,8 @@ TEST_P(Equivalence, MatchesOneDevice) {
   const SharedData& data = data_for(model);
   const TrainResult& ref = reference(model, data);
 
-  TrainJob job{"eq", tiny_model_named(base_model(model)), tiny_train(), data.train(), data.val()};
+  TrainJob job{"eq", tiny_model_named(base_model(model)), train_for(model), data.train(),
+               data.val()};
   TrainOptions opt;
   opt.quiet = true;
   ParallelOptions par;
@@ -134,7 +148,8 @@ const std::vector<Case> kCases = {
 INSTANTIATE_TEST_SUITE_P(
     Strategies, Equivalence,
     ::testing::Combine(::testing::Values("gpt2", "llama", "llama_gqa_tied", "llama_variants",
-                                         "gemma", "gemma2", "llama_masked"),
+                                         "gemma", "gemma2", "llama_masked", "gpt2_packed",
+                                         "llama_variants_packed"),
                        ::testing::ValuesIn(kCases)),
     [](const auto& p) { return std::get<0>(p.param) + "_" + std::get<1>(p.param).label; });
 

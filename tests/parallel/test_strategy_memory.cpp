@@ -92,8 +92,8 @@ TEST(Memory, OffloadDevicePeakIsAFewGroupsPlusActivations) {
           run.groups * ParameterLayout(s.model).max_group_size() * sizeof(float);
       // Beside them the device holds the step's token ids and its loss sum (a double).
       const std::int64_t micro = s.train.batch_size / s.degree;
-      const std::size_t inputs = parallel::TokenStage::bytes(backend_traits(DeviceKind::kCpu),
-                                                             micro, s.train.seq_len, 1, true, true);
+      const std::size_t inputs = parallel::TokenStage::bytes(
+          backend_traits(DeviceKind::kCpu), micro, s.train.seq_len, 1, {true, true, false});
       EXPECT_LE(m.peak, groups + acts + inputs) << arch_name(arch) << " " << run.groups;
       // ... which is far below the whole model's parameters alone (a quarter; with the
       // prefetch and the reductions in flight, half).

@@ -145,6 +145,10 @@ TEST(ProfileStore, SignatureIgnoresLearningRateSeedAndSteps) {
   TrainConfig r;  // reproducible jobs are profiled apart
   r.reproducible = true;
   EXPECT_NE(signature_of(m, a), signature_of(m, r));
+  TrainConfig p;  // so are jobs packed without cross-attention (block-diagonal attention)
+  p.packing.cross_attention = false;
+  EXPECT_NE(signature_of(m, a), signature_of(m, p));
+  EXPECT_EQ(signature_of(m, a).find("nocross"), std::string::npos);  // old stores' keys kept
 }
 
 TEST(Hardware, FingerprintIdCoversTheLayout) {

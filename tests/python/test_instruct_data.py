@@ -8,7 +8,8 @@ records. For every record the ids in train + val equal transformers' `apply_chat
 (tokenize=True) plus the eos, or tokenizer(prompt) + tokenizer(completion, no special tokens) +
 eos; the loss mask is 1 exactly on the assistant turns as transformers renders them (from the
 conversation before with the generation prompt to the end of the turn) and on the completion,
-with the eos trained when the record ends with an answer; the split is by record. Malformed
+with the eos trained when the record ends with an answer; the split is by record, and each
+split's .records file holds the token offset of each of its records. Malformed
 records are exit 2 naming the file and line, and nothing is written.
 
 Usage: test_instruct_data.py --saturn SATURN --venv VENV (transformers, tokenizers and jinja2 in
@@ -147,6 +148,21 @@ def read_mask(path):
         return list(f.read())
 
 
+def read_records(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    assert len(data) % 8 == 0, f"{path}: {len(data)} bytes, not a multiple of 8"
+    return list(struct.unpack(f"<{len(data) // 8}Q", data))
+
+
+def offsets(sizes):
+    out, at = [], 0
+    for n in sizes:
+        out.append(at)
+        at += n
+    return out
+
+
 def prepare(tok_dir, records_file, out, *extra):
     return subprocess.run([args.saturn, "data", "prepare", "--format", "jsonl", "--tokenizer",
                            tok_dir, "-i", records_file, "-o", out, *extra],
@@ -183,6 +199,11 @@ def compare(name, tok, tok_dir, records, tmp):
     val = read_llmc(os.path.join(out, "val.bin"))
     check(len(val) == sum(sizes[len(records) - n_val:]),
           f"{name}: val holds exactly the last {n_val} records ({len(val)} ids)")
+    n_train = len(records) - n_val
+    check(read_records(os.path.join(out, "train.records")) == offsets(sizes[:n_train]),
+          f"{name}: train.records holds the token offset of each of its {n_train} records")
+    check(read_records(os.path.join(out, "val.records")) == offsets(sizes[n_train:]),
+          f"{name}: val.records holds the offset of each of its {n_val} records, from 0")
     check(os.path.exists(os.path.join(out, "tokenizer_config.json")),
           f"{name}: the tokenizer's config (its chat template) is copied beside the data")
 

@@ -986,6 +986,82 @@ TEST_F(WorkloadTest, LossMasksAreCheckedWhenLoaded) {
   EXPECT_NO_THROW(load(text));
 }
 
+// Packing without cross-attention: `packing: {cross_attention: false}` in defaults, a job or a
+// sweep (as packing.cross_attention), which needs valid record starts beside both data files.
+TEST_F(WorkloadTest, PackingWithoutCrossAttention) {
+  const std::uint64_t tokens = data::TokenArray::open(dir_ / "data/train.bin").size();
+  const std::string text =
+      std::string(kHead) +
+      "jobs:\n"
+      "  - {model: small, batch_size: 1}\n"
+      "  - {name: packed, model: small, batch_size: 1, packing: {cross_attention: false}}\n"
+      "  - sweep: {model: small, batch_size: [2], packing.cross_attention: [true, false]}\n";
+  // No record starts: the error names the data entry, the job and the file.
+  std::string msg = error(text, 1, 15, "data.train");
+  EXPECT_CONTAINS(msg,
+                  "job 'packed' has packing: {cross_attention: false}, which needs the "
+                  "record boundaries " +
+                      (dir_ / "data/train.records").string());
+  EXPECT_CONTAINS(msg, "prepare the data with `saturn data prepare --format jsonl`");
+  data::write_record_starts(dir_ / "data/train.records", std::vector<std::uint64_t>{0, 100});
+  msg = error(text, 1, 36, "data.val");
+  EXPECT_CONTAINS(msg, (dir_ / "data/val.records").string());
+  // Starts that do not fit the tokens.
+  data::write_record_starts(dir_ / "data/val.records", std::vector<std::uint64_t>{0, tokens});
+  msg = error(text, 1, 36, "data.val");
+  EXPECT_CONTAINS(msg, fmt::format("record 1 starts at token {}, but the token file has {} tokens",
+                                   tokens, tokens));
+  EXPECT_CONTAINS(msg, "needed by job 'packed'");
+  data::write_record_starts(dir_ / "data/val.records", std::vector<std::uint64_t>{0, 50});
+  const Workload w = load(text);
+  ASSERT_EQ(w.jobs.size(), 4u);
+  EXPECT_TRUE(w.jobs[0].train.packing.cross_attention);  // the default: as text
+  EXPECT_FALSE(w.jobs[1].train.packing.cross_attention);
+  EXPECT_EQ(w.jobs[2].id, "small-lr3e-4-bs2-xattn1");
+  EXPECT_TRUE(w.jobs[2].train.packing.cross_attention);
+  EXPECT_EQ(w.jobs[3].id, "small-lr3e-4-bs2-xattn0");
+  EXPECT_FALSE(w.jobs[3].train.packing.cross_attention);
+  EXPECT_FALSE(load("data: {train: data/train.bin, val: data/val.bin}\n"
+                    "defaults: {packing: {cross_attention: false}}\nmodels:\n"
+                    "  small: {arch: gpt2, n_layer: 2, n_head: 4, d_model: 64}\n"
+                    "jobs: [{model: small, batch_size: 1}]\n")
+                   .jobs[0]
+                   .train.packing.cross_attention);
+  // The train_config JSON: written only when off (other files stay as they were); absent: true.
+  const nlohmann::json packed = w.jobs[1].train;
+  EXPECT_EQ(packed.at("packing"), (nlohmann::json{{"cross_attention", false}}));
+  EXPECT_FALSE(nlohmann::json(w.jobs[0].train).contains("packing"));
+  EXPECT_FALSE(train_config_from_json(packed).packing.cross_attention);
+  EXPECT_TRUE(train_config_from_json(nlohmann::json{{"steps", 3}}).packing.cross_attention);
+  // A load that checks the files but not their contents still needs the record starts.
+  fs::remove(dir_ / "data/val.records");
+  LoadOptions files_only;
+  files_only.check_data_contents = false;
+  EXPECT_CONTAINS(error_of<InputError>([&] { load_workload(write(text), files_only); }),
+                  "data.val: job 'packed' has packing");
+  LoadOptions no_files;
+  no_files.check_data_files = false;
+  EXPECT_NO_THROW(load_workload(write(text), no_files));
+  // Jobs that keep cross-attention need none.
+  EXPECT_NO_THROW(load(std::string(kHead) + "jobs: [{model: small, batch_size: 1}]\n"));
+  // Unknown keys with their place and the valid ones; YAML's booleans only; no whole-map sweep.
+  msg = error(std::string(kHead) +
+                  "jobs:\n  - {model: small, batch_size: 1, packing: {cross_attn: false}}\n",
+              6, 45, "jobs[0].packing.cross_attn");
+  EXPECT_CONTAINS(msg, "unknown key 'cross_attn' (valid keys here: cross_attention)");
+  msg = error(std::string(kHead) +
+                  "jobs:\n  - {model: small, batch_size: 1, packing: {cross_attention: no}}\n",
+              6, 62, "jobs[0].packing.cross_attention");
+  EXPECT_CONTAINS(msg, "expected true or false, got 'no'");
+  msg = error_of<InputError>([&] {
+    load(std::string(kHead) +
+         "jobs:\n  - sweep: {model: small, batch_size: 1, packing: [{cross_attention: false}]}\n");
+  });
+  EXPECT_CONTAINS(msg,
+                  "packing cannot be swept as a whole (valid: a map of fixed values; sweep "
+                  "packing.cross_attention instead)");
+}
+
 TEST_F(WorkloadTest, JobsKnowWhereTheyAreDefined) {
   const Workload w = load(std::string(kHead) +
                           "jobs:\n  - {model: small, batch_size: 1}\n"

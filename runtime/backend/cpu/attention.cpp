@@ -25,6 +25,8 @@ void check_params(int H, int Hkv, const AttentionParams& params) {
                      std::to_string(H) + " query heads");
   if (params.window < 0)
     throw InputError("attention: sliding window " + std::to_string(params.window) + " < 0");
+  if ((params.positions == nullptr) != (params.segment_end == nullptr))
+    throw InputError("attention: packed records need both positions and segment ends");
   if (!(params.scale > 0.0f) || !std::isfinite(params.scale) || !(params.softcap >= 0.0f) ||
       !std::isfinite(params.softcap))
     throw InputError("attention: score scale " + std::to_string(params.scale) + " and softcap " +
@@ -54,18 +56,19 @@ void softcap_backward_rows(float* D, int ld, const float* Z, int rows, int cols,
   }
 }
 
-// Rows r0..r1-1 of a [T, T] score matrix become causal softmax probabilities: row t over
-// columns 0..t (t - window + 1..t with a sliding window), zeros elsewhere. The masked columns up
-// to the next multiple of kLanes are set to -inf, so the vector loops run over whole chunks and
-// exp turns them into exact zeros.
-SATURN_CPU_MULTIVERSION void softmax_causal_rows(float* A, int T, int r0, int r1, int window) {
+// Rows r0..r1-1 of a [T, T] score matrix become causal softmax probabilities: row t over the
+// keys it sees (attention_first_key(t) .. t: every earlier key, or those of a window or of its
+// record), zeros elsewhere. The masked columns up to the next multiple of kLanes are set to
+// -inf, so the vector loops run over whole chunks and exp turns them into exact zeros.
+SATURN_CPU_MULTIVERSION void softmax_causal_rows(float* A, int T, int r0, int r1, int window,
+                                                 const std::int32_t* pos) {
   constexpr int kLanes = detail::kLanes;
   constexpr float kMasked = -std::numeric_limits<float>::infinity();
   for (int t = r0; t < r1; ++t) {
     float* row = A + static_cast<std::size_t>(t) * T;
     const int end = std::min(T, (t + kLanes) / kLanes * kLanes);
     std::fill(row + t + 1, row + end, kMasked);
-    if (window > 0 && t - window >= 0) std::fill(row, row + t - window + 1, kMasked);
+    std::fill(row, row + attention_first_key(t, window, pos), kMasked);
     const float maxv = detail::max_f32(row, end);
     const float inv = 1.0f / detail::exp_shift_sum<float>(row, row, end, maxv);
 #pragma omp simd
@@ -76,7 +79,7 @@ SATURN_CPU_MULTIVERSION void softmax_causal_rows(float* A, int T, int r0, int r1
 
 // Softmax backward on rows r0..r1-1, with the score scale folded in: D holds dP on entry in
 // columns lo..r1-1 and dS = scale * P ⊙ (dP - rowsum(P ⊙ dP)) on exit, zero before lo (columns
-// a sliding window excludes, never computed) and past the diagonal up to r1. Columns past the
+// a window or a record excludes, never computed) and past the diagonal up to r1. Columns past the
 // diagonal have P = 0, so the loops may run on to the next multiple of kLanes.
 SATURN_CPU_MULTIVERSION void softmax_backward_rows(float* D, const float* P, int T, int r0, int r1,
                                                    int lo, float scale) {
@@ -95,16 +98,20 @@ SATURN_CPU_MULTIVERSION void softmax_backward_rows(float* D, const float* P, int
   }
 }
 
-// The first key any query of rows [r0, ...) sees: 0, or with a sliding window r0 - window + 1.
-// Scores of earlier keys are never computed (the softmax masks them whatever they hold).
-int first_key(int r0, int window) {
-  return window > 0 ? std::max(0, r0 - window + 1) : 0;
+// The first key any query of rows [r0, ...) sees: the first row's (the bound only grows with the
+// row). Scores of earlier keys are never computed (the softmax masks them whatever they hold).
+int first_key(int r0, int window, const std::int32_t* pos) {
+  return attention_first_key(r0, window, pos);
 }
 
-// One past the last query that sees a key of columns [c0, c0 + cols): T, or with a sliding
-// window c0 + cols - 1 + window (clamped).
-int last_query_end(int c0, int cols, int T, int window) {
-  return window > 0 ? std::min(T, c0 + cols - 1 + window) : T;
+// One past the last query that sees a key of columns [c0, c0 + cols): the last key's bound.
+int last_query_end(int c0, int cols, int T, int window, const std::int32_t* end) {
+  return attention_query_end(c0 + cols - 1, window, T, end);
+}
+
+// Row b's positions and segment ends of packed records (null without them).
+const std::int32_t* row_of(const std::int32_t* per_token, int b, int T) {
+  return per_token != nullptr ? per_token + static_cast<std::size_t>(b) * T : nullptr;
 }
 
 }  // namespace
@@ -128,16 +135,17 @@ void attention_forward(float* out, float* att, const float* q, const float* k, c
     const float* V = v + kv_off;
     float* O = out + static_cast<std::size_t>(b) * T * C + static_cast<std::size_t>(h) * hd;
     float* A = att + static_cast<std::size_t>(bh) * TT;
+    const std::int32_t* pos = row_of(params.positions, b, T);
     for (int r0 = 0; r0 < T; r0 += kBlock) {
       const int r1 = std::min(T, r0 + kBlock);
       const int rows = r1 - r0;
-      const int lo = first_key(r0, window);
+      const int lo = first_key(r0, window, pos);
       float* Ab = A + static_cast<std::size_t>(r0) * T;
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, r1 - lo, hd, scale,
                   Q + static_cast<std::size_t>(r0) * stride, stride,
                   K + static_cast<std::size_t>(lo) * stride, stride, 0.0f, Ab + lo, T);
       if (softcap > 0.0f) softcap_rows(Ab + lo, T, rows, r1 - lo, softcap);
-      softmax_causal_rows(A, T, r0, r1, window);
+      softmax_causal_rows(A, T, r0, r1, window, pos);
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, r1 - lo, 1.0f, Ab + lo, T,
                   V + static_cast<std::size_t>(lo) * stride, stride, 0.0f,
                   O + static_cast<std::size_t>(r0) * C, C);
@@ -163,6 +171,8 @@ void attention_backward(float* dq, float* dk, float* dv, float* datt_scratch, co
     const std::size_t kv_off = row_off + static_cast<std::size_t>(g) * hd;
     const float* K = k + kv_off;
     const float* V = v + kv_off;
+    const std::int32_t* pos = row_of(params.positions, b, T);
+    const std::int32_t* seg_end = row_of(params.segment_end, b, T);
     // Soft-capping: the capped scores' tanh, recomputed per row block (the saved probabilities
     // do not give it back).
     std::vector<float> capped(softcap > 0.0f && need_ds ? static_cast<std::size_t>(kBlock) * T : 0);
@@ -178,7 +188,7 @@ void attention_backward(float* dq, float* dk, float* dv, float* datt_scratch, co
         for (int r0 = 0; r0 < T; r0 += kBlock) {
           const int r1 = std::min(T, r0 + kBlock);
           const int rows = r1 - r0;
-          const int lo = first_key(r0, window);
+          const int lo = first_key(r0, window, pos);
           float* Db = D + static_cast<std::size_t>(r0) * T;
           // dP = dO · Vᵀ
           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, r1 - lo, hd, 1.0f,
@@ -200,10 +210,10 @@ void attention_backward(float* dq, float* dk, float* dv, float* datt_scratch, co
         }
       }
       // Key/value gradients gather over queries t >= key j: column block c needs rows c0..T-1
-      // (with a sliding window, only those up to last_query_end).
+      // (with a sliding window or packed records, only those up to last_query_end).
       for (int c0 = 0; c0 < T; c0 += kBlock) {
         const int cols = std::min(T, c0 + kBlock) - c0;
-        const int n_rows = last_query_end(c0, cols, T, window) - c0;
+        const int n_rows = last_query_end(c0, cols, T, window, seg_end) - c0;
         const std::size_t off = static_cast<std::size_t>(c0) * T + c0;
         if (dv != nullptr) {
           cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hd, n_rows, 1.0f, P + off, T,

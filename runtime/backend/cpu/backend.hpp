@@ -54,13 +54,14 @@ struct Backend {
   static void to_weights(Context&, Weight*, const float*, std::size_t) {}  // weights are master
 
   static void embedding_forward(Context&, float* out, const std::int32_t* tokens, const float* wte,
-                                const float* wpe, int B, int T, int C, float scale) {
-    cpu::embedding_forward(out, tokens, wte, wpe, B, T, C, scale);
+                                const float* wpe, int B, int T, int C, float scale,
+                                const std::int32_t* positions) {
+    cpu::embedding_forward(out, tokens, wte, wpe, B, T, C, scale, positions);
   }
   static void embedding_backward(Context&, float* dwte, float* dwpe, const float* dout,
                                  const std::int32_t* tokens, int B, int T, int C, int padding_idx,
-                                 float scale) {
-    cpu::embedding_backward(dwte, dwpe, dout, tokens, B, T, C, padding_idx, scale);
+                                 float scale, const std::int32_t* positions) {
+    cpu::embedding_backward(dwte, dwpe, dout, tokens, B, T, C, padding_idx, scale, positions);
   }
   static void layernorm_forward(Context&, float* out, float* mean, float* rstd, const float* inp,
                                 const float* w, const float* b, int N, int C, float eps) {
@@ -135,12 +136,12 @@ struct Backend {
     cpu::add_bias(out, bias, N, C);
   }
   static void rotary_forward(Context&, float* out, const float* inp, int B, int T, int H, int hd,
-                             int stride, const RotaryParams& rot) {
-    cpu::rotary_forward(out, inp, B, T, H, hd, stride, rot);
+                             int stride, const RotaryParams& rot, const std::int32_t* positions) {
+    cpu::rotary_forward(out, inp, B, T, H, hd, stride, rot, positions);
   }
   static void rotary_backward(Context&, float* dinp, const float* dout, int B, int T, int H, int hd,
-                              int stride, const RotaryParams& rot) {
-    cpu::rotary_backward(dinp, dout, B, T, H, hd, stride, rot);
+                              int stride, const RotaryParams& rot, const std::int32_t* positions) {
+    cpu::rotary_backward(dinp, dout, B, T, H, hd, stride, rot, positions);
   }
   static void attention_forward(Context&, float* out, AttnSaved* saved, const float* q,
                                 const float* k, const float* v, int stride, int B, int T, int H,

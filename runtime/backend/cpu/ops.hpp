@@ -39,15 +39,18 @@ class FixedGemmGrid {
 };
 
 // ---- embedding.cpp ---------------------------------------------------------------------------
-// out[b,t,:] = wte[tokens[b,t],:] (+ wpe[t,:] when wpe != nullptr, GPT-2 learned positions)
+// out[b,t,:] = wte[tokens[b,t],:] (+ wpe[p,:] when wpe != nullptr, GPT-2 learned positions:
+// p = t, or positions[b·T + t] with packed records).
 // scale: every row times it (Gemma's sqrt(d_model); 1 otherwise), applied after the lookup as
 // transformers does; the backward scales the gradient likewise.
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
-                       int T, int C, float scale = 1.0f);
+                       int T, int C, float scale = 1.0f, const int32_t* positions = nullptr);
 // dwte += dout at each token's row, except padding_idx's (>= 0: nn.Embedding's padding_idx, a
-// row the lookup leaves without gradient), dwpe += dout at each position.
+// row the lookup leaves without gradient), dwpe += dout at each position (with packed records
+// a position's rows are summed as a token's are, embedding_gradient.hpp).
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
-                        int T, int C, int padding_idx = -1, float scale = 1.0f);
+                        int T, int C, int padding_idx = -1, float scale = 1.0f,
+                        const int32_t* positions = nullptr);
 
 // ---- layernorm.cpp ---------------------------------------------------------------------------
 // mean[N], rstd[N] are saved for backward.
@@ -80,11 +83,12 @@ void linear_backward(float* dinp, float* dweight, float* dbias, const float* dou
 // Rotary position embedding, Hugging Face LLaMA convention (rotate_half: element i pairs with
 // i + hd/2), applied per head to rows of `stride` floats: x[b,t, h*hd + i] for h < H.
 // The frequencies are rotary_inv_freq (runtime/backend/rotary.hpp: theta, and the linear or
-// llama3 scaling). out and inp may alias.
+// llama3 scaling). out and inp may alias. Token [b,t] is at position t, or positions[b·T + t]
+// (packed records: its position in its record) when positions is not null.
 void rotary_forward(float* out, const float* inp, int B, int T, int H, int hd, int stride,
-                    const RotaryParams& rot);
+                    const RotaryParams& rot, const std::int32_t* positions = nullptr);
 void rotary_backward(float* dinp, const float* dout, int B, int T, int H, int hd, int stride,
-                     const RotaryParams& rot);
+                     const RotaryParams& rot, const std::int32_t* positions = nullptr);
 
 // ---- attention.cpp ---------------------------------------------------------------------------
 // Causal multi-head attention with grouped-query attention: H query heads, Hkv key/value heads

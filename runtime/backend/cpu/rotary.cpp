@@ -1,4 +1,5 @@
 #include <cmath>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -36,17 +37,23 @@ RotaryTable make_table(int T, int hd, const RotaryParams& rot) {
   return table;
 }
 
+// Token n's position: its column in the row, or its position in its record (packed records).
+std::size_t position_of(std::ptrdiff_t n, int T, const std::int32_t* positions) {
+  return static_cast<std::size_t>(positions != nullptr ? positions[n] : n % T);
+}
+
 }  // namespace
 
 void rotary_forward(float* out, const float* inp, int B, int T, int H, int hd, int stride,
-                    const RotaryParams& rot) {
+                    const RotaryParams& rot, const std::int32_t* positions) {
   const RotaryTable table = make_table(T, hd, rot);
   const int half = hd / 2;
   const std::ptrdiff_t N = static_cast<std::ptrdiff_t>(B) * T;
 #pragma omp parallel for schedule(static)
   for (std::ptrdiff_t n = 0; n < N; ++n) {
-    const float* cs = table.cos.data() + static_cast<std::size_t>(n % T) * half;
-    const float* sn = table.sin.data() + static_cast<std::size_t>(n % T) * half;
+    const std::size_t t = position_of(n, T, positions);
+    const float* cs = table.cos.data() + t * half;
+    const float* sn = table.sin.data() + t * half;
     for (int h = 0; h < H; ++h) {
       const std::size_t base =
           static_cast<std::size_t>(n) * stride + static_cast<std::size_t>(h) * hd;
@@ -65,14 +72,15 @@ void rotary_forward(float* out, const float* inp, int B, int T, int H, int hd, i
 }
 
 void rotary_backward(float* dinp, const float* dout, int B, int T, int H, int hd, int stride,
-                     const RotaryParams& rot) {
+                     const RotaryParams& rot, const std::int32_t* positions) {
   const RotaryTable table = make_table(T, hd, rot);
   const int half = hd / 2;
   const std::ptrdiff_t N = static_cast<std::ptrdiff_t>(B) * T;
 #pragma omp parallel for schedule(static)
   for (std::ptrdiff_t n = 0; n < N; ++n) {
-    const float* cs = table.cos.data() + static_cast<std::size_t>(n % T) * half;
-    const float* sn = table.sin.data() + static_cast<std::size_t>(n % T) * half;
+    const std::size_t t = position_of(n, T, positions);
+    const float* cs = table.cos.data() + t * half;
+    const float* sn = table.sin.data() + t * half;
     for (int h = 0; h < H; ++h) {
       const std::size_t base =
           static_cast<std::size_t>(n) * stride + static_cast<std::size_t>(h) * hd;

@@ -17,6 +17,12 @@
 // windows. A window >= T is plain causal attention (the launches pass 0). Tests can count the
 // (query tile, key tile) pairs each kernel computes (Context::enable_attention_tile_count).
 //
+// Packed records (AttentionParams::positions and segment_end): query i sees only the keys of its
+// own record, from i - positions[i] on, and key j only the queries before segment_end[j]. These
+// bounds only grow along a row, as a window's do, so they combine with the window's (the tighter
+// wins) and the same skipping applies: tiles wholly before a block's first record, or after the
+// last query of its last key's record, are never computed.
+//
 // Scores are scale * q·k (AttentionParams: 1/sqrt(hd), or Gemma 2's query_pre_attn_scalar^-0.5),
 // soft-capped as softcap * tanh(score / softcap) when softcap > 0 (Gemma 2): the forward caps
 // the visible scores before the online softmax, and the backward recomputes them with the cap's
@@ -74,18 +80,21 @@ __host__ __device__ inline int bf16_ld(int hd) {
   return padded_head_dim(hd) + 8;
 }
 
-// Query i sees key j when j <= i && (window == 0 || j > i - window): the keys
-// [first_key(i), i], and key j is seen by the queries [j, query_end(j)). The masks test these
-// ranges as column bounds computed once per row and tile (a per-element test of the window
-// costs registers: the forward spilled on sm_80).
-// The first key query i sees (window > 0: i - window + 1, clamped at 0).
-__host__ __device__ inline int first_key(int i, int window) {
-  return window > 0 && i >= window ? i - window + 1 : 0;
+// Query i sees key j when attention_first_key(i) <= j <= i (attention_params.hpp: the window's
+// and the record's bounds): key j is seen by the queries [j, attention_query_end(j)). The masks
+// test these ranges as column bounds computed once per row and tile (a per-element test of the
+// window costs registers: the forward spilled on sm_80). pos and end: the row's positions and
+// segment ends (null without packed records); rows and keys past T take the window's bounds only
+// (they see and are seen by nothing).
+__host__ __device__ inline int first_key(int i, int window, int T, const std::int32_t* pos) {
+  return attention_first_key(i, window, i < T ? pos : nullptr);
 }
-// The end (exclusive) of the queries that see key j (and so of those that see some key <= j):
-// j + window, clamped at T.
-__host__ __device__ inline int query_end(int j, int window, int T) {
-  return window > 0 && j + window < T ? j + window : T;
+__host__ __device__ inline int query_end(int j, int window, int T, const std::int32_t* end) {
+  return attention_query_end(j, window, T, j < T ? end : nullptr);
+}
+// Row b's part of a per-token array of the [B, T] batch (null stays null).
+__device__ inline const std::int32_t* row_of(const std::int32_t* per_token, int b, int T) {
+  return per_token != nullptr ? per_token + static_cast<std::size_t>(b) * T : nullptr;
 }
 // A score as the softmax sees it: scale * q·k, soft-capped (softcap * tanh(z / softcap), Gemma
 // 2) when softcap > 0. *dcap receives the cap's derivative 1 - tanh², 1 without a cap.
@@ -294,10 +303,12 @@ constexpr float kRescaleThreshold = 8.0f;
 template <int kHdChunks>
 __global__ __launch_bounds__(kThreadsPerBlock) void attention_forward_kernel(
     bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, int stride, int T, int H,
-    int group, int hd, float scale, float softcap, int window, unsigned long long* tiles) {
+    int group, int hd, float scale, float softcap, int window, const std::int32_t* positions,
+    unsigned long long* tiles) {
   extern __shared__ __align__(128) float smem[];
   const ForwardShared sh(reinterpret_cast<char*>(smem), hd);
   const int bh = blockIdx.y, b = bh / H, h = bh % H;
+  const std::int32_t* pos = row_of(positions, b, T);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int hd_chunks = padded_head_dim(hd) / kMma;
   const int q0 = blockIdx.x * kTile;
@@ -322,14 +333,14 @@ __global__ __launch_bounds__(kThreadsPerBlock) void attention_forward_kernel(
   // Two lanes per row: lane owns row r's columns [half * 32, half * 32 + 32) of the scores; both
   // keep the row's reference max and sum (in units of the scaled scores).
   const int r = lane / 2, half = lane % 2, row = w0 + r;
-  const int row_first = first_key(row, window);  // the row sees keys [row_first, row]
+  const int row_first = first_key(row, window, T, pos);  // the row sees keys [row_first, row]
   float m_ref = -INFINITY, l_run = 0.0f;
 
   // The block's last query sees keys < key_end, its first query none before first_key(q0): the
   // key tiles before that key's are skipped.
   const int key_end = min(T, q0 + kTile);
-  const int key_begin = first_key(q0, window) / kTile * kTile;
-  const int w_first = first_key(w0, window);  // the warp's first row sees the earliest keys
+  const int key_begin = first_key(q0, window, T, pos) / kTile * kTile;
+  const int w_first = first_key(w0, window, T, pos);  // the warp's first row sees the earliest keys
   for (int j0 = key_begin; j0 < key_end; j0 += kTile) {
     __syncthreads();  // the previous tile is consumed
     load_tile(sh.k, sh.ld, k + kv_base, stride, j0, T, hd);
@@ -337,7 +348,7 @@ __global__ __launch_bounds__(kThreadsPerBlock) void attention_forward_kernel(
     __syncthreads();
     count_tile(tiles);
     // Warp-uniform: no row of the warp sees this tile (all its keys after the warp's last row,
-    // or before its first row's window).
+    // or before its first row's window or record).
     if (w0 >= T || j0 > w_last || j0 + kTile <= w_first) continue;
     // Chunks [n_begin, key_chunks) hold the keys the warp's rows see; the rest is masked (and
     // the scores of the chunks below n_begin are not computed: the masks never read them).
@@ -457,10 +468,11 @@ template <int kHdChunks>
 __global__ __launch_bounds__(kThreadsPerBlock) void attention_dq_kernel(
     bf16* dq, const bf16* dout, const float* lse, const float* delta, const bf16* q, const bf16* k,
     const bf16* v, int stride, int T, int H, int group, int hd, float scale, float softcap,
-    int window, unsigned long long* tiles) {
+    int window, const std::int32_t* positions, unsigned long long* tiles) {
   extern __shared__ __align__(128) float smem[];
   const BackwardShared sh(reinterpret_cast<char*>(smem), hd);
   const int bh = blockIdx.y, b = bh / H, h = bh % H;
+  const std::int32_t* pos = row_of(positions, b, T);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int hd_chunks = padded_head_dim(hd) / kMma;
   const int q0 = blockIdx.x * kTile;
@@ -479,7 +491,7 @@ __global__ __launch_bounds__(kThreadsPerBlock) void attention_dq_kernel(
   float* SDw = sh.sd + warp * kRows * kLdS;
   bf16* dSw = sh.ds + warp * kRows * kLdP;
   const int r = lane / 2, half = lane % 2, row = w0 + r;
-  const int row_first = first_key(row, window);
+  const int row_first = first_key(row, window, T, pos);
   FragA qf[kHdChunks], dof[kHdChunks];  // the warp's Q and dO rows, for every key tile
   if (w0 < T) {
     load_rows(qf, sh.a + warp * kRows * sh.ld, sh.ld, hd_chunks);
@@ -491,8 +503,8 @@ __global__ __launch_bounds__(kThreadsPerBlock) void attention_dq_kernel(
 
   // The forward's key range, tile skipping and chunk bounds (see there).
   const int key_end = min(T, q0 + kTile);
-  const int key_begin = first_key(q0, window) / kTile * kTile;
-  const int w_first = first_key(w0, window);
+  const int key_begin = first_key(q0, window, T, pos) / kTile * kTile;
+  const int w_first = first_key(w0, window, T, pos);
   for (int j0 = key_begin; j0 < key_end; j0 += kTile) {
     __syncthreads();
     load_tile(sh.c, sh.ld, k + kv_base, stride, j0, T, hd);
@@ -539,19 +551,20 @@ template <int kHdChunks>
 __global__ __launch_bounds__(kThreadsPerBlock) void attention_dkv_kernel(
     bf16* dk, bf16* dv, const bf16* dout, const float* lse, const float* delta, const bf16* q,
     const bf16* k, const bf16* v, int stride, int T, int H, int group, int hd, float scale,
-    float softcap, int window, unsigned long long* tiles) {
+    float softcap, int window, const std::int32_t* segment_end, unsigned long long* tiles) {
   extern __shared__ __align__(128) float smem[];
   const BackwardShared sh(reinterpret_cast<char*>(smem), hd);
   const int Hkv = H / group;
   const int bg = blockIdx.y, b = bg / Hkv, g = bg % Hkv;
+  const std::int32_t* seg_end = row_of(segment_end, b, T);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int hd_chunks = padded_head_dim(hd) / kMma;
   const int k0 = blockIdx.x * kTile;
   const int w0 = k0 + warp * kRows;  // the warp's first key
   // The queries that see the block's keys end before q_end, the warp's before w_q_end: the query
-  // tiles from q_end on are skipped (with a window).
-  const int q_end = query_end(min(k0 + kTile, T) - 1, window, T);
-  const int w_q_end = query_end(min(w0 + kRows, T) - 1, window, T);
+  // tiles from q_end on are skipped (with a window or packed records).
+  const int q_end = query_end(min(k0 + kTile, T) - 1, window, T, seg_end);
+  const int w_q_end = query_end(min(w0 + kRows, T) - 1, window, T, seg_end);
   const int C = H * hd;
   const std::size_t kv_base =
       static_cast<std::size_t>(b) * T * stride + static_cast<std::size_t>(g) * hd;
@@ -573,7 +586,8 @@ __global__ __launch_bounds__(kThreadsPerBlock) void attention_dkv_kernel(
   bf16* Pw = sh.p + warp * kRows * kLdP;
   bf16* dSw = sh.ds + warp * kRows * kLdP;
   const int r = lane / 2, half = lane % 2, key = w0 + r;
-  const int key_q_end = query_end(key, window, T);  // the key is seen by queries [key, key_q_end)
+  // The key is seen by the queries [key, key_q_end).
+  const int key_q_end = query_end(key, window, T, seg_end);
   FragAcc acc_k[kHdChunks], acc_v[kHdChunks];
 #pragma unroll
   for (int c = 0; c < kHdChunks; ++c) {
@@ -652,6 +666,8 @@ void check_shape(int B, int H, int Hkv, int hd, const AttentionParams& params) {
         "CUDA attention: sliding window {} < 0 (valid: 0, full causal attention, or the number "
         "of keys each query sees)",
         params.window));
+  if ((params.positions == nullptr) != (params.segment_end == nullptr))
+    throw InputError("CUDA attention: packed records need both positions and segment ends");
   if (!(params.scale > 0.0f) || !std::isfinite(params.scale) || !(params.softcap >= 0.0f) ||
       !std::isfinite(params.softcap))
     throw InputError(fmt::format(
@@ -706,13 +722,14 @@ template <int kHdChunks>
 void launch_backward(Context& ctx, bf16* dq, bf16* dk, bf16* dv, const float* delta,
                      const bf16* dout, const float* lse, const bf16* q, const bf16* k,
                      const bf16* v, int stride, int B, int T, int H, int Hkv, int hd, float scale,
-                     float softcap, int window) {
+                     float softcap, int window, const std::int32_t* positions,
+                     const std::int32_t* segment_end) {
   const int tiles = (T + kTile - 1) / kTile, group = H / Hkv;
   const std::size_t smem = backward_smem(hd);
   if (dq != nullptr) {
     allow_smem(attention_dq_kernel<kHdChunks>, smem);
     attention_dq_kernel<kHdChunks><<<dim3(tiles, B * H), kThreadsPerBlock, smem, ctx.stream()>>>(
-        dq, dout, lse, delta, q, k, v, stride, T, H, group, hd, scale, softcap, window,
+        dq, dout, lse, delta, q, k, v, stride, T, H, group, hd, scale, softcap, window, positions,
         tile_counter(ctx, Context::kAttentionDq));
     SATURN_CUDA_LAUNCH_CHECK("attention_dq_kernel");
   }
@@ -720,7 +737,7 @@ void launch_backward(Context& ctx, bf16* dq, bf16* dk, bf16* dv, const float* de
     allow_smem(attention_dkv_kernel<kHdChunks>, smem);
     attention_dkv_kernel<kHdChunks><<<dim3(tiles, B * Hkv), kThreadsPerBlock, smem, ctx.stream()>>>(
         dk, dv, dout, lse, delta, q, k, v, stride, T, H, group, hd, scale, softcap, window,
-        tile_counter(ctx, Context::kAttentionDkv));
+        segment_end, tile_counter(ctx, Context::kAttentionDkv));
     SATURN_CUDA_LAUNCH_CHECK("attention_dkv_kernel");
   }
 }
@@ -742,11 +759,13 @@ void attention_forward(Context& ctx, bf16* out, float* lse, const bf16* q, const
   if (padded_head_dim(hd) <= 64) {
     allow_smem(attention_forward_kernel<4>, smem);
     attention_forward_kernel<4><<<grid, kThreadsPerBlock, smem, ctx.stream()>>>(
-        out, lse, q, k, v, stride, T, H, group, hd, scale, softcap, window, tiles);
+        out, lse, q, k, v, stride, T, H, group, hd, scale, softcap, window, params.positions,
+        tiles);
   } else {
     allow_smem(attention_forward_kernel<kMaxHdChunks>, smem);
     attention_forward_kernel<kMaxHdChunks><<<grid, kThreadsPerBlock, smem, ctx.stream()>>>(
-        out, lse, q, k, v, stride, T, H, group, hd, scale, softcap, window, tiles);
+        out, lse, q, k, v, stride, T, H, group, hd, scale, softcap, window, params.positions,
+        tiles);
   }
   SATURN_CUDA_LAUNCH_CHECK("attention_forward_kernel");
 }
@@ -766,10 +785,11 @@ void attention_backward(Context& ctx, bf16* dq, bf16* dk, bf16* dv, float* delta
   // The fragment arrays are sized at compile time (registers on a GPU): two sizes cover hd.
   if (padded_head_dim(hd) <= 64)
     launch_backward<4>(ctx, dq, dk, dv, delta_scratch, dout, lse, q, k, v, stride, B, T, H, Hkv, hd,
-                       scale, softcap, window);
+                       scale, softcap, window, params.positions, params.segment_end);
   else
     launch_backward<kMaxHdChunks>(ctx, dq, dk, dv, delta_scratch, dout, lse, q, k, v, stride, B, T,
-                                  H, Hkv, hd, scale, softcap, window);
+                                  H, Hkv, hd, scale, softcap, window, params.positions,
+                                  params.segment_end);
 }
 
 }  // namespace saturn::cuda

@@ -69,13 +69,14 @@ struct Backend : BackendTypes {
 
   static void embedding_forward(Context& ctx, Act* out, const std::int32_t* tokens,
                                 const Weight* wte, const Weight* wpe, int B, int T, int C,
-                                float scale) {
-    cuda::embedding_forward(ctx, b(out), tokens, b(wte), b(wpe), B, T, C, scale);
+                                float scale, const std::int32_t* positions) {
+    cuda::embedding_forward(ctx, b(out), tokens, b(wte), b(wpe), B, T, C, scale, positions);
   }
   static void embedding_backward(Context& ctx, float* dwte, float* dwpe, const Act* dout,
                                  const std::int32_t* tokens, int B, int T, int C, int padding_idx,
-                                 float scale) {
-    cuda::embedding_backward(ctx, dwte, dwpe, b(dout), tokens, B, T, C, padding_idx, scale);
+                                 float scale, const std::int32_t* positions) {
+    cuda::embedding_backward(ctx, dwte, dwpe, b(dout), tokens, B, T, C, padding_idx, scale,
+                             positions);
   }
   static void layernorm_forward(Context& ctx, Act* out, float* mean, float* rstd, const Act* inp,
                                 const Weight* w, const Weight* bias, int N, int C, float eps) {
@@ -142,12 +143,12 @@ struct Backend : BackendTypes {
     cuda::add_bias(ctx, b(out), b(bias), N, C);
   }
   static void rotary_forward(Context& ctx, Act* out, const Act* inp, int B, int T, int H, int hd,
-                             int stride, const RotaryParams& rot) {
-    cuda::rotary_forward(ctx, b(out), b(inp), B, T, H, hd, stride, rot);
+                             int stride, const RotaryParams& rot, const std::int32_t* positions) {
+    cuda::rotary_forward(ctx, b(out), b(inp), B, T, H, hd, stride, rot, positions);
   }
   static void rotary_backward(Context& ctx, Act* dinp, const Act* dout, int B, int T, int H, int hd,
-                              int stride, const RotaryParams& rot) {
-    cuda::rotary_backward(ctx, b(dinp), b(dout), B, T, H, hd, stride, rot);
+                              int stride, const RotaryParams& rot, const std::int32_t* positions) {
+    cuda::rotary_backward(ctx, b(dinp), b(dout), B, T, H, hd, stride, rot, positions);
   }
   static void attention_forward(Context& ctx, Act* out, AttnSaved* lse, const Act* q, const Act* k,
                                 const Act* v, int stride, int B, int T, int H, int Hkv, int hd,

@@ -9,10 +9,12 @@ using namespace detail;
 
 // One block per token row.
 __global__ void embedding_forward_kernel(bf16* out, const std::int32_t* tokens, const bf16* wte,
-                                         const bf16* wpe, int T, int C, float scale) {
+                                         const bf16* wpe, int T, int C, float scale,
+                                         const std::int32_t* positions) {
   const std::size_t n = blockIdx.x;
   const std::size_t tok = static_cast<std::size_t>(tokens[n]);
-  const std::size_t t = n % static_cast<std::size_t>(T);
+  const std::size_t t = positions != nullptr ? static_cast<std::size_t>(positions[n])
+                                             : n % static_cast<std::size_t>(T);
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
     float x = to_f(wte[tok * C + c]) * scale;  // Gemma's sqrt(d_model); 1 otherwise
     if (wpe != nullptr) x += to_f(wpe[t * C + c]);
@@ -148,59 +150,71 @@ __global__ void embedding_backward_wpe_kernel(float* dwpe, const bf16* dout, int
   }
 }
 
+// dst[id] += the rows of dout of each id's occurrences (ids[n] for row n, skip_id's rows left
+// out), summed by the windows of embedding_gradient.hpp: the token embedding's gradient (ids:
+// tokens), and the learned positions' with packed records (ids: positions).
+void sum_rows_by_id(Context& ctx, float* dst, const bf16* dout, const std::int32_t* ids, unsigned N,
+                    int C, int skip_id, float scale) {
+  std::size_t padded = 1;
+  while (padded < N) padded <<= 1;
+  Buffer<std::uint64_t> keys(ctx.pool(), padded, "embedding gradient sort keys");
+  embedding_sort_keys_kernel<<<grid_for(padded), kThreads, 0, ctx.stream()>>>(keys.data(), ids, N,
+                                                                              padded);
+  SATURN_CUDA_LAUNCH_CHECK("embedding_sort_keys_kernel");
+  const std::size_t tile = padded < kSortTile ? padded : kSortTile;
+  const auto tiles = static_cast<unsigned>(padded / tile);
+  if (padded > 1) {
+    bitonic_tile_kernel<<<tiles, kThreads, 0, ctx.stream()>>>(keys.data(), tile, 2, tile);
+    SATURN_CUDA_LAUNCH_CHECK("bitonic_tile_kernel");
+  }
+  for (std::size_t k = tile * 2; k <= padded; k <<= 1) {
+    for (std::size_t j = k / 2; j >= tile; j >>= 1) {
+      bitonic_step_kernel<<<grid_for(padded / 2), kThreads, 0, ctx.stream()>>>(keys.data(), padded,
+                                                                               k, j);
+      SATURN_CUDA_LAUNCH_CHECK("bitonic_step_kernel");
+    }
+    bitonic_tile_kernel<<<tiles, kThreads, 0, ctx.stream()>>>(keys.data(), tile, k, k);
+    SATURN_CUDA_LAUNCH_CHECK("bitonic_tile_kernel");
+  }
+  // Windows after the first can hold a run's continuation; their sums go to `partial`.
+  const auto windows = static_cast<unsigned>((N + kWindow - 1) / kWindow);
+  Buffer<float> partial(ctx.pool(), static_cast<std::size_t>(windows) * C,
+                        "embedding gradient window sums");
+  if (windows > 1) {
+    // clang-format off
+    embedding_gradient_continuations_kernel<<<windows, kThreads, 0, ctx.stream()>>>(partial.data(), dout, keys.data(), N, C, scale);
+    // clang-format on
+    SATURN_CUDA_LAUNCH_CHECK("embedding_gradient_continuations_kernel");
+  }
+  // clang-format off
+  embedding_backward_wte_kernel<<<N, kThreads, 0, ctx.stream()>>>(dst, dout, keys.data(), partial.data(), N, C, skip_id, scale);
+  // clang-format on
+  SATURN_CUDA_LAUNCH_CHECK("embedding_backward_wte_kernel");
+}
+
 }  // namespace
 
 void embedding_forward(Context& ctx, bf16* out, const std::int32_t* tokens, const bf16* wte,
-                       const bf16* wpe, int B, int T, int C, float scale) {
+                       const bf16* wpe, int B, int T, int C, float scale,
+                       const std::int32_t* positions) {
   const unsigned N = static_cast<unsigned>(B) * static_cast<unsigned>(T);
   if (N == 0) return;
-  embedding_forward_kernel<<<N, kThreads, 0, ctx.stream()>>>(out, tokens, wte, wpe, T, C, scale);
+  // clang-format off
+  embedding_forward_kernel<<<N, kThreads, 0, ctx.stream()>>>(out, tokens, wte, wpe, T, C, scale, positions);
+  // clang-format on
   SATURN_CUDA_LAUNCH_CHECK("embedding_forward_kernel");
 }
 
 void embedding_backward(Context& ctx, float* dwte, float* dwpe, const bf16* dout,
                         const std::int32_t* tokens, int B, int T, int C, int padding_idx,
-                        float scale) {
+                        float scale, const std::int32_t* positions) {
   const unsigned N = static_cast<unsigned>(B) * static_cast<unsigned>(T);
   if (N == 0) return;
-  if (dwte != nullptr) {
-    std::size_t padded = 1;
-    while (padded < N) padded <<= 1;
-    Buffer<std::uint64_t> keys(ctx.pool(), padded, "embedding gradient sort keys");
-    embedding_sort_keys_kernel<<<grid_for(padded), kThreads, 0, ctx.stream()>>>(keys.data(), tokens,
-                                                                                N, padded);
-    SATURN_CUDA_LAUNCH_CHECK("embedding_sort_keys_kernel");
-    const std::size_t tile = padded < kSortTile ? padded : kSortTile;
-    const auto tiles = static_cast<unsigned>(padded / tile);
-    if (padded > 1) {
-      bitonic_tile_kernel<<<tiles, kThreads, 0, ctx.stream()>>>(keys.data(), tile, 2, tile);
-      SATURN_CUDA_LAUNCH_CHECK("bitonic_tile_kernel");
-    }
-    for (std::size_t k = tile * 2; k <= padded; k <<= 1) {
-      for (std::size_t j = k / 2; j >= tile; j >>= 1) {
-        bitonic_step_kernel<<<grid_for(padded / 2), kThreads, 0, ctx.stream()>>>(keys.data(),
-                                                                                 padded, k, j);
-        SATURN_CUDA_LAUNCH_CHECK("bitonic_step_kernel");
-      }
-      bitonic_tile_kernel<<<tiles, kThreads, 0, ctx.stream()>>>(keys.data(), tile, k, k);
-      SATURN_CUDA_LAUNCH_CHECK("bitonic_tile_kernel");
-    }
-    // Windows after the first can hold a run's continuation; their sums go to `partial`.
-    const auto windows = static_cast<unsigned>((N + kWindow - 1) / kWindow);
-    Buffer<float> partial(ctx.pool(), static_cast<std::size_t>(windows) * C,
-                          "embedding gradient window sums");
-    if (windows > 1) {
-      // clang-format off
-      embedding_gradient_continuations_kernel<<<windows, kThreads, 0, ctx.stream()>>>(partial.data(), dout, keys.data(), N, C, scale);
-      // clang-format on
-      SATURN_CUDA_LAUNCH_CHECK("embedding_gradient_continuations_kernel");
-    }
-    // clang-format off
-    embedding_backward_wte_kernel<<<N, kThreads, 0, ctx.stream()>>>(dwte, dout, keys.data(), partial.data(), N, C, padding_idx, scale);
-    // clang-format on
-    SATURN_CUDA_LAUNCH_CHECK("embedding_backward_wte_kernel");
-  }
-  if (dwpe != nullptr) {
+  if (dwte != nullptr) sum_rows_by_id(ctx, dwte, dout, tokens, N, C, padding_idx, scale);
+  if (dwpe != nullptr && positions != nullptr) {
+    // Packed records: a position's tokens are scattered over the rows, grouped as a token's are.
+    sum_rows_by_id(ctx, dwpe, dout, positions, N, C, -1, 1.0f);
+  } else if (dwpe != nullptr) {
     const std::size_t TC = static_cast<std::size_t>(T) * C;
     embedding_backward_wpe_kernel<<<grid_for(TC), kThreads, 0, ctx.stream()>>>(dwpe, dout, B, T, C);
     SATURN_CUDA_LAUNCH_CHECK("embedding_backward_wpe_kernel");

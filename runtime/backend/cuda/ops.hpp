@@ -29,14 +29,16 @@ namespace saturn::cuda {
 using bf16 = __nv_bfloat16;
 
 // ---- embedding.cu ----------------------------------------------------------------------------
-// out[b,t,:] = wte[tokens[b,t],:] (+ wpe[t,:] when wpe != nullptr). Token ids must be in range
-// (the model checks them on the host before uploading).
+// out[b,t,:] = wte[tokens[b,t],:] (+ wpe[p,:] when wpe != nullptr; p = t, or positions[b·T + t]
+// with packed records). Token ids must be in range (the model checks them on the host before
+// uploading). positions: device memory.
 void embedding_forward(Context& ctx, bf16* out, const std::int32_t* tokens, const bf16* wte,
-                       const bf16* wpe, int B, int T, int C, float scale = 1.0f);
-// As cpu::embedding_backward (padding_idx >= 0: that row gets no gradient).
+                       const bf16* wpe, int B, int T, int C, float scale = 1.0f,
+                       const std::int32_t* positions = nullptr);
+// As cpu::embedding_backward (padding_idx >= 0: that row gets no gradient; positions as there).
 void embedding_backward(Context& ctx, float* dwte, float* dwpe, const bf16* dout,
                         const std::int32_t* tokens, int B, int T, int C, int padding_idx = -1,
-                        float scale = 1.0f);
+                        float scale = 1.0f, const std::int32_t* positions = nullptr);
 
 // ---- layernorm.cu ----------------------------------------------------------------------------
 void layernorm_forward(Context& ctx, bf16* out, float* mean, float* rstd, const bf16* inp,
@@ -95,11 +97,12 @@ void linear_dgelu_backward(Context& ctx, bf16* dpre, bf16* dact_scratch, float* 
 
 // ---- rotary.cu -------------------------------------------------------------------------------
 // As cpu::rotary_forward (Hugging Face rotate_half convention; out and inp may alias).
+// positions: as there, in device memory (null: token [b,t] at position t).
 void rotary_forward(Context& ctx, bf16* out, const bf16* inp, int B, int T, int H, int hd,
-                    int stride, const RotaryParams& rot);
+                    int stride, const RotaryParams& rot, const std::int32_t* positions = nullptr);
 // dinp += rotation by -angle of dout (dinp and dout must not alias).
 void rotary_backward(Context& ctx, bf16* dinp, const bf16* dout, int B, int T, int H, int hd,
-                     int stride, const RotaryParams& rot);
+                     int stride, const RotaryParams& rot, const std::int32_t* positions = nullptr);
 
 // ---- attention.cu ----------------------------------------------------------------------------
 // Causal multi-head attention, flash-style: no [T, T] matrix is ever stored. q, k, v are rows of

@@ -86,6 +86,16 @@ TEST_P(EmulatedModel, ForwardBackwardMatchCpu) {
   model_parity::parity_case(*device, tiny(GetParam()), 2, 80);
 }
 
+// Packed records (`packing: {cross_attention: false}`): attention within each record and
+// positions restarting at each (learned: GPT-2; rotary; with a window: llama_variants, Gemma 2),
+// records shorter and longer than the kernels' 64-row tiles.
+TEST_P(EmulatedModel, PackedRecordsMatchCpu) {
+  auto device = make_device(DeviceKind::kCuda, 0, 0);
+  const int B = 2, T = 80;
+  model_parity::parity_case(*device, tiny(GetParam()), B, T, {},
+                            model_parity::packed_segments(B, T, {5, 1, 70, 12, 30}));
+}
+
 TEST_P(EmulatedModel, TrainingTracksCpu) {
   auto device = make_device(DeviceKind::kCuda, 0, 0);
   model_parity::training_case(*device, tiny(GetParam()), 1, 80, 3, 1e-3, false);
