@@ -26,6 +26,7 @@ import tempfile
 
 import venv_peers
 from token_files import write_tokens
+from torch_reference import train_like_saturn
 
 ARGS = argparse.ArgumentParser()
 ARGS.add_argument("--saturn", required=True)
@@ -143,26 +144,9 @@ def torch_reference(model, x, y, cuts):
                                             ignore_index=-100, reduction="sum")
         return total / trained
 
-    with torch.no_grad():
-        val0 = float(loss_of())
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    keep = [p for n, p in model.named_parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD},
-                             {"params": keep, "weight_decay": 0.0}], lr=LR, betas=(0.9, 0.95),
-                            eps=1e-8)
-    sched = transformers.get_cosine_schedule_with_warmup(opt, WARMUP, STEPS)
-    losses, norms = [], []
-    for _ in range(STEPS):
-        opt.zero_grad()
-        loss = loss_of()
-        loss.backward()
-        norms.append(float(torch.nn.utils.clip_grad_norm_(list(model.parameters()), CLIP)))
-        opt.step()
-        sched.step()
-        losses.append(float(loss))
-    with torch.no_grad():
-        val_final = float(loss_of())
-    return val0, losses, norms, val_final
+    return train_like_saturn(model, loss_of, STEPS, LR, WD, CLIP,
+                             lambda opt: transformers.get_cosine_schedule_with_warmup(
+                                 opt, WARMUP, STEPS))
 
 
 def rel(a, b):

@@ -69,3 +69,31 @@ def llama_forward(p, cfg, idx):
         x = x + g @ p[q + "mlp.down_proj.weight"].t()
     x = rms_norm(x, p["model.norm.weight"], eps)
     return x @ p["lm_head.weight"].t()
+
+
+def train_like_saturn(model, loss_of, steps, lr, wd, clip, make_schedule):
+    """A reproducible Saturn job's training in PyTorch: AdamW (betas 0.9, 0.95, eps 1e-8; weight
+    decay on matrices only), clipping at `clip`, the schedule make_schedule(optimizer) returns.
+    loss_of() is the batch's loss (the same batch every step). Returns the loss before training,
+    the step losses, the gradient norms before clipping (they check the gradient's scale, which
+    AdamW's steps alone would not show) and the loss after training."""
+    with torch.no_grad():
+        before = float(loss_of())
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    keep = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": wd},
+                             {"params": keep, "weight_decay": 0.0}], lr=lr, betas=(0.9, 0.95),
+                            eps=1e-8)
+    sched = make_schedule(opt)
+    losses, norms = [], []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = loss_of()
+        loss.backward()
+        norms.append(float(torch.nn.utils.clip_grad_norm_(list(model.parameters()), clip)))
+        opt.step()
+        sched.step()
+        losses.append(float(loss))
+    with torch.no_grad():
+        after = float(loss_of())
+    return before, losses, norms, after
