@@ -143,7 +143,9 @@ def check_instruct_sweep(tmp, base):
     """examples/instruct-sweep.yaml on 4 ranks (issue 32): the records made by
     make_instruct_data.py, tokenized with tiny-llama's chat template; every job finishes, its
     step-0 val loss equals transformers' loss of the imported model with labels -100 where the
-    loss mask is 0 (relative 1e-5), and its val loss falls."""
+    loss mask is 0 (relative 1e-5) — with packing.cross_attention false, each record piece of a
+    window run alone and targets that start the next record left out too — and its val loss
+    falls."""
     shutil.copy(os.path.join(args.source_dir, "examples", "instruct-sweep.yaml"), tmp)
     records = os.path.join(tmp, "data-instruct", "records.jsonl")
     run([sys.executable, os.path.join(args.source_dir, "examples", "make_instruct_data.py"),
@@ -162,23 +164,43 @@ def check_instruct_sweep(tmp, base):
     # Validation: eval_batches (4) micro-batches of 8 rows, windows of seq_len + 1 from the
     # start of val.bin; a target counts where the loss mask beside it is 1.
     T, rows = 64, 4 * 8
-    val = read_llmc(os.path.join(tmp, "data-instruct", "val.bin"))
-    with open(os.path.join(tmp, "data-instruct", "val.mask"), "rb") as f:
+    data = os.path.join(tmp, "data-instruct")
+    val = read_llmc(os.path.join(data, "val.bin"))
+    with open(os.path.join(data, "val.mask"), "rb") as f:
         mask = np.frombuffer(f.read(), dtype=np.uint8)
+    with open(os.path.join(data, "val.records"), "rb") as f:
+        starts = np.frombuffer(f.read(), dtype="<u8").astype(np.int64)
     check(len(mask) == len(val) and 0 < mask.sum() < len(mask),
           f"instruct-sweep: a loss mask beside val.bin ({int(mask.sum())} of {len(mask)} trained)")
     x = np.stack([val[w * T:w * T + T + 1] for w in range(rows)])
     m = np.stack([mask[w * T:w * T + T + 1] for w in range(rows)])
     labels = np.where(m == 1, x, -100)
     with torch.no_grad():
-        ref = base(input_ids=torch.tensor(x), labels=torch.tensor(labels)).loss.item()
+        ref = {"xattn1": base(input_ids=torch.tensor(x), labels=torch.tensor(labels)).loss.item()}
+        # Packed records alone: a window's pieces between record starts, each a sequence of its
+        # own; a target that is a record's first token is not trained.
+        total, trained = 0.0, 0
+        for w in range(rows):
+            y = labels[w, 1:].copy()
+            y[np.isin(np.arange(w * T + 1, w * T + T + 1), starts)] = -100
+            cut = [0] + [int(s) - w * T for s in starts if w * T < s < w * T + T] + [T]
+            for a, b in zip(cut[:-1], cut[1:]):
+                logits = base(input_ids=torch.tensor(x[w:w + 1, a:b])).logits[0]
+                total += float(torch.nn.functional.cross_entropy(
+                    logits, torch.tensor(y[a:b]), ignore_index=-100, reduction="sum"))
+            trained += int((y != -100).sum())
+        ref["xattn0"] = total / trained
+    check(abs(ref["xattn0"] - ref["xattn1"]) > 1e-4,
+          f"instruct-sweep: packing changes the loss ({ref['xattn0']:.5f} alone vs "
+          f"{ref['xattn1']:.5f} seeing each other)")
     for job in jobs:
         with open(os.path.join(run_dir, "jobs", job["id"], "metrics.jsonl")) as f:
             vals = [(r["step"], r["val_loss"]) for r in map(json.loads, f) if "val_loss" in r]
         v0 = next((v for s, v in vals if s == 0), None)
-        err = abs(v0 - ref) / ref if v0 is not None else float("inf")
+        want = ref["xattn0" if "xattn0" in job["id"] else "xattn1"]
+        err = abs(v0 - want) / want if v0 is not None else float("inf")
         check(err <= 1e-5, f"instruct-sweep {job['id']}: step-0 val loss {v0} = transformers' "
-                           f"with labels -100 off the answers, {ref:.7f} (rel {err:.1e})")
+                           f"with labels -100 off the answers, {want:.7f} (rel {err:.1e})")
         check(len(vals) >= 2 and vals[-1][1] < vals[0][1],
               f"instruct-sweep {job['id']}: val loss falls ({vals[0][1]:.4f} -> "
               f"{vals[-1][1]:.4f})")
