@@ -174,7 +174,7 @@ sanitize_rows() {
   local real=$BUNDLE/bin/real/test_gpu_ops
   local libs="$BUNDLE/lib${SATURN_GPU_LIBS:+:$SATURN_GPU_LIBS}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   local attention='GpuOps.AttentionIsCausal:GpuOps.SlidingWindowIgnoresKeysOutsideIt:GpuOps.GroupedQueryAttentionBackwardIsDeterministic'
-  local ops='GpuOps.Embedding:GpuOps.RmsNorm:GpuOps.LayerNorm:GpuOps.Elementwise:GpuOps.CrossEntropyFused:GpuOps.SoftcappedCrossEntropy:GpuOps.AdamWMatchesCpu:GpuOps.LinearMisalignedEpiloguePointers:GpuOps.AttentionIsCausal'
+  local ops='GpuOps.Embedding:GpuOps.EmbeddingOfPackedRecords:GpuOps.RotaryOfPackedRecords:GpuOps.RmsNorm:GpuOps.LayerNorm:GpuOps.Elementwise:GpuOps.CrossEntropyFused:GpuOps.SoftcappedCrossEntropy:GpuOps.AdamWMatchesCpu:GpuOps.LinearMisalignedEpiloguePointers:GpuOps.AttentionIsCausal'
   san=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
   if [ -z "$san" ]; then
     echo "| compute-sanitizer | skipped: not found (PATH, /usr/local/cuda*/bin) | | |"
