@@ -132,7 +132,11 @@ class ConfigurationLp {
     double result = std::nan("");
     for (int iter = 0; iter < 5000; ++iter) {
       if (SolverClock::now() > deadline) break;
-      if (glp_simplex(lp, &smcp) != 0 || glp_get_status(lp) != GLP_OPT) break;
+      const int it0 = glp_get_it_cnt(lp);
+      const int rc = glp_simplex(lp, &smcp);
+      SolverClock::tick(SolverClock::kSimplexCallUnits +
+                        SolverClock::kSimplexIterationUnits * (glp_get_it_cnt(lp) - it0));
+      if (rc != 0 || glp_get_status(lp) != GLP_OPT) break;
       const double obj = glp_get_obj_val(lp);
       std::vector<double> mu(NT), pi(static_cast<size_t>(K));
       for (size_t ty = 0; ty < NT; ++ty) mu[ty] = glp_get_row_dual(lp, static_cast<int>(ty) + 1);

@@ -96,6 +96,7 @@ class NodeScheduleSearch {
   };
 
   bool out_of_budget() {
+    SolverClock::tick(kNodeScheduleUnits);  // a node
     if (--budget_ < 0 || ((budget_ & 1023) == 0 && SolverClock::now() > deadline_)) aborted_ = true;
     return aborted_;
   }
@@ -427,6 +428,7 @@ class Packing {
   };
 
   bool out_of_budget() {
+    SolverClock::tick(kPackingNodeUnits);  // a node
     if (++nodes_ > node_limit_) return true;
     if ((nodes_ & 1023) == 0 && SolverClock::now() > deadline_) return true;
     return false;
@@ -669,6 +671,7 @@ class Packing {
     std::vector<Run> placed;
     placed.reserve(m);
     do {
+      SolverClock::tick(kNodeScheduleUnits);  // a node
       if (--budget < 0 || ((budget & 255) == 0 && SolverClock::now() > deadline_)) {
         undecided = true;
         return true;

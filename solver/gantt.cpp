@@ -52,6 +52,9 @@ std::string plan_summary(const Problem& problem, const Plan& plan) {
       plan.lower_bound_s, 100.0 * s.gap);
   out += fmt::format("status {}, method {}, solver {}, solve time {:.2f} s", to_string(s.status),
                      s.method.empty() ? "-" : s.method, s.backend, s.solve_time_s);
+  if (s.clock == "work")
+    out += s.wall_capped ? " of work, cut short by the wall-clock cap (not reproducible)"
+                         : " of work (reproducible)";
   if (!s.milp_status.empty()) {
     out += fmt::format("; MILP {}", s.milp_status);
     if (s.slot_s > 0)

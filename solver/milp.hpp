@@ -33,7 +33,10 @@ struct MipResult {
 };
 
 MipResult solve_with_glpk(const LinearModel& model, const MipParams& params);  // milp_glpk.cpp
-MipResult solve_with_cbc(const LinearModel& model, const MipParams& params);   // milp_cbc.cpp
+// Frees the calling thread's GLPK environment (GLPK keeps one per thread): a thread that solved
+// calls it before it ends.
+void release_glpk_thread();
+MipResult solve_with_cbc(const LinearModel& model, const MipParams& params);  // milp_cbc.cpp
 
 struct MilpOptions {
   Backend backend = Backend::glpk;

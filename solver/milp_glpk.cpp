@@ -21,10 +21,16 @@ struct Callback {
   const std::vector<double>* warm = nullptr;
   bool warm_given = false;
   double bound = -std::numeric_limits<double>::infinity();
+  int iterations = 0;  // simplex iterations counted as work so far
 };
 
 void on_event(glp_tree* tree, void* info) {
   auto* cb = static_cast<Callback*>(info);
+  // The work since the last call: its simplex iterations (the branch and bound's work).
+  const int it = glp_get_it_cnt(glp_ios_get_prob(tree));
+  SolverClock::tick(SolverClock::kBranchCallbackUnits +
+                    SolverClock::kSimplexIterationUnits * (it - cb->iterations));
+  cb->iterations = it;
   if (glp_ios_reason(tree) == GLP_IHEUR && cb->warm && !cb->warm_given) {
     // glp_ios_heur_sol takes x[1..n] and does not check feasibility: solve_milp checked it.
     std::vector<double> x(cb->warm->size() + 1, 0.0);
@@ -52,6 +58,10 @@ void on_event(glp_tree* tree, void* info) {
 }
 
 }  // namespace
+
+void release_glpk_thread() {
+  glp_free_env();
+}
 
 MipResult solve_with_glpk(const LinearModel& m, const MipParams& params) {
   const auto t0 = SolverClock::now();
@@ -98,8 +108,12 @@ MipResult solve_with_glpk(const LinearModel& m, const MipParams& params) {
   glp_init_smcp(&smcp);
   smcp.msg_lev = params.verbose ? GLP_MSG_ON : GLP_MSG_OFF;
   smcp.presolve = GLP_OFF;
-  smcp.tm_lim = static_cast<int>(std::max(1.0, params.time_limit_s * 1000.0));
+  smcp.tm_lim = static_cast<int>(
+      std::min(2e9, std::max(1.0, SolverClock::backend_limit_s(params.time_limit_s) * 1000.0)));
   const int lp_rc = glp_simplex(lp, &smcp);
+  SolverClock::tick(SolverClock::kSimplexCallUnits +
+                    SolverClock::kSimplexIterationUnits * glp_get_it_cnt(lp));
+  if (lp_rc == GLP_ETMLIM) SolverClock::backend_timed_out();
   if (lp_rc != 0 || glp_get_status(lp) != GLP_OPT) {
     out.status = MipResult::Status::no_solution;
     out.detail = lp_rc == GLP_ETMLIM ? "time limit reached in the LP relaxation"
@@ -112,6 +126,7 @@ MipResult solve_with_glpk(const LinearModel& m, const MipParams& params) {
   cb.deadline = t0 + std::chrono::microseconds(static_cast<long long>(params.time_limit_s * 1e6));
   cb.warm = params.warm;
   cb.bound = glp_get_obj_val(lp);
+  cb.iterations = glp_get_it_cnt(lp);
   glp_iocp iocp;
   glp_init_iocp(&iocp);
   iocp.msg_lev = params.verbose ? GLP_MSG_ON : GLP_MSG_OFF;
@@ -126,8 +141,11 @@ MipResult solve_with_glpk(const LinearModel& m, const MipParams& params) {
   iocp.br_tech = GLP_BR_DTH;
   iocp.bt_tech = GLP_BT_BLB;
   const double left = params.time_limit_s - elapsed();
-  iocp.tm_lim = static_cast<int>(std::max(1.0, left * 1000.0));
+  iocp.tm_lim =
+      static_cast<int>(std::min(2e9, std::max(1.0, SolverClock::backend_limit_s(left) * 1000.0)));
   const int rc = left > 0 ? glp_intopt(lp, &iocp) : GLP_ETMLIM;
+  // GLPK's own (wall) limit: under the work basis, the wall cap.
+  if (rc == GLP_ETMLIM && left > 0) SolverClock::backend_timed_out();
   const int st = glp_mip_status(lp);
   if (st == GLP_OPT || st == GLP_FEAS) {
     out.objective = glp_mip_obj_val(lp);

@@ -220,10 +220,9 @@ nlohmann::ordered_json plan_to_json(const Problem& problem, const Plan& plan) {
     jobs.push_back(std::move(o));
   }
   const SolverInfo& s = plan.solver;
-  ojson solver = {{"backend", s.backend},
-                  {"status", to_string(s.status)},
-                  {"gap", s.gap},
-                  {"solve_time_s", s.solve_time_s},
+  ojson solver = {{"backend", s.backend}, {"status", to_string(s.status)},
+                  {"gap", s.gap},         {"solve_time_s", s.solve_time_s},
+                  {"clock", s.clock},     {"wall_capped", s.wall_capped},
                   {"method", s.method}};
   if (!s.milp_status.empty()) {
     solver["milp_status"] = s.milp_status;
@@ -255,6 +254,12 @@ Plan plan_from_json(const Problem& problem, const json& j, const std::string& wh
     if (s.contains("solve_time_s"))
       plan.solver.solve_time_s = number(s["solve_time_s"], where, "solver.solve_time_s");
     if (s.contains("method")) plan.solver.method = text(s["method"], where, "solver.method");
+    if (s.contains("clock")) plan.solver.clock = text(s["clock"], where, "solver.clock");
+    if (s.contains("wall_capped")) {
+      if (!s["wall_capped"].is_boolean())
+        fail(where, "solver.wall_capped", "expected true or false");
+      plan.solver.wall_capped = s["wall_capped"].get<bool>();
+    }
     if (s.contains("status")) {
       const std::string st = text(s["status"], where, "solver.status");
       plan.solver.status = st == "optimal"    ? SolveStatus::optimal

@@ -97,7 +97,12 @@ struct SolverInfo {
   std::string backend = "none";  // glpk | cbc | none
   SolveStatus status = SolveStatus::heuristic;
   double gap = 0.0;  // (makespan - lower bound) / makespan
+  // On the solve's clock (`clock`: work, wall or cpu; work seconds are the work's units at
+  // kWorkUnitNs, solver/clock.hpp).
   double solve_time_s = 0.0;
+  std::string clock = "work";
+  // The work basis's wall cap ended the solve: the plan is not reproducible on another load.
+  bool wall_capped = false;
   std::string method;  // which method produced the plan (e.g. "list+local", "milp")
   // The MILP's own view, in its slot discretisation (see docs/solver.md): it proves optimality
   // of the discretised model, which is the instance itself only when `exact_slots` is true.

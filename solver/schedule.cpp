@@ -1,4 +1,5 @@
 #include "solver/schedule.hpp"
+#include "solver/clock.hpp"
 
 #include <fmt/format.h>
 
@@ -190,6 +191,7 @@ bool place_in_order(const Prepared& prepared, const std::vector<int>& option,
     return prepared.options[ju][static_cast<size_t>(option[ju])];
   };
   const auto place = [&](int j) {
+    SolverClock::tick(kPlacementUnits);  // the heuristics' work
     const size_t ju = static_cast<size_t>(j);
     const Option& o = option_of(j);
     Placement& p = s.jobs[ju];

@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <exception>
+#include <thread>
+#include <vector>
 
 #include "solver/clock.hpp"
 #include "solver/validate.hpp"
@@ -17,8 +20,12 @@ using Clock = SolverClock;
 
 }  // namespace
 
-Plan solve(const Problem& problem, const SolveOptions& options, SolveReport* report) {
-  const ScopedClockBasis clock_basis(options.clock);
+namespace {
+
+// One search of the portfolio (solve() with threads = 1).
+Plan solve_one(const Problem& problem, const SolveOptions& options, SolveReport* report) {
+  const ScopedClockBasis clock_basis(
+      options.clock, options.wall_cap_s > 0 ? options.wall_cap_s : 3 * options.time_limit_s + 5);
   const auto t0 = Clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
   SolveReport local;
@@ -252,7 +259,66 @@ Plan solve(const Problem& problem, const SolveOptions& options, SolveReport* rep
     info.milp_bound_s = rep.milp.bound_slots * rep.milp.slot_s;
   }
   info.solve_time_s = elapsed();
+  info.clock = to_string(options.clock);
+  info.wall_capped = Clock::capped();
   check_plan(problem, plan);
+  return plan;
+}
+
+}  // namespace
+
+Plan solve(const Problem& problem, const SolveOptions& options, SolveReport* report) {
+  if (options.threads < 1 || options.threads > 256)
+    throw SolverError(fmt::format("{} solver threads (valid: 1 to 256)", options.threads));
+  if (options.threads == 1) return solve_one(problem, options, report);
+  if (options.backend == Backend::cbc)
+    throw SolverError("several solver threads need the glpk backend (CBC is not run in threads)");
+  // Threads 1.. search with other seeds beside thread 0 (this one); their plans and errors
+  // come back in their slots and are merged in thread order, so the result does not depend on
+  // which finished first.
+  const int n = options.threads;
+  std::vector<Plan> plans(static_cast<std::size_t>(n));
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
+  std::vector<std::thread> workers;
+  for (int i = 1; i < n; ++i)
+    workers.emplace_back([&, i] {
+      SolveOptions o = options;
+      o.threads = 1;
+      o.seed = options.seed + kPortfolioSeedStride * static_cast<unsigned>(i);
+      try {
+        plans[static_cast<std::size_t>(i)] = solve_one(problem, o, nullptr);
+      } catch (...) {
+        errors[static_cast<std::size_t>(i)] = std::current_exception();
+      }
+      release_glpk_thread();
+    });
+  try {
+    plans[0] = solve_one(problem, options, report);
+  } catch (...) {
+    errors[0] = std::current_exception();
+  }
+  for (auto& w : workers) w.join();
+  for (const auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  std::size_t best = 0;
+  double bound = plans[0].lower_bound_s;
+  double seconds = 0;
+  bool capped = false;
+  for (std::size_t i = 0; i < plans.size(); ++i) {
+    if (plans[i].makespan_s < plans[best].makespan_s * (1 - 1e-12)) best = i;
+    bound = std::max(bound, plans[i].lower_bound_s);
+    seconds = std::max(seconds, plans[i].solver.solve_time_s);
+    capped = capped || plans[i].solver.wall_capped;
+  }
+  Plan plan = std::move(plans[best]);
+  SolverInfo& info = plan.solver;
+  plan.lower_bound_s = std::min(bound, plan.makespan_s);
+  info.gap = plan.makespan_s > 0 ? (plan.makespan_s - plan.lower_bound_s) / plan.makespan_s : 0.0;
+  if (info.gap < 1e-7) info.gap = 0.0;
+  if (info.gap == 0.0) info.status = SolveStatus::optimal;
+  info.method += fmt::format(" (thread {} of {})", best, n);
+  info.solve_time_s = seconds;
+  info.wall_capped = capped;
   return plan;
 }
 

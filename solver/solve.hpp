@@ -29,11 +29,22 @@ struct SolveOptions {
   // "optimal" only for a zero gap).
   double gap_tolerance = 1e-4;
   unsigned seed = 1;
-  // What the time limit (and the log's times) count: the wall clock (default), or the solving
-  // thread's CPU time, a measurement device for shared machines where a wall limit gives a
-  // solve less of a core the more loaded the machine is (solver/clock.hpp).
-  ClockBasis clock = ClockBasis::wall;
+  // A portfolio of searches, one per thread, each a whole solve with its own seed (seed, seed +
+  // kPortfolioSeedStride, ...) and its own work clock; the best plan wins (the lowest thread on a
+  // tie) and the best bound of all is its bound. Thread 0 is the one-thread solve, so more
+  // threads never give a worse plan, and a thread count gives the same plan on any load.
+  int threads = 1;
+  // What the time limit (and the log's times) count (solver/clock.hpp): the solver's work
+  // (default: the same instance, options and seed give the same plan on any machine load), the
+  // wall clock, or the solving thread's CPU time (a measurement device for shared machines).
+  ClockBasis clock = ClockBasis::work;
+  // Under the work basis, the wall seconds after which the solve ends whatever work is left
+  // (then its plan depends on the machine's speed; SolverInfo::wall_capped says so). 0: three
+  // times time_limit_s plus 5 s.
+  double wall_cap_s = 0.0;
 };
+
+inline constexpr unsigned kPortfolioSeedStride = 7919;
 
 // One line of a solve's log: at `time_s` into the solve, the best plan and the best bound.
 struct SolveEvent {

@@ -11,7 +11,9 @@
 //                DIR/NAME.cpsat.json (OR-Tools CP-SAT, from bench/solver/cpsat_reference.py;
 //                bench/solver/reference.sh runs both)
 //   --clock cpu  time limits count the solving thread's CPU time instead of wall time
-//                (SolveOptions::clock): comparable runs on a shared, loaded machine
+//                (SolveOptions::clock): comparable runs on a shared, loaded machine; --clock
+//                work: the solver's work (reproducible plans, docs/solver.md)
+//   --threads N  a portfolio of N searches per solve (SolveOptions::threads)
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -105,6 +107,21 @@ int write_instances(const std::string& dir) {
   return 0;
 }
 
+// What the time limits count, for the tables' headers.
+const char* clock_words(ClockBasis clock) {
+  switch (clock) {
+    case ClockBasis::wall:
+      return "wall-clock seconds";
+    case ClockBasis::thread_cpu:
+      return "the solving thread's CPU seconds";
+    case ClockBasis::work:
+      return "work-seconds (the solver's counted work, docs/solver.md)";
+  }
+  return "";
+}
+
+int g_threads = 1;  // --threads: searches per solve
+
 int reference_table(const std::string& dir, Backend backend, ClockBasis clock,
                     const std::vector<double>& limits, const std::vector<std::string>& only,
                     const std::vector<unsigned>& seeds) {
@@ -121,8 +138,7 @@ int reference_table(const std::string& dir, Backend backend, ClockBasis clock,
       "gap%% = Saturn's own (makespan - its bound) / makespan; lb/ref = Saturn's bound / "
       "CP-SAT's best; kevals = schedules listed by local search, thousands. Times in hours. "
       "Time limits count %s.%s\n\n",
-      to_string(backend), dir.c_str(),
-      clock == ClockBasis::wall ? "wall-clock seconds" : "the solving thread's CPU seconds",
+      to_string(backend), dir.c_str(), clock_words(clock),
       seeds.size() > 1 ? " One row per seed (SolveOptions::seed)." : "");
   std::printf("%-14s %4s %4s %9s %9s %-9s %6s %5s", "instance", "seed", "jobs", "ref", "ref_lb",
               "ref_st", "ref_s", "cpu%");
@@ -163,6 +179,7 @@ int reference_table(const std::string& dir, Backend backend, ClockBasis clock,
         so.time_limit_s = limits[i];
         so.seed = seed;
         so.clock = clock;
+        so.threads = g_threads;
         SolveReport rep;
         const Plan plan = solve(p, so, &rep);
         const double ratio = plan.makespan_s / best;
@@ -226,6 +243,8 @@ int main(int argc, char** argv) {
       backend = parse_backend(next());
     else if (a == "--clock")
       clock = parse_clock_basis(next());
+    else if (a == "--threads")
+      g_threads = std::max(1, std::atoi(next().c_str()));
     else if (a == "--only")
       only = split(next());
     else if (a == "--clusters")
@@ -248,10 +267,10 @@ int main(int argc, char** argv) {
           stderr,
           "usage: bench_solver [--quick] [--solver glpk|cbc] [--only txt,img,mixed50,"
           "mixed200,mixed1000] [--clusters 1x8,2x8,4x8,16x8,8+4,2+2+4+8] "
-          "[--sim-seeds N] [--no-sim] [--no-plan] [--clock wall|cpu]\n"
+          "[--sim-seeds N] [--no-sim] [--no-plan] [--clock wall|cpu|work] [--threads N]\n"
           "       bench_solver --write-instances DIR\n"
           "       bench_solver --reference DIR [--limits 10,60] [--seeds 1,2,3] [--only NAME,...] "
-          "[--solver glpk|cbc] [--clock wall|cpu]\n"
+          "[--solver glpk|cbc] [--clock wall|cpu|work] [--threads N]\n"
           "  --clock cpu: solve time limits count the solving thread's CPU time, not wall time\n"
           "               (comparable runs on a shared, loaded machine)\n");
       return 2;
@@ -267,7 +286,7 @@ int main(int argc, char** argv) {
   std::printf(
       "ratio = makespan / proven lower bound; speedup = baseline makespan / ours "
       "(random: mean of 5 seeds); times in hours; time limits (and solve_s) count %s.\n\n",
-      clock == ClockBasis::wall ? "wall-clock seconds" : "the solving thread's CPU seconds");
+      clock_words(clock));
   if (plan_table) {
     std::printf("%-9s %-8s %5s %9s %9s %7s %7s %8s %-10s %-22s %6s %6s %6s %6s\n", "family",
                 "cluster", "jobs", "makespan", "bound", "ratio", "gap%", "solve_s", "status",
@@ -282,6 +301,7 @@ int main(int argc, char** argv) {
         so.backend = backend;
         so.time_limit_s = quick ? f.quick_limit_s : f.time_limit_s;
         so.clock = clock;
+        so.threads = g_threads;
         SolveReport rep;
         const Plan plan = solve(p, so, &rep);
         const auto errors = validate_plan(p, plan);

@@ -2,7 +2,8 @@
 // lower bound and gap) or write the plan contract as JSON.
 //
 //   saturn plan --instance INSTANCE.json [--cluster SPEC] [--solver glpk|cbc] [--time-limit S]
-//               [--json] [-o FILE]
+//               [--clock work|wall|cpu] [--wall-cap S] [--seed N] [--threads N] [--json]
+//               [-o FILE]
 //   saturn plan WORKLOAD.yaml [--cluster SPEC] [--store FILE] ...
 //
 // Planning from a workload file takes every job's candidate configurations from the profile
@@ -29,7 +30,11 @@ namespace {
 
 struct PlanArgs {
   std::string workload, instance, cluster, store, hardware, solver = "glpk", output;
+  std::string clock = "work";
   double time_limit = 10.0;
+  double wall_cap = 0.0;
+  unsigned seed = 1;
+  int threads = 1;
   bool json = false;
   bool log = false;
   int width = 72;
@@ -67,6 +72,10 @@ int run_plan(const PlanArgs& a) {
     solver::SolveOptions options;
     options.backend = backend;
     options.time_limit_s = a.time_limit;
+    options.clock = solver::parse_clock_basis(a.clock);
+    options.wall_cap_s = a.wall_cap;
+    options.seed = a.seed;
+    options.threads = a.threads;
     solver::SolveReport report;
     const solver::Plan plan = solver::solve(problem, options, &report);
     if (a.log) {
@@ -122,9 +131,25 @@ void add_plan_command(CLI::App& root, Action* action) {
   cmd->add_option("--solver", args->solver, "MILP backend: glpk, or cbc when built with it")
       ->check(CLI::IsMember({"glpk", "cbc"}));
   cmd->add_option("--time-limit", args->time_limit,
-                  "Seconds for the whole solve (bounds, heuristics, MILP); the best plan found "
-                  "is returned")
+                  "Seconds for the whole solve (bounds, heuristics, MILP), on --clock; the best "
+                  "plan found is returned")
       ->check(finite_range(0.01, 1e7));
+  cmd->add_option("--clock", args->clock,
+                  "What the time limit counts: work (default: the solver's work in units of "
+                  "about 250 ns, so the same input and seed give the same plan on any machine "
+                  "load), wall (wall-clock seconds) or cpu (the solving thread's CPU seconds)")
+      ->check(CLI::IsMember({"work", "wall", "cpu"}));
+  cmd->add_option("--wall-cap", args->wall_cap,
+                  "With --clock work: wall-clock seconds after which the solve stops whatever "
+                  "work is left (the plan then says it was cut short); default 3 x --time-limit "
+                  "+ 5")
+      ->check(finite_range(0.01, 1e7));
+  cmd->add_option("--seed", args->seed, "The search's random seed");
+  cmd->add_option("--threads", args->threads,
+                  "Searches run side by side, each with its own seed; the best plan wins. A "
+                  "thread count gives the same plan on any load; more threads, a plan as good or "
+                  "better")
+      ->check(CLI::Range(1, 256));
   cmd->add_flag("--json", args->json, "Print the plan as JSON (the plan contract) instead of text");
   cmd->add_flag("--log", args->log,
                 "Print the solve's log to stderr: each new best plan and bound with its time");

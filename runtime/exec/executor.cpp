@@ -305,6 +305,8 @@ class BatchRun {
     cs.cancelled = resume_.cancelled;
     cs.early_stopped = resume_.early_stopped;
     cs.solve.time_limit_s = w_.solver.time_limit_s;
+    cs.solve.clock = solver::parse_clock_basis(w_.solver.clock);
+    cs.solve.threads = w_.solver.threads;
     cs.solve.backend = w_.solver.backend == "cbc" ? solver::Backend::cbc : solver::Backend::glpk;
     cs.policy = options_.policy;
     cs.current_practice = options_.current_practice.empty()        ? "fsdp"

@@ -57,10 +57,11 @@ const Keys kModelKeys = {"arch",         "n_layer",
                          "lora",         "from"};
 const Keys kRopeScalingKeys = {"type", "factor", "low_freq_factor", "high_freq_factor",
                                "original_max_position_embeddings"};
-const Keys kSolverKeys = {"backend", "time_limit", "introspection"};
+const Keys kSolverKeys = {"backend", "time_limit", "introspection", "clock", "threads"};
 const Keys kIntrospectionKeys = {"interval", "threshold"};
 const Keys kDecays = {"cosine", "linear", "constant", "hf_cosine", "hf_linear"};
 const Keys kBackends = {"glpk", "cbc"};
+const Keys kSolverClocks = {"work", "wall"};
 const Keys kExportFormats = {"hf", "peft"};
 const Keys kSelectionKeys = {"method", "metric", "min_steps", "reduction_factor", "max_rungs"};
 const Keys kSelectionMethods = {"successive-halving", "asha"};
@@ -1511,6 +1512,15 @@ Workload Parser::parse(const std::string& text) {
   if (const Entry* e = top.find("solver")) {
     const MapView m = map(e->value, e->mark(), e->path, kSolverKeys);
     if (const Entry* x = m.find("backend")) w.solver.backend = choice(*x, kBackends);
+    if (const Entry* x = m.find("clock")) w.solver.clock = choice(*x, kSolverClocks);
+    if (const Entry* x = m.find("threads")) {
+      const double t = number(*x);
+      if (!(t >= 1 && t <= 256 && t == std::floor(t)))
+        fail(x->mark(), x->path, fmt::format("{} is not a thread count (valid: 1 to 256)", t));
+      if (t > 1 && w.solver.backend == "cbc")
+        fail(x->mark(), x->path, "several solver threads need backend glpk (CBC runs in one)");
+      w.solver.threads = static_cast<int>(t);
+    }
     if (const Entry* x = m.find("time_limit")) {
       w.solver.time_limit_s = number(*x);
       if (!(w.solver.time_limit_s > 0 && w.solver.time_limit_s <= 1e7))

@@ -66,6 +66,10 @@ struct IntrospectionSettings {
 struct SolverSettings {
   std::string backend = "glpk";  // glpk | cbc
   double time_limit_s = 60;
+  // What time_limit_s counts (solver/clock.hpp): work (the same plan for the same state on any
+  // load) or wall seconds.
+  std::string clock = "work";
+  int threads = 1;  // searches side by side (SolveOptions::threads)
   IntrospectionSettings introspection;
 };
 
