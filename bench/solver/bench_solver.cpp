@@ -6,6 +6,9 @@
 //                [--clusters 1x8,2x8,...] [--sim-seeds N] [--no-sim] [--no-plan]
 //   bench_solver --write-instances DIR      the reference set: generated one- and two-node
 //                                           instances of 12-24 jobs, as instance JSON
+//   bench_solver --write-held-out DIR       the held-out families (issue 33): log-normal,
+//                                           bimodal and heavy-tailed work, 2-4 nodes (some
+//                                           heterogeneous), 12-40 jobs, 10 instances each
 //   bench_solver --reference DIR [--limits 10,60] [--seeds 1,2,3] [--only NAME,...]
 //                Saturn (per seed) on every DIR/NAME.json (or the named ones) against
 //                DIR/NAME.cpsat.json (OR-Tools CP-SAT, from bench/solver/cpsat_reference.py;
@@ -25,6 +28,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -99,11 +103,104 @@ std::vector<RefInstance> reference_set() {
   return out;
 }
 
-int write_instances(const std::string& dir) {
+// Held-out families (issue 33): instance shapes the heuristics were not tuned on. A job's work
+// W (device-seconds on one device) is drawn from the family's distribution — `lognormal`
+// (median 1 h, sigma 1), `bimodal` (70 % of 10-30 min, 30 % of 6-17 h), `heavy` (Pareto, alpha
+// 1.3, from 15 min, capped at 3 days) — and its best width g* (1, 2, 4 or 8 devices) from the
+// family's mix. Up to g* a job scales almost linearly (a 4 % loss per doubling); past it, each
+// doubling adds 15 % to its time (communication). Widths 1-8 on one node, and 16 over two nodes
+// of 8 for g* = 8, as 30 % faster than 8. So that no single job decides the makespan (its
+// longest-job bound would make the instance trivial), a job's work is capped at what keeps its
+// best time within half the cluster's mean load (total work / devices). Clusters of 2-4 nodes,
+// some heterogeneous; 12-40 jobs; times in whole seconds.
+Problem held_out_instance(const std::string& kind, const std::string& cluster, int jobs,
+                          unsigned seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  Problem p;
+  p.cluster = parse_cluster_spec(cluster);
+  int widest = 0, eights = 0;
+  for (const Node& n : p.cluster.nodes) {
+    widest = std::max(widest, n.devices);
+    eights += n.devices >= 8 ? 1 : 0;
+  }
+  // Best widths 1, 2, 4, 8: the mix shifts with the family.
+  const std::vector<double> mix = kind == "lognormal" ? std::vector<double>{0.4, 0.3, 0.2, 0.1}
+                                  : kind == "bimodal" ? std::vector<double>{0.25, 0.25, 0.25, 0.25}
+                                                      : std::vector<double>{0.1, 0.2, 0.3, 0.4};
+  std::discrete_distribution<int> best_width(mix.begin(), mix.end());
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::vector<double> works(static_cast<std::size_t>(jobs));
+  std::vector<int> widths(static_cast<std::size_t>(jobs));
+  double total = 0;
+  for (int j = 0; j < jobs; ++j) {
+    double& work = works[static_cast<std::size_t>(j)];
+    if (kind == "lognormal") {
+      work = 3600.0 * std::exp(normal(rng));
+    } else if (kind == "bimodal") {
+      work = u(rng) < 0.7 ? 600 + 1200 * u(rng) : 21600 + 39600 * u(rng);
+    } else {
+      work = std::min(259200.0, 900.0 / std::pow(1.0 - u(rng), 1.0 / 1.3));
+    }
+    widths[static_cast<std::size_t>(j)] = 1 << best_width(rng);
+    total += work;
+  }
+  const double mean_load = total / p.cluster.total_devices();
+  for (int j = 0; j < jobs; ++j) {
+    const int g_best = widths[static_cast<std::size_t>(j)];
+    const double work = std::min(works[static_cast<std::size_t>(j)], 0.5 * mean_load * g_best);
+    Job job;
+    job.id = fmt::format("{}{:02}", kind.substr(0, 3), j);
+    double t_best = 0;
+    for (int g = 1; g <= std::min(widest, 8); g *= 2) {
+      const double doublings = std::log2(static_cast<double>(g));
+      double t = work / g * std::pow(1.04, doublings);
+      if (g > g_best) {
+        const double past = std::log2(static_cast<double>(g) / g_best);
+        t = work / g_best * std::pow(1.04, std::log2(static_cast<double>(g_best))) *
+            std::pow(1.15, past);
+      }
+      if (g == std::min(g_best, widest)) t_best = t;
+      Config c;
+      c.strategy = g == 1 ? "ddp" : "fsdp";
+      c.devices = g;
+      c.nodes = 1;
+      c.time_s = std::max(1.0, std::round(t));
+      job.configs.push_back(c);
+    }
+    if (g_best == 8 && eights >= 2) {
+      Config c;
+      c.strategy = "fsdp";
+      c.devices = 16;
+      c.nodes = 2;
+      c.time_s = std::max(1.0, std::round(0.7 * t_best));
+      job.configs.push_back(c);
+    }
+    p.jobs.push_back(std::move(job));
+  }
+  return p;
+}
+
+std::vector<RefInstance> held_out_set() {
+  std::vector<RefInstance> out;
+  const char* clusters[] = {"2x8", "3x8", "8+4", "4x8", "8+8+4"};
+  unsigned seed = 3301;
+  for (const std::string kind : {"lognormal", "bimodal", "heavy"})
+    for (int i = 0; i < 10; ++i) {
+      const std::string cluster = clusters[i % 5];
+      const int jobs = 12 + (i * 13) % 29;
+      Problem p = held_out_instance(kind, cluster + ":40GiB", jobs, seed++);
+      out.push_back({fmt::format("{}-{:02}-{}-j{}", kind, i, cluster, jobs), std::move(p)});
+    }
+  return out;
+}
+
+int write_instances(const std::string& dir, bool held_out) {
   std::filesystem::create_directories(dir);
-  for (const RefInstance& r : reference_set())
+  const std::vector<RefInstance> set = held_out ? held_out_set() : reference_set();
+  for (const RefInstance& r : set)
     write_text_file(dir + "/" + r.name + ".json", instance_to_json(r.problem).dump(1) + "\n");
-  std::printf("wrote %zu instances to %s\n", reference_set().size(), dir.c_str());
+  std::printf("wrote %zu instances to %s\n", set.size(), dir.c_str());
   return 0;
 }
 
@@ -221,6 +318,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> only, clusters;
   int sim_seeds = 5;
   std::string write_dir, reference_dir;
+  bool held_out = false;
   std::vector<double> limits = {10};
   std::vector<unsigned> seeds = {1};
   ClockBasis clock = ClockBasis::wall;
@@ -253,7 +351,10 @@ int main(int argc, char** argv) {
       sim_seeds = std::atoi(next().c_str());
     else if (a == "--write-instances")
       write_dir = next();
-    else if (a == "--reference")
+    else if (a == "--write-held-out") {
+      write_dir = next();
+      held_out = true;
+    } else if (a == "--reference")
       reference_dir = next();
     else if (a == "--limits") {
       limits.clear();
@@ -268,7 +369,7 @@ int main(int argc, char** argv) {
           "usage: bench_solver [--quick] [--solver glpk|cbc] [--only txt,img,mixed50,"
           "mixed200,mixed1000] [--clusters 1x8,2x8,4x8,16x8,8+4,2+2+4+8] "
           "[--sim-seeds N] [--no-sim] [--no-plan] [--clock wall|cpu|work] [--threads N]\n"
-          "       bench_solver --write-instances DIR\n"
+          "       bench_solver --write-instances DIR | --write-held-out DIR\n"
           "       bench_solver --reference DIR [--limits 10,60] [--seeds 1,2,3] [--only NAME,...] "
           "[--solver glpk|cbc] [--clock wall|cpu|work] [--threads N]\n"
           "  --clock cpu: solve time limits count the solving thread's CPU time, not wall time\n"
@@ -276,7 +377,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (!write_dir.empty()) return write_instances(write_dir);
+  if (!write_dir.empty()) return write_instances(write_dir, held_out);
   if (!reference_dir.empty())
     return reference_table(reference_dir, backend, clock, limits, only, seeds);
   std::printf(
