@@ -15,6 +15,7 @@ namespace {
 struct ThreadClock {
   ClockBasis basis = ClockBasis::wall;
   std::int64_t work = 0;
+  std::int64_t reads = 0;  // clock reads, for looking at the wall cap every 64th
   bool capped = false;
   std::int64_t cap_ns = 0;
   std::chrono::steady_clock::time_point wall_start;
@@ -56,7 +57,7 @@ SolverClock::time_point SolverClock::now() noexcept {
     // A read is a unit of work too, so a loop that only watches the clock still ends. The wall
     // cap is looked at every 64 reads (a steady_clock read costs more than the rest).
     ++c.work;
-    if (!c.capped && c.cap_ns > 0 && (c.work & 63) == 0 &&
+    if (!c.capped && c.cap_ns > 0 && (++c.reads & 63) == 0 &&
         wall_since(c.wall_start).count() > c.cap_ns)
       c.capped = true;
     return time_point(duration(c.work * kWorkUnitNs + (c.capped ? kCappedNs : 0)));
@@ -111,6 +112,7 @@ ScopedClockBasis::ScopedClockBasis(ClockBasis basis, double wall_cap_s)
         "cannot be read");
   current.basis = basis;
   current.work = 0;
+  current.reads = 0;
   current.capped = false;
   current.cap_ns = wall_cap_s > 0 ? static_cast<std::int64_t>(wall_cap_s * 1e9) : 0;
   current.wall_start = std::chrono::steady_clock::now();
