@@ -22,14 +22,14 @@ const Option& opt(const Prepared& p, size_t j, int o) {
   return p.options[j][static_cast<size_t>(o)];
 }
 
-// Schedules compare by makespan, then by how many jobs end at the makespan, then by the sum of
-// ends. The count guides the search across plateaus: when several jobs end together at the
+// Schedules compare by makespan, then by how many jobs end at the makespan, then by a tie-break
+// (below). The count guides the search across plateaus: when several jobs end together at the
 // makespan, speeding up one of them does not lower it but is progress, although moving any one
-// of them alone may raise the sum of ends.
+// of them alone may worsen the tie-break.
 struct Key {
   double makespan = kInfinity;
   int critical = 0;
-  double sum_end = kInfinity;
+  double tiebreak = kInfinity;
   bool better_than(const Key& k) const {
     if (!std::isfinite(k.makespan)) return std::isfinite(makespan);
     if (!std::isfinite(makespan)) return false;
@@ -37,19 +37,35 @@ struct Key {
     if (makespan < k.makespan - eps) return true;
     if (makespan > k.makespan + eps) return false;
     if (critical != k.critical) return critical < k.critical;
-    return sum_end < k.sum_end - eps;
+    return tiebreak < k.tiebreak - eps;
   }
 };
 
-Key key_of(const Schedule& s) {
+// What decides between schedules of one makespan and critical count. The sum of the jobs' ends
+// pulls jobs earlier (compact lists); the total work (device-seconds of the chosen options) lets
+// jobs take their cheaper shapes while the makespan holds, which frees devices that a later move
+// turns into a shorter makespan. Each one's local optima are often not the other's: on the
+// heavy-tailed held-out family (docs/solver.md) the sum of ends alone stalls 0.5-1.4 % above
+// CP-SAT's best, and alternating the two by epoch of the local search halves that.
+enum class Tiebreak { sum_of_ends, work };
+
+// What one job adds to the tie-break: both are sums over the jobs, so a partial schedule's value
+// bounds every completion's from below. A job not placed (a partial list) adds nothing.
+double tiebreak_of(const Prepared& p, size_t j, const Placement& pl, Tiebreak t) {
+  if (pl.option < 0) return 0.0;
+  return t == Tiebreak::work ? p.options[j][static_cast<size_t>(pl.option)].min_area : pl.end;
+}
+
+Key key_of(const Prepared& p, const Schedule& s, Tiebreak t) {
   Key k;
   k.makespan = s.makespan;
   if (!std::isfinite(s.makespan)) return k;
-  k.sum_end = 0;
+  k.tiebreak = 0;
   const double at = s.makespan * (1 - 1e-9);
-  for (const Placement& p : s.jobs) {
-    k.sum_end += p.end;
-    k.critical += p.end >= at;
+  for (size_t j = 0; j < s.jobs.size(); ++j) {
+    const Placement& pl = s.jobs[j];
+    k.tiebreak += tiebreak_of(p, j, pl, t);
+    k.critical += pl.end >= at;
   }
   return k;
 }
@@ -129,7 +145,7 @@ struct WindowResult {
 
 WindowResult resolve_window(const Prepared& p, const std::vector<int>& freed,
                             const std::vector<int>& cur_option, const Schedule& cur,
-                            double max_time, long& budget) {
+                            double max_time, Tiebreak tiebreak, long& budget) {
   WindowResult out;
   const size_t J = p.num_jobs();
   std::vector<char> is_freed(J, 0);
@@ -141,12 +157,12 @@ WindowResult resolve_window(const Prepared& p, const std::vector<int>& freed,
     const Placement& pl = cur.jobs[j];
     base.reserve(opt(p, j, pl.option), pl);
     fixed_makespan = std::max(fixed_makespan, pl.end);
-    fixed_sum += pl.end;
+    fixed_sum += tiebreak_of(p, j, pl, tiebreak);
   }
   const size_t k = freed.size();
-  // The window's own objective is (makespan, sum of ends), which partial placements bound from
+  // The window's own objective is (makespan, tie-break), which partial placements bound from
   // below; the critical count is compared on the whole result only.
-  Key best = key_of(cur);
+  Key best = key_of(p, cur, tiebreak);
   best.critical = 0;
   std::vector<Placement> place(k), best_place;
   std::vector<char> done(k, 0);
@@ -182,15 +198,16 @@ WindowResult resolve_window(const Prepared& p, const std::vector<int>& freed,
               }
               Placement pl = state.earliest(option, option.time_s, 0.0, fixed);
               if (!std::isfinite(pl.start)) continue;
-              const double m = std::max(makespan, pl.end);
-              // Ends only add up: a partial placement no better than the best is pruned.
-              if (!Key{m, 0, sum + pl.end}.better_than(best)) continue;
               pl.option = static_cast<int>(o);
+              const double m = std::max(makespan, pl.end);
+              const double tb = sum + tiebreak_of(p, j, pl, tiebreak);
+              // The tie-break only adds up: a partial placement no better than the best is pruned.
+              if (!Key{m, 0, tb}.better_than(best)) continue;
               ClusterState next = state;
               next.reserve(option, pl);
               place[i] = pl;
               done[i] = 1;
-              dfs(next, depth + 1, m, sum + pl.end);
+              dfs(next, depth + 1, m, tb);
               done[i] = 0;
             }
           }
@@ -208,7 +225,7 @@ WindowResult resolve_window(const Prepared& p, const std::vector<int>& freed,
   }
   out.order = start_order(s);
   out.schedule = list_schedule_on(p, out.option, out.order, out.node);
-  out.improved = key_of(out.schedule).better_than(key_of(cur));
+  out.improved = key_of(p, out.schedule, tiebreak).better_than(key_of(p, cur, tiebreak));
   return out;
 }
 
@@ -292,6 +309,7 @@ class LocalSearch {
   static constexpr double kWindowShare = 0.3;
   static constexpr double kRecreateShare = 0.3;
 
+  Key key(const Schedule& s) const { return key_of(p_, s, tiebreak_); }
   bool time_left() const { return seconds_since(t0_) < opts_.time_limit_s; }
   bool at_bound() const { return best_.schedule.makespan <= opts_.stop_at * (1 + 1e-9); }
 
@@ -350,6 +368,8 @@ class LocalSearch {
   const std::vector<std::vector<int>> node_choices_;
   const bool justify_on_;
 
+  // Alternates by epoch (Tiebreak); the keys below are of the current one.
+  Tiebreak tiebreak_ = Tiebreak::sum_of_ends;
   HeuristicResult best_, epoch_best_, cur_;
   Key best_key_, epoch_key_, cur_key_;
   long evaluations_, since_best_ = 0, since_epoch_best_ = 0;
@@ -391,7 +411,7 @@ LocalSearch::LocalSearch(const Prepared& p, HeuristicResult start, const Heurist
       best_(start),
       epoch_best_(start),
       cur_(std::move(start)),
-      best_key_(key_of(best_.schedule)),
+      best_key_(key(best_.schedule)),
       epoch_key_(best_key_),
       cur_key_(best_key_),
       evaluations_(cur_.evaluations),
@@ -423,9 +443,12 @@ HeuristicResult LocalSearch::run() {
   return std::move(best_);
 }
 
-// A new epoch starts from the overall best with a bigger kick than kick()'s: searches from one
-// start settle in different local optima.
+// A new epoch starts from the overall best with a bigger kick than kick()'s, and with the other
+// tie-break: searches from one start settle in different local optima.
 void LocalSearch::new_epoch() {
+  tiebreak_ = tiebreak_ == Tiebreak::sum_of_ends ? Tiebreak::work : Tiebreak::sum_of_ends;
+  best_key_ = key(best_.schedule);
+  cur_key_ = key(cur_.schedule);
   epoch_best_.option = best_.option;
   epoch_best_.order = best_.order;
   epoch_best_.node = best_.node;
@@ -435,7 +458,7 @@ void LocalSearch::new_epoch() {
     random_move(epoch_best_.option, epoch_best_.order, epoch_best_.node);
   epoch_best_.schedule = evaluate(epoch_best_.option, epoch_best_.order, epoch_best_.node);
   justify(epoch_best_.option, epoch_best_.order, epoch_best_.node, epoch_best_.schedule);
-  epoch_key_ = key_of(epoch_best_.schedule);
+  epoch_key_ = key(epoch_best_.schedule);
   since_epoch_best_ = 0;
   stall_ = local_stall_;  // start the epoch with a kick from its (new) best
 }
@@ -449,7 +472,7 @@ void LocalSearch::kick() {
   const int kicks = 2 + static_cast<int>(rng_() % 3);
   for (int i = 0; i < kicks; ++i) random_move(cur_.option, cur_.order, cur_.node);
   cur_.schedule = evaluate(cur_.option, cur_.order, cur_.node);
-  cur_key_ = key_of(cur_.schedule);
+  cur_key_ = key(cur_.schedule);
   stall_ = 0;
 }
 
@@ -587,12 +610,12 @@ bool LocalSearch::window_step() {
   choose_window(base);
   if (freed_.empty()) return false;
   long budget = 40000;
-  WindowResult w =
-      resolve_window(p_, freed_, epoch_best_.option, base, best_key_.makespan * (1 - 1e-9), budget);
+  WindowResult w = resolve_window(p_, freed_, epoch_best_.option, base,
+                                  best_key_.makespan * (1 - 1e-9), tiebreak_, budget);
   ++evaluations_;
   window_seconds_ += seconds_since(l0);
   if (!w.improved) return false;
-  cur_key_ = key_of(epoch_best_.schedule);  // compare with the window's start
+  cur_key_ = key(epoch_best_.schedule);  // compare with the window's start
   stall_ = 0;
   return accept(w.option, w.order, w.node, w.schedule);
 }
@@ -633,7 +656,7 @@ bool LocalSearch::recreate_step() {
   const auto r0 = Clock::now();
   const bool done = ruin_recreate(epoch_best_, 2 + rng_() % 3);
   recreate_seconds_ += seconds_since(r0);
-  if (!done || !key_of(rr_schedule_).better_than(epoch_key_)) return false;
+  if (!done || !key(rr_schedule_).better_than(epoch_key_)) return false;
   cur_key_ = epoch_key_;  // compare with the step's start
   stall_ = 0;
   return accept(rr_option_, rr_order_, rr_node_, rr_schedule_);
@@ -785,9 +808,9 @@ bool LocalSearch::reinsert(size_t j) {
             best_here.makespan +
             2e-9 * std::max(1.0, std::isfinite(best_here.makespan) ? best_here.makespan : 1.0);
         if (!evaluate_into(rr_option_, trial_order_, rr_node_, trial_, cutoff)) continue;
-        const Key key = key_of(trial_);
-        if (!key.better_than(best_here)) continue;
-        best_here = key;
+        const Key trial_key = key(trial_);
+        if (!trial_key.better_than(best_here)) continue;
+        best_here = trial_key;
         best_o = static_cast<int>(o);
         best_n = n;
         best_pos = at;
@@ -846,7 +869,7 @@ void LocalSearch::justify(const std::vector<int>& option, std::vector<int>& orde
   list_by_end_desc(backward_);
   list_schedule_on_into(p_, option, j_order_, j_node_, forward_, scratch_);
   ++evaluations_;
-  if (!key_of(forward_).better_than(key_of(s))) return;
+  if (!key(forward_).better_than(key(s))) return;
   order = j_order_;
   node = j_node_;
   std::swap(s, forward_);
@@ -866,7 +889,7 @@ void LocalSearch::list_by_end_desc(const Schedule& s) {
 // for the next candidate), and as the epoch's and the overall best when it beats those.
 bool LocalSearch::accept(const std::vector<int>& option, const std::vector<int>& order,
                          const std::vector<int>& node, Schedule& s) {
-  const Key k = key_of(s);
+  const Key k = key(s);
   if (!k.better_than(cur_key_)) {
     ++stall_;
     return false;
@@ -917,7 +940,7 @@ HeuristicResult heuristic_schedule(const Prepared& p, double lower_bound,
   auto consider = [&](std::vector<int> option, std::vector<int> order, std::string method) {
     Schedule s = list_schedule(p, option, order);
     ++best.evaluations;
-    const Key k = key_of(s);
+    const Key k = key_of(p, s, Tiebreak::sum_of_ends);
     if (k.better_than(best_key)) {
       best_key = k;
       best.schedule = std::move(s);
