@@ -22,33 +22,73 @@ using Clock = SolverClock;
 
 namespace {
 
-// One search of the portfolio (solve() with threads = 1).
-Plan solve_one(const Problem& problem, const SolveOptions& options, SolveReport* report) {
-  const ScopedClockBasis clock_basis(
-      options.clock, options.wall_cap_s > 0 ? options.wall_cap_s : 3 * options.time_limit_s + 5);
-  const auto t0 = Clock::now();
-  auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
-  SolveReport local;
-  SolveReport& rep = report ? *report : local;
-  rep = SolveReport{};
+// One search of the portfolio (solve() with threads = 1): its phases in order, sharing the
+// best plan, the best bound and the log (solve_one tells the story).
+struct OneSearch {
+  OneSearch(const Problem& problem, const SolveOptions& options, SolveReport* report);
+  void first_heuristics();
+  void packing_plans();
+  void packing_bound();
+  void milp_rounds();
+  void more_local_search();
+  Plan plan();
 
-  const Prepared prepared = prepare(problem);
-  rep.bounds = compute_bounds(prepared, std::min(2.0, 0.15 * options.time_limit_s));
-  // Durations in whole seconds (or multiples of one grid) make every makespan a multiple of
-  // the grid, so a bound strictly between two multiples proves the next one.
-  const double grid = makespan_grid(prepared);
-  double lower = round_up_to_grid(rep.bounds.best, grid);
-  double incumbent = kInfinity;
+  double elapsed() const { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+  bool proven(double makespan) const {
+    return makespan <= lower * (1 + std::max(1e-9, options.gap_tolerance));
+  }
   // The log of incumbents and bounds over time (SolveReport::log).
-  auto note = [&](double makespan, double bound, const std::string& what) {
+  void note(double makespan, double bound, const std::string& what) {
     if (!(makespan < incumbent * (1 - 1e-12)) && !(bound > lower * (1 + 1e-12)) && !rep.log.empty())
       return;
     incumbent = std::min(incumbent, makespan);
     lower = std::max(lower, round_up_to_grid(bound, grid));
     rep.log.push_back({elapsed(), incumbent, lower, what});
-  };
+  }
 
+  const Problem& problem;
+  const SolveOptions& options;
+  const ScopedClockBasis clock_basis;
+  const Clock::time_point t0;
+  SolveReport local;
+  SolveReport& rep;
+  const Prepared prepared;
+  // Durations in whole seconds (or multiples of one grid) make every makespan a multiple of
+  // the grid, so a bound strictly between two multiples proves the next one.
+  const double grid;
+  double lower = 0, incumbent = kInfinity;
   HeuristicOptions ho;
+  long first_evaluations = 0;
+  Schedule best;
+  std::string method;
+  bool milp_solution = false;
+};
+
+Plan solve_one(const Problem& problem, const SolveOptions& options, SolveReport* report) {
+  OneSearch search(problem, options, report);
+  search.first_heuristics();
+  search.packing_plans();
+  search.packing_bound();
+  search.milp_rounds();
+  search.more_local_search();
+  return search.plan();
+}
+
+OneSearch::OneSearch(const Problem& problem_, const SolveOptions& options_, SolveReport* report)
+    : problem(problem_),
+      options(options_),
+      clock_basis(options.clock,
+                  options.wall_cap_s > 0 ? options.wall_cap_s : 3 * options.time_limit_s + 5),
+      t0(Clock::now()),
+      rep(report ? *report : local),
+      prepared(prepare(problem)),
+      grid(makespan_grid(prepared)) {
+  rep = SolveReport{};
+  rep.bounds = compute_bounds(prepared, std::min(2.0, 0.15 * options.time_limit_s));
+  lower = round_up_to_grid(rep.bounds.best, grid);
+}
+
+void OneSearch::first_heuristics() {
   ho.seed = options.seed;
   // A first round of local search, short when the MILP may prove the optimum soon; the rest of
   // the share comes back after the MILP.
@@ -56,17 +96,17 @@ Plan solve_one(const Problem& problem, const SolveOptions& options, SolveReport*
   ho.time_limit_s = std::min(share, 0.5 + 0.01 * static_cast<double>(problem.jobs.size()));
   ho.stop_at = lower * (1 + std::max(1e-9, options.gap_tolerance));
   ho.on_improvement = [&](double makespan) { note(makespan, lower, "local search"); };
-  HeuristicResult h = heuristic_schedule(prepared, lower, ho);
+  const HeuristicResult h = heuristic_schedule(prepared, lower, ho);
   note(h.schedule.makespan, rep.bounds.best, "heuristic " + h.method);
   rep.heuristic_makespan_s = h.schedule.makespan;
   rep.heuristic_method = h.method;
   rep.heuristic_time_s = elapsed();
+  best = h.schedule;
+  method = h.method;
+  first_evaluations = h.evaluations;
+}
 
-  Schedule best = h.schedule;
-  std::string method = h.method;
-  const auto proven = [&](double makespan) {
-    return makespan <= lower * (1 + std::max(1e-9, options.gap_tolerance));
-  };
+void OneSearch::packing_plans() {
   // Plans from the node-packing search (packing_schedule): on few nodes with few jobs each,
   // a plan is a packing of jobs into nodes whose jobs schedule exactly, which the search can
   // find quickly where local search on lists stalls. Trials just below the best plan while
@@ -139,6 +179,9 @@ Plan solve_one(const Problem& problem, const SolveOptions& options, SolveReport*
       lo = std::max(lo, T);
     }
   }
+}
+
+void OneSearch::packing_bound() {
   // With a plan in hand, the exact node-packing bound can search between the bounds. Its
   // per-node tests (LP, and exact schedules of the biggest jobs) often prove the optimum, but
   // some only after seconds of search: it gets up to 30% of the time.
@@ -149,7 +192,9 @@ Plan solve_one(const Problem& problem, const SolveOptions& options, SolveReport*
          "packing search");
     rep.packing_bound_s = lower;
   }
-  bool milp_solution = false;
+}
+
+void OneSearch::milp_rounds() {
   // The MILP phases end by this time: a backend overruns its limit by up to one LP solve (GLPK
   // checks its clock between subproblems), and mapping and validation follow.
   const double milp_deadline = 0.93 * options.time_limit_s;
@@ -215,9 +260,12 @@ Plan solve_one(const Problem& problem, const SolveOptions& options, SolveReport*
       }
     }
   }
+}
+
+void OneSearch::more_local_search() {
   // Time left goes to more local search from the best plan.
   const double left = options.time_limit_s - elapsed();
-  rep.heuristic_evaluations = h.evaluations;
+  rep.heuristic_evaluations = first_evaluations;
   if (!proven(best.makespan) && left > 0.05) {
     HeuristicOptions more = ho;
     more.time_limit_s = left;
@@ -239,7 +287,9 @@ Plan solve_one(const Problem& problem, const SolveOptions& options, SolveReport*
     }
     rep.heuristic_evaluations += again.evaluations;
   }
+}
 
+Plan OneSearch::plan() {
   Plan plan = to_plan(prepared, best);
   // Rounding can leave a bound a hair above an optimal makespan.
   plan.lower_bound_s = std::min(lower, plan.makespan_s);
