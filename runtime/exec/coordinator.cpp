@@ -103,6 +103,8 @@ struct Coordinator::Impl {
   solver::Problem problem;  // the problem the current plan was made for
   solver::Plan plan;
   BatchFacts facts;  // the first plan's predictions, for summary.json
+  // Each plan file this run wrote: its number, when, why, its predicted end of the batch.
+  std::vector<nlohmann::json> plan_predictions;
 
   std::vector<Submission> accepted;  // the submissions in the batch (RUN_DIR/submitted)
   PendingSends pending_sends;        // to ranks that may be training (add_jobs)
@@ -194,6 +196,10 @@ struct Coordinator::Impl {
     facts.makespan_s = now();
     facts.plans = plan_index;
     facts.exit_code = table.exit_code();
+    facts.extra["plan_predictions"] = plan_prediction_errors(facts.makespan_s);
+    facts.extra["prediction_by_kind"] = prediction_by_kind();
+    facts.extra["replans_solved"] = replanner.replans_solved();
+    facts.extra["replan_solve_s"] = replanner.replan_solve_s();
     if (selection.enabled()) facts.extra["selection"] = selection.settings_json();
     files.write_summary(table, facts, now(), [&](const JobState& js) {
       nlohmann::json j = nlohmann::json::object();
@@ -205,6 +211,36 @@ struct Coordinator::Impl {
       return j;
     });
     write_run_state();
+  }
+
+  // Each plan file's prediction of the batch's end against the end measured so far.
+  nlohmann::json plan_prediction_errors(double makespan) const {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& p : plan_predictions) {
+      nlohmann::json e = p;
+      const double predicted = p["predicted_makespan_s"].get<double>();
+      e["error"] = predicted > 0 ? (makespan - predicted) / predicted : 0.0;
+      out.push_back(e);
+    }
+    return out;
+  }
+
+  // Every job's first prediction against what its segments measured, summed per kind.
+  nlohmann::json prediction_by_kind() const {
+    profile::RunParts predicted, actual;
+    for (const auto& js : table.jobs) {
+      predicted += js.predicted_parts;
+      for (const auto& s : js.segments) actual += s.parts(now());
+    }
+    nlohmann::json out = nlohmann::json::object();
+    const auto kind = [&](const char* name, double p, double a) {
+      out[name] = {{"predicted_s", p}, {"actual_s", a}, {"error", p > 0 ? (a - p) / p : 0.0}};
+    };
+    kind("start", predicted.start_s, actual.start_s);
+    kind("steps", predicted.steps_s, actual.steps_s);
+    kind("evals", predicted.evals_s, actual.evals_s);
+    kind("checkpoints", predicted.checkpoints_s, actual.checkpoints_s);
+    return out;
   }
 
   // Adopts `a.plan` (made for `a.problem` with `a.map`) as the current plan.
@@ -227,6 +263,7 @@ struct Coordinator::Impl {
       // `saturn submit` added, the plan after it).
       if (js.predicted_s == 0) {
         js.predicted_s = sched.end_s - sched.start_s;
+        js.predicted_parts = table.remaining_parts(js, config, true);
         if (static_cast<std::size_t>(js.index) >= batch.own_jobs) places_submitted = true;
       }
       if (moved) {
@@ -255,6 +292,10 @@ struct Coordinator::Impl {
       }
       pj["makespan_s"] = a.t + a.plan.makespan_s;
       files.write_plan(plan_index, pj);
+      plan_predictions.push_back({{"plan", plan_index},
+                                  {"created_s", a.t},
+                                  {"reason", a.why},
+                                  {"predicted_makespan_s", a.t + a.plan.makespan_s}});
       event({{"event", plan_index == setup.next_plan_index ? "plan" : "replan"},
              {"plan", plan_index},
              {"reason", a.why},
@@ -460,10 +501,12 @@ struct Coordinator::Impl {
     seg.end_s = now();
     seg.end_step = js.steps_done;
     seg.end_status = segment_status_name(o.status);
+    seg.times = o.times;
     nlohmann::json e = {
         {"job", js.spec->id},
         {"step", js.steps_done},
-        {"segment", static_cast<int>(js.past_segments.size() + js.segments.size()) - 1}};
+        {"segment", static_cast<int>(js.past_segments.size() + js.segments.size()) - 1},
+        {"parts", RunFiles::parts_json(seg.parts(seg.end_s))}};
     // The segment's device-memory peak on its busiest rank (what a GPU sweep is sized by).
     if (o.peak_device_bytes > 0) e["peak_device_bytes"] = o.peak_device_bytes;
     return e;
@@ -475,7 +518,16 @@ struct Coordinator::Impl {
     e["event"] = "job_end";
     if (!std::isnan(js.val_loss)) e["val_loss"] = js.val_loss;
     event(e);
+    if (ended_as_planned(js)) return;
     request_replan("job " + js.spec->id + " finished");
+  }
+
+  // A job that ended about when the plan said (within the re-plan threshold of the batch's time
+  // left) leaves the rest of the plan as good as it was: a re-plan could gain little, and its
+  // two solves would take rank 0's CPU from the training beside them.
+  bool ended_as_planned(const JobState& js) const {
+    const double t = now();
+    return std::abs(t - js.planned_end_s) <= setup.replan_threshold * table.eta_s(t);
   }
 
   void on_job_failed(JobState& js, const SegmentOutcome& o) {

@@ -59,7 +59,6 @@ struct CoordinatorSetup {
   bool replan = true;
   double replan_interval_s = 600;
   double replan_threshold = 0.05;
-  double restart_cost_s = 5;    // checkpoint + reload charged to a job the re-plan would move
   double elapsed_before_s = 0;  // wall time of earlier, interrupted runs of this directory
   double profiling_s = 0;       // this run's calibration and trials (before its clock started)
   int next_plan_index = 0;

@@ -259,12 +259,35 @@ class BatchRun {
     req.current_practice = current_practice_trial(options_);
     req.remaining_steps = remaining_steps();
     const auto start = std::chrono::steady_clock::now();
+    req.checkpoint_writes = checkpoint_write_rates();
     profile::ProfileResult startup;
     planning_ = build_planning_input(req, *world_, &startup);
     // Before the coordinator and the workers start: the planner reads the store file (HDF5,
     // which is not thread-safe here).
     if (rank_ == 0) added_job_planner_ = std::make_shared<const AddedJobPlanner>(req, startup);
     profiling_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+
+  // The rates the run directory's file system takes checkpoints at (rank 0 writes probe files
+  // where the checkpoints go), the same on every rank: the planner prices each checkpoint by them.
+  // A directory the probe cannot write (a full disk) does not stop the batch: its checkpoints
+  // are then unpriced, and each job's own checkpoint writes report the problem where it hurts.
+  profile::WriteRates checkpoint_write_rates() {
+    double rates[2] = {0, 0};
+    if (rank_ == 0) {
+      try {
+        const profile::WriteRates r = profile::measure_write_rates(RunDir(run_dir_).jobs_dir());
+        rates[0] = r.latency_s;
+        rates[1] = r.bytes_per_s;
+        log::info("checkpoint writes to {}: {:.1f} ms a file + {:.0f} MB/s", run_dir_.string(),
+                  1e3 * r.latency_s, r.bytes_per_s / 1e6);
+      } catch (const IoError& e) {
+        log::warn("checkpoint writes to {} not measured ({}): the plan does not price them",
+                  run_dir_.string(), e.what());
+      }
+    }
+    world_->allreduce(rates, 2, comm::ReduceOp::kMax);
+    return {rates[0], rates[1]};
   }
 
   // Per job: 0 when it is done or will not run again; at least 1 otherwise (a job checkpointed

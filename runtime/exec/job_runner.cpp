@@ -150,7 +150,7 @@ class Segment {
       return;
     send(ctx_.control, 0,
          Progress{spec_.id, r.step, r.loss, r.tokens_per_s, step_time,
-                  r.has_val ? std::optional<double>(r.val_loss) : std::nullopt});
+                  r.has_val ? std::optional<double>(r.val_loss) : std::nullopt, r.times});
     last_progress_ = now;
   }
 
@@ -162,6 +162,7 @@ class Segment {
     SegmentOutcome out;
     out.step = result.steps_done;
     out.peak_device_bytes = static_cast<double>(result.peak_device_bytes);
+    out.times = result.times;
     if (!result.steps.empty() && result.steps.back().has_val)
       out.val_loss = result.steps.back().val_loss;
     out.signal = result.decision.signal;

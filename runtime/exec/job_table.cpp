@@ -110,18 +110,59 @@ std::int64_t JobTable::remaining_steps(const JobState& js) const {
   return std::max<std::int64_t>(0, end - js.steps_done);
 }
 
-double JobTable::step_time(const JobState& js, int c) const {
-  const auto& sj = planning_->jobs[static_cast<std::size_t>(js.planning_index)];
-  const auto& cfg = sj.configs[static_cast<std::size_t>(c)];
-  const double base = sj.steps > 0 ? cfg.time_s / static_cast<double>(sj.steps) : cfg.time_s;
-  return base * js.correction;
+profile::RunParts Segment::parts(double now) const {
+  profile::RunParts p;
+  p.steps_s = times.steps_s;
+  p.evals_s = times.evals_s;
+  p.checkpoints_s = times.checkpoints_s;
+  const double wall = (ended() ? end_s : now) - start_s;
+  p.start_s = std::max(0.0, wall - p.steps_s - p.evals_s - p.checkpoints_s);
+  return p;
 }
 
-double JobTable::step_time_unscaled(const JobState& js) const {
-  if (js.planning_index < 0 || js.config < 0) return 0;
-  const auto& sj = planning_->jobs[static_cast<std::size_t>(js.planning_index)];
-  const auto& cfg = sj.configs[static_cast<std::size_t>(js.config)];
-  return sj.steps > 0 ? cfg.time_s / static_cast<double>(sj.steps) : 0;
+namespace {
+
+// What segments measured, per kind, summed with their counts.
+struct KindSums {
+  double steps_s = 0, evals_s = 0, checkpoints_s = 0, starts_s = 0;
+  std::int64_t steps = 0, evals = 0, checkpoints = 0, starts = 0;
+  void add(const Segment& s) {
+    steps_s += s.times.steps_s;
+    steps += s.times.steps;
+    evals_s += s.times.evals_s;
+    evals += s.times.evals;
+    checkpoints_s += s.times.checkpoints_s;
+    checkpoints += s.times.checkpoints;
+    if (s.ended()) {  // a running segment's start is not over until its first step
+      starts_s += s.parts(s.end_s).start_s;
+      ++starts;
+    }
+  }
+};
+
+double mean(double sum, std::int64_t n, double otherwise) {
+  return n > 0 ? sum / static_cast<double>(n) : otherwise;
+}
+
+}  // namespace
+
+profile::UnitCosts JobTable::costs(const JobState& js, int c) const {
+  const ConfigDetail& d = detail(js, c);
+  KindSums same;  // this configuration of this shape (one profile key), in any job of the batch
+  for (const auto& other : jobs)
+    for (const auto& s : other.segments)
+      if (detail(other, s.config).key_id == d.key_id) same.add(s);
+  const profile::UnitCosts p = d.costs();
+  return {mean(same.steps_s, same.steps, p.step_s * js.correction),
+          mean(same.evals_s, same.evals, p.eval_s),
+          mean(same.checkpoints_s, same.checkpoints, p.checkpoint_s),
+          mean(same.starts_s, same.starts, p.start_s)};
+}
+
+profile::RunParts JobTable::remaining_parts(const JobState& js, int c, bool start) const {
+  profile::UnitCosts u = costs(js, c);
+  if (!start) u.start_s = 0;
+  return profile::run_parts(js.spec->train, js.steps_done, js.steps_done + remaining_steps(js), u);
 }
 
 const ConfigDetail& JobTable::detail(const JobState& js, int config) const {
@@ -135,11 +176,14 @@ void JobTable::record_progress(JobState& js, const Progress& m) {
   if (m.val_loss) js.val_loss = *m.val_loss;
   js.tokens_per_s = m.tokens_per_s;
   const double st = m.step_time_s;
-  if (st > 0) {
-    js.step_time_s = js.step_time_s > 0 ? 0.7 * js.step_time_s + 0.3 * st : st;
-    const double est = step_time_unscaled(js);
-    if (est > 0) js.correction = js.step_time_s / est;
-  }
+  if (st > 0) js.step_time_s = js.step_time_s > 0 ? 0.7 * js.step_time_s + 0.3 * st : st;
+  if (js.segments.empty()) return;
+  Segment& running = js.segments.back();
+  running.times = m.times;
+  // The job's own steps against their configuration's profile: scales its other ones.
+  const double profiled = detail(js, running.config).step_s;
+  if (m.times.steps > 0 && profiled > 0)
+    js.correction = m.times.steps_s / static_cast<double>(m.times.steps) / profiled;
 }
 
 bool JobTable::all_done(bool stopping) const {

@@ -26,6 +26,11 @@ struct Segment {
   double start_s = 0, end_s = -1;
   std::int64_t start_step = 0, end_step = 0;
   std::string end_status;
+  SegmentTimes times;  // the trainer's, by kind: from its last progress, then its outcome
+  bool ended() const { return end_s >= 0; }
+  // Its time by kind on the coordinator's clock: the start is what the trainer's steps,
+  // evaluations and checkpoints leave of the segment's wall time (launch, set-up, reports).
+  profile::RunParts parts(double now) const;
 };
 
 struct JobState {
@@ -38,7 +43,8 @@ struct JobState {
   int config = -1;
   std::vector<int> devices;
   double planned_start_s = 0, planned_end_s = 0;
-  double predicted_s = 0;  // first plan's duration for this job in this run
+  double predicted_s = 0;             // first plan's duration for this job in this run
+  profile::RunParts predicted_parts;  // the same by kind
   std::vector<Segment> segments;
   // Segments of earlier, interrupted runs of this directory (from timeline.jsonl), as they go
   // into summary.json; segment numbers continue after them.
@@ -47,7 +53,8 @@ struct JobState {
   // Progress.
   double loss = NAN, val_loss = NAN, tokens_per_s = 0;
   double step_time_s = 0;  // measured, smoothed
-  // measured / estimated step time of the running configuration: scales re-plan estimates.
+  // Its measured optimizer step (evaluations and checkpoints apart) over its configuration's
+  // profiled one: scales the job's configurations this run has not measured.
   double correction = 1.0;
   bool stop_sent = false;
   bool move_after_stop = false;
@@ -107,9 +114,14 @@ class JobTable {
   double eta_s(double now) const;
   // Steps until the job's next stop: its next rung, else its last step.
   std::int64_t remaining_steps(const JobState& js) const;
-  // Step time of config c of the job: the estimate (or trial) scaled by what the job measured.
-  double step_time(const JobState& js, int c) const;
-  double step_time_unscaled(const JobState& js) const;
+  // What a step, an evaluation, a checkpoint and a start cost in config c of the job: what this
+  // run measured in that configuration of that shape (any job of the batch with the same profile
+  // key), else the profile's figure, its steps scaled by the job's own measured correction.
+  // Nothing measured elsewhere is carried over: a 2-rank job's checkpoint on ranks that share
+  // cores says nothing of a 1-rank job's.
+  profile::UnitCosts costs(const JobState& js, int c) const;
+  // The job's steps left in config c, by kind; `start`: a segment starts for them.
+  profile::RunParts remaining_parts(const JobState& js, int c, bool start) const;
   const ConfigDetail& detail(const JobState& js, int config) const;
   // A progress message of the job's leader: steps, losses, the measured step time.
   void record_progress(JobState& js, const Progress& message);

@@ -93,11 +93,30 @@ SegmentStatus parse_segment_status(const std::string& s) {
   throw Error(fmt::format("control message: unknown segment status '{}'", s));
 }
 
+json encode_times(const SegmentTimes& t) {
+  return {{"setup_s", t.setup_s},        {"steps_s", t.steps_s}, {"steps", t.steps},
+          {"evals_s", t.evals_s},        {"evals", t.evals},     {"checkpoints_s", t.checkpoints_s},
+          {"checkpoints", t.checkpoints}};
+}
+
+SegmentTimes decode_times(const json& j) {
+  SegmentTimes t;
+  t.setup_s = j.at("setup_s").get<double>();
+  t.steps_s = j.at("steps_s").get<double>();
+  t.steps = j.at("steps").get<std::int64_t>();
+  t.evals_s = j.at("evals_s").get<double>();
+  t.evals = j.at("evals").get<std::int64_t>();
+  t.checkpoints_s = j.at("checkpoints_s").get<double>();
+  t.checkpoints = j.at("checkpoints").get<std::int64_t>();
+  return t;
+}
+
 json encode_outcome(const SegmentOutcome& o) {
   json j = {{"status", segment_status_name(o.status)},
             {"step", o.step},
             {"reason", o.reason},
-            {"peak_device_bytes", o.peak_device_bytes}};
+            {"peak_device_bytes", o.peak_device_bytes},
+            {"times", encode_times(o.times)}};
   if (o.val_loss) j["val_loss"] = *o.val_loss;
   if (o.signal != 0) j["signal"] = o.signal;
   if (!o.early_stop.is_null()) j["early_stop"] = o.early_stop;
@@ -110,6 +129,7 @@ SegmentOutcome decode_outcome(const json& j) {
   o.step = j.at("step").get<std::int64_t>();
   o.reason = j.at("reason").get<std::string>();
   o.peak_device_bytes = j.at("peak_device_bytes").get<double>();
+  o.times = decode_times(j.at("times"));
   if (j.contains("val_loss")) o.val_loss = j["val_loss"].get<double>();
   o.signal = j.value("signal", 0);
   if (j.contains("early_stop")) o.early_stop = j["early_stop"];
@@ -138,7 +158,8 @@ json encode(const Progress& p) {
             {"step", p.step},
             {"loss", p.loss},
             {"tokens_per_s", p.tokens_per_s},
-            {"step_time_s", p.step_time_s}};
+            {"step_time_s", p.step_time_s},
+            {"times", encode_times(p.times)}};
   if (p.val_loss) j["val_loss"] = *p.val_loss;
   return j;
 }
@@ -183,6 +204,7 @@ Progress decode<Progress>(const json& j) {
   p.loss = j.at("loss").get<double>();
   p.tokens_per_s = j.at("tokens_per_s").get<double>();
   p.step_time_s = j.at("step_time_s").get<double>();
+  p.times = decode_times(j.at("times"));
   if (j.contains("val_loss")) p.val_loss = j["val_loss"].get<double>();
   return p;
 }

@@ -19,6 +19,7 @@
 #include <variant>
 #include <vector>
 
+#include "runtime/train/trainer.hpp"
 #include "runtime/workload/workload.hpp"
 
 namespace saturn::exec {
@@ -48,6 +49,7 @@ struct SegmentOutcome {
   double peak_device_bytes = 0;
   // Stopped by the job's `early_stop:` rule: EarlyStopHit::to_json(); null otherwise.
   nlohmann::json early_stop;
+  SegmentTimes times;  // where the segment's time went (the leader's clock)
 };
 
 // ---- worker -> coordinator
@@ -77,6 +79,7 @@ struct Progress {
   double tokens_per_s = 0;
   double step_time_s = 0;  // as the coordinator sees it: evaluation and checkpoints included
   std::optional<double> val_loss;
+  SegmentTimes times;  // the segment so far, by kind (steps, evaluations, checkpoints, set-up)
 };
 struct SegmentReport {
   std::string job;

@@ -13,6 +13,7 @@ profile::ProfileRequest profile_request(const PlanningRequest& request) {
   pr.device_rank = request.ranks->device_rank;
   pr.steps = request.remaining_steps;
   pr.resources = request.resources;
+  pr.checkpoint_writes = request.checkpoint_writes;
   return pr;
 }
 

@@ -23,7 +23,8 @@ struct PlanningRequest {
   Resources resources;                        // the jobs' backend, this rank's device, memory
   bool quick_calibration = false;
   bool trials = true;
-  std::string current_practice;  // profile::ProfileOptions::current_practice
+  std::string current_practice;           // profile::ProfileOptions::current_practice
+  profile::WriteRates checkpoint_writes;  // the run directory's (profile::ProfileRequest)
 };
 
 // Collective over `world`: trials run on disjoint rank groups, results land in the store.

@@ -34,9 +34,7 @@ solver::Problem Replanner::build_problem(bool allow_moves, bool keep_choices,
     const bool running = js.status == JobStatus::kRunning;
     if (running) {
       solver::Config keep = sj.configs[static_cast<std::size_t>(js.config)];
-      const double measured =
-          js.step_time_s > 0 ? js.step_time_s : table_->step_time(js, js.config);
-      keep.time_s = std::max(1e-3, measured * static_cast<double>(job.steps));
+      keep.time_s = std::max(1e-3, table_->remaining_parts(js, js.config, false).total());
       keep.pinned_devices = js.devices;
       job.configs.push_back(keep);
       cmap.push_back(js.config);
@@ -47,9 +45,10 @@ solver::Problem Replanner::build_problem(bool allow_moves, bool keep_choices,
           continue;
         solver::Config cfg = sj.configs[c];
         cfg.pinned_devices.clear();
-        cfg.time_s = std::max(
-            1e-3, table_->step_time(js, static_cast<int>(c)) * static_cast<double>(job.steps) +
-                      (running ? setup_->restart_cost_s : 0.0));
+        // A move costs the running segment's stop (a checkpoint) and a new segment's start.
+        const int ci = static_cast<int>(c);
+        cfg.time_s = std::max(1e-3, table_->remaining_parts(js, ci, true).total() +
+                                        (running ? table_->costs(js, ci).checkpoint_s : 0.0));
         job.configs.push_back(cfg);
         cmap.push_back(static_cast<int>(c));
       }
@@ -100,6 +99,8 @@ std::optional<PlanAdoption> Replanner::poll(std::uint64_t version, bool stopping
   if (!solving_.valid() || solving_.wait_for(std::chrono::seconds(0)) != std::future_status::ready)
     return std::nullopt;
   const Result r = solving_.get();
+  ++solved_;
+  solve_s_ += r.keep.solver.solve_time_s + r.move.solver.solve_time_s;
   const Snapshot& snap = snapshot_;
   if (!r.error.empty()) {
     log::warn("re-plan failed, keeping the current plan: {}", r.error);

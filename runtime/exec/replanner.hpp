@@ -41,9 +41,10 @@ class Replanner {
   Replanner& operator=(const Replanner&) = delete;
 
   // The remaining work (pending, running, stopping jobs). Running jobs: `allow_moves` adds,
-  // besides keeping their devices (pinned, remaining time), every other configuration at a
-  // restart cost. `keep_choices`: pending jobs may only use their current configuration
-  // (re-timing the current plan rather than re-planning).
+  // besides keeping their devices (pinned, remaining time), every other configuration at the
+  // cost of a move (a checkpoint and a segment's start, as this run measured them). `keep_choices`:
+  // pending jobs may only use their current configuration (re-timing the current plan rather than
+  // re-planning).
   solver::Problem build_problem(bool allow_moves, bool keep_choices, PlanJobMap* map) const;
 
   // Asks for a re-plan; the first reason not yet served is kept.
@@ -54,6 +55,10 @@ class Replanner {
   // The finished re-plan to adopt, if one finished: one that moves running jobs only when it
   // beats re-timing the current choices by the threshold. A stale one is requested again.
   std::optional<PlanAdoption> poll(std::uint64_t version, bool stopping);
+  // The coordinator's own work so far: re-plans solved and their solve seconds (rank 0's CPU,
+  // beside the training of the jobs there).
+  int replans_solved() const { return solved_; }
+  double replan_solve_s() const { return solve_s_; }
 
  private:
   struct Snapshot {
@@ -72,6 +77,8 @@ class Replanner {
   std::string wanted_;  // reason of a requested re-plan not yet started ("" = none)
   Snapshot snapshot_;   // what the re-plan in flight was made from
   std::future<Result> solving_;
+  int solved_ = 0;
+  double solve_s_ = 0;
 };
 
 }  // namespace saturn::exec

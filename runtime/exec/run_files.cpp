@@ -80,6 +80,7 @@ void RunFiles::read_history(JobTable& table) const {
       seg["end_s"] = e.value("t", 0.0);
       seg["end_step"] = e.value("step", 0);
       seg["status"] = kind == "job_end" ? "finished" : kind == "failure" ? "failed" : "stopped";
+      if (e.contains("parts")) seg["parts"] = e["parts"];
       if (kind == "job_end" && e.contains("val_loss")) js->val_loss = e["val_loss"].get<double>();
     }
   }
@@ -157,14 +158,35 @@ void RunFiles::write_run_state(double elapsed_s, int next_plan, const nlohmann::
   write_run_file(RunDir(setup_->run_dir).run_state_file(), state.dump(2));
 }
 
+nlohmann::json RunFiles::parts_json(const profile::RunParts& p) {
+  return {{"start_s", p.start_s},
+          {"steps_s", p.steps_s},
+          {"evals_s", p.evals_s},
+          {"checkpoints_s", p.checkpoints_s}};
+}
+
+namespace {
+profile::RunParts parts_from_json(const nlohmann::json& j) {
+  return {j.value("start_s", 0.0), j.value("steps_s", 0.0), j.value("evals_s", 0.0),
+          j.value("checkpoints_s", 0.0)};
+}
+}  // namespace
+
 nlohmann::json RunFiles::job_entry(const JobTable& table, const JobState& js, double now) const {
   nlohmann::json segs = js.past_segments;
   double actual = 0;
-  for (const auto& s : segs) actual += s["end_s"].get<double>() - s["start_s"].get<double>();
+  // By kind: this run's segments, and earlier runs' that their timeline recorded.
+  profile::RunParts actual_parts;
+  for (const auto& s : segs) {
+    actual += s["end_s"].get<double>() - s["start_s"].get<double>();
+    if (s.contains("parts")) actual_parts += parts_from_json(s["parts"]);
+  }
   for (const auto& s : js.segments) {
     const auto& d = table.detail(js, s.config);
     const double end = s.end_s >= 0 ? s.end_s : now;
     actual += end - s.start_s;
+    const profile::RunParts parts = s.parts(now);
+    actual_parts += parts;
     segs.push_back({{"strategy", d.strategy},
                     {"knobs", d.knobs},
                     {"devices", static_cast<int>(s.ranks.size())},
@@ -173,7 +195,8 @@ nlohmann::json RunFiles::job_entry(const JobTable& table, const JobState& js, do
                     {"end_s", end},
                     {"start_step", s.start_step},
                     {"end_step", s.end_step},
-                    {"status", s.end_status}});
+                    {"status", s.end_status},
+                    {"parts", parts_json(parts)}});
   }
   nlohmann::json j = {{"id", js.spec->id},
                       {"model", js.spec->model_name},
@@ -184,7 +207,9 @@ nlohmann::json RunFiles::job_entry(const JobTable& table, const JobState& js, do
                       {"status", status_name(js.status)},
                       {"segments", segs},
                       {"predicted_s", js.predicted_s},
-                      {"actual_s", actual}};
+                      {"actual_s", actual},
+                      {"predicted_parts", parts_json(js.predicted_parts)},
+                      {"actual_parts", parts_json(actual_parts)}};
   if (!js.reason.empty()) j["reason"] = js.reason;
   if (!std::isnan(js.val_loss)) j["final_val_loss"] = js.val_loss;
   // A job `saturn submit` added with data of its own: the files it trains and evaluates on.

@@ -54,6 +54,9 @@ class RunFiles {
     write_summary_file(table, facts, std::move(jobs));
   }
 
+  // A job's or segment's time by kind, as summary.json and timeline.jsonl write it.
+  static nlohmann::json parts_json(const profile::RunParts& p);
+
  private:
   nlohmann::json job_entry(const JobTable& table, const JobState& js, double now) const;
   void write_summary_file(const JobTable& table, const BatchFacts& facts, nlohmann::json jobs);

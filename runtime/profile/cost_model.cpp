@@ -21,16 +21,49 @@ std::string ConfigSpec::label() const {
   return knobs.empty() ? strategy : fmt::format("{}[{}]", strategy, knobs_text());
 }
 
-std::int64_t evaluations(const TrainConfig& train, std::int64_t steps) {
-  if (steps <= 0) return 0;
-  const std::int64_t periodic = train.eval_every > 0 ? steps / train.eval_every : 0;
-  const bool last_is_periodic = train.eval_every > 0 && steps % train.eval_every == 0;
-  return periodic + (last_is_periodic ? 0 : 1);
+RunParts& RunParts::operator+=(const RunParts& o) {
+  start_s += o.start_s;
+  steps_s += o.steps_s;
+  evals_s += o.evals_s;
+  checkpoints_s += o.checkpoints_s;
+  return *this;
 }
 
-double run_seconds(const TrainConfig& train, std::int64_t steps, double step_s, double eval_s) {
-  return static_cast<double>(steps) * step_s +
-         static_cast<double>(evaluations(train, steps)) * eval_s;
+namespace {
+// Multiples of `every` in (from, to].
+std::int64_t multiples(std::int64_t every, std::int64_t from, std::int64_t to) {
+  return every > 0 && to > from ? to / every - from / every : 0;
+}
+}  // namespace
+
+SegmentWork segment_work(const TrainConfig& train, std::int64_t from, std::int64_t to) {
+  SegmentWork w;
+  if (to <= from) return w;
+  w.steps = to - from;
+  const bool last = to >= train.steps;
+  w.evals = multiples(train.eval_every, from, to);
+  if (last && (train.eval_every <= 0 || to % train.eval_every != 0)) ++w.evals;
+  w.checkpoints = multiples(train.checkpoint_every, from, to);
+  const bool periodic_at_end = train.checkpoint_every > 0 && to % train.checkpoint_every == 0;
+  if (last || !periodic_at_end) ++w.checkpoints;  // final.h5, or the stop's checkpoint
+  return w;
+}
+
+RunParts run_parts(const TrainConfig& train, std::int64_t from, std::int64_t to,
+                   const UnitCosts& c) {
+  const SegmentWork w = segment_work(train, from, to);
+  RunParts p;
+  p.start_s = c.start_s;
+  p.steps_s = static_cast<double>(w.steps) * c.step_s;
+  p.evals_s = static_cast<double>(w.evals) * c.eval_s;
+  p.checkpoints_s = static_cast<double>(w.checkpoints) * c.checkpoint_s;
+  return p;
+}
+
+double checkpoint_bytes(const ModelConfig& model) {
+  const double trained = static_cast<double>(model.lora.enabled() ? model.adapter_parameters()
+                                                                  : model.num_parameters());
+  return trained * 3.0 * sizeof(float);
 }
 
 CostEstimate estimate_cost(const ModelConfig& model, const TrainConfig& train,

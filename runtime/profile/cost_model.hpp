@@ -77,10 +77,43 @@ CostEstimate estimate_cost(const ModelConfig& model, const TrainConfig& train,
                            std::size_t device_capacity = 0, std::size_t host_capacity = 0,
                            DeviceKind backend = DeviceKind::kCpu);
 
-// Evaluations a job runs: one every eval_every steps, and one at the end.
-std::int64_t evaluations(const TrainConfig& train, std::int64_t steps);
+// What one configuration of a job costs per unit of work: an optimizer step, an evaluation,
+// a checkpoint write (periodic, a stop's, final.h5 with its export) and a segment's start (the
+// launch, communicators, the strategy's set-up, the weights or checkpoint loaded).
+struct UnitCosts {
+  double step_s = 0;
+  double eval_s = 0;
+  double checkpoint_s = 0;
+  double start_s = 0;
+};
 
-// The job's whole run time in a configuration: steps × step + evaluations × eval.
-double run_seconds(const TrainConfig& train, std::int64_t steps, double step_s, double eval_s);
+// A job's run time by what it is spent on (docs/profiling.md, "What a job's time is made of").
+struct RunParts {
+  double start_s = 0;
+  double steps_s = 0;
+  double evals_s = 0;
+  double checkpoints_s = 0;
+  double total() const { return start_s + steps_s + evals_s + checkpoints_s; }
+  RunParts& operator+=(const RunParts& o);
+};
+
+// The work of one segment that runs steps (from, to] of a job: its evaluations (every
+// eval_every steps, and at the job's last step) and checkpoints (every checkpoint_every steps,
+// and one more at the segment's end: final.h5 at the job's last step, a stop's elsewhere unless
+// a periodic one was just written).
+struct SegmentWork {
+  std::int64_t steps = 0;
+  std::int64_t evals = 0;
+  std::int64_t checkpoints = 0;
+};
+SegmentWork segment_work(const TrainConfig& train, std::int64_t from, std::int64_t to);
+
+// The segment's time: one start, and its work at the configuration's unit costs.
+RunParts run_parts(const TrainConfig& train, std::int64_t from, std::int64_t to,
+                   const UnitCosts& costs);
+
+// Bytes a checkpoint of the job holds: the trained tensors with their two AdamW moments (a
+// LoRA job's adapters; its frozen base is not written), in fp32.
+double checkpoint_bytes(const ModelConfig& model);
 
 }  // namespace saturn::profile

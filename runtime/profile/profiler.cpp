@@ -318,7 +318,9 @@ class Profiler {
           cfg.strategy = c.config.label();
           cfg.devices = c.config.degree;
           cfg.nodes = c.config.nodes;
-          cfg.time_s = std::max(run_seconds(job.train, steps, d.step_s, d.eval_s), 1e-6);
+          // The steps left are the job's last ones (a resumed job's, from its checkpoint).
+          const std::int64_t from = std::max<std::int64_t>(0, job.train.steps - steps);
+          cfg.time_s = std::max(run_parts(job.train, from, from + steps, d.costs()).total(), 1e-6);
           cfg.memory_gib = static_cast<double>(memory_of(c)) / kGiB;
           cfg.source = d.source;
           sj.configs.push_back(cfg);
@@ -479,7 +481,8 @@ class Profiler {
     d.measured = c.measured;
     if (c.measured) {
       d.step_s = c.measured->step_s;
-      // Trials time steps only; an evaluation scales like the estimate's.
+      // A trial times one evaluation; a stored trial from before it did, none: then it scales
+      // like the estimate's.
       d.eval_s = c.measured->eval_s > 0 ? c.measured->eval_s
                  : c.est.step_s > 0     ? c.est.eval_s * c.measured->step_s / c.est.step_s
                                         : 0.0;
@@ -490,7 +493,20 @@ class Profiler {
       d.eval_s = c.est.eval_s * d.correction;
       d.source = "estimate";
     }
+    d.checkpoint_s = req_.checkpoint_writes.seconds(checkpoint_bytes(shapes_[c.shape].model));
+    d.start_s = c.measured && c.measured->setup_s > 0 ? c.measured->setup_s : typical_setup_s();
     return d;
+  }
+
+  // A configuration without a trial starts as the tried ones did (the median of their set-ups:
+  // devices, communicators, the strategy's buffers); 0 when none was tried.
+  double typical_setup_s() const {
+    std::vector<double> v;
+    for (const auto& c : cands_)
+      if (c.measured && c.measured->setup_s > 0) v.push_back(c.measured->setup_s);
+    if (v.empty()) return 0.0;
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+    return v[v.size() / 2];
   }
 
   std::string no_fit_message(std::size_t j) const {

@@ -25,6 +25,7 @@
 #include "runtime/comm/communicator.hpp"
 #include "runtime/profile/calibration.hpp"
 #include "runtime/profile/cost_model.hpp"
+#include "runtime/profile/file_system.hpp"
 #include "runtime/profile/hardware.hpp"
 #include "runtime/profile/store.hpp"
 #include "runtime/profile/trials.hpp"
@@ -72,6 +73,9 @@ struct ProfileRequest {
   // The backend the jobs (and the trials) run on, and the memory per rank: device_bytes 0 means
   // the cluster's memory_gib, if any; host_bytes 0, unlimited.
   Resources resources;
+  // How fast the run's checkpoints reach its file system (measure_write_rates in the run
+  // directory; the same on every rank). Not measured: checkpoints are priced at 0.
+  WriteRates checkpoint_writes;
 };
 
 // How to run one configuration of the problem, and where its numbers came from.
@@ -85,9 +89,14 @@ struct ConfigDetail {
   CostEstimate estimate;
   std::optional<Measurement> measured;
   double correction = 1.0;  // applied to the estimate when not measured (median trial/estimate)
-  double step_s = 0;        // what time_s was computed from
+  // What time_s was computed from (run_parts): an optimizer step, an evaluation, a checkpoint
+  // write, a segment's start.
+  double step_s = 0;
   double eval_s = 0;
+  double checkpoint_s = 0;
+  double start_s = 0;
   std::string source;  // "trial" | "estimate"
+  UnitCosts costs() const { return {step_s, eval_s, checkpoint_s, start_s}; }
 };
 
 // Every configuration considered, for tables and benchmarks.

@@ -119,6 +119,7 @@ constexpr auto kMeasurementFields = std::make_tuple(
     stored("device_capacity", "trial_device_capacity", &Measurement::device_capacity),
     stored("concurrent", "trial_concurrent", &Measurement::concurrent),
     stored("wall_s", "trial_wall_s", &Measurement::wall_s),
+    stored("setup_s", "trial_setup_s", &Measurement::setup_s, false),
     stored("measured_utc", "measured_utc", &Measurement::measured_utc),
     stored("clock", nullptr, &Measurement::clock, false));
 
@@ -297,9 +298,10 @@ void write_attrs(hid_t g, const S& s, const std::tuple<F...>& fields) {
 
 template <class S, class... F>
 void read_attrs(hid_t g, S& s, const std::tuple<F...>& fields) {
-  auto read = [g](const char* name, auto& v) {
+  // An optional field a store written before it existed lacks keeps its default.
+  auto read = [g](const char* name, bool required, auto& v) {
     using T = std::decay_t<decltype(v)>;
-    if (name == nullptr) return;
+    if (name == nullptr || (!required && !h5::has_attr(g, name))) return;
     if constexpr (std::is_same_v<T, bool>)
       v = h5::read_int_attr(g, name) != 0;
     else if constexpr (std::is_floating_point_v<T>)
@@ -311,7 +313,7 @@ void read_attrs(hid_t g, S& s, const std::tuple<F...>& fields) {
     else
       v = h5::read_string_attr(g, name);
   };
-  std::apply([&](const auto&... f) { (read(f.attr, s.*(f.member)), ...); }, fields);
+  std::apply([&](const auto&... f) { (read(f.attr, f.required, s.*(f.member)), ...); }, fields);
 }
 
 void write_entry(hid_t g, const ProfileEntry& p) {

@@ -57,6 +57,7 @@ struct Measurement {
   std::size_t device_capacity = 0;  // capacity of the trial's device pool (0: unlimited)
   bool concurrent = false;          // other trials ran beside it
   double wall_s = 0;                // the whole trial: set-up, warm-up, steps, evaluation
+  double setup_s = 0;  // devices, communicators and the strategy's set-up (0: not measured)
   std::string measured_utc;
   // The clock the step times came from: "cuda events" on a GPU's compute stream, or
   // "steady_clock" (the CPU backend; stores written before device timers).

@@ -162,6 +162,7 @@ Measurement run_one_trial(const TrialRequest& trial, comm::Communicator& group,
     });
     comms = comm::make_comm_pair(group, *device);
     comm::agree_on(group, [&] { s->setup(*comms, *device, *host); });
+    m.setup_s = max_over(group, seconds_since(t0));
     const TrainConfig& tc = trial.train;
     const data::Batch batch =
         synthetic_batch(tc.batch_size, tc.seq_len, trial.model.vocab_size, 1, tc.packing);

@@ -31,11 +31,11 @@ struct TrialRequest {
 };
 
 struct TrialOptions {
-  int warmup_steps = 1;       // untimed steps first (first-touch of memory, caches)
-  int measure_steps = 2;      // timed steps; the median is the measurement
-  bool serialize = false;     // one trial at a time
-  bool ballast = true;        // idle ranks compute while a round runs (see above)
-  bool measure_eval = false;  // also time one evaluation (else Measurement::eval_s = 0)
+  int warmup_steps = 1;      // untimed steps first (first-touch of memory, caches)
+  int measure_steps = 2;     // timed steps; the median is the measurement
+  bool serialize = false;    // one trial at a time
+  bool ballast = true;       // idle ranks compute while a round runs (see above)
+  bool measure_eval = true;  // also time one evaluation (else Measurement::eval_s = 0)
   // The backend the trials run on, this rank's device (the launch binding's), and the capacity
   // of each trial rank's device pool and host pool (offload); 0: unlimited.
   Resources resources;

@@ -46,6 +46,7 @@ Trainer::Trainer(TrainJob job, TrainOptions options, ParallelOptions parallel,
 Trainer::~Trainer() = default;
 
 TrainResult Trainer::run() {
+  const auto t_run = Clock::now();
   setup();
   const std::int64_t first_step = resume();
   // Reproducible: GEMM bits independent of the thread count (ranks and runs may differ in it).
@@ -55,6 +56,7 @@ TrainResult Trainer::run() {
   t_start_ = t_last_print_ = Clock::now();
   done_ = first_step;
   if (!job_.init_from.empty() && first_step == 0) evaluate_imported();
+  result_.times.setup_s = seconds_since(t_run);
   for (std::int64_t step = first_step; step < total_steps_; ++step) {
     const std::optional<StepRecord> r = train_step(step);
     if (!r) break;  // a non-finite loss or norm stopped the job
@@ -303,11 +305,19 @@ std::optional<StepRecord> Trainer::train_step(std::int64_t step) {
   r.lr = sr.lr;
   r.grad_norm = sr.grad_norm;
   r.tokens_per_s = static_cast<double>(tc.batch_size * tc.seq_len) / dt;
+  r.step_s = dt;
+  result_.times.steps_s += dt;
+  ++result_.times.steps;
   if ((tc.eval_every > 0 && r.step % tc.eval_every == 0) || r.step == total_steps_) {
+    const auto t_eval = Clock::now();
     r.has_val = true;
     val_loader_->seek({0, 0});
     r.val_loss = strategy_->evaluate(val_loader_->next_batch(eval_rows(tc)));
+    r.eval_s = seconds_since(t_eval);
+    result_.times.evals_s += r.eval_s;
+    ++result_.times.evals;
   }
+  r.times = result_.times;
   r.time_s = seconds_since(t_start_);
   return r;
 }
@@ -322,8 +332,12 @@ void Trainer::record(const StepRecord& r, std::int64_t first_step) {
                            {"lr", r.lr},
                            {"grad_norm", r.grad_norm},
                            {"tokens_per_s", r.tokens_per_s},
-                           {"time_s", r.time_s}};
-    if (r.has_val) line["val_loss"] = r.val_loss;
+                           {"time_s", r.time_s},
+                           {"step_s", r.step_s}};
+    if (r.has_val) {
+      line["val_loss"] = r.val_loss;
+      line["eval_s"] = r.eval_s;
+    }
     metrics_ << line.dump() << '\n';
     metrics_.flush();
   }
@@ -348,7 +362,10 @@ ckpt::TrainPoint Trainer::point(std::int64_t step) const {
 
 bool Trainer::checkpoint(std::int64_t step) {
   if (options_.job_dir.empty() || poisoned(step)) return false;
+  const auto t0 = Clock::now();
   ckpt::save_training_checkpoint(comm_, checkpoints_, point(step), source_);
+  result_.times.checkpoints_s += seconds_since(t0);
+  ++result_.times.checkpoints;
   return true;
 }
 
@@ -375,6 +392,7 @@ void Trainer::finish() {
           fmt::format("job {}: the frozen base changed during training (weights checksum "
                       "{} at the start): not saving adapters trained on another model",
                       job_.id, checkpoints_.base_checksum));
+    const auto t_final = Clock::now();
     const auto final_file = ckpt::save_final(comm_, checkpoints_, point(done_), source_);
     if (options_.export_format != TrainOptions::Export::kNone)
       comm::agree_on(comm_, [&] {
@@ -406,6 +424,8 @@ void Trainer::finish() {
           log::info("job {}: final weights as a Hugging Face model in {} ({} tensors)", job_.id,
                     RunDir::hf_export_dir(options_.job_dir).string(), r.tensors);
       });
+    result_.times.checkpoints_s += seconds_since(t_final);
+    ++result_.times.checkpoints;
   }
   std::int64_t peak = static_cast<std::int64_t>(device_->memory().peak());
   comm_.allreduce(&peak, 1, comm::ReduceOp::kMax);

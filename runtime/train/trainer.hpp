@@ -44,6 +44,18 @@ struct TrainOptions {
 // The workload's `export:` value ("", hf, peft) as an option.
 TrainOptions::Export export_option(const std::string& workload_export);
 
+// Where one segment's time went on the leader's clock: the parts the planner prices a job by
+// (docs/profiling.md, "What a job's time is made of"). Cumulative from the segment's start.
+struct SegmentTimes {
+  double setup_s = 0;  // strategy set-up, checkpoint or imported weights loaded, first eval
+  double steps_s = 0;  // optimizer steps (forward, backward, reductions, update)
+  std::int64_t steps = 0;
+  double evals_s = 0;  // evaluations
+  std::int64_t evals = 0;
+  double checkpoints_s = 0;  // checkpoints written: periodic, at a stop, final.h5 and its export
+  std::int64_t checkpoints = 0;
+};
+
 struct StepRecord {
   std::int64_t step = 0;  // 1-based optimizer step just completed
   double loss = 0;        // mean train loss over the global batch
@@ -53,11 +65,15 @@ struct StepRecord {
   double time_s = 0;
   bool has_val = false;
   double val_loss = 0;
+  double step_s = 0;   // this step alone (its evaluation and checkpoint not included)
+  double eval_s = 0;   // its evaluation (has_val)
+  SegmentTimes times;  // the segment so far: this step and its evaluation included
 };
 
 struct TrainResult {
   std::vector<StepRecord> steps;  // the steps this call ran (after a resume: from there on)
   std::int64_t steps_done = 0;    // optimizer steps of the job done when the call returned
+  SegmentTimes times;             // the whole call, final.h5 and the export included
   bool stopped = false;           // stopped early at a step boundary (checkpointed)
   StepDecision decision;          // the last step's agreed decision (a signal, even if finished)
   // ParallelOptions::nonfinite_stops: the step at which training met a non-finite value (0:

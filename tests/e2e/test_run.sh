@@ -96,7 +96,22 @@ for j in s["jobs"]:
     if j["model"] in only:
         assert used <= only[j["model"]], (j["id"], j["segments"])
     assert j["actual_s"] > 0 and j["predicted_s"] > 0
+    # Its time by kind, predicted (the first plan) and measured: they add up to the totals.
+    kinds = ["start_s", "steps_s", "evals_s", "checkpoints_s"]
+    pp, ap = j["predicted_parts"], j["actual_parts"]
+    assert all(pp[k] >= 0 and ap[k] >= 0 for k in kinds), (j["id"], pp, ap)
+    assert pp["steps_s"] > 0 and pp["evals_s"] > 0 and ap["steps_s"] > 0 and ap["checkpoints_s"] > 0, (j["id"], pp, ap)
+    assert abs(sum(ap.values()) - j["actual_s"]) <= 1e-6 * j["actual_s"], (j["id"], ap, j["actual_s"])
+    assert abs(sum(pp.values()) - j["predicted_s"]) <= 1e-3 * j["predicted_s"] + 1e-6, (j["id"], pp, j["predicted_s"])
+    rows_eval = [r for r in rows if "eval_s" in r]
+    assert len(rows_eval) == len(vals) and all(r["step_s"] > 0 for r in rows), j["id"]
 assert "best_job" in s and s["makespan_s"] > 0 and s["predicted_makespan_s"] > 0
+# Each plan's prediction of the batch's end and its error; the error by kind over the jobs.
+pp = s["plan_predictions"]
+assert pp and pp[0]["plan"] == 0 and abs(pp[0]["predicted_makespan_s"] - s["predicted_makespan_s"]) < 1e-6, pp
+assert abs(pp[0]["error"] - s["prediction_error"]) < 1e-9, (pp[0], s["prediction_error"])
+assert set(s["prediction_by_kind"]) == {"start", "steps", "evals", "checkpoints"}, s["prediction_by_kind"]
+assert s["replans_solved"] >= 0 and s["replan_solve_s"] >= 0
 print(len(strategies), "strategies used:", sorted(strategies), "makespan", round(s["makespan_s"], 1),
       "predicted", round(s["predicted_makespan_s"], 1))
 known = {"ddp", "fsdp", "pipeline", "tensor", "offload", "ddp+pipeline", "ddp+tensor", "zero2"}

@@ -160,13 +160,34 @@ TEST(CostModel, LoadFactorScalesTheStep) {
   EXPECT_NEAR(est("fsdp", 2, {}, 0, 2.0).step_s, 2 * est("fsdp", 2).step_s, 1e-12);
 }
 
-TEST(CostModel, RunTimeCountsStepsAndEvaluations) {
-  TrainConfig t = small_train();
-  EXPECT_EQ(evaluations(t, 200), 4);  // at 50, 100, 150, 200
-  EXPECT_EQ(evaluations(t, 210), 5);  // and at the end
+TEST(CostModel, RunTimeCountsStartStepsEvaluationsAndCheckpoints) {
+  TrainConfig t = small_train();  // eval_every 50
+  t.checkpoint_every = 100;
+  t.steps = 210;
+  SegmentWork w = segment_work(t, 0, 210);
+  EXPECT_EQ(w.steps, 210);
+  EXPECT_EQ(w.evals, 5);          // at 50, 100, 150, 200 and at the end
+  EXPECT_EQ(w.checkpoints, 3);    // at 100, 200 and final.h5
+  w = segment_work(t, 100, 200);  // stopped at 200 (a rung): its periodic checkpoint suffices
+  EXPECT_EQ(w.evals, 2);
+  EXPECT_EQ(w.checkpoints, 1);
+  w = segment_work(t, 0, 120);  // stopped at 120: periodic at 100, the stop's at 120
+  EXPECT_EQ(w.checkpoints, 2);
+  t.steps = 200;
+  w = segment_work(t, 150, 200);  // the last step is periodic: both it and final.h5
+  EXPECT_EQ(w.evals, 1);
+  EXPECT_EQ(w.checkpoints, 2);
   t.eval_every = 0;
-  EXPECT_EQ(evaluations(t, 200), 1);
-  EXPECT_DOUBLE_EQ(run_seconds(t, 200, 0.5, 2.0), 102.0);
+  t.checkpoint_every = 0;
+  w = segment_work(t, 0, 200);
+  EXPECT_EQ(w.evals, 1);
+  EXPECT_EQ(w.checkpoints, 1);
+  const RunParts p = run_parts(t, 0, 200, UnitCosts{0.5, 2.0, 3.0, 4.0});
+  EXPECT_DOUBLE_EQ(p.steps_s, 100.0);
+  EXPECT_DOUBLE_EQ(p.evals_s, 2.0);
+  EXPECT_DOUBLE_EQ(p.checkpoints_s, 3.0);
+  EXPECT_DOUBLE_EQ(p.start_s, 4.0);
+  EXPECT_DOUBLE_EQ(p.total(), 109.0);
   EXPECT_EQ(ConfigSpec({"pipeline", {"schedule=gpipe"}, 2, 1}).label(), "pipeline[schedule=gpipe]");
 }
 

@@ -2,6 +2,7 @@
 // keys that ignore learning rate and seed.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <hdf5.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -59,6 +60,7 @@ ProfileEntry some_entry(const std::string& strategy, int degree, bool measured) 
     x.peak_device_bytes = 123456000;
     x.device_capacity = 1 << 30;
     x.concurrent = true;
+    x.setup_s = 0.375;
     x.measured_utc = "2025-01-02T00:00:00Z";
     e.measured = x;
   }
@@ -96,6 +98,7 @@ TEST(ProfileStore, RoundTripsThroughHdf5) {
   EXPECT_EQ(got->measured->peak_device_bytes, 123456000u);
   EXPECT_EQ(got->measured->device_capacity, std::size_t{1} << 30);
   EXPECT_TRUE(got->measured->concurrent);
+  EXPECT_DOUBLE_EQ(got->measured->setup_s, 0.375);
   EXPECT_FALSE(r.find(some_entry("ddp", 4, false).key.id())->measured.has_value());
   const HardwareRecord* hw = r.hardware(some_hardware().id());
   ASSERT_NE(hw, nullptr);
@@ -104,6 +107,31 @@ TEST(ProfileStore, RoundTripsThroughHdf5) {
   EXPECT_TRUE(hw->calibration->has_inter_node());
   // The text form (what rank 0 broadcasts) round-trips too.
   EXPECT_EQ(ProfileStore::from_text(r.to_text()).to_text(), r.to_text());
+  fs::remove_all(dir);
+}
+
+// A trial stored before trials timed their set-up loads, its set-up unmeasured (0).
+TEST(ProfileStore, ReadsATrialStoredWithoutItsSetUpTime) {
+  const fs::path dir = temp_dir("store-old");
+  ProfileStore s;
+  const ProfileEntry e = some_entry("fsdp", 2, true);
+  s.put(e);
+  s.save(dir / "p.h5");
+  {
+    const hid_t f = H5Fopen((dir / "p.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    const hid_t g = H5Gopen2(f, ("/profiles/" + e.key.id()).c_str(), H5P_DEFAULT);
+    ASSERT_GE(g, 0);
+    EXPECT_GE(H5Adelete(g, "trial_setup_s"), 0);
+    H5Gclose(g);
+    H5Fclose(f);
+  }
+  const ProfileStore r = ProfileStore::load(dir / "p.h5");
+  const ProfileEntry* got = r.find(e.key.id());
+  ASSERT_NE(got, nullptr);
+  ASSERT_TRUE(got->measured.has_value());
+  EXPECT_DOUBLE_EQ(got->measured->setup_s, 0.0);
+  EXPECT_DOUBLE_EQ(got->measured->step_s, 0.25);
   fs::remove_all(dir);
 }
 

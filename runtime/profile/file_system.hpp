@@ -1,0 +1,23 @@
+// How fast checkpoints reach the file system a run writes them to: the part of a job's time
+// the device's calibration cannot know (a run directory on a node's SSD, on NFS or on Lustre
+// writes at rates 100x apart). Measured once per run, in the run directory itself.
+#pragma once
+
+#include <filesystem>
+
+namespace saturn::profile {
+
+struct WriteRates {
+  double latency_s = 0;    // a small file written, fsynced and renamed into place
+  double bytes_per_s = 0;  // each further byte (0: not measured)
+  bool measured() const { return bytes_per_s > 0; }
+  // One checkpoint file of `bytes`, written as the checkpoint writer does.
+  double seconds(double bytes) const;
+};
+
+// Writes, fsyncs and renames probe files in `dir` (created if absent) the way a checkpoint is
+// written, and removes them; the largest is 32 MiB or an eighth of the free space. IoError when
+// `dir` cannot be written (full, read-only, not a directory).
+WriteRates measure_write_rates(const std::filesystem::path& dir);
+
+}  // namespace saturn::profile
