@@ -539,15 +539,22 @@ std::string jobs_table(const RunData& run, const std::map<std::string, std::size
 std::string plans_table(const RunData& run) {
   if (run.plans.empty()) return R"(<p class="sub">No plan yet.</p>)";
   std::string o = R"(<table id="plans"><thead><tr><th>plan</th><th>made at</th><th>why</th>)"
-                  R"(<th class="r">predicted end</th><th class="r">lower bound</th><th>solver</th>)"
+                  R"(<th class="r">predicted end</th><th class="r">error</th>)"
+                  R"(<th class="r">lower bound</th><th>solver</th>)"
                   R"(<th class="r">jobs</th></tr></thead><tbody>)";
-  for (const auto& p : run.plans)
+  for (const auto& p : run.plans) {
+    // Each plan's prediction of the batch's end against the end, once the batch is over.
+    const std::string error =
+        run.complete && p.makespan_s > 0
+            ? fmt::format("{:+.1f}%", 100.0 * (run.makespan_s - p.makespan_s) / p.makespan_s)
+            : "-";
     o += fmt::format(
         R"(<tr><td>{}</td><td>{}</td><td>{}</td><td class="r">{}</td><td class="r">{}</td>)"
-        R"(<td>{}{}</td><td class="r">{}</td></tr>)",
+        R"(<td class="r">{}</td><td>{}{}</td><td class="r">{}</td></tr>)",
         esc(p.file), format_seconds(p.created_s), esc(p.reason), format_seconds(p.makespan_s),
-        format_seconds(p.lower_bound_s), esc(p.solver_status),
+        error, format_seconds(p.lower_bound_s), esc(p.solver_status),
         p.gap > 0 ? fmt::format(", gap {:.1f}%", 100 * p.gap) : "", p.jobs.size());
+  }
   return o + "</tbody></table>\n";
 }
 

@@ -275,6 +275,10 @@ selection: {method: successive-halving, min_steps: 4, reduction_factor: 2, max_r
   EXPECT_EQ(job(r, "a").stopped_by, "");
   EXPECT_TRUE(r.complete);  // every job finished or stopped for good: the makespan is final
   const std::string html = saturn::report::render_html(r);
+  // Each plan's error against the final makespan (10.1 s): plan 0 said 20 s, plan 2 16 s.
+  EXPECT_DOUBLE_EQ(r.makespan_s, 10.1);
+  EXPECT_NE(html.find(R"(<td class="r">-49.5%</td>)"), std::string::npos);
+  EXPECT_NE(html.find(R"(<td class="r">-36.9%</td>)"), std::string::npos);
   // Gantt: the stopped jobs' last segments in their own style, each with a mark and a label.
   EXPECT_NE(html.find(R"(class="bar actual stopped ended-selection" data-job="b")"),
             std::string::npos);
