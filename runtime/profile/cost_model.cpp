@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "runtime/core/error.hpp"
+#include "runtime/model/parameters.hpp"
 #include "runtime/parallel/common.hpp"
 #include "runtime/parallel/strategy.hpp"
 
@@ -64,6 +65,21 @@ double checkpoint_bytes(const ModelConfig& model) {
   const double trained = static_cast<double>(model.lora.enabled() ? model.adapter_parameters()
                                                                   : model.num_parameters());
   return trained * 3.0 * sizeof(float);
+}
+
+double checkpoint_sync_points(const ModelConfig& model) {
+  double trained_tensors = 0;
+  const ParameterLayout layout(model);
+  for (const auto& t : layout.tensors())
+    if (t.trainable) ++trained_tensors;
+  const double datasets = 3 * trained_tensors;  // weights and both AdamW moments
+  return 5 * datasets + 3 * 3 + 8;
+}
+
+double checkpoint_seconds(const ModelConfig& model, int degree, bool inter_node,
+                          const WriteRates& writes, const Calibration& calibration) {
+  return writes.seconds(checkpoint_bytes(model)) +
+         calibration.sync_seconds(degree, inter_node, checkpoint_sync_points(model));
 }
 
 CostEstimate estimate_cost(const ModelConfig& model, const TrainConfig& train,

@@ -30,6 +30,7 @@
 
 #include "runtime/model/config.hpp"
 #include "runtime/profile/calibration.hpp"
+#include "runtime/profile/file_system.hpp"
 
 namespace saturn::profile {
 
@@ -115,5 +116,15 @@ RunParts run_parts(const TrainConfig& train, std::int64_t from, std::int64_t to,
 // Bytes a checkpoint of the job holds: the trained tensors with their two AdamW moments (a
 // LoRA job's adapters; its frozen base is not written), in fp32.
 double checkpoint_bytes(const ModelConfig& model);
+
+// Points at which a checkpoint's ranks wait for each other: the parallel HDF5 file is written
+// collectively, about five per dataset (its creation agreed, its writes, its close agreed) and a
+// few per file. On ranks that share cores each costs the calibrated synchronisation wait.
+double checkpoint_sync_points(const ModelConfig& model);
+
+// One checkpoint of `model` by `degree` ranks: its bytes at the file system's rates, and its
+// collective waits (Calibration::sync_seconds; none on one rank).
+double checkpoint_seconds(const ModelConfig& model, int degree, bool inter_node,
+                          const WriteRates& writes, const Calibration& calibration);
 
 }  // namespace saturn::profile

@@ -493,7 +493,8 @@ class Profiler {
       d.eval_s = c.est.eval_s * d.correction;
       d.source = "estimate";
     }
-    d.checkpoint_s = req_.checkpoint_writes.seconds(checkpoint_bytes(shapes_[c.shape].model));
+    d.checkpoint_s = checkpoint_seconds(shapes_[c.shape].model, c.config.degree, c.config.nodes > 1,
+                                        req_.checkpoint_writes, cal_);
     d.start_s = c.measured && c.measured->setup_s > 0 ? c.measured->setup_s : typical_setup_s();
     return d;
   }
