@@ -21,21 +21,11 @@ import subprocess
 import sys
 import time
 
+from run import load, sh  # bench/makespan/run.py: the load average, a logged command
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 KINDS = ["start", "steps", "evals", "checkpoints"]
-
-
-def load():
-    with open("/proc/loadavg") as f:
-        return float(f.read().split()[0])
-
-
-def sh(cmd, log, env):
-    with open(log, "w") as out:
-        rc = subprocess.call(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
-    if rc != 0:
-        sys.exit(f"predictions: {' '.join(cmd)} exited {rc} (log {log}):\n{open(log).read()[-3000:]}")
 
 
 def one_run(saturn, workload, np_, run_dir, env):
