@@ -324,10 +324,14 @@ class LocalSearch {
   bool change_option(size_t j);
   bool change_node(size_t j);
   bool move_earlier(size_t j);
+  bool widen_beside(size_t j);
   bool random_moves();
   bool random_move(std::vector<int>& option, std::vector<int>& order, std::vector<int>& node);
   bool random_node(std::vector<int>& node);
   bool random_option(std::vector<int>& option);
+  bool random_trade(std::vector<int>& option);
+  int next_width(size_t j, int o, bool wider) const;
+  size_t partner_beside(size_t j);
   bool random_reorder(const std::vector<int>& option, std::vector<int>& order,
                       const std::vector<int>& node, bool swap);
 
@@ -387,6 +391,7 @@ class LocalSearch {
   Schedule backward_, forward_;
   double window_seconds_ = 0, recreate_seconds_ = 0;
   std::vector<int> freed_, by_distance_;
+  std::vector<size_t> partners_;
   std::vector<int> removed_, rr_option_, rr_order_, rr_node_, trial_order_;
   std::vector<char> is_removed_;
   std::vector<size_t> positions_;
@@ -502,7 +507,7 @@ void LocalSearch::shorten(std::vector<int>& option) const {
 bool LocalSearch::improve_critical() {
   for (size_t i = 0; i < cur_.order.size(); ++i) pos_[static_cast<size_t>(cur_.order[i])] = i;
   for (size_t j : ending_last(cur_.schedule))
-    if (change_option(j) || change_node(j) || move_earlier(j)) return true;
+    if (change_option(j) || change_node(j) || move_earlier(j) || widen_beside(j)) return true;
   return false;
 }
 
@@ -540,13 +545,84 @@ bool LocalSearch::move_earlier(size_t j) {
   return false;
 }
 
-// Up to 16 random moves from the current list, until one improves it.
+// A critical job takes its next wider option while a job running beside it on its node takes
+// its next narrower one (up to three random neighbours): a wider option alone mostly finds the
+// devices it needs busy.
+bool LocalSearch::widen_beside(size_t j) {
+  const int wider = next_width(j, cur_.option[j], /*wider=*/true);
+  if (wider < 0) return false;
+  for (int tries = 0; tries < 3; ++tries) {
+    const size_t b = partner_beside(j);
+    if (b == J_) return false;
+    const int narrower = next_width(b, cur_.option[b], /*wider=*/false);
+    if (narrower < 0) continue;
+    start_candidate();
+    option_[j] = wider;
+    option_[b] = narrower;
+    if (try_candidate()) return true;
+  }
+  return false;
+}
+
+// Up to 16 random moves from the current list, until one improves it; one in four trades
+// devices between two jobs (random_trade).
 bool LocalSearch::random_moves() {
   for (int tries = 0; tries < 16 && stall_ < local_stall_; ++tries) {
     start_candidate();
-    if (random_move(option_, order_, node_) && try_candidate()) return true;
+    const bool moved =
+        rng_() % 4 == 0 ? random_trade(option_) : random_move(option_, order_, node_);
+    if (moved && try_candidate()) return true;
   }
   return false;
+}
+
+// A random job takes its next narrower option and a job running beside it on its node its next
+// wider one. Packing narrow jobs around wide ones needs both at once: either change alone
+// leaves devices idle or finds them busy, and lengthens the schedule.
+bool LocalSearch::random_trade(std::vector<int>& option) {
+  const size_t a = pick_(rng_);
+  const size_t b = partner_beside(a);
+  if (b == J_) return false;
+  const int narrower = next_width(a, option[a], /*wider=*/false);
+  const int wider = next_width(b, option[b], /*wider=*/true);
+  if (narrower < 0 || wider < 0) return false;
+  option[a] = narrower;
+  option[b] = wider;
+  return true;
+}
+
+// Job j's option with the next device count above (or below) option o's, the fastest of that
+// count; -1 when there is none that is not too long, or j is pinned.
+int LocalSearch::next_width(size_t j, int o, bool wider) const {
+  const Option& now = opt(p_, j, o);
+  if (now.pinned) return -1;
+  const int w = now.devices * now.nodes;
+  int best = -1, best_w = 0;
+  for (size_t c = 0; c < p_.options[j].size(); ++c) {
+    const Option& x = p_.options[j][c];
+    const int xw = x.devices * x.nodes;
+    if (x.pinned || (wider ? xw <= w : xw >= w) || too_long(j, static_cast<int>(c))) continue;
+    const bool nearer = best < 0 || (wider ? xw < best_w : xw > best_w);
+    if (nearer || (xw == best_w && x.time_s < opt(p_, j, best).time_s)) {
+      best = static_cast<int>(c);
+      best_w = xw;
+    }
+  }
+  return best;
+}
+
+// A random job on job j's node in the current schedule whose run meets j's; J_ when none.
+size_t LocalSearch::partner_beside(size_t j) {
+  const Placement& c = cur_.schedule.jobs[j];
+  if (c.nodes.size() != 1) return J_;
+  partners_.clear();
+  for (size_t b = 0; b < J_; ++b) {
+    const Placement& pl = cur_.schedule.jobs[b];
+    if (b != j && pl.nodes.size() == 1 && pl.nodes[0] == c.nodes[0] && pl.start <= c.end &&
+        pl.end >= c.start)
+      partners_.push_back(b);
+  }
+  return partners_.empty() ? J_ : partners_[rng_() % partners_.size()];
 }
 
 // A random change of the list: one job's option or node, a swap of two jobs, or a job moved
