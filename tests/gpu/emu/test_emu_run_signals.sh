@@ -176,7 +176,11 @@ for j in s["jobs"]:
         m = re.search(r"job %s: resuming from \S+ \(step (\d+)," % re.escape(j["id"]), log)
         assert m and int(m.group(1)) == b["start_step"], (j["id"], b, m and m.group(0))
         if (segs[0]["strategy"], segs[0]["devices"]) != (b["strategy"], b["devices"]):
-            assert after.get(j["id"], (b["strategy"], b["devices"])) == (b["strategy"], b["devices"])
+            # A job may move more than once (the resume's plan, then a re-plan whose measured
+            # cost of a move, a checkpoint and a start, is small here): the last plan that lists
+            # it is where its last segment ran.
+            if b is segs[-1]:
+                assert after.get(j["id"], (b["strategy"], b["devices"])) == (b["strategy"], b["devices"])
             moved.append((j["id"], b["start_step"], f'{segs[0]["strategy"]} x{segs[0]["devices"]}',
                           f'{b["strategy"]} x{b["devices"]}'))
 print("moved by the resume's plan or a re-plan:", moved)
