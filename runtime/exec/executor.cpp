@@ -19,6 +19,7 @@
 #include "runtime/core/byte_hash.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/log.hpp"
+#include "runtime/exec/checkpoint_probe.hpp"
 #include "runtime/exec/cluster.hpp"
 #include "runtime/exec/coordinator.hpp"
 #include "runtime/exec/early_stop.hpp"
@@ -31,6 +32,8 @@
 #include "runtime/exec/signals.hpp"
 #include "runtime/exec/submission.hpp"
 #include "runtime/hf/hf_model.hpp"
+#include "runtime/profile/file_system.hpp"
+#include "runtime/profile/trials.hpp"
 #include "runtime/rundir/run_dir.hpp"
 #include "runtime/workload/run_workload.hpp"
 
@@ -273,21 +276,33 @@ class BatchRun {
   // A directory the probe cannot write (a full disk) does not stop the batch: its checkpoints
   // are then unpriced, and each job's own checkpoint writes report the problem where it hurts.
   profile::WriteRates checkpoint_write_rates() {
-    double rates[2] = {0, 0};
+    double rates[3] = {0, 0, 0};
+    // Under the contention the checkpoints will have: the other ranks compute meanwhile, as
+    // jobs do beside a checkpoint (on ranks that share cores its writes wait for the CPU).
+    std::int32_t token = 1;
+    comm::Request others_done;
+    if (rank_ != 0) {
+      others_done = world_->iallreduce(&token, 1, comm::ReduceOp::kSum);
+      profile::ballast_until(others_done);
+    }
     if (rank_ == 0) {
       try {
-        const profile::WriteRates r = profile::measure_write_rates(RunDir(run_dir_).jobs_dir());
+        const fs::path dir = RunDir(run_dir_).jobs_dir();
+        profile::WriteRates r = profile::measure_write_rates(dir);
+        r.dataset_s = checkpoint_dataset_seconds(dir, r);
         rates[0] = r.latency_s;
         rates[1] = r.bytes_per_s;
-        log::info("checkpoint writes to {}: {:.1f} ms a file + {:.0f} MB/s", run_dir_.string(),
-                  1e3 * r.latency_s, r.bytes_per_s / 1e6);
-      } catch (const IoError& e) {
+        rates[2] = r.dataset_s;
+        log::info("checkpoint writes to {}: {:.1f} ms a file + {:.2f} ms a dataset + {:.0f} MB/s",
+                  run_dir_.string(), 1e3 * r.latency_s, 1e3 * r.dataset_s, r.bytes_per_s / 1e6);
+      } catch (const Error& e) {  // IoError, or the probe checkpoint's CheckpointError
         log::warn("checkpoint writes to {} not measured ({}): the plan does not price them",
                   run_dir_.string(), e.what());
       }
     }
-    world_->allreduce(rates, 2, comm::ReduceOp::kMax);
-    return {rates[0], rates[1]};
+    if (rank_ == 0) world_->iallreduce(&token, 1, comm::ReduceOp::kSum).wait();
+    world_->allreduce(rates, 3, comm::ReduceOp::kMax);
+    return {rates[0], rates[1], rates[2]};
   }
 
   // Per job: 0 when it is done or will not run again; at least 1 otherwise (a job checkpointed

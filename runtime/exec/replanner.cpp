@@ -40,15 +40,16 @@ solver::Problem Replanner::build_problem(bool allow_moves, bool keep_choices,
       cmap.push_back(js.config);
     }
     if (!running || allow_moves) {
+      // A move costs the running segment's stop (a checkpoint in its present configuration)
+      // and the new segment's start.
+      const double stop_s = running ? table_->costs(js, js.config).checkpoint_s : 0.0;
       for (std::size_t c = 0; c < sj.configs.size(); ++c) {
         if (keep_choices && !running && static_cast<int>(c) != js.config && js.config >= 0)
           continue;
         solver::Config cfg = sj.configs[c];
         cfg.pinned_devices.clear();
-        // A move costs the running segment's stop (a checkpoint) and a new segment's start.
-        const int ci = static_cast<int>(c);
-        cfg.time_s = std::max(1e-3, table_->remaining_parts(js, ci, true).total() +
-                                        (running ? table_->costs(js, ci).checkpoint_s : 0.0));
+        cfg.time_s =
+            std::max(1e-3, table_->remaining_parts(js, static_cast<int>(c), true).total() + stop_s);
         job.configs.push_back(cfg);
         cmap.push_back(static_cast<int>(c));
       }

@@ -67,19 +67,22 @@ double checkpoint_bytes(const ModelConfig& model) {
   return trained * 3.0 * sizeof(float);
 }
 
-double checkpoint_sync_points(const ModelConfig& model) {
+double checkpoint_datasets(const ModelConfig& model) {
   double trained_tensors = 0;
   const ParameterLayout layout(model);
   for (const auto& t : layout.tensors())
     if (t.trainable) ++trained_tensors;
-  const double datasets = 3 * trained_tensors;  // weights and both AdamW moments
-  return 5 * datasets + 3 * 3 + 8;
+  return 3 * trained_tensors;  // weights and both AdamW moments
 }
 
-double checkpoint_seconds(const ModelConfig& model, int degree, bool inter_node,
-                          const WriteRates& writes, const Calibration& calibration) {
-  return writes.seconds(checkpoint_bytes(model)) +
-         calibration.sync_seconds(degree, inter_node, checkpoint_sync_points(model));
+double checkpoint_sync_points(const ModelConfig& model) {
+  return 5 * checkpoint_datasets(model) + 3 * 3 + 8;
+}
+
+double checkpoint_seconds(const ModelConfig& model, int degree, const WriteRates& writes,
+                          double sync_s) {
+  return writes.seconds(checkpoint_bytes(model), checkpoint_datasets(model)) +
+         (degree > 1 ? sync_s * checkpoint_sync_points(model) : 0.0);
 }
 
 CostEstimate estimate_cost(const ModelConfig& model, const TrainConfig& train,

@@ -117,14 +117,17 @@ RunParts run_parts(const TrainConfig& train, std::int64_t from, std::int64_t to,
 // LoRA job's adapters; its frozen base is not written), in fp32.
 double checkpoint_bytes(const ModelConfig& model);
 
+// Datasets in a checkpoint file: each trained tensor and its two AdamW moments.
+double checkpoint_datasets(const ModelConfig& model);
+
 // Points at which a checkpoint's ranks wait for each other: the parallel HDF5 file is written
 // collectively, about five per dataset (its creation agreed, its writes, its close agreed) and a
-// few per file. On ranks that share cores each costs the calibrated synchronisation wait.
+// few per file. On ranks that share cores each can cost a partner's time slice.
 double checkpoint_sync_points(const ModelConfig& model);
 
 // One checkpoint of `model` by `degree` ranks: its bytes at the file system's rates, and its
-// collective waits (Calibration::sync_seconds; none on one rank).
-double checkpoint_seconds(const ModelConfig& model, int degree, bool inter_node,
-                          const WriteRates& writes, const Calibration& calibration);
+// collective waits at `sync_s` each (none on one rank).
+double checkpoint_seconds(const ModelConfig& model, int degree, const WriteRates& writes,
+                          double sync_s);
 
 }  // namespace saturn::profile

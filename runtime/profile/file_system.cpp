@@ -16,8 +16,8 @@ namespace saturn::profile {
 
 namespace fs = std::filesystem;
 
-double WriteRates::seconds(double bytes) const {
-  return measured() ? latency_s + bytes / bytes_per_s : 0.0;
+double WriteRates::seconds(double bytes, double datasets) const {
+  return measured() ? latency_s + bytes / bytes_per_s + datasets * dataset_s : 0.0;
 }
 
 namespace {
@@ -85,7 +85,7 @@ WriteRates measure_write_rates(const fs::path& dir) {
   // The small file's best of three is the fixed cost; the large one's (best of two) excess over
   // it, the rate. The large one takes at most an eighth of the free space: the probe must not
   // be what fills a small disk.
-  constexpr std::size_t kSmall = 4096, kLargest = 32u << 20;
+  constexpr std::size_t kSmall = 4096, kLargest = 16u << 20;
   const fs::space_info space = fs::space(dir, ec);
   const std::size_t large_bytes = std::clamp<std::size_t>(
       ec ? kLargest : static_cast<std::size_t>(space.available / 8), 16 * kSmall, kLargest);

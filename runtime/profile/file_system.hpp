@@ -10,13 +10,14 @@ namespace saturn::profile {
 struct WriteRates {
   double latency_s = 0;    // a small file written, fsynced and renamed into place
   double bytes_per_s = 0;  // each further byte (0: not measured)
+  double dataset_s = 0;    // each dataset of an HDF5 checkpoint: its header, attributes, checksum
   bool measured() const { return bytes_per_s > 0; }
-  // One checkpoint file of `bytes`, written as the checkpoint writer does.
-  double seconds(double bytes) const;
+  // One checkpoint file of `bytes` in `datasets` datasets, written as the checkpoint writer does.
+  double seconds(double bytes, double datasets = 0) const;
 };
 
 // Writes, fsyncs and renames probe files in `dir` (created if absent) the way a checkpoint is
-// written, and removes them; the largest is 32 MiB or an eighth of the free space. IoError when
+// written, and removes them; the largest is 16 MiB or an eighth of the free space. IoError when
 // `dir` cannot be written (full, read-only, not a directory).
 WriteRates measure_write_rates(const std::filesystem::path& dir);
 

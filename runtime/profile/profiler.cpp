@@ -493,10 +493,24 @@ class Profiler {
       d.eval_s = c.est.eval_s * d.correction;
       d.source = "estimate";
     }
-    d.checkpoint_s = checkpoint_seconds(shapes_[c.shape].model, c.config.degree, c.config.nodes > 1,
-                                        req_.checkpoint_writes, cal_);
+    d.checkpoint_s = checkpoint_seconds(shapes_[c.shape].model, c.config.degree,
+                                        req_.checkpoint_writes, sync_s(c));
     d.start_s = c.measured && c.measured->setup_s > 0 ? c.measured->setup_s : typical_setup_s();
     return d;
+  }
+
+  // One synchronisation of the configuration's group (a checkpoint has hundreds): its trial's,
+  // else the median of the trials of groups of its size and nodes, else the calibration's wait.
+  double sync_s(const Candidate& c) const {
+    if (c.measured && c.measured->sync_s > 0) return c.measured->sync_s;
+    std::vector<double> v;
+    for (const auto& o : cands_)
+      if (o.measured && o.measured->sync_s > 0 && o.config.degree == c.config.degree &&
+          o.config.nodes == c.config.nodes)
+        v.push_back(o.measured->sync_s);
+    if (v.empty()) return cal_.sync_seconds(c.config.degree, c.config.nodes > 1, 1.0);
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+    return v[v.size() / 2];
   }
 
   // A configuration without a trial starts as the tried ones did (the median of their set-ups:
@@ -598,16 +612,12 @@ TrialOptions trial_options(const ProfileOptions& options, const ProfileRequest& 
   return t;
 }
 
-ProfileResult profile_workload(const ProfileRequest& request, comm::Communicator& world,
-                               const ProfileOptions& options) {
-  const auto t0 = Clock::now();
-  const bool talk = !options.quiet && world.rank() == 0;
-  std::vector<int> node_of_rank;
-  const Hardware hw = detect_hardware(world, &node_of_rank, request.resources.device);
-  const ProfileRequest req = with_cluster(request, hw);
+namespace {
 
-  // Rank 0 reads the store (and, when it lacks this hardware, the shared calibration cache);
-  // everyone works from the same copy.
+// Rank 0 reads the store (and, when it lacks this hardware's calibration, takes it from the
+// shared calibration cache); every rank returns the same copy.
+ProfileStore load_store(comm::Communicator& world, const Hardware& hw,
+                        const ProfileOptions& options, bool talk) {
   ProfileStore store;
   bool cal_from_cache = false;
   comm::agree_on(world, [&] {
@@ -632,9 +642,12 @@ ProfileResult profile_workload(const ProfileRequest& request, comm::Communicator
               options.calibration_cache.string());
   std::string text = world.rank() == 0 ? store.to_text() : std::string();
   broadcast_text(world, text, 0);
-  store = ProfileStore::from_text(text);
+  return ProfileStore::from_text(text);
+}
 
-  // Calibration on the jobs' backend: each rank's GPU on CUDA, timed with its device timer.
+// Calibration on the jobs' backend: each rank's GPU on CUDA, timed with its device timer.
+CalibrationOptions calibration_options(const ProfileOptions& options,
+                                       const ProfileRequest& request) {
   CalibrationOptions copt = options.calibration;
   copt.device = request.resources.device;
   copt.device_index = options.trial.resources.device_index;
@@ -643,20 +656,27 @@ ProfileResult profile_workload(const ProfileRequest& request, comm::Communicator
   // jobs' --device-memory (a test's or a small device's cap would leave it nothing to time).
   // A measurement that does not fit the device itself is skipped and logged.
   copt.device_capacity = 0;
-  const auto save_to_cache = [&](const Calibration& c) {
-    if (world.rank() != 0 || options.calibration_cache.empty() || options.calibration.quick) return;
-    // Best effort: the cache saves later runs the calibration, and losing it costs only that.
-    try {
-      ProfileStore only_calibration;
-      only_calibration.put_hardware(HardwareRecord{hw, c});
-      only_calibration.save(options.calibration_cache);
-    } catch (const std::exception& e) {
-      log::warn("calibration not cached in {}: {}", options.calibration_cache.string(), e.what());
-    }
-  };
+  return copt;
+}
 
-  ProfileStats pre;
-  Calibration cal;
+// Best effort: the cache saves later runs the calibration, and losing it costs only that.
+void save_to_cache(comm::Communicator& world, const Hardware& hw, const ProfileOptions& options,
+                   const Calibration& c) {
+  if (world.rank() != 0 || options.calibration_cache.empty() || options.calibration.quick) return;
+  try {
+    ProfileStore only_calibration;
+    only_calibration.put_hardware(HardwareRecord{hw, c});
+    only_calibration.save(options.calibration_cache);
+  } catch (const std::exception& e) {
+    log::warn("calibration not cached in {}: {}", options.calibration_cache.string(), e.what());
+  }
+}
+
+// This hardware's calibration: the store's, else measured now (and stored and cached).
+Calibration stored_or_new_calibration(comm::Communicator& world, const Hardware& hw,
+                                      const std::vector<int>& node_of_rank,
+                                      const ProfileRequest& request, const ProfileOptions& options,
+                                      ProfileStore& store, ProfileStats& stats, bool talk) {
   const HardwareRecord* rec = store.hardware(hw.id());
   // A stored calibration of another backend (written before GPU calibration existed) is not
   // this hardware's: calibrate again.
@@ -666,44 +686,39 @@ ProfileResult profile_workload(const ProfileRequest& request, comm::Communicator
   if (talk && rec && rec->calibration && !stored_fits)
     log::info("the stored calibration of {} is the {}'s, not the {}'s: calibrating again",
               hw.describe(), rec->calibration->device, device_kind_name(request.resources.device));
-  if (stored_fits && !options.recalibrate) {
-    cal = *rec->calibration;
-  } else {
-    if (talk) log::info("calibrating {} (once per hardware)", hw.describe());
-    cal = calibrate(world, hw, node_of_rank, copt);
-    store.put_hardware(HardwareRecord{hw, cal});
-    pre.calibrated = true;
-    pre.calibration_s = cal.seconds;
-    save_to_cache(cal);
-  }
-  if (talk)
-    log::info("calibration of {}: rates of {}, timed with {}", hw.id(), cal.device, cal.timer);
-  if (request.resources.device == DeviceKind::kCuda) {
-    // GEMM rates at the jobs' own shapes: estimate once to learn which shapes the estimates
-    // time (micro-batches do not depend on the rates), time those the calibration lacks.
-    Profiler first(req, options, hw, cal, store);
-    first.estimate();
-    const auto t_shapes = Clock::now();
-    const int added = add_gemm_shapes(world, cal, first.gemm_shapes(), copt);
-    if (added > 0) {
-      store.put_hardware(HardwareRecord{hw, cal});
-      save_to_cache(cal);
-      pre.calibration_s += seconds_since(t_shapes);
-      if (talk)
-        log::info("calibration: {} GEMM shape{} of the jobs timed on the GPU in {:.2f} s", added,
-                  added == 1 ? "" : "s", seconds_since(t_shapes));
-    }
-  }
+  if (stored_fits && !options.recalibrate) return *rec->calibration;
+  if (talk) log::info("calibrating {} (once per hardware)", hw.describe());
+  Calibration cal = calibrate(world, hw, node_of_rank, calibration_options(options, request));
+  store.put_hardware(HardwareRecord{hw, cal});
+  stats.calibrated = true;
+  stats.calibration_s = cal.seconds;
+  save_to_cache(world, hw, options, cal);
+  return cal;
+}
 
-  // The machine's speed now against the calibration's (also right after calibrating: the load
-  // of a shared node moves in seconds).
-  if (cal.probe_flops_per_s > 0) {
-    cal.load_factor = cal.probe_flops_per_s / probe_speed(world, options.calibration.window_s);
-    pre.load_factor = cal.load_factor;
-  }
-  Profiler p(req, options, hw, cal, std::move(store));
-  p.stats() = pre;
-  p.estimate();
+// On CUDA, GEMM rates at the jobs' own shapes: estimate once to learn which shapes the estimates
+// time (micro-batches do not depend on the rates), time those the calibration lacks.
+void add_jobs_gemm_shapes(comm::Communicator& world, const Hardware& hw, const ProfileRequest& req,
+                          const ProfileOptions& options, Calibration& cal, ProfileStore& store,
+                          ProfileStats& stats, bool talk) {
+  Profiler first(req, options, hw, cal, store);
+  first.estimate();
+  const auto t_shapes = Clock::now();
+  const int added =
+      add_gemm_shapes(world, cal, first.gemm_shapes(), calibration_options(options, req));
+  if (added <= 0) return;
+  store.put_hardware(HardwareRecord{hw, cal});
+  save_to_cache(world, hw, options, cal);
+  stats.calibration_s += seconds_since(t_shapes);
+  if (talk)
+    log::info("calibration: {} GEMM shape{} of the jobs timed on the GPU in {:.2f} s", added,
+              added == 1 ? "" : "s", seconds_since(t_shapes));
+}
+
+// Tries the promising configurations on rank groups and records what they measured.
+void run_chosen_trials(Profiler& p, const ProfileRequest& req, const ProfileRequest& request,
+                       const std::vector<int>& node_of_rank, comm::Communicator& world,
+                       const ProfileOptions& options, bool talk) {
   const RankTopology topology = topology_of(req, node_of_rank);
   const std::vector<std::size_t> chosen =
       p.choose_trials([&](const ConfigSpec& c) { return topology.fits(c); });
@@ -717,7 +732,37 @@ ProfileResult profile_workload(const ProfileRequest& request, comm::Communicator
   double trials_s = ts.seconds;  // rank 0's, like every number of the result
   world.broadcast(&trials_s, 1, 0);
   p.stats().trials_s = trials_s;
+}
 
+}  // namespace
+
+ProfileResult profile_workload(const ProfileRequest& request, comm::Communicator& world,
+                               const ProfileOptions& options) {
+  const auto t0 = Clock::now();
+  const bool talk = !options.quiet && world.rank() == 0;
+  std::vector<int> node_of_rank;
+  const Hardware hw = detect_hardware(world, &node_of_rank, request.resources.device);
+  const ProfileRequest req = with_cluster(request, hw);
+
+  ProfileStore store = load_store(world, hw, options, talk);
+  ProfileStats pre;
+  Calibration cal =
+      stored_or_new_calibration(world, hw, node_of_rank, request, options, store, pre, talk);
+  if (talk)
+    log::info("calibration of {}: rates of {}, timed with {}", hw.id(), cal.device, cal.timer);
+  if (request.resources.device == DeviceKind::kCuda)
+    add_jobs_gemm_shapes(world, hw, req, options, cal, store, pre, talk);
+  // The machine's speed now against the calibration's (also right after calibrating: the load
+  // of a shared node moves in seconds).
+  if (cal.probe_flops_per_s > 0) {
+    cal.load_factor = cal.probe_flops_per_s / probe_speed(world, options.calibration.window_s);
+    pre.load_factor = cal.load_factor;
+  }
+
+  Profiler p(req, options, hw, cal, std::move(store));
+  p.stats() = pre;
+  p.estimate();
+  run_chosen_trials(p, req, request, node_of_rank, world, options, talk);
   comm::agree_on(world, [&] {
     if (world.rank() == 0 && !options.store.empty()) p.store().save(options.store);
   });

@@ -120,6 +120,7 @@ constexpr auto kMeasurementFields = std::make_tuple(
     stored("concurrent", "trial_concurrent", &Measurement::concurrent),
     stored("wall_s", "trial_wall_s", &Measurement::wall_s),
     stored("setup_s", "trial_setup_s", &Measurement::setup_s, false),
+    stored("sync_s", "trial_sync_s", &Measurement::sync_s, false),
     stored("measured_utc", "measured_utc", &Measurement::measured_utc),
     stored("clock", nullptr, &Measurement::clock, false));
 

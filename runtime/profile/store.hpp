@@ -58,6 +58,10 @@ struct Measurement {
   bool concurrent = false;          // other trials ran beside it
   double wall_s = 0;                // the whole trial: set-up, warm-up, steps, evaluation
   double setup_s = 0;  // devices, communicators and the strategy's set-up (0: not measured)
+  // One synchronisation of a group of this size (a tiny allreduce right after another, as a
+  // checkpoint's collectives come) while the node's other ranks compute; 0 on one rank, across
+  // nodes, or not measured.
+  double sync_s = 0;
   std::string measured_utc;
   // The clock the step times came from: "cuda events" on a GPU's compute stream, or
   // "steady_clock" (the CPU backend; stores written before device timers).

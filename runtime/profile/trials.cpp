@@ -3,7 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
+#include <map>
 #include <numeric>
+#include <thread>
 
 #include "runtime/backend/cpu/ops.hpp"
 #include "runtime/comm/agree.hpp"
@@ -131,6 +134,113 @@ double max_over(comm::Communicator& c, double v) {
 
 }  // namespace
 
+namespace {
+
+// What a trial runs on: the rank's device and host pools, the group's communicators and the
+// strategy, set up.
+struct TrialRig {
+  std::unique_ptr<Device> device;
+  std::unique_ptr<MemoryPool> host;  // in the memory the device copies from (pinned on a GPU)
+  std::unique_ptr<comm::CommPair> comms;
+  std::unique_ptr<parallel::Strategy> strategy;
+};
+
+// Builds the configuration's strategy on the group and sets it up (an error on any rank is the
+// same AgreedFailure on all of them).
+TrialRig set_up_trial(const TrialRequest& trial, comm::Communicator& group, const TrialOptions& o) {
+  TrialRig rig;
+  comm::agree_on(group, [&] {
+    if (group.size() != trial.config.degree)
+      throw Error(fmt::format("trial of {} at degree {} got a group of {} ranks",
+                              trial.config.label(), trial.config.degree, group.size()));
+    parallel::StrategySpec spec;
+    spec.model = trial.model;
+    spec.train = trial.train;
+    spec.degree = trial.config.degree;
+    spec.knobs = parallel::parse_knobs(trial.config.knobs);
+    spec.backend = o.resources.device;
+    rig.strategy = parallel::make_strategy(trial.config.strategy, spec);
+    // The rank's own device (its binding), whatever group the trial put it in.
+    const Resources& res = o.resources;
+    rig.device = make_device(res.device, res.device_index >= 0 ? res.device_index : group.rank(),
+                             res.device_bytes);
+    rig.host = std::make_unique<MemoryPool>("host", res.host_bytes, rig.device->host_allocator());
+  });
+  rig.comms = comm::make_comm_pair(group, *rig.device);
+  comm::agree_on(group, [&] { rig.strategy->setup(*rig.comms, *rig.device, *rig.host); });
+  return rig;
+}
+
+// Warm-up and timed steps on a synthetic batch, within the trial's time limit (counted from
+// t0): the step times into `m` (median, min, max, communication), and why it stopped early.
+// Returns false when it did.
+bool time_steps(const TrialRequest& trial, comm::Communicator& group, const TrialOptions& o,
+                TrialRig& rig, DeviceTimer& timer, Clock::time_point t0, Measurement& m) {
+  const TrainConfig& tc = trial.train;
+  const data::Batch batch =
+      synthetic_batch(tc.batch_size, tc.seq_len, trial.model.vocab_size, 1, tc.packing);
+  std::int64_t step = 0;
+  // Every rank of the group takes the same branch: the elapsed time is agreed (max) first.
+  const auto over_limit = [&] {
+    return o.time_limit_s > 0 && max_over(group, seconds_since(t0)) > o.time_limit_s;
+  };
+  // The slowest rank's step, by the device's timer.
+  const auto timed_step = [&] {
+    timer.start();
+    comm::agree_on(group, [&] { rig.strategy->train_step(batch, step++); });
+    timer.stop();
+    return max_over(group, timer.seconds());
+  };
+  std::vector<double> warm_times, times;
+  bool stopped_early = false;
+  for (int w = 0; w < o.warmup_steps; ++w) {
+    warm_times.push_back(timed_step());
+    if (over_limit()) {
+      stopped_early = true;
+      break;
+    }
+  }
+  rig.strategy->reset_stats();
+  for (int i = 0; !stopped_early && i < std::max(o.measure_steps, 1); ++i) {
+    group.barrier();
+    times.push_back(timed_step());
+    if (i + 1 < o.measure_steps && over_limit()) stopped_early = true;
+  }
+  if (times.empty()) {
+    // Out of time during warm-up: its steps (first-touch included, so an over-estimate) are
+    // all there is, and they still tell the solver this configuration is slow.
+    times = warm_times;
+    m.reason = fmt::format(
+        "trial time limit of {:.0f} s reached during warm-up; step time from {} warm-up "
+        "step(s), an over-estimate",
+        o.time_limit_s, warm_times.size());
+  } else if (stopped_early) {
+    m.reason = fmt::format("trial time limit of {:.0f} s reached after {} of {} timed steps",
+                           o.time_limit_s, times.size(), o.measure_steps);
+  }
+  m.steps = static_cast<int>(times.size());
+  m.step_s = median(times);
+  m.step_min_s = *std::min_element(times.begin(), times.end());
+  m.step_max_s = *std::max_element(times.begin(), times.end());
+  m.comm_s = max_over(group, rig.strategy->stats().comm.seconds) / static_cast<double>(m.steps);
+  return !stopped_early;
+}
+
+// One evaluation (the job's eval_batches of validation rows), the slowest rank's time.
+double time_eval(const TrialRequest& trial, comm::Communicator& group, TrialRig& rig,
+                 DeviceTimer& timer) {
+  const TrainConfig& tc = trial.train;
+  const data::Batch val =
+      synthetic_batch(eval_rows(tc), tc.seq_len, trial.model.vocab_size, 2, tc.packing);
+  group.barrier();
+  timer.start();
+  comm::agree_on(group, [&] { rig.strategy->evaluate(val); });
+  timer.stop();
+  return max_over(group, timer.seconds());
+}
+
+}  // namespace
+
 Measurement run_one_trial(const TrialRequest& trial, comm::Communicator& group,
                           const TrialOptions& o) {
   const auto t0 = Clock::now();
@@ -138,92 +248,17 @@ Measurement run_one_trial(const TrialRequest& trial, comm::Communicator& group,
   m.device_capacity = o.resources.device_bytes;
   m.measured_utc = utc_now();
   try {
-    std::unique_ptr<Device> device;
-    std::unique_ptr<MemoryPool> host;  // in the memory the device copies from (pinned on a GPU)
-    std::unique_ptr<comm::CommPair> comms;
     const cpu::FixedGemmGrid grid(trial.train.reproducible);  // time what the job will run
-    std::unique_ptr<parallel::Strategy> s;
-    comm::agree_on(group, [&] {
-      if (group.size() != trial.config.degree)
-        throw Error(fmt::format("trial of {} at degree {} got a group of {} ranks",
-                                trial.config.label(), trial.config.degree, group.size()));
-      parallel::StrategySpec spec;
-      spec.model = trial.model;
-      spec.train = trial.train;
-      spec.degree = trial.config.degree;
-      spec.knobs = parallel::parse_knobs(trial.config.knobs);
-      spec.backend = o.resources.device;
-      s = parallel::make_strategy(trial.config.strategy, spec);
-      // The rank's own device (its binding), whatever group the trial put it in.
-      const Resources& res = o.resources;
-      device = make_device(res.device, res.device_index >= 0 ? res.device_index : group.rank(),
-                           res.device_bytes);
-      host = std::make_unique<MemoryPool>("host", res.host_bytes, device->host_allocator());
-    });
-    comms = comm::make_comm_pair(group, *device);
-    comm::agree_on(group, [&] { s->setup(*comms, *device, *host); });
+    TrialRig rig = set_up_trial(trial, group, o);
     m.setup_s = max_over(group, seconds_since(t0));
-    const TrainConfig& tc = trial.train;
-    const data::Batch batch =
-        synthetic_batch(tc.batch_size, tc.seq_len, trial.model.vocab_size, 1, tc.packing);
-    std::int64_t step = 0;
-    // Every rank of the group takes the same branch: the elapsed time is agreed (max) first.
-    const auto over_limit = [&] {
-      return o.time_limit_s > 0 && max_over(group, seconds_since(t0)) > o.time_limit_s;
-    };
-    std::vector<double> warm_times, times;
-    bool stopped_early = false;
     // Step times from the device's timer (CUDA events on the compute stream on a GPU; the
-    // steady clock on the CPU), the slowest rank's.
-    const std::unique_ptr<DeviceTimer> timer = device->timer();
+    // steady clock on the CPU).
+    const std::unique_ptr<DeviceTimer> timer = rig.device->timer();
     m.clock = timer->clock();
-    const auto timed_step = [&] {
-      timer->start();
-      comm::agree_on(group, [&] { s->train_step(batch, step++); });
-      timer->stop();
-      return max_over(group, timer->seconds());
-    };
-    for (int w = 0; w < o.warmup_steps; ++w) {
-      warm_times.push_back(timed_step());
-      if (over_limit()) {
-        stopped_early = true;
-        break;
-      }
-    }
-    s->reset_stats();
-    for (int i = 0; !stopped_early && i < std::max(o.measure_steps, 1); ++i) {
-      group.barrier();
-      times.push_back(timed_step());
-      if (i + 1 < o.measure_steps && over_limit()) stopped_early = true;
-    }
-    if (times.empty()) {
-      // Out of time during warm-up: its steps (first-touch included, so an over-estimate) are
-      // all there is, and they still tell the solver this configuration is slow.
-      times = warm_times;
-      m.reason = fmt::format(
-          "trial time limit of {:.0f} s reached during warm-up; step time from {} warm-up "
-          "step(s), an over-estimate",
-          o.time_limit_s, warm_times.size());
-    } else if (stopped_early) {
-      m.reason = fmt::format("trial time limit of {:.0f} s reached after {} of {} timed steps",
-                             o.time_limit_s, times.size(), o.measure_steps);
-    }
-    m.steps = static_cast<int>(times.size());
-    m.step_s = median(times);
-    m.step_min_s = *std::min_element(times.begin(), times.end());
-    m.step_max_s = *std::max_element(times.begin(), times.end());
-    m.comm_s = max_over(group, s->stats().comm.seconds) / static_cast<double>(m.steps);
-    if (o.measure_eval && !stopped_early) {
-      const data::Batch val =
-          synthetic_batch(eval_rows(tc), tc.seq_len, trial.model.vocab_size, 2, tc.packing);
-      group.barrier();
-      timer->start();
-      comm::agree_on(group, [&] { s->evaluate(val); });
-      timer->stop();
-      m.eval_s = max_over(group, timer->seconds());
-    }
-    std::int64_t peaks[2] = {static_cast<std::int64_t>(device->memory().peak()),
-                             static_cast<std::int64_t>(host->peak())};
+    const bool whole = time_steps(trial, group, o, rig, *timer, t0, m);
+    if (o.measure_eval && whole) m.eval_s = time_eval(trial, group, rig, *timer);
+    std::int64_t peaks[2] = {static_cast<std::int64_t>(rig.device->memory().peak()),
+                             static_cast<std::int64_t>(rig.host->peak())};
     group.allreduce(peaks, 2, comm::ReduceOp::kMax);
     m.peak_device_bytes = static_cast<std::size_t>(peaks[0]);
     m.peak_host_bytes = static_cast<std::size_t>(peaks[1]);
@@ -234,8 +269,6 @@ Measurement run_one_trial(const TrialRequest& trial, comm::Communicator& group,
   m.wall_s = max_over(group, seconds_since(t0));
   return m;
 }
-
-namespace {
 
 // Keeps this rank computing until `done` completes (every rank finished its part of the round).
 // MPI_Test yields the processor when ranks are oversubscribed, so it is called only between
@@ -254,6 +287,53 @@ void ballast_until(comm::Request& done) {
     }
   } while (!done.test());
   log::debug("ballast: {} GEMMs in {:.2f} s", gemms, seconds_since(t0));
+}
+
+namespace {
+
+// One synchronisation of a group of `degree` ranks of one node while the node's other ranks
+// compute (ballast), as a multi-rank checkpoint's collectives come in the batch: between file
+// writes, beside other jobs. Each rank leaves the processor briefly before each of a burst of
+// tiny allreduces (a write does), and the time beyond those pauses is the wait: the mean over
+// the burst and the group. Where ranks share cores a partner that left the processor waits for
+// a time slice to return, which a burst on a quiet node (microseconds) does not show. Every
+// rank of the world calls this.
+double contended_sync_s(const RankTopology& topology, int degree, comm::Communicator& world,
+                        bool ballast) {
+  const auto& node = topology.nodes.at(static_cast<std::size_t>(
+      std::max_element(topology.nodes.begin(), topology.nodes.end(),
+                       [](const auto& a, const auto& b) { return a.size() < b.size(); }) -
+      topology.nodes.begin()));
+  const auto at = std::find(node.begin(), node.begin() + degree, world.rank());
+  const bool in_group = at != node.begin() + degree;
+  std::unique_ptr<comm::Communicator> group =
+      world.split(in_group ? 0 : -1, static_cast<int>(at - node.begin()));
+  double mean = 0;
+  if (group) {
+    constexpr int kCalls = 16;
+    const auto pause = [] { std::this_thread::sleep_for(std::chrono::microseconds(20)); };
+    auto t0 = Clock::now();
+    for (int i = 0; i < kCalls; ++i) pause();
+    const double pauses = seconds_since(t0);
+    float x = 1.0f;
+    group->barrier();
+    t0 = Clock::now();
+    for (int i = 0; i < kCalls; ++i) {
+      pause();
+      group->allreduce(&x, 1, comm::ReduceOp::kSum);
+    }
+    mean = std::max(0.0, seconds_since(t0) - pauses) / kCalls;
+    group->allreduce(&mean, 1, comm::ReduceOp::kSum);
+    mean /= group->size();
+  }
+  std::int32_t token = 1;
+  comm::Request done = world.iallreduce(&token, 1, comm::ReduceOp::kSum);
+  if (ballast && !group)
+    ballast_until(done);
+  else
+    done.wait();
+  world.allreduce(&mean, 1, comm::ReduceOp::kMax);  // the group's, on every rank
+  return mean;
 }
 
 }  // namespace
@@ -298,6 +378,19 @@ std::vector<Measurement> run_trials(const std::vector<TrialRequest>& trials,
       out.at(j.at("trial").get<std::size_t>()) = measurement_from_json(j.at("m"));
     }
   }
+  // Each single-node group size's synchronisation beside computing ranks, for the trials of that
+  // size (their checkpoints' collectives). A group as large as the node has no neighbours: the
+  // calibration's wait prices it.
+  std::map<int, double> sync_by_degree;
+  for (const auto& t : trials)
+    if (t.config.degree > 1 && t.config.nodes == 1 && t.config.degree < topology.largest_node())
+      sync_by_degree[t.config.degree] = 0;
+  for (auto& [degree, sync] : sync_by_degree)
+    sync = contended_sync_s(topology, degree, world, options.ballast);
+  for (std::size_t i = 0; i < trials.size(); ++i)
+    if (const auto it = sync_by_degree.find(trials[i].config.degree);
+        out[i].feasible && trials[i].config.nodes == 1 && it != sync_by_degree.end())
+      out[i].sync_s = it->second;
   if (stats) {
     stats->rounds = static_cast<int>(rounds.size());
     stats->seconds = seconds_since(t0);

@@ -67,6 +67,10 @@ struct TrialRunStats {
   double seconds = 0;
 };
 
+// Keeps this rank computing (small GEMMs) until `done` completes: what ranks without work do
+// while others measure, so that the measurement sees the contention of a full batch.
+void ballast_until(comm::Request& done);
+
 // Collective over `world`: runs every trial (each must fit the topology) and returns one
 // Measurement per trial, identical on every rank.
 std::vector<Measurement> run_trials(const std::vector<TrialRequest>& trials,

@@ -60,12 +60,19 @@ TrainResult Trainer::run() {
   for (std::int64_t step = first_step; step < total_steps_; ++step) {
     const std::optional<StepRecord> r = train_step(step);
     if (!r) break;  // a non-finite loss or norm stopped the job
+    // A step's bookkeeping (its metrics line, the ranks' agreement on stopping) is part of
+    // what each step costs: counted with the steps, as the cost model prices them.
+    auto t_book = Clock::now();
     record(*r, first_step);
+    double book_s = seconds_since(t_book);
     const bool saved = ckpt::checkpoint_due(job_.train, r->step) && checkpoint(r->step);
     if (result_.stopped) break;  // the state was poisoned: stopped without a checkpoint
+    t_book = Clock::now();
+    const bool stop = stop_requested(*r);
+    result_.times.steps_s += book_s + seconds_since(t_book);
     // A stop after the last step changes nothing: the job is done and ends as finished, with
     // final.h5 (a resume would otherwise find nothing left to run and no final weights).
-    if (stop_requested(*r) && r->step < job_.train.steps) {
+    if (stop && r->step < job_.train.steps) {
       if (!saved) checkpoint(r->step);  // a poisoned state stops the job without one
       result_.stopped = true;
       break;

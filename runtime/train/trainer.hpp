@@ -48,7 +48,9 @@ TrainOptions::Export export_option(const std::string& workload_export);
 // (docs/profiling.md, "What a job's time is made of"). Cumulative from the segment's start.
 struct SegmentTimes {
   double setup_s = 0;  // strategy set-up, checkpoint or imported weights loaded, first eval
-  double steps_s = 0;  // optimizer steps (forward, backward, reductions, update)
+  // optimizer steps (forward, backward, reductions, update) and each one's bookkeeping (its
+  // metrics line, the ranks' agreement on stopping)
+  double steps_s = 0;
   std::int64_t steps = 0;
   double evals_s = 0;  // evaluations
   std::int64_t evals = 0;

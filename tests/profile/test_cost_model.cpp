@@ -197,15 +197,11 @@ TEST(CostModel, CheckpointSecondsAreBytesAtTheWriteRateAndCollectiveWaits) {
   const ModelConfig m = small_model();
   EXPECT_DOUBLE_EQ(checkpoint_bytes(m), 12.0 * static_cast<double>(m.num_parameters()));
   const WriteRates disk{0.002, 1e9};
-  Calibration c = nominal_calibration();
-  c.links["allreduce"] = {LinkFit{2, false, 1e-5, 1e-10, 0.0}};
-  c.links["allreduce"][0].sync_s = 1e-3;
-  const double one = checkpoint_seconds(m, 1, false, disk, c);
+  const double one = checkpoint_seconds(m, 1, disk, 1e-3);
   EXPECT_DOUBLE_EQ(one, 0.002 + checkpoint_bytes(m) / 1e9);  // one rank waits for no one
-  EXPECT_NEAR(checkpoint_seconds(m, 2, false, disk, c) - one, 1e-3 * checkpoint_sync_points(m),
-              1e-12);
-  EXPECT_GT(checkpoint_sync_points(m), 5 * 3 * 2 * m.n_layer);  // every block has tensors
-  EXPECT_DOUBLE_EQ(checkpoint_seconds(m, 1, false, WriteRates{}, c), 0.0);  // not measured
+  EXPECT_NEAR(checkpoint_seconds(m, 2, disk, 1e-3) - one, 1e-3 * checkpoint_sync_points(m), 1e-12);
+  EXPECT_GT(checkpoint_sync_points(m), 5 * 3 * 2 * m.n_layer);          // every block has tensors
+  EXPECT_DOUBLE_EQ(checkpoint_seconds(m, 1, WriteRates{}, 1e-3), 0.0);  // not measured
 }
 
 // Rates measured on one backend never price a job on the other (GPU profiling, issue 17).

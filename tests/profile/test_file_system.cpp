@@ -26,6 +26,9 @@ TEST(WriteRates, MeasuredWhereTheCheckpointsGoAndLeavesNothing) {
   EXPECT_DOUBLE_EQ(r.seconds(0), r.latency_s);
   EXPECT_NEAR(r.seconds(1e9) - r.seconds(0), 1e9 / r.bytes_per_s, 1e-9);
   EXPECT_DOUBLE_EQ(WriteRates{}.seconds(1e9), 0.0);  // not measured: not priced
+  WriteRates with_datasets = r;
+  with_datasets.dataset_s = 1e-4;
+  EXPECT_NEAR(with_datasets.seconds(1e9, 300) - r.seconds(1e9), 300 * 1e-4, 1e-12);
   fs::remove_all(dir.parent_path());
 }
 

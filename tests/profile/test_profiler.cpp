@@ -107,6 +107,14 @@ TEST_F(Profiler, TriesOnceReusesTheStoreAndSharesProfilesAcrossLearningRates) {
     EXPECT_NEAR(static_cast<double>(row.estimate.device_bytes), peak, 0.15 * peak)
         << row.config.label();
     EXPECT_GT(row.measured->step_s, 0);
+    EXPECT_GT(row.measured->setup_s, 0) << row.config.label();
+    // A group's synchronisation beside computing ranks (a checkpoint's collectives) is timed
+    // where the node has such ranks; one rank waits for no one, a whole node has no neighbours.
+    if (row.config.degree > 1 && row.config.degree < world_->size()) {
+      EXPECT_GT(row.measured->sync_s, 0) << row.config.label();
+    } else {
+      EXPECT_EQ(row.measured->sync_s, 0) << row.config.label();
+    }
     ratios.push_back(row.estimate.step_s / row.measured->step_s);
   }
   // The time model is of the right order on any machine (the median over the trials: one

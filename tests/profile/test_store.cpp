@@ -61,6 +61,7 @@ ProfileEntry some_entry(const std::string& strategy, int degree, bool measured) 
     x.device_capacity = 1 << 30;
     x.concurrent = true;
     x.setup_s = 0.375;
+    x.sync_s = 0.0625;
     x.measured_utc = "2025-01-02T00:00:00Z";
     e.measured = x;
   }
@@ -99,6 +100,7 @@ TEST(ProfileStore, RoundTripsThroughHdf5) {
   EXPECT_EQ(got->measured->device_capacity, std::size_t{1} << 30);
   EXPECT_TRUE(got->measured->concurrent);
   EXPECT_DOUBLE_EQ(got->measured->setup_s, 0.375);
+  EXPECT_DOUBLE_EQ(got->measured->sync_s, 0.0625);
   EXPECT_FALSE(r.find(some_entry("ddp", 4, false).key.id())->measured.has_value());
   const HardwareRecord* hw = r.hardware(some_hardware().id());
   ASSERT_NE(hw, nullptr);
@@ -123,6 +125,7 @@ TEST(ProfileStore, ReadsATrialStoredWithoutItsSetUpTime) {
     const hid_t g = H5Gopen2(f, ("/profiles/" + e.key.id()).c_str(), H5P_DEFAULT);
     ASSERT_GE(g, 0);
     EXPECT_GE(H5Adelete(g, "trial_setup_s"), 0);
+    EXPECT_GE(H5Adelete(g, "trial_sync_s"), 0);
     H5Gclose(g);
     H5Fclose(f);
   }
@@ -131,6 +134,7 @@ TEST(ProfileStore, ReadsATrialStoredWithoutItsSetUpTime) {
   ASSERT_NE(got, nullptr);
   ASSERT_TRUE(got->measured.has_value());
   EXPECT_DOUBLE_EQ(got->measured->setup_s, 0.0);
+  EXPECT_DOUBLE_EQ(got->measured->sync_s, 0.0);
   EXPECT_DOUBLE_EQ(got->measured->step_s, 0.25);
   fs::remove_all(dir);
 }
