@@ -412,6 +412,7 @@ struct Coordinator::Impl {
     seg.ranks = ranks;
     seg.start_s = now();
     seg.start_step = js.steps_done;
+    seg.costs_at_launch = table.costs(js, js.config);
     js.segments.push_back(seg);
     js.status = JobStatus::kRunning;
     js.stop_sent = false;

@@ -27,6 +27,9 @@ struct Segment {
   std::int64_t start_step = 0, end_step = 0;
   std::string end_status;
   SegmentTimes times;  // the trainer's, by kind: from its last progress, then its outcome
+  // Its configuration's costs as the coordinator priced them when it launched the segment
+  // (the profile's, or what earlier segments of the batch measured in it).
+  profile::UnitCosts costs_at_launch;
   bool ended() const { return end_s >= 0; }
   // Its time by kind on the coordinator's clock: the start is what the trainer's steps,
   // evaluations and checkpoints leave of the segment's wall time (launch, set-up, reports).

@@ -181,12 +181,18 @@ nlohmann::json RunFiles::job_entry(const JobTable& table, const JobState& js, do
     actual += s["end_s"].get<double>() - s["start_s"].get<double>();
     if (s.contains("parts")) actual_parts += parts_from_json(s["parts"]);
   }
+  // Each segment of this run as predicted when it was launched: its steps at the costs of its
+  // configuration then (a job a re-plan moved was not predicted by its first plan's figure).
+  double at_launch = 0;
   for (const auto& s : js.segments) {
     const auto& d = table.detail(js, s.config);
     const double end = s.end_s >= 0 ? s.end_s : now;
     actual += end - s.start_s;
     const profile::RunParts parts = s.parts(now);
     actual_parts += parts;
+    const profile::RunParts predicted = profile::run_parts(
+        js.spec->train, s.start_step, s.ended() ? s.end_step : js.steps_done, s.costs_at_launch);
+    at_launch += predicted.total();
     segs.push_back({{"strategy", d.strategy},
                     {"knobs", d.knobs},
                     {"devices", static_cast<int>(s.ranks.size())},
@@ -196,7 +202,8 @@ nlohmann::json RunFiles::job_entry(const JobTable& table, const JobState& js, do
                     {"start_step", s.start_step},
                     {"end_step", s.end_step},
                     {"status", s.end_status},
-                    {"parts", parts_json(parts)}});
+                    {"parts", parts_json(parts)},
+                    {"predicted_parts", parts_json(predicted)}});
   }
   nlohmann::json j = {{"id", js.spec->id},
                       {"model", js.spec->model_name},
@@ -209,7 +216,8 @@ nlohmann::json RunFiles::job_entry(const JobTable& table, const JobState& js, do
                       {"predicted_s", js.predicted_s},
                       {"actual_s", actual},
                       {"predicted_parts", parts_json(js.predicted_parts)},
-                      {"actual_parts", parts_json(actual_parts)}};
+                      {"actual_parts", parts_json(actual_parts)},
+                      {"predicted_at_launch_s", at_launch}};
   if (!js.reason.empty()) j["reason"] = js.reason;
   if (!std::isnan(js.val_loss)) j["final_val_loss"] = js.val_loss;
   // A job `saturn submit` added with data of its own: the files it trains and evaluates on.

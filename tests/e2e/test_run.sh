@@ -103,6 +103,10 @@ for j in s["jobs"]:
     assert pp["steps_s"] > 0 and pp["evals_s"] > 0 and ap["steps_s"] > 0 and ap["checkpoints_s"] > 0, (j["id"], pp, ap)
     assert abs(sum(ap.values()) - j["actual_s"]) <= 1e-6 * j["actual_s"], (j["id"], ap, j["actual_s"])
     assert abs(sum(pp.values()) - j["predicted_s"]) <= 1e-3 * j["predicted_s"] + 1e-6, (j["id"], pp, j["predicted_s"])
+    # Each segment as predicted at its launch, summed per job over this run's segments.
+    seg_pred = [sum(seg["predicted_parts"].values()) for seg in j["segments"]]
+    assert all(x >= 0 for x in seg_pred) and j["predicted_at_launch_s"] > 0, (j["id"], j["segments"])
+    assert abs(sum(seg_pred) - j["predicted_at_launch_s"]) <= 1e-6 * j["predicted_at_launch_s"], j["id"]
     rows_eval = [r for r in rows if "eval_s" in r]
     assert len(rows_eval) == len(vals) and all(r["step_s"] > 0 for r in rows), j["id"]
 assert "best_job" in s and s["makespan_s"] > 0 and s["predicted_makespan_s"] > 0
