@@ -279,13 +279,8 @@ class BatchRun {
     double rates[3] = {0, 0, 0};
     // Under the contention the checkpoints will have: the other ranks compute meanwhile, as
     // jobs do beside a checkpoint (on ranks that share cores its writes wait for the CPU).
-    std::int32_t token = 1;
-    comm::Request others_done;
-    if (rank_ != 0) {
-      others_done = world_->iallreduce(&token, 1, comm::ReduceOp::kSum);
-      profile::ballast_until(others_done);
-    }
-    if (rank_ == 0) {
+    profile::run_beside_ballast(*world_, true, [&] {
+      if (rank_ != 0) return;
       try {
         const fs::path dir = RunDir(run_dir_).jobs_dir();
         profile::WriteRates r = profile::measure_write_rates(dir);
@@ -299,8 +294,7 @@ class BatchRun {
         log::warn("checkpoint writes to {} not measured ({}): the plan does not price them",
                   run_dir_.string(), e.what());
       }
-    }
-    if (rank_ == 0) world_->iallreduce(&token, 1, comm::ReduceOp::kSum).wait();
+    });
     world_->allreduce(rates, 3, comm::ReduceOp::kMax);
     return {rates[0], rates[1], rates[2]};
   }

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
+#include <functional>
 #include <map>
 #include <numeric>
 #include <thread>
@@ -273,6 +275,8 @@ Measurement run_one_trial(const TrialRequest& trial, comm::Communicator& group,
 // Keeps this rank computing until `done` completes (every rank finished its part of the round).
 // MPI_Test yields the processor when ranks are oversubscribed, so it is called only between
 // bursts of about 20 ms of GEMMs: a rank that tested after every small GEMM would sit idle.
+namespace {
+
 void ballast_until(comm::Request& done) {
   constexpr int n = 128;
   std::vector<float> a(n * n, 0.5f), w(n * n, 0.25f), out(n * n);
@@ -289,6 +293,26 @@ void ballast_until(comm::Request& done) {
   log::debug("ballast: {} GEMMs in {:.2f} s", gemms, seconds_since(t0));
 }
 
+}  // namespace
+
+void run_beside_ballast(comm::Communicator& world, bool ballast,
+                        const std::function<void()>& work) {
+  std::exception_ptr failed;
+  try {
+    work();
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  // A non-blocking allreduce as the barrier, polled between bursts of ballast.
+  std::int32_t token = 1;
+  comm::Request done = world.iallreduce(&token, 1, comm::ReduceOp::kSum);
+  if (ballast)
+    ballast_until(done);
+  else
+    done.wait();
+  if (failed) std::rethrow_exception(failed);
+}
+
 namespace {
 
 // One synchronisation of a group of `degree` ranks of one node while the node's other ranks
@@ -300,16 +324,17 @@ namespace {
 // rank of the world calls this.
 double contended_sync_s(const RankTopology& topology, int degree, comm::Communicator& world,
                         bool ballast) {
-  const auto& node = topology.nodes.at(static_cast<std::size_t>(
-      std::max_element(topology.nodes.begin(), topology.nodes.end(),
-                       [](const auto& a, const auto& b) { return a.size() < b.size(); }) -
-      topology.nodes.begin()));
+  const std::vector<int>* largest = &topology.nodes.at(0);
+  for (const auto& n : topology.nodes)
+    if (n.size() > largest->size()) largest = &n;
+  const std::vector<int>& node = *largest;
   const auto at = std::find(node.begin(), node.begin() + degree, world.rank());
   const bool in_group = at != node.begin() + degree;
   std::unique_ptr<comm::Communicator> group =
       world.split(in_group ? 0 : -1, static_cast<int>(at - node.begin()));
   double mean = 0;
-  if (group) {
+  run_beside_ballast(world, ballast, [&] {
+    if (!group) return;
     constexpr int kCalls = 16;
     const auto pause = [] { std::this_thread::sleep_for(std::chrono::microseconds(20)); };
     auto t0 = Clock::now();
@@ -325,13 +350,7 @@ double contended_sync_s(const RankTopology& topology, int degree, comm::Communic
     mean = std::max(0.0, seconds_since(t0) - pauses) / kCalls;
     group->allreduce(&mean, 1, comm::ReduceOp::kSum);
     mean /= group->size();
-  }
-  std::int32_t token = 1;
-  comm::Request done = world.iallreduce(&token, 1, comm::ReduceOp::kSum);
-  if (ballast && !group)
-    ballast_until(done);
-  else
-    done.wait();
+  });
   world.allreduce(&mean, 1, comm::ReduceOp::kMax);  // the group's, on every rank
   return mean;
 }
@@ -358,20 +377,15 @@ std::vector<Measurement> run_trials(const std::vector<TrialRequest>& trials,
     }
     std::unique_ptr<comm::Communicator> group = world.split(color, key);
     std::string result;
-    if (group) {
+    // Idle ranks, and those whose trial ended first, keep computing until the round is over.
+    run_beside_ballast(world, options.ballast, [&] {
+      if (!group) return;
       const Placement& p = round[static_cast<std::size_t>(color)];
       Measurement m = run_one_trial(trials[p.trial], *group, options);
       m.concurrent = round.size() > 1;
       if (group->rank() == 0)
         result = nlohmann::json{{"trial", p.trial}, {"m", measurement_to_json(m)}}.dump();
-    }
-    if (options.ballast) {
-      // A non-blocking allreduce as a barrier that ranks poll between bursts of ballast: idle
-      // ranks, and those whose trial ended first, keep computing until the round is over.
-      std::int32_t token = 1;
-      comm::Request done = world.iallreduce(&token, 1, comm::ReduceOp::kSum);
-      ballast_until(done);
-    }
+    });
     for (const auto& text : all_gather_text(world, result)) {
       if (text.empty()) continue;
       const nlohmann::json j = nlohmann::json::parse(text);

@@ -14,6 +14,7 @@
 #include "runtime/backend/device.hpp"
 
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -67,9 +68,12 @@ struct TrialRunStats {
   double seconds = 0;
 };
 
-// Keeps this rank computing (small GEMMs) until `done` completes: what ranks without work do
-// while others measure, so that the measurement sees the contention of a full batch.
-void ballast_until(comm::Request& done);
+// Collective over `world`: runs `work` on this rank (it may be nothing), then, with `ballast`,
+// keeps the rank computing (small GEMMs) until every rank has finished its own: what ranks
+// without work do while others measure, so that the measurement sees the contention of a full
+// batch. Without `ballast` a rank that is done just waits. An exception from `work` is rethrown
+// once every rank is done.
+void run_beside_ballast(comm::Communicator& world, bool ballast, const std::function<void()>& work);
 
 // Collective over `world`: runs every trial (each must fit the topology) and returns one
 // Measurement per trial, identical on every rank.
