@@ -181,8 +181,10 @@ int main(int argc, char** argv) {
                    fmt::format("{:.1f}%", 100.0 * without_cal / makespan), "5%");
         fmt::print("{:<58} {:>9.1f}s {:>8}\n", "second run, same store (trials run)",
                    second.stats.total_s, fmt::format("{} tried", second.stats.trials_run));
-        fmt::print("{:<58} {:>10} {:>8}\n", "trials of run 1 (rounds)",
-                   fmt::format("{} ({})", first.stats.trials_run, first.stats.trial_rounds), "");
+        fmt::print("{:<58} {:>10} {:>8}\n", "trials of run 1 (s; scheduled by the estimates)",
+                   fmt::format("{} ({:.1f}; {:.1f})", first.stats.trials_run, first.stats.trials_s,
+                               first.stats.trials_expected_s),
+                   "");
 
         if (interference) {
           fmt::print(

@@ -262,41 +262,38 @@ class BatchRun {
     req.current_practice = current_practice_trial(options_);
     req.remaining_steps = remaining_steps();
     const auto start = std::chrono::steady_clock::now();
-    req.checkpoint_writes = checkpoint_write_rates();
+    // Measured with the trials' probes, the other ranks computing, as checkpoints are written
+    // beside other jobs.
+    req.measure_checkpoint_writes = [this] { return measure_checkpoint_writes(); };
     profile::ProfileResult startup;
     planning_ = build_planning_input(req, *world_, &startup);
+    req.checkpoint_writes = startup.checkpoint_writes;
+    req.measure_checkpoint_writes = nullptr;  // the added jobs' planner prices by these rates
+    const profile::WriteRates& w = req.checkpoint_writes;
+    if (rank_ == 0 && w.measured() && !options_.quiet)
+      log::info("checkpoint writes to {}: {:.1f} ms a file + {:.2f} ms a dataset + {:.0f} MB/s",
+                run_dir_.string(), 1e3 * w.latency_s, 1e3 * w.dataset_s, w.bytes_per_s / 1e6);
     // Before the coordinator and the workers start: the planner reads the store file (HDF5,
     // which is not thread-safe here).
     if (rank_ == 0) added_job_planner_ = std::make_shared<const AddedJobPlanner>(req, startup);
     profiling_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
 
-  // The rates the run directory's file system takes checkpoints at (rank 0 writes probe files
-  // where the checkpoints go), the same on every rank: the planner prices each checkpoint by them.
-  // A directory the probe cannot write (a full disk) does not stop the batch: its checkpoints
-  // are then unpriced, and each job's own checkpoint writes report the problem where it hurts.
-  profile::WriteRates checkpoint_write_rates() {
-    double rates[3] = {0, 0, 0};
-    // Under the contention the checkpoints will have: the other ranks compute meanwhile, as
-    // jobs do beside a checkpoint (on ranks that share cores its writes wait for the CPU).
-    profile::run_beside_ballast(*world_, true, [&] {
-      if (rank_ != 0) return;
-      try {
-        const fs::path dir = RunDir(run_dir_).jobs_dir();
-        profile::WriteRates r = profile::measure_write_rates(dir);
-        r.dataset_s = checkpoint_dataset_seconds(dir, r);
-        rates[0] = r.latency_s;
-        rates[1] = r.bytes_per_s;
-        rates[2] = r.dataset_s;
-        log::info("checkpoint writes to {}: {:.1f} ms a file + {:.2f} ms a dataset + {:.0f} MB/s",
-                  run_dir_.string(), 1e3 * r.latency_s, 1e3 * r.dataset_s, r.bytes_per_s / 1e6);
-      } catch (const Error& e) {  // IoError, or the probe checkpoint's CheckpointError
-        log::warn("checkpoint writes to {} not measured ({}): the plan does not price them",
-                  run_dir_.string(), e.what());
-      }
-    });
-    world_->allreduce(rates, 3, comm::ReduceOp::kMax);
-    return {rates[0], rates[1], rates[2]};
+  // The rates the run directory's file system takes checkpoints at (the rank that runs it
+  // writes probe files where the checkpoints go): the planner prices each checkpoint by them. A
+  // directory the probe cannot write (a full disk) does not stop the batch: its checkpoints are
+  // then unpriced, and each job's own checkpoint writes report the problem where it hurts.
+  profile::WriteRates measure_checkpoint_writes() const {
+    const fs::path dir = RunDir(run_dir_).jobs_dir();
+    try {
+      profile::WriteRates r = profile::measure_write_rates(dir);
+      r.dataset_s = checkpoint_dataset_seconds(dir, r);
+      return r;
+    } catch (const Error& e) {  // IoError, or the probe checkpoint's CheckpointError
+      log::warn("checkpoint writes to {} not measured ({}): the plan does not price them",
+                run_dir_.string(), e.what());
+      return {};
+    }
   }
 
   // Per job: 0 when it is done or will not run again; at least 1 otherwise (a job checkpointed

@@ -14,6 +14,7 @@ profile::ProfileRequest profile_request(const PlanningRequest& request) {
   pr.steps = request.remaining_steps;
   pr.resources = request.resources;
   pr.checkpoint_writes = request.checkpoint_writes;
+  pr.measure_checkpoint_writes = request.measure_checkpoint_writes;
   return pr;
 }
 

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <vector>
 
 #include "runtime/backend/device.hpp"
@@ -25,6 +26,8 @@ struct PlanningRequest {
   bool trials = true;
   std::string current_practice;           // profile::ProfileOptions::current_practice
   profile::WriteRates checkpoint_writes;  // the run directory's (profile::ProfileRequest)
+  // Measures them beside the trials (profile::ProfileRequest::measure_checkpoint_writes).
+  std::function<profile::WriteRates()> measure_checkpoint_writes;
 };
 
 // Collective over `world`: trials run on disjoint rank groups, results land in the store.

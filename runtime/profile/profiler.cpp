@@ -248,7 +248,8 @@ class Profiler {
     std::vector<TrialRequest> out;
     for (std::size_t i : chosen) {
       const Shape& s = shapes_[cands_[i].shape];
-      out.push_back(TrialRequest{s.model, s.train, cands_[i].config});
+      out.push_back(TrialRequest{s.model, s.train, cands_[i].config, cands_[i].est.step_s,
+                                 cands_[i].est.eval_s});
     }
     return out;
   }
@@ -293,6 +294,7 @@ class Profiler {
     ProfileResult r;
     r.hardware = hw_;
     r.calibration = cal_;
+    r.checkpoint_writes = req_.checkpoint_writes;
     corrections();
     const Workload& w = *req_.workload;
     for (std::size_t j = 0; j < w.jobs.size(); ++j) {
@@ -715,8 +717,21 @@ void add_jobs_gemm_shapes(comm::Communicator& world, const Hardware& hw, const P
               added == 1 ? "" : "s", seconds_since(t_shapes));
 }
 
-// Tries the promising configurations on rank groups and records what they measured.
-void run_chosen_trials(Profiler& p, const ProfileRequest& req, const ProfileRequest& request,
+// The request's checkpoint write probe, as a probe of the trials' schedule: `rates` gets its
+// result on the rank that ran it (zeros elsewhere).
+std::vector<SideProbe> write_probe(const ProfileRequest& req, double (&rates)[3]) {
+  if (!req.measure_checkpoint_writes) return {};
+  return {SideProbe{1, 0.2, [&req, &rates](comm::Communicator&) {
+                      const WriteRates r = req.measure_checkpoint_writes();
+                      rates[0] = r.latency_s;
+                      rates[1] = r.bytes_per_s;
+                      rates[2] = r.dataset_s;
+                    }}};
+}
+
+// Tries the promising configurations on rank groups and records what they measured; measures
+// the checkpoint writes with the trials' probes (into `req`).
+void run_chosen_trials(Profiler& p, ProfileRequest& req, const ProfileRequest& request,
                        const std::vector<int>& node_of_rank, comm::Communicator& world,
                        const ProfileOptions& options, bool talk) {
   const RankTopology topology = topology_of(req, node_of_rank);
@@ -725,10 +740,16 @@ void run_chosen_trials(Profiler& p, const ProfileRequest& req, const ProfileRequ
   if (talk && !chosen.empty())
     log::info("{} trial{} on {} ranks", chosen.size(), chosen.size() == 1 ? "" : "s", world.size());
   TrialRunStats ts;
+  double rates[3] = {0, 0, 0};
   const std::vector<Measurement> results =
-      run_trials(p.requests(chosen), topology, world, trial_options(options, request), &ts);
+      run_trials(p.requests(chosen), topology, world, trial_options(options, request), &ts,
+                 write_probe(req, rates));
   p.record(chosen, results);
-  p.stats().trial_rounds = ts.rounds;
+  if (req.measure_checkpoint_writes) {
+    world.allreduce(rates, 3, comm::ReduceOp::kMax);
+    req.checkpoint_writes = WriteRates{rates[0], rates[1], rates[2]};
+  }
+  p.stats().trials_expected_s = ts.expected_s;
   double trials_s = ts.seconds;  // rank 0's, like every number of the result
   world.broadcast(&trials_s, 1, 0);
   p.stats().trials_s = trials_s;
@@ -742,7 +763,7 @@ ProfileResult profile_workload(const ProfileRequest& request, comm::Communicator
   const bool talk = !options.quiet && world.rank() == 0;
   std::vector<int> node_of_rank;
   const Hardware hw = detect_hardware(world, &node_of_rank, request.resources.device);
-  const ProfileRequest req = with_cluster(request, hw);
+  ProfileRequest req = with_cluster(request, hw);
 
   ProfileStore store = load_store(world, hw, options, talk);
   ProfileStats pre;
@@ -988,10 +1009,9 @@ std::string format_profile_summary(const ProfileResult& r) {
   std::string out = fmt::format("hardware {}: {}{}\n", r.hardware.id(), r.hardware.describe(),
                                 r.nominal_calibration ? " (not calibrated: nominal numbers)" : "");
   out += fmt::format(
-      "{} jobs, {} shapes: {} configurations estimated ({} feasible); {} tried in {} rounds "
-      "({} failed), {} taken from the store\n",
-      s.jobs, s.signatures, s.configs, s.feasible, s.trials_run, s.trial_rounds, s.trials_failed,
-      s.trials_reused);
+      "{} jobs, {} shapes: {} configurations estimated ({} feasible); {} tried ({} failed), {} "
+      "taken from the store\n",
+      s.jobs, s.signatures, s.configs, s.feasible, s.trials_run, s.trials_failed, s.trials_reused);
   std::string clocks;
   for (const auto& row : r.rows)
     if (row.tried_now && row.measured && clocks.find(row.measured->clock) == std::string::npos)
@@ -999,8 +1019,12 @@ std::string format_profile_summary(const ProfileResult& r) {
   out += fmt::format("calibration: {} rates, timed with {}{}\n", r.calibration.device,
                      r.calibration.timer,
                      clocks.empty() ? "" : fmt::format("; trial step times from {}", clocks));
-  out += fmt::format("time: calibration {:.2f} s{}, trials {:.2f} s, total {:.2f} s\n",
-                     s.calibration_s, s.calibrated ? "" : " (stored)", s.trials_s, s.total_s);
+  out += fmt::format("time: calibration {:.2f} s{}, trials {:.2f} s{}, total {:.2f} s\n",
+                     s.calibration_s, s.calibrated ? "" : " (stored)", s.trials_s,
+                     s.trials_run > 0 ? fmt::format(" (scheduled for {:.2f} s by the estimates)",
+                                                    s.trials_expected_s)
+                                      : "",
+                     s.total_s);
   if (std::abs(s.load_factor - 1.0) > 0.005)
     out += fmt::format("load: this node runs {:.2f}x {} than when calibrated (estimates scaled)\n",
                        s.load_factor >= 1 ? s.load_factor : 1.0 / s.load_factor,

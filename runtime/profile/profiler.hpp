@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -73,9 +74,14 @@ struct ProfileRequest {
   // The backend the jobs (and the trials) run on, and the memory per rank: device_bytes 0 means
   // the cluster's memory_gib, if any; host_bytes 0, unlimited.
   Resources resources;
-  // How fast the run's checkpoints reach its file system (measure_write_rates in the run
-  // directory; the same on every rank). Not measured: checkpoints are priced at 0.
+  // How fast the run's checkpoints reach its file system (the same on every rank). Not
+  // measured: checkpoints are priced at 0.
   WriteRates checkpoint_writes;
+  // When set, profile_workload measures checkpoint_writes with it: on whichever rank the trials'
+  // schedule gives it, with the probes after the trials, the other ranks computing (the
+  // contention checkpoints have in the batch).
+  // It must not throw for a directory that cannot be written: it returns unmeasured rates.
+  std::function<WriteRates()> measure_checkpoint_writes;
 };
 
 // How to run one configuration of the problem, and where its numbers came from.
@@ -116,16 +122,16 @@ struct ConfigRow {
 struct ProfileStats {
   int jobs = 0;
   int signatures = 0;
-  int configs = 0;        // estimated
-  int feasible = 0;       // feasible by the estimate
-  int trials_run = 0;     // by this run
-  int trials_failed = 0;  // of those, infeasible in reality
-  int trials_reused = 0;  // taken from the store
-  int trial_rounds = 0;
+  int configs = 0;           // estimated
+  int feasible = 0;          // feasible by the estimate
+  int trials_run = 0;        // by this run
+  int trials_failed = 0;     // of those, infeasible in reality
+  int trials_reused = 0;     // taken from the store
   bool calibrated = false;   // this run calibrated
   double load_factor = 1.0;  // Calibration::load_factor applied to this run's estimates
   double calibration_s = 0;
   double trials_s = 0;
+  double trials_expected_s = 0;  // the trial schedule's length by the estimates
   double total_s = 0;
 };
 
@@ -138,6 +144,7 @@ struct ProfileResult {
   Calibration calibration;
   bool nominal_calibration = false;  // no calibration for this hardware: round numbers
   ProfileStats stats;
+  WriteRates checkpoint_writes;  // what the checkpoints were priced at
 };
 
 // Collective over `world` (every rank passes the same request and options; rank 0's store file

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <exception>
 #include <functional>
 #include <map>
@@ -44,61 +45,124 @@ bool RankTopology::fits(const ConfigSpec& c) const {
   return big >= c.nodes;
 }
 
-std::vector<std::vector<Placement>> schedule_trials(const std::vector<TrialRequest>& trials,
-                                                    const RankTopology& topology, bool serialize) {
-  // Largest first, then first-fit into rounds; within a round a single-node trial takes the node
-  // with the fewest free ranks that still fits it (best fit leaves room for big trials).
-  std::vector<std::size_t> order(trials.size());
+double expected_trial_s(const TrialRequest& trial, const TrialOptions& o) {
+  // Unknown estimates count alike: only the order among trials matters then.
+  const double step = trial.est_step_s > 0 ? trial.est_step_s : 1.0;
+  const int timed =
+      std::max(std::max(o.measure_steps, 1),
+               std::min(o.max_timed_steps, static_cast<int>(std::ceil(o.min_timed_s / step))));
+  const double s = (1 + o.warmup_steps + timed) * step + (o.measure_eval ? trial.est_eval_s : 0);
+  return o.time_limit_s > 0 ? std::min(s, o.time_limit_s) : s;
+}
+
+namespace {
+
+// Each world rank's expected busy intervals, as the schedule fills them.
+class RankCalendar {
+ public:
+  bool free(int rank, double from, double to) const {
+    const auto it = busy_.find(rank);
+    if (it == busy_.end()) return true;
+    constexpr double kEps = 1e-12;
+    for (const auto& [s, e] : it->second)
+      if (s < to - kEps && from < e - kEps) return false;
+    return true;
+  }
+  void book(const std::vector<int>& ranks, double from, double to) {
+    for (int r : ranks) busy_[r].emplace_back(from, to);
+  }
+  // The times a trial may start at: 0 and every booked end, ascending.
+  std::vector<double> starts() const {
+    std::vector<double> t{0.0};
+    for (const auto& [rank, spans] : busy_)
+      for (const auto& span : spans) t.push_back(span.second);
+    std::sort(t.begin(), t.end());
+    t.erase(std::unique(t.begin(), t.end()), t.end());
+    return t;
+  }
+
+ private:
+  std::map<int, std::vector<std::pair<double, double>>> busy_;
+};
+
+// The ranks a configuration takes if it starts at `from` for `length` seconds, or none.
+std::vector<int> free_ranks_for(const ConfigSpec& c, const RankTopology& topology,
+                                const RankCalendar& calendar, double from, double length) {
+  std::vector<std::vector<int>> free(topology.nodes.size());
+  for (std::size_t n = 0; n < topology.nodes.size(); ++n)
+    for (int r : topology.nodes[n])
+      if (calendar.free(r, from, from + length)) free[n].push_back(r);
+  std::vector<int> ranks;
+  if (c.nodes <= 1) {
+    // Best fit: the node with the fewest free ranks that still holds it leaves room for big ones.
+    int best = -1;
+    for (std::size_t n = 0; n < free.size(); ++n) {
+      if (static_cast<int>(free[n].size()) < c.degree) continue;
+      if (best < 0 || free[n].size() < free[static_cast<std::size_t>(best)].size())
+        best = static_cast<int>(n);
+    }
+    if (best >= 0) {
+      const auto& node = free[static_cast<std::size_t>(best)];
+      ranks.assign(node.begin(), node.begin() + c.degree);
+    }
+    return ranks;
+  }
+  const auto per = static_cast<std::size_t>(c.degree / c.nodes);
+  int used = 0;
+  for (std::size_t n = 0; n < free.size() && used < c.nodes; ++n)
+    if (free[n].size() >= per) {
+      ranks.insert(ranks.end(), free[n].begin(),
+                   free[n].begin() + static_cast<std::ptrdiff_t>(per));
+      ++used;
+    }
+  if (used < c.nodes) ranks.clear();
+  return ranks;
+}
+
+}  // namespace
+
+std::vector<Placement> schedule_trials(const std::vector<ScheduleItem>& items,
+                                       const RankTopology& topology, bool serialize) {
+  for (const auto& t : items)
+    if (!topology.fits(t.config))
+      throw Error(fmt::format("trial {} at degree {} on {} node(s) does not fit the {} ranks",
+                              t.config.label(), t.config.degree, t.config.nodes, topology.ranks()));
+  const auto stage_of = [&](std::size_t i) { return items[i].probe ? 0 : items[i].config.degree; };
+  // Widest stage first; within a stage, longest first, each at its earliest start in the stage.
+  std::vector<std::size_t> order(items.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    return trials[a].config.degree > trials[b].config.degree;
+    if (stage_of(a) != stage_of(b)) return stage_of(a) > stage_of(b);
+    return items[a].expected_s > items[b].expected_s;
   });
-  std::vector<std::vector<Placement>> rounds;
-  std::vector<bool> placed(trials.size(), false);
-  for (std::size_t i : order)
-    if (!topology.fits(trials[i].config))
-      throw Error(fmt::format("trial {} at degree {} on {} node(s) does not fit the {} ranks",
-                              trials[i].config.label(), trials[i].config.degree,
-                              trials[i].config.nodes, topology.ranks()));
-  std::size_t left = trials.size();
-  while (left > 0) {
-    std::vector<std::vector<int>> free = topology.nodes;
-    std::vector<Placement> round;
-    for (std::size_t i : order) {
-      if (placed[i]) continue;
-      if (serialize && !round.empty()) break;
-      const ConfigSpec& c = trials[i].config;
-      Placement p{i, {}};
-      if (c.nodes <= 1) {
-        int best = -1;
-        for (std::size_t n = 0; n < free.size(); ++n) {
-          if (static_cast<int>(free[n].size()) < c.degree) continue;
-          if (best < 0 || free[n].size() < free[static_cast<std::size_t>(best)].size())
-            best = static_cast<int>(n);
-        }
-        if (best < 0) continue;
-        auto& node = free[static_cast<std::size_t>(best)];
-        p.ranks.assign(node.begin(), node.begin() + c.degree);
-        node.erase(node.begin(), node.begin() + c.degree);
-      } else {
-        const auto per = static_cast<std::size_t>(c.degree / c.nodes);
-        std::vector<std::size_t> use;
-        for (std::size_t n = 0; n < free.size() && static_cast<int>(use.size()) < c.nodes; ++n)
-          if (free[n].size() >= per) use.push_back(n);
-        if (static_cast<int>(use.size()) < c.nodes) continue;
-        for (std::size_t n : use) {
-          p.ranks.insert(p.ranks.end(), free[n].begin(),
-                         free[n].begin() + static_cast<std::ptrdiff_t>(per));
-          free[n].erase(free[n].begin(), free[n].begin() + static_cast<std::ptrdiff_t>(per));
-        }
-      }
-      placed[i] = true;
-      --left;
-      round.push_back(std::move(p));
+  RankCalendar calendar;
+  double stage_start = 0, last_end = 0;
+  int stage = -1;
+  std::vector<Placement> placed;
+  for (std::size_t k = 0; k < order.size(); ++k) {
+    const std::size_t i = order[k];
+    const double length = items[i].expected_s;
+    if (k == 0 || stage_of(i) != stage_of(order[k - 1])) {
+      ++stage;
+      stage_start = last_end;
     }
-    rounds.push_back(std::move(round));
+    std::vector<double> starts{serialize ? last_end : stage_start};
+    if (!serialize)
+      for (double t : calendar.starts())
+        if (t > stage_start) starts.push_back(t);
+    for (double from : starts) {
+      std::vector<int> ranks = free_ranks_for(items[i].config, topology, calendar, from, length);
+      if (ranks.empty()) continue;
+      calendar.book(ranks, from, from + length);
+      last_end = std::max(last_end, from + length);
+      placed.push_back(Placement{i, std::move(ranks), stage, from, from + length});
+      break;
+    }
   }
-  return rounds;
+  std::stable_sort(placed.begin(), placed.end(), [](const Placement& a, const Placement& b) {
+    return a.start_s < b.start_s || (a.start_s == b.start_s && a.item < b.item);
+  });
+  return placed;
 }
 
 namespace {
@@ -203,10 +267,16 @@ bool time_steps(const TrialRequest& trial, comm::Communicator& group, const Tria
     }
   }
   rig.strategy->reset_stats();
-  for (int i = 0; !stopped_early && i < std::max(o.measure_steps, 1); ++i) {
+  const auto more = [&](int i) {
+    if (i < std::max(o.measure_steps, 1)) return true;
+    double timed = 0;
+    for (double t : times) timed += t;
+    return timed < o.min_timed_s && i < o.max_timed_steps;
+  };
+  for (int i = 0; !stopped_early && more(i); ++i) {
     group.barrier();
     times.push_back(timed_step());
-    if (i + 1 < o.measure_steps && over_limit()) stopped_early = true;
+    if (more(i + 1) && over_limit()) stopped_early = true;
   }
   if (times.empty()) {
     // Out of time during warm-up: its steps (first-touch included, so an over-estimate) are
@@ -245,6 +315,8 @@ double time_eval(const TrialRequest& trial, comm::Communicator& group, TrialRig&
 
 Measurement run_one_trial(const TrialRequest& trial, comm::Communicator& group,
                           const TrialOptions& o) {
+  // From when the whole group is here: a rank may come from a trial that ended later.
+  group.barrier();
   const auto t0 = Clock::now();
   Measurement m;
   m.device_capacity = o.resources.device_bytes;
@@ -272,29 +344,46 @@ Measurement run_one_trial(const TrialRequest& trial, comm::Communicator& group,
   return m;
 }
 
-// Keeps this rank computing until `done` completes (every rank finished its part of the round).
-// MPI_Test yields the processor when ranks are oversubscribed, so it is called only between
-// bursts of about 20 ms of GEMMs: a rank that tested after every small GEMM would sit idle.
 namespace {
 
+// Keeps this rank computing until `done` completes (every rank of a barrier is there).
+// MPI_Test yields the processor when ranks are oversubscribed, so it is called only between
+// bursts of GEMMs: a rank that tested after every small GEMM would sit idle. The bursts grow
+// from 1 ms to 20 ms, so that ranks which end together do not wait a long burst for each other.
 void ballast_until(comm::Request& done) {
   constexpr int n = 128;
   std::vector<float> a(n * n, 0.5f), w(n * n, 0.25f), out(n * n);
   const auto t0 = Clock::now();
   long gemms = 0;
+  double burst_s = 0.001;
   do {
     const auto burst = Clock::now();
-    while (seconds_since(burst) < 0.02) {
+    while (seconds_since(burst) < burst_s) {
       cpu::linear_forward(out.data(), a.data(), w.data(), nullptr, n, n, n,
                           cpu::WeightLayout::kInOut);
       ++gemms;
     }
+    burst_s = std::min(2 * burst_s, 0.02);
   } while (!done.test());
   log::debug("ballast: {} GEMMs in {:.2f} s", gemms, seconds_since(t0));
 }
 
-}  // namespace
+// Collective over `comm`: a barrier at which this rank, with `ballast`, computes while it waits.
+void wait_beside_ballast(comm::Communicator& comm, bool ballast) {
+  // A non-blocking allreduce as the barrier, polled between bursts of ballast.
+  std::int32_t token = 1;
+  comm::Request done = comm.iallreduce(&token, 1, comm::ReduceOp::kSum);
+  if (ballast)
+    ballast_until(done);
+  else
+    done.wait();
+}
 
+// Collective over `world`: runs `work` on this rank (it may be nothing), then, with `ballast`,
+// keeps the rank computing (small GEMMs) until every rank has finished its own: what ranks
+// without work do while others measure, so that the measurement sees the contention of a full
+// batch. Without `ballast` a rank that is done just waits. An exception from `work` on any rank
+// becomes the same comm::AgreedFailure on every rank once all are done.
 void run_beside_ballast(comm::Communicator& world, bool ballast,
                         const std::function<void()>& work) {
   std::exception_ptr failed;
@@ -303,110 +392,153 @@ void run_beside_ballast(comm::Communicator& world, bool ballast,
   } catch (...) {
     failed = std::current_exception();
   }
-  // A non-blocking allreduce as the barrier, polled between bursts of ballast.
-  std::int32_t token = 1;
-  comm::Request done = world.iallreduce(&token, 1, comm::ReduceOp::kSum);
-  if (ballast)
-    ballast_until(done);
-  else
-    done.wait();
-  if (failed) std::rethrow_exception(failed);
+  wait_beside_ballast(world, ballast);
+  comm::agree(world, failed);  // one rank's failure is every rank's, none left waiting
 }
 
-namespace {
+// One synchronisation of `group` (ranks of one node) while the node's other ranks compute, as a
+// multi-rank checkpoint's collectives come in the batch: between file writes, beside other jobs.
+// Each rank leaves the processor briefly before each of a burst of tiny allreduces (a write
+// does), and the time beyond those pauses is the wait: the mean over the burst and the group.
+// Where ranks share cores a partner that left the processor waits for a time slice to return,
+// which a burst on a quiet node (microseconds) does not show. Collective over `group`.
+double contended_sync_s(comm::Communicator& group) {
+  constexpr int kCalls = 16;
+  const auto pause = [] { std::this_thread::sleep_for(std::chrono::microseconds(20)); };
+  auto t0 = Clock::now();
+  for (int i = 0; i < kCalls; ++i) pause();
+  const double pauses = seconds_since(t0);
+  float x = 1.0f;
+  group.barrier();
+  t0 = Clock::now();
+  for (int i = 0; i < kCalls; ++i) {
+    pause();
+    group.allreduce(&x, 1, comm::ReduceOp::kSum);
+  }
+  double mean = std::max(0.0, seconds_since(t0) - pauses) / kCalls;
+  group.allreduce(&mean, 1, comm::ReduceOp::kSum);
+  return mean / group.size();
+}
 
-// One synchronisation of a group of `degree` ranks of one node while the node's other ranks
-// compute (ballast), as a multi-rank checkpoint's collectives come in the batch: between file
-// writes, beside other jobs. Each rank leaves the processor briefly before each of a burst of
-// tiny allreduces (a write does), and the time beyond those pauses is the wait: the mean over
-// the burst and the group. Where ranks share cores a partner that left the processor waits for
-// a time slice to return, which a burst on a quiet node (microseconds) does not show. Every
-// rank of the world calls this.
-double contended_sync_s(const RankTopology& topology, int degree, comm::Communicator& world,
-                        bool ballast) {
-  const std::vector<int>* largest = &topology.nodes.at(0);
-  for (const auto& n : topology.nodes)
-    if (n.size() > largest->size()) largest = &n;
-  const std::vector<int>& node = *largest;
-  const auto at = std::find(node.begin(), node.begin() + degree, world.rank());
-  const bool in_group = at != node.begin() + degree;
-  std::unique_ptr<comm::Communicator> group =
-      world.split(in_group ? 0 : -1, static_cast<int>(at - node.begin()));
-  double mean = 0;
-  run_beside_ballast(world, ballast, [&] {
-    if (!group) return;
-    constexpr int kCalls = 16;
-    const auto pause = [] { std::this_thread::sleep_for(std::chrono::microseconds(20)); };
-    auto t0 = Clock::now();
-    for (int i = 0; i < kCalls; ++i) pause();
-    const double pauses = seconds_since(t0);
-    float x = 1.0f;
-    group->barrier();
-    t0 = Clock::now();
-    for (int i = 0; i < kCalls; ++i) {
-      pause();
-      group->allreduce(&x, 1, comm::ReduceOp::kSum);
-    }
-    mean = std::max(0.0, seconds_since(t0) - pauses) / kCalls;
-    group->allreduce(&mean, 1, comm::ReduceOp::kSum);
-    mean /= group->size();
+// One item of the schedule on this rank's group: a trial (its measurement as JSON, from the
+// group's first rank) or a probe.
+void run_item(std::size_t item, comm::Communicator& group, const std::vector<TrialRequest>& trials,
+              const std::vector<SideProbe>& probes, const TrialOptions& options, bool beside_others,
+              nlohmann::json& results) {
+  if (item >= trials.size()) {
+    probes[item - trials.size()].run(group);
+    return;
+  }
+  Measurement m = run_one_trial(trials[item], group, options);
+  m.concurrent = beside_others;
+  if (group.rank() == 0) results.push_back({{"trial", item}, {"m", measurement_to_json(m)}});
+}
+
+// Each single-node group size of the trials smaller than the node, whose synchronisation a
+// probe measures for their checkpoints' collectives (0 until it has). A group as large as the
+// node has no neighbours: the calibration's wait prices it.
+std::map<int, double> sync_probe_degrees(const std::vector<TrialRequest>& trials,
+                                         const RankTopology& topology) {
+  std::map<int, double> sync_by_degree;
+  for (const auto& t : trials)
+    if (t.config.degree > 1 && t.config.nodes == 1 && t.config.degree < topology.largest_node())
+      sync_by_degree[t.config.degree] = 0;
+  return sync_by_degree;
+}
+
+// Every item's group, split up front (a split is collective over the world) in the schedule's
+// order; this rank's are the items it runs, in that order (null elsewhere).
+std::vector<std::unique_ptr<comm::Communicator>> split_groups(
+    const std::vector<Placement>& schedule, comm::Communicator& world) {
+  std::vector<std::unique_ptr<comm::Communicator>> groups;
+  for (const Placement& p : schedule) {
+    const auto it = std::find(p.ranks.begin(), p.ranks.end(), world.rank());
+    groups.push_back(it == p.ranks.end() ? world.split(-1, 0)
+                                         : world.split(0, static_cast<int>(it - p.ranks.begin())));
+  }
+  return groups;
+}
+
+// Others beside it by the schedule (an end that meets a start does not count).
+bool overlapped(const std::vector<Placement>& schedule, const Placement& p) {
+  return std::any_of(schedule.begin(), schedule.end(), [&](const Placement& q) {
+    return &q != &p && q.start_s < p.end_s && p.start_s < q.end_s;
   });
-  world.allreduce(&mean, 1, comm::ReduceOp::kMax);  // the group's, on every rank
-  return mean;
+}
+
+// Collective over `world`: the stage schedule[first, end), this rank's items in order; a rank
+// done with its items keeps computing until the stage ends.
+void run_stage(std::size_t first, std::size_t end, const std::vector<Placement>& schedule,
+               std::vector<std::unique_ptr<comm::Communicator>>& groups,
+               const std::vector<TrialRequest>& trials, const std::vector<SideProbe>& probes,
+               comm::Communicator& world, const TrialOptions& options, nlohmann::json& results) {
+  const auto t0 = Clock::now();
+  run_beside_ballast(world, options.ballast, [&] {
+    for (std::size_t k = first; k < end; ++k) {
+      if (!groups[k]) continue;
+      // Until the last of the item's ranks is here (from an item that ran longer than expected),
+      // this rank computes: the trials still running keep a full batch's contention. An item at
+      // the stage's start has its ranks together already.
+      if (schedule[k].start_s > schedule[first].start_s)
+        wait_beside_ballast(*groups[k], options.ballast);
+      run_item(schedule[k].item, *groups[k], trials, probes, options,
+               overlapped(schedule, schedule[k]), results);
+      groups[k].reset();  // a communicator held only while in use
+    }
+  });
+  double expected = 0;
+  for (std::size_t k = first; k < end; ++k)
+    expected = std::max(expected, schedule[k].end_s - schedule[first].start_s);
+  if (world.rank() == 0)
+    log::debug("trial stage {}: {} item(s) in {:.2f} s (expected {:.2f} s)", schedule[first].stage,
+               end - first, seconds_since(t0), expected);
 }
 
 }  // namespace
 
 std::vector<Measurement> run_trials(const std::vector<TrialRequest>& trials,
                                     const RankTopology& topology, comm::Communicator& world,
-                                    const TrialOptions& options, TrialRunStats* stats) {
+                                    const TrialOptions& options, TrialRunStats* stats,
+                                    const std::vector<SideProbe>& probes) {
   const auto t0 = Clock::now();
   std::vector<Measurement> out(trials.size());
-  if (trials.empty()) return out;
-  const auto rounds = schedule_trials(trials, topology, options.serialize);
-  const int me = world.rank();
-  for (const auto& round : rounds) {
-    int color = -1, key = 0;
-    for (std::size_t g = 0; g < round.size(); ++g) {
-      const auto& ranks = round[g].ranks;
-      const auto it = std::find(ranks.begin(), ranks.end(), me);
-      if (it != ranks.end()) {
-        color = static_cast<int>(g);
-        key = static_cast<int>(it - ranks.begin());
-      }
-    }
-    std::unique_ptr<comm::Communicator> group = world.split(color, key);
-    std::string result;
-    // Idle ranks, and those whose trial ended first, keep computing until the round is over.
-    run_beside_ballast(world, options.ballast, [&] {
-      if (!group) return;
-      const Placement& p = round[static_cast<std::size_t>(color)];
-      Measurement m = run_one_trial(trials[p.trial], *group, options);
-      m.concurrent = round.size() > 1;
-      if (group->rank() == 0)
-        result = nlohmann::json{{"trial", p.trial}, {"m", measurement_to_json(m)}}.dump();
-    });
-    for (const auto& text : all_gather_text(world, result)) {
-      if (text.empty()) continue;
-      const nlohmann::json j = nlohmann::json::parse(text);
-      out.at(j.at("trial").get<std::size_t>()) = measurement_from_json(j.at("m"));
-    }
-  }
-  // Each single-node group size's synchronisation beside computing ranks, for the trials of that
-  // size (their checkpoints' collectives). A group as large as the node has no neighbours: the
-  // calibration's wait prices it.
-  std::map<int, double> sync_by_degree;
-  for (const auto& t : trials)
-    if (t.config.degree > 1 && t.config.nodes == 1 && t.config.degree < topology.largest_node())
-      sync_by_degree[t.config.degree] = 0;
+  std::map<int, double> sync_by_degree = sync_probe_degrees(trials, topology);
+  std::vector<SideProbe> all_probes = probes;
   for (auto& [degree, sync] : sync_by_degree)
-    sync = contended_sync_s(topology, degree, world, options.ballast);
+    all_probes.push_back(SideProbe{degree, 0.05, [&sync = sync](comm::Communicator& group) {
+                                     sync = contended_sync_s(group);
+                                   }});
+  if (trials.empty() && all_probes.empty()) return out;
+
+  std::vector<ScheduleItem> items;
+  for (const auto& t : trials) items.push_back({t.config, expected_trial_s(t, options), false});
+  for (const auto& p : all_probes)
+    items.push_back({ConfigSpec{"probe", {}, p.degree, 1}, p.expected_s, true});
+  const std::vector<Placement> schedule = schedule_trials(items, topology, options.serialize);
+  std::vector<std::unique_ptr<comm::Communicator>> groups = split_groups(schedule, world);
+  nlohmann::json mine = nlohmann::json::array();
+  for (std::size_t first = 0; first < schedule.size();) {
+    std::size_t end = first;
+    while (end < schedule.size() && schedule[end].stage == schedule[first].stage) ++end;
+    run_stage(first, end, schedule, groups, trials, all_probes, world, options, mine);
+    first = end;
+  }
+
+  // Every trial's measurement, and the probes' synchronisations, on every rank.
+  for (const auto& text : all_gather_text(world, mine.dump()))
+    for (const auto& j : nlohmann::json::parse(text))
+      out.at(j.at("trial").get<std::size_t>()) = measurement_from_json(j.at("m"));
+  std::vector<double> syncs;
+  for (const auto& [degree, sync] : sync_by_degree) syncs.push_back(sync);
+  if (!syncs.empty()) world.allreduce(syncs.data(), syncs.size(), comm::ReduceOp::kMax);
+  std::size_t n = 0;
+  for (auto& [degree, sync] : sync_by_degree) sync = syncs[n++];
   for (std::size_t i = 0; i < trials.size(); ++i)
     if (const auto it = sync_by_degree.find(trials[i].config.degree);
         out[i].feasible && trials[i].config.nodes == 1 && it != sync_by_degree.end())
       out[i].sync_s = it->second;
   if (stats) {
-    stats->rounds = static_cast<int>(rounds.size());
+    for (const Placement& p : schedule) stats->expected_s = std::max(stats->expected_s, p.end_s);
     stats->seconds = seconds_since(t0);
   }
   return out;

@@ -28,13 +28,13 @@ flags=(--store "$dir/p.h5" --trials 1 --trial-steps 1 --quick-calibration)
 run2 profile "$dir/w.yaml" "${flags[@]}" -o "$dir/inst.json" > "$dir/out1" 2>&1 ||
   { cat "$dir/out1"; fail "first profile run"; }
 grep -q "4 jobs, 2 shapes" "$dir/out1" || { cat "$dir/out1"; fail "jobs/shapes line"; }
-tried=$(sed -n 's/.*; \([0-9]*\) tried in.*/\1/p' "$dir/out1")
+tried=$(sed -n 's/.*; \([0-9]*\) tried (.*/\1/p' "$dir/out1")
 [ "${tried:-0}" -gt 0 ] || { cat "$dir/out1"; fail "no trial in the first run"; }
 [ -s "$dir/p.h5" ] || fail "no store written"
 [ -s "$dir/inst.json" ] || fail "no instance written"
 
 run2 profile "$dir/w.yaml" "${flags[@]}" > "$dir/out2" 2>&1 || { cat "$dir/out2"; fail "second run"; }
-grep -q "; 0 tried in" "$dir/out2" || { cat "$dir/out2"; fail "the second run tried again"; }
+grep -q "; 0 tried (" "$dir/out2" || { cat "$dir/out2"; fail "the second run tried again"; }
 grep -q "calibration .* (stored)" "$dir/out2" || { cat "$dir/out2"; fail "recalibrated"; }
 
 # The shared calibration cache: a full calibration lands in it, and a run with a new store takes

@@ -1,6 +1,6 @@
 // The trial runner on 2 or 4 ranks with tiny models: trials on disjoint rank groups, reuse from
 // the store (a second run tries nothing), learning-rate variants sharing one profile, a trial
-// that runs out of memory failing alone, pruning, and placement of trials into rounds.
+// that runs out of memory failing alone, pruning, and the trials' schedule.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -219,35 +219,122 @@ TEST_F(Profiler, TrialOutOfMemoryMarksOnlyThatConfiguration) {
   EXPECT_EQ(r2.stats.trials_failed, 0);
 }
 
-TEST(TrialPlacement, PacksDisjointGroupsIntoRounds) {
+namespace {
+
+// Schedule items of these degrees (one node unless `nodes`) and expected seconds.
+std::vector<ScheduleItem> items_of(const std::vector<std::pair<int, double>>& degree_seconds,
+                                   int nodes = 1) {
+  std::vector<ScheduleItem> t;
+  for (const auto& [degree, seconds] : degree_seconds)
+    t.push_back({ConfigSpec{"ddp", {}, degree, nodes}, seconds, false});
+  return t;
+}
+
+// No rank runs two items at once, and each item has its degree in distinct ranks.
+void expect_no_rank_overlap(const std::vector<ScheduleItem>& t, const std::vector<Placement>& s) {
+  for (const auto& p : s) {
+    EXPECT_EQ(static_cast<int>(p.ranks.size()), t[p.item].config.degree);
+    EXPECT_EQ(std::set<int>(p.ranks.begin(), p.ranks.end()).size(), p.ranks.size());
+    for (const auto& q : s) {
+      if (&p == &q || q.start_s >= p.end_s - 1e-9 || p.start_s >= q.end_s - 1e-9) continue;
+      for (int r : p.ranks)
+        EXPECT_EQ(std::count(q.ranks.begin(), q.ranks.end(), r), 0)
+            << "rank " << r << " runs items " << p.item << " and " << q.item << " at once";
+    }
+  }
+}
+
+double span(const std::vector<Placement>& s) {
+  double end = 0;
+  for (const auto& p : s) end = std::max(end, p.end_s);
+  return end;
+}
+
+}  // namespace
+
+TEST(TrialPlacement, ExpectedTrialLengthFromTheEstimates) {
+  TrialRequest t;
+  t.config = ConfigSpec{"ddp", {}, 1, 1};
+  t.est_step_s = 0.25;
+  t.est_eval_s = 0.1;
+  const TrialOptions o;  // set-up (a step) + 1 warm-up + 2 timed steps + one evaluation
+  EXPECT_DOUBLE_EQ(expected_trial_s(t, o), 1.1);
+  TrialOptions window = o;  // steps shorter than the timed window: as many as fill it
+  window.min_timed_s = 1.0;
+  EXPECT_DOUBLE_EQ(expected_trial_s(t, window), (1 + 1 + 4) * 0.25 + 0.1);
+  TrialOptions capped;
+  capped.time_limit_s = 0.2;
+  EXPECT_DOUBLE_EQ(expected_trial_s(t, capped), 0.2);
+}
+
+TEST(TrialPlacement, ListSchedulesEachSizeByExpectedLength) {
   RankTopology one;
   one.nodes = {{0, 1, 2, 3}};
-  std::vector<TrialRequest> t(4);
-  const int degrees[] = {1, 2, 1, 4};
-  for (std::size_t i = 0; i < t.size(); ++i) t[i].config = ConfigSpec{"ddp", {}, degrees[i], 1};
-  const auto rounds = schedule_trials(t, one, false);
-  ASSERT_EQ(rounds.size(), 2u);
-  ASSERT_EQ(rounds[0].size(), 1u);
-  EXPECT_EQ(rounds[0][0].trial, 3u);  // the largest first
-  EXPECT_EQ(rounds[1].size(), 3u);
-  std::set<int> used;
-  for (const auto& p : rounds[1]) {
-    EXPECT_EQ(static_cast<int>(p.ranks.size()), t[p.trial].config.degree);
-    for (int r : p.ranks) EXPECT_TRUE(used.insert(r).second) << "rank " << r << " used twice";
+  // A whole-node trial, two 2-rank trials, six 1-rank trials: one stage per size, widest first.
+  const auto t = items_of(
+      {{1, 1.0}, {2, 0.5}, {1, 0.5}, {2, 0.4}, {1, 0.5}, {4, 0.3}, {1, 0.5}, {1, 0.25}, {1, 0.25}});
+  const auto s = schedule_trials(t, one, false);
+  ASSERT_EQ(s.size(), t.size());
+  expect_no_rank_overlap(t, s);
+  for (std::size_t k = 1; k < s.size(); ++k) {
+    EXPECT_LE(s[k - 1].start_s, s[k].start_s);
+    EXPECT_LE(s[k - 1].stage, s[k].stage);
   }
-  EXPECT_EQ(schedule_trials(t, one, true).size(), 4u);
+  EXPECT_EQ(s.front().item, 5u);
+  EXPECT_EQ(s.front().ranks, (std::vector<int>{0, 1, 2, 3}));
+  for (const auto& p : s) {
+    // Stages do not overlap: 4 ranks [0, 0.3), 2 ranks [0.3, 0.8), 1 rank from 0.8.
+    const int degree = t[p.item].config.degree;
+    EXPECT_EQ(p.stage, degree == 4 ? 0 : degree == 2 ? 1 : 2);
+    if (degree == 2) {
+      EXPECT_NEAR(p.start_s, 0.3, 1e-9);
+    }
+    if (degree == 1) {
+      EXPECT_GE(p.start_s, 0.8 - 1e-9);
+    }
+  }
+  // The 1-rank stage: the long trial on one rank, the 0.5 s ones on the other three, the two
+  // short ones after them on two ranks: 1.0 s, where rounds of four would take 1.0 + 0.25.
+  EXPECT_NEAR(span(s), 0.3 + 0.5 + 1.0, 1e-9);
 
+  // Serialized: one after another, nothing beside anything.
+  const auto ser = schedule_trials(t, one, true);
+  ASSERT_EQ(ser.size(), t.size());
+  for (std::size_t k = 1; k < ser.size(); ++k) EXPECT_GE(ser[k].start_s, ser[k - 1].end_s - 1e-9);
+  EXPECT_NEAR(span(ser), 4.2, 1e-9);
+}
+
+TEST(TrialPlacement, ProbesRunTogetherAfterTheTrials) {
+  RankTopology one;
+  one.nodes = {{0, 1, 2, 3}};
+  // Two 2-rank trials, one 1-rank trial, a 2-rank probe and a 1-rank one: the probes start
+  // together when the single-rank trial has ended.
+  auto t = items_of({{2, 0.5}, {2, 0.5}, {1, 1.0}, {2, 0.1}, {1, 0.2}});
+  t[3].probe = t[4].probe = true;
+  const auto s = schedule_trials(t, one, false);
+  expect_no_rank_overlap(t, s);
+  ASSERT_EQ(s.size(), 5u);
+  for (const auto& p : s) {
+    if (t[p.item].probe) {
+      EXPECT_EQ(p.stage, 2);
+      EXPECT_NEAR(p.start_s, 1.5, 1e-9);
+    }
+  }
+  EXPECT_NEAR(span(s), 1.7, 1e-9);
+}
+
+TEST(TrialPlacement, MultiNodeTrialsTakeWholeNodesAndBadFitsThrow) {
   RankTopology two;
   two.nodes = {{0, 1}, {2, 3}};
-  std::vector<TrialRequest> m(2);
-  m[0].config = ConfigSpec{"fsdp", {}, 4, 2};
-  m[1].config = ConfigSpec{"ddp", {}, 2, 1};
-  const auto r2 = schedule_trials(m, two, false);
-  ASSERT_EQ(r2.size(), 2u);
-  EXPECT_EQ(r2[0][0].ranks, (std::vector<int>{0, 1, 2, 3}));
-  EXPECT_EQ(r2[1][0].ranks.size(), 2u);
-  std::vector<TrialRequest> big(1);
-  big[0].config = ConfigSpec{"ddp", {}, 3, 1};
+  const auto m = items_of({{4, 1.0}, {2, 0.5}}, 2);
+  auto mixed = m;
+  mixed[1].config.nodes = 1;
+  const auto s = schedule_trials(mixed, two, false);
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_EQ(s[0].ranks, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(s[1].ranks.size(), 2u);
+  EXPECT_NEAR(s[1].start_s, 1.0, 1e-9);
+  const auto big = items_of({{3, 1.0}});
   EXPECT_FALSE(two.fits(big[0].config));
   EXPECT_THROW(schedule_trials(big, two, false), Error);
 }
@@ -262,10 +349,19 @@ TEST_F(Profiler, TrialTimeLimitKeepsTheStepsMeasuredSoFar) {
   // No limit: every timed step, no remark.
   o.warmup_steps = 1;
   o.time_limit_s = 0;
+  o.min_timed_s = 0;
   Measurement m = run_one_trial(trial, *world_, o);
   ASSERT_TRUE(m.feasible) << m.reason;
   EXPECT_EQ(m.steps, 3);
   EXPECT_TRUE(m.reason.empty()) << m.reason;
+
+  // Steps too short for the timed window: more of them, up to the cap.
+  o.min_timed_s = 1e6;
+  o.max_timed_steps = 5;
+  m = run_one_trial(trial, *world_, o);
+  ASSERT_TRUE(m.feasible) << m.reason;
+  EXPECT_EQ(m.steps, 5);
+  o.min_timed_s = 0;
 
   // Over the limit after the first timed step: that step is the measurement.
   o.warmup_steps = 0;
