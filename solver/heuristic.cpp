@@ -330,6 +330,7 @@ class LocalSearch {
   bool random_node(std::vector<int>& node);
   bool random_option(std::vector<int>& option);
   bool random_trade(std::vector<int>& option);
+  bool trade(std::vector<int>& option, size_t narrow, size_t widen) const;
   int next_width(size_t j, int o, bool wider) const;
   size_t partner_beside(size_t j);
   bool random_reorder(const std::vector<int>& option, std::vector<int>& order,
@@ -549,17 +550,12 @@ bool LocalSearch::move_earlier(size_t j) {
 // its next narrower one (up to three random neighbours): a wider option alone mostly finds the
 // devices it needs busy.
 bool LocalSearch::widen_beside(size_t j) {
-  const int wider = next_width(j, cur_.option[j], /*wider=*/true);
-  if (wider < 0) return false;
+  if (next_width(j, cur_.option[j], /*wider=*/true) < 0) return false;
   for (int tries = 0; tries < 3; ++tries) {
     const size_t b = partner_beside(j);
     if (b == J_) return false;
-    const int narrower = next_width(b, cur_.option[b], /*wider=*/false);
-    if (narrower < 0) continue;
     start_candidate();
-    option_[j] = wider;
-    option_[b] = narrower;
-    if (try_candidate()) return true;
+    if (trade(option_, b, j) && try_candidate()) return true;
   }
   return false;
 }
@@ -582,12 +578,17 @@ bool LocalSearch::random_moves() {
 bool LocalSearch::random_trade(std::vector<int>& option) {
   const size_t a = pick_(rng_);
   const size_t b = partner_beside(a);
-  if (b == J_) return false;
-  const int narrower = next_width(a, option[a], /*wider=*/false);
-  const int wider = next_width(b, option[b], /*wider=*/true);
+  return b != J_ && trade(option, a, b);
+}
+
+// Job `narrow` takes its next narrower option and job `widen` its next wider one, in `option`;
+// false, and `option` unchanged, when either has none.
+bool LocalSearch::trade(std::vector<int>& option, size_t narrow, size_t widen) const {
+  const int narrower = next_width(narrow, option[narrow], /*wider=*/false);
+  const int wider = next_width(widen, option[widen], /*wider=*/true);
   if (narrower < 0 || wider < 0) return false;
-  option[a] = narrower;
-  option[b] = wider;
+  option[narrow] = narrower;
+  option[widen] = wider;
   return true;
 }
 

@@ -139,7 +139,9 @@ void add_profile_command(CLI::App& root, Action* action) {
       ->check(CLI::Range(0, 100));
   cmd->add_flag("--no-trials", args->no_trials,
                 "Estimate only (and use what the store already measured)");
-  cmd->add_option("--trial-steps", args->trial_steps, "Timed steps per trial (the median counts)")
+  cmd->add_option("--trial-steps", args->trial_steps,
+                  "Timed steps per trial (the median counts; more for steps of a few ms, up to 30 "
+                  "ms of them)")
       ->check(CLI::Range(1, 1000));
   cmd->add_option("--warmup-steps", args->warmup_steps, "Untimed steps before them")
       ->check(CLI::Range(0, 1000));

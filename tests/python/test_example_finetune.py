@@ -234,9 +234,13 @@ def check_lora_sweep(tmp, val, base):
     # device each a LoRA job needs the least device time: its batch of 8 scales poorly). The
     # plan's choice, plan-000: a re-plan may later move the last job left onto idle devices.
     check(full >= 2, f"lora-sweep: the full fine-tune on {full} devices (it fits none alone)")
-    check(all(s in ("ddp", "tensor", "ddp+tensor", "single") for jid, ss in strategies.items()
-              if jid != "tiny-llama-full" for s in ss),
-          "lora-sweep: every LoRA job on a strategy that trains adapters")
+    # Every strategy the sweep lists trains adapters (test_lora_peft checks each against PEFT): a
+    # LoRA job runs one of them, whichever a re-plan moves it to, and never anything else.
+    listed = re.search(r"^strategies: \[(.*?)\]", open(os.path.join(tmp, "lora-sweep.yaml")).read(),
+                       re.M).group(1).replace(" ", "").split(",")
+    check(all(s in listed for jid, ss in strategies.items() if jid != "tiny-llama-full"
+              for s in ss),
+          f"lora-sweep: every LoRA job on a strategy the sweep lists ({listed})")
     with open(os.path.join(run_dir, "plans", "plan-000.json")) as f:
         planned = {j["id"]: j["devices"] for j in json.load(f)["jobs"]}
     planned_lora = [d for jid, d in planned.items() if jid != "tiny-llama-full"]
