@@ -30,7 +30,9 @@ namespace {
 struct ProfileArgs {
   std::string workload, cluster, store, output, device_memory = "0", host_memory = "0";
   std::string device = "auto";
-  int trials = 1, trial_steps = 2, warmup_steps = 1;
+  int trials = 1;
+  int trial_steps = profile::TrialOptions{}.measure_steps;  // what `saturn run` times
+  int warmup_steps = profile::TrialOptions{}.warmup_steps;
   double trial_time_limit = 60;
   std::string calibration_cache;  // empty: profile::default_calibration_cache()
   std::string current_practice;   // strategy whose whole-node configuration is always tried
@@ -140,8 +142,8 @@ void add_profile_command(CLI::App& root, Action* action) {
   cmd->add_flag("--no-trials", args->no_trials,
                 "Estimate only (and use what the store already measured)");
   cmd->add_option("--trial-steps", args->trial_steps,
-                  "Timed steps per trial (the median counts; more for steps of a few ms, up to 30 "
-                  "ms of them)")
+                  "Timed steps per trial (the median counts, over its replicas too; more for steps "
+                  "of a few ms, up to 30 ms of them)")
       ->check(CLI::Range(1, 1000));
   cmd->add_option("--warmup-steps", args->warmup_steps, "Untimed steps before them")
       ->check(CLI::Range(0, 1000));

@@ -263,8 +263,9 @@ class BatchRun {
     req.remaining_steps = remaining_steps();
     const auto start = std::chrono::steady_clock::now();
     // Measured with the trials' probes, the other ranks computing, as checkpoints are written
-    // beside other jobs.
+    // beside other jobs; once per file system (the calibration keeps the rates).
     req.measure_checkpoint_writes = [this] { return measure_checkpoint_writes(); };
+    req.checkpoint_file_system = profile::file_system_id(RunDir(run_dir_).jobs_dir());
     profile::ProfileResult startup;
     planning_ = build_planning_input(req, *world_, &startup);
     req.checkpoint_writes = startup.checkpoint_writes;

@@ -15,6 +15,7 @@ profile::ProfileRequest profile_request(const PlanningRequest& request) {
   pr.resources = request.resources;
   pr.checkpoint_writes = request.checkpoint_writes;
   pr.measure_checkpoint_writes = request.measure_checkpoint_writes;
+  pr.checkpoint_file_system = request.checkpoint_file_system;
   return pr;
 }
 

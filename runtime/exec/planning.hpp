@@ -28,6 +28,7 @@ struct PlanningRequest {
   profile::WriteRates checkpoint_writes;  // the run directory's (profile::ProfileRequest)
   // Measures them beside the trials (profile::ProfileRequest::measure_checkpoint_writes).
   std::function<profile::WriteRates()> measure_checkpoint_writes;
+  std::string checkpoint_file_system;  // what it measures (profile::file_system_id)
 };
 
 // Collective over `world`: trials run on disjoint rank groups, results land in the store.

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -207,6 +208,11 @@ constexpr auto kCalibrationFields = std::make_tuple(
     json_fields::field("overlap", &Calibration::overlap),
     json_fields::optional_field("probe_flops_per_s", &Calibration::probe_flops_per_s));
 
+constexpr auto kWriteRateFields =
+    std::make_tuple(json_fields::field("latency_s", &WriteRates::latency_s),
+                    json_fields::field("bytes_per_s", &WriteRates::bytes_per_s),
+                    json_fields::field("dataset_s", &WriteRates::dataset_s));
+
 constexpr auto kLinkFields =
     std::make_tuple(json_fields::field("group", &LinkFit::group),
                     json_fields::field("inter_node", &LinkFit::inter_node),
@@ -233,8 +239,29 @@ nlohmann::json Calibration::to_json() const {
     l[op] = arr;
   }
   j["links"] = std::move(l);
+  nlohmann::json sync = nlohmann::json::object();
+  for (const auto& [group, s] : contended_sync_s) sync[std::to_string(group)] = s;
+  j["contended_sync_s"] = std::move(sync);
+  nlohmann::json writes = nlohmann::json::object();
+  for (const auto& [file_system, w] : checkpoint_writes)
+    writes[file_system] = json_fields::object_of(w, kWriteRateFields);
+  j["checkpoint_writes"] = std::move(writes);
   return j;
 }
+
+namespace {
+
+int group_size_key(const std::string& key) {
+  int group = 0;
+  const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), group);
+  if (ec != std::errc() || end != key.data() + key.size() || group < 1)
+    throw InputError(fmt::format(
+        "calibration record: contended_sync_s key '{}' is not a group size (a positive integer)",
+        key));
+  return group;
+}
+
+}  // namespace
 
 Calibration Calibration::from_json(const nlohmann::json& j) {
   Calibration c;
@@ -249,6 +276,14 @@ Calibration Calibration::from_json(const nlohmann::json& j) {
       for (std::size_t i = 0; i < arr.size(); ++i)
         json_fields::read_fields(arr.at(i), c.links[op].emplace_back(), kLinkFields,
                                  fmt::format("links.{}[{}]", op, i));
+    // Absent in calibrations from before the trials kept their probes here.
+    if (j.contains("contended_sync_s"))
+      for (const auto& [group, s] : j.at("contended_sync_s").items())
+        c.contended_sync_s[group_size_key(group)] = s.get<double>();
+    if (j.contains("checkpoint_writes"))
+      for (const auto& [file_system, w] : j.at("checkpoint_writes").items())
+        json_fields::read_fields(w, c.checkpoint_writes[file_system], kWriteRateFields,
+                                 "checkpoint_writes." + file_system);
   } catch (const nlohmann::json::exception& e) {
     throw InputError(fmt::format("calibration record: {}", e.what()));
   }

@@ -24,6 +24,7 @@
 
 #include "runtime/comm/communicator.hpp"
 #include "runtime/model/config.hpp"
+#include "runtime/profile/file_system.hpp"
 #include "runtime/profile/hardware.hpp"
 
 namespace saturn::profile {
@@ -96,6 +97,12 @@ struct Calibration {
   double overlap = 0;
   std::map<std::string, std::vector<LinkFit>> links;  // by coll_op_name
   double probe_flops_per_s = 0;                       // probe_speed when calibrating
+  // Measured by the first trials on this hardware, then kept with it (a warm calibration probes
+  // neither again): the wait per synchronisation of a group of each size smaller than a node
+  // while the node's other ranks compute (a checkpoint's collectives in the batch), and how
+  // fast checkpoints reach each file system a run directory was on (by file_system_id).
+  std::map<int, double> contended_sync_s;
+  std::map<std::string, WriteRates> checkpoint_writes;
   // Not stored: calibration-time speed / current speed (probe_speed), multiplying every time
   // the model predicts; 1 when unknown.
   double load_factor = 1.0;

@@ -2,6 +2,9 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -75,6 +78,18 @@ double timed_write(const fs::path& dir, std::size_t bytes) {
 }
 
 }  // namespace
+
+std::string file_system_id(const fs::path& path) {
+  std::error_code ec;
+  fs::path p = fs::absolute(path, ec);
+  if (ec) return {};
+  while (!fs::exists(p, ec) && p.has_relative_path()) p = p.parent_path();
+  struct statfs fs_info {};
+  struct stat st {};
+  if (::statfs(p.c_str(), &fs_info) != 0 || ::stat(p.c_str(), &st) != 0) return {};
+  return fmt::format("fs-{:x}-dev-{}:{}", static_cast<unsigned long>(fs_info.f_type),
+                     major(st.st_dev), minor(st.st_dev));
+}
 
 WriteRates measure_write_rates(const fs::path& dir) {
   std::error_code ec;

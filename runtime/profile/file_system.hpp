@@ -4,6 +4,7 @@
 #pragma once
 
 #include <filesystem>
+#include <string>
 
 namespace saturn::profile {
 
@@ -15,6 +16,11 @@ struct WriteRates {
   // One checkpoint file of `bytes` in `datasets` datasets, written as the checkpoint writer does.
   double seconds(double bytes, double datasets = 0) const;
 };
+
+// Which file system `path` is on (its nearest existing ancestor's), as a key the calibration
+// keeps WriteRates under: its type (statfs magic) and device, e.g. "fs-ef53-dev-8:1". Empty
+// when it cannot be told (then the rates are measured every run).
+std::string file_system_id(const std::filesystem::path& path);
 
 // Writes, fsyncs and renames probe files in `dir` (created if absent) the way a checkpoint is
 // written, and removes them; the largest is 16 MiB or an eighth of the free space. IoError when

@@ -289,6 +289,20 @@ class Profiler {
 
   ProfileStore& store() { return store_; }
   ProfileStats& stats() { return stats_; }
+  const Calibration& calibration() const { return cal_; }
+
+  // Keeps what the trials' probes measured with the calibration (and in the store): later runs
+  // on this hardware take it from there. Returns whether anything was new.
+  bool keep_probes(const std::map<int, double>& contended_sync_s, const std::string& file_system,
+                   const WriteRates& writes) {
+    bool added = false;
+    for (const auto& [group, s] : contended_sync_s)
+      added |= cal_.contended_sync_s.emplace(group, s).second;
+    if (!file_system.empty() && writes.measured())
+      added |= cal_.checkpoint_writes.insert_or_assign(file_system, writes).second;
+    if (added) store_.put_hardware(HardwareRecord{hw_, cal_});
+    return added;
+  }
 
   ProfileResult result() {
     ProfileResult r;
@@ -717,10 +731,18 @@ void add_jobs_gemm_shapes(comm::Communicator& world, const Hardware& hw, const P
               added == 1 ? "" : "s", seconds_since(t_shapes));
 }
 
-// The request's checkpoint write probe, as a probe of the trials' schedule: `rates` gets its
-// result on the rank that ran it (zeros elsewhere).
-std::vector<SideProbe> write_probe(const ProfileRequest& req, double (&rates)[3]) {
+// The request's checkpoint write probe, as a probe of the trials' schedule, unless the
+// calibration knows the rates of its file system (then `req` gets them): `rates` gets its result
+// on the rank that ran it (zeros elsewhere).
+std::vector<SideProbe> write_probe(ProfileRequest& req, const Calibration& cal,
+                                   double (&rates)[3]) {
   if (!req.measure_checkpoint_writes) return {};
+  if (const auto it = cal.checkpoint_writes.find(req.checkpoint_file_system);
+      !req.checkpoint_file_system.empty() && it != cal.checkpoint_writes.end()) {
+    req.checkpoint_writes = it->second;
+    req.measure_checkpoint_writes = nullptr;
+    return {};
+  }
   return {SideProbe{1, 0.2, [&req, &rates](comm::Communicator&) {
                       const WriteRates r = req.measure_checkpoint_writes();
                       rates[0] = r.latency_s;
@@ -730,25 +752,32 @@ std::vector<SideProbe> write_probe(const ProfileRequest& req, double (&rates)[3]
 }
 
 // Tries the promising configurations on rank groups and records what they measured; measures
-// the checkpoint writes with the trials' probes (into `req`).
+// the checkpoint writes with the trials' probes (into `req`) unless the calibration has them,
+// and keeps the probes' results with the calibration (the shared cache's too).
 void run_chosen_trials(Profiler& p, ProfileRequest& req, const ProfileRequest& request,
-                       const std::vector<int>& node_of_rank, comm::Communicator& world,
-                       const ProfileOptions& options, bool talk) {
+                       const std::vector<int>& node_of_rank, const Hardware& hw,
+                       comm::Communicator& world, const ProfileOptions& options, bool talk) {
   const RankTopology topology = topology_of(req, node_of_rank);
   const std::vector<std::size_t> chosen =
       p.choose_trials([&](const ConfigSpec& c) { return topology.fits(c); });
   if (talk && !chosen.empty())
     log::info("{} trial{} on {} ranks", chosen.size(), chosen.size() == 1 ? "" : "s", world.size());
+  TrialOptions trial = trial_options(options, request);
+  trial.contended_sync_s = p.calibration().contended_sync_s;
   TrialRunStats ts;
   double rates[3] = {0, 0, 0};
+  const std::vector<SideProbe> probes = write_probe(req, p.calibration(), rates);
+  const bool measures_writes = !probes.empty();
   const std::vector<Measurement> results =
-      run_trials(p.requests(chosen), topology, world, trial_options(options, request), &ts,
-                 write_probe(req, rates));
+      run_trials(p.requests(chosen), topology, world, trial, &ts, probes);
   p.record(chosen, results);
-  if (req.measure_checkpoint_writes) {
+  if (measures_writes) {
     world.allreduce(rates, 3, comm::ReduceOp::kMax);
     req.checkpoint_writes = WriteRates{rates[0], rates[1], rates[2]};
   }
+  if (p.keep_probes(ts.contended_sync_s, measures_writes ? req.checkpoint_file_system : "",
+                    req.checkpoint_writes))
+    save_to_cache(world, hw, options, p.calibration());
   p.stats().trials_expected_s = ts.expected_s;
   double trials_s = ts.seconds;  // rank 0's, like every number of the result
   world.broadcast(&trials_s, 1, 0);
@@ -783,7 +812,7 @@ ProfileResult profile_workload(const ProfileRequest& request, comm::Communicator
   Profiler p(req, options, hw, cal, std::move(store));
   p.stats() = pre;
   p.estimate();
-  run_chosen_trials(p, req, request, node_of_rank, world, options, talk);
+  run_chosen_trials(p, req, request, node_of_rank, hw, world, options, talk);
   comm::agree_on(world, [&] {
     if (world.rank() == 0 && !options.store.empty()) p.store().save(options.store);
   });

@@ -80,8 +80,11 @@ struct ProfileRequest {
   // When set, profile_workload measures checkpoint_writes with it: on whichever rank the trials'
   // schedule gives it, with the probes after the trials, the other ranks computing (the
   // contention checkpoints have in the batch).
-  // It must not throw for a directory that cannot be written: it returns unmeasured rates.
+  // It must not throw for a directory that cannot be written: it returns unmeasured rates. Not
+  // called when the calibration has the rates of checkpoint_file_system (file_system_id of the
+  // directory it measures; "": always measure): they are measured once per file system.
   std::function<WriteRates()> measure_checkpoint_writes;
+  std::string checkpoint_file_system;
 };
 
 // How to run one configuration of the problem, and where its numbers came from.

@@ -18,6 +18,7 @@
 #include "runtime/core/log.hpp"
 #include "runtime/core/memory.hpp"
 #include "runtime/core/rng.hpp"
+#include "runtime/model/weight_cache.hpp"
 #include "runtime/parallel/strategy.hpp"
 #include "runtime/profile/text_comm.hpp"
 #include "runtime/profile/util.hpp"
@@ -119,6 +120,32 @@ std::vector<int> free_ranks_for(const ConfigSpec& c, const RankTopology& topolog
   return ranks;
 }
 
+// Fills the ranks a stage leaves idle from its start with replicas of its trials, longest
+// first, round after round while one fits: a replica costs no time, gives its trial another
+// sample, and is the neighbour a batch of such jobs has (ballast only stands in for one). Not in
+// the gaps a stage's end leaves: a replica started there on the estimates' word would hold the
+// stage up whenever they are short.
+void add_replicas(const std::vector<ScheduleItem>& items, const RankTopology& topology,
+                  double stage_start, RankCalendar& calendar, std::vector<Placement>& placed) {
+  std::vector<Placement> originals;
+  for (const Placement& p : placed)
+    if (p.start_s >= stage_start && !p.replica && !items[p.item].probe) originals.push_back(p);
+  for (bool added = true; added;) {
+    added = false;
+    for (const Placement& o : originals) {
+      const double length = o.end_s - o.start_s;
+      if (length <= 0) continue;  // an empty interval would fit forever
+      std::vector<int> ranks =
+          free_ranks_for(items[o.item].config, topology, calendar, stage_start, length);
+      if (ranks.empty()) continue;
+      calendar.book(ranks, stage_start, stage_start + length);
+      placed.push_back(
+          Placement{o.item, std::move(ranks), o.stage, stage_start, stage_start + length, true});
+      added = true;
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<Placement> schedule_trials(const std::vector<ScheduleItem>& items,
@@ -143,6 +170,7 @@ std::vector<Placement> schedule_trials(const std::vector<ScheduleItem>& items,
     const std::size_t i = order[k];
     const double length = items[i].expected_s;
     if (k == 0 || stage_of(i) != stage_of(order[k - 1])) {
+      if (!serialize) add_replicas(items, topology, stage_start, calendar, placed);
       ++stage;
       stage_start = last_end;
     }
@@ -159,6 +187,7 @@ std::vector<Placement> schedule_trials(const std::vector<ScheduleItem>& items,
       break;
     }
   }
+  if (!serialize) add_replicas(items, topology, stage_start, calendar, placed);
   std::stable_sort(placed.begin(), placed.end(), [](const Placement& a, const Placement& b) {
     return a.start_s < b.start_s || (a.start_s == b.start_s && a.item < b.item);
   });
@@ -311,6 +340,12 @@ double time_eval(const TrialRequest& trial, comm::Communicator& group, TrialRig&
   return max_over(group, timer.seconds());
 }
 
+// What drawing the initial weights the trials had from memory would have taken, on this rank.
+double weights_served_s() {
+  const CanonicalWeightCache* cache = CanonicalWeightCache::active();
+  return cache ? cache->saved_s() : 0.0;
+}
+
 }  // namespace
 
 Measurement run_one_trial(const TrialRequest& trial, comm::Communicator& group,
@@ -323,8 +358,10 @@ Measurement run_one_trial(const TrialRequest& trial, comm::Communicator& group,
   m.measured_utc = utc_now();
   try {
     const cpu::FixedGemmGrid grid(trial.train.reproducible);  // time what the job will run
+    const double served_before = weights_served_s();
     TrialRig rig = set_up_trial(trial, group, o);
-    m.setup_s = max_over(group, seconds_since(t0));
+    // A segment's start draws the initial weights, which a trial may have had from memory.
+    m.setup_s = max_over(group, seconds_since(t0) + weights_served_s() - served_before);
     // Step times from the device's timer (CUDA events on the compute stream on a GPU; the
     // steady clock on the CPU).
     const std::unique_ptr<DeviceTimer> timer = rig.device->timer();
@@ -346,45 +383,59 @@ Measurement run_one_trial(const TrialRequest& trial, comm::Communicator& group,
 
 namespace {
 
-// Keeps this rank computing until `done` completes (every rank of a barrier is there).
-// MPI_Test yields the processor when ranks are oversubscribed, so it is called only between
-// bursts of GEMMs: a rank that tested after every small GEMM would sit idle. The bursts grow
-// from 1 ms to 20 ms, so that ranks which end together do not wait a long burst for each other.
-void ballast_until(comm::Request& done) {
+// Keeps this rank computing until `done` completes (every rank of a barrier is there), which is
+// expected at `expected_end`. MPI_Test yields the processor when ranks are oversubscribed, so it
+// is called only between bursts of GEMMs: a rank that tested after every small GEMM would sit
+// idle. But a collective completes only as its ranks test, each after its burst, so the bursts
+// start at 1 ms and double up to 20 ms (ranks that end together part within a few ms), and
+// before the expected end last at most half the time left to it (a rank that has computed
+// since a stage's start is not in a long burst when the others arrive); past the expected end
+// they grow again from 1 ms.
+void ballast_until(comm::Request& done, Clock::time_point expected_end) {
   constexpr int n = 128;
+  constexpr double kShortest = 0.001, kLongest = 0.02;
   std::vector<float> a(n * n, 0.5f), w(n * n, 0.25f), out(n * n);
   const auto t0 = Clock::now();
   long gemms = 0;
-  double burst_s = 0.001;
+  double grown = kShortest;
+  bool overdue = false;
   do {
+    const double left = std::chrono::duration<double>(expected_end - Clock::now()).count();
+    if (left <= 0 && !overdue) {
+      overdue = true;
+      grown = kShortest;
+    }
+    const double burst_s = left > 0 ? std::min(grown, std::max(kShortest, left / 2)) : grown;
+    grown = std::min(2 * grown, kLongest);
     const auto burst = Clock::now();
     while (seconds_since(burst) < burst_s) {
       cpu::linear_forward(out.data(), a.data(), w.data(), nullptr, n, n, n,
                           cpu::WeightLayout::kInOut);
       ++gemms;
     }
-    burst_s = std::min(2 * burst_s, 0.02);
   } while (!done.test());
   log::debug("ballast: {} GEMMs in {:.2f} s", gemms, seconds_since(t0));
 }
 
-// Collective over `comm`: a barrier at which this rank, with `ballast`, computes while it waits.
-void wait_beside_ballast(comm::Communicator& comm, bool ballast) {
+// Collective over `comm`: a barrier at which this rank, with `ballast`, computes while it waits
+// for the others, expected at `expected_end`.
+void wait_beside_ballast(comm::Communicator& comm, bool ballast, Clock::time_point expected_end) {
   // A non-blocking allreduce as the barrier, polled between bursts of ballast.
   std::int32_t token = 1;
   comm::Request done = comm.iallreduce(&token, 1, comm::ReduceOp::kSum);
   if (ballast)
-    ballast_until(done);
+    ballast_until(done, expected_end);
   else
     done.wait();
 }
 
 // Collective over `world`: runs `work` on this rank (it may be nothing), then, with `ballast`,
-// keeps the rank computing (small GEMMs) until every rank has finished its own: what ranks
-// without work do while others measure, so that the measurement sees the contention of a full
-// batch. Without `ballast` a rank that is done just waits. An exception from `work` on any rank
-// becomes the same comm::AgreedFailure on every rank once all are done.
-void run_beside_ballast(comm::Communicator& world, bool ballast,
+// keeps the rank computing (small GEMMs) until every rank has finished its own (expected at
+// `expected_end`): what ranks without work do while others measure, so that the measurement
+// sees the contention of a full batch. Without `ballast` a rank that is done just waits. An
+// exception from `work` on any rank becomes the same comm::AgreedFailure on every rank once all
+// are done.
+void run_beside_ballast(comm::Communicator& world, bool ballast, Clock::time_point expected_end,
                         const std::function<void()>& work) {
   std::exception_ptr failed;
   try {
@@ -392,7 +443,7 @@ void run_beside_ballast(comm::Communicator& world, bool ballast,
   } catch (...) {
     failed = std::current_exception();
   }
-  wait_beside_ballast(world, ballast);
+  wait_beside_ballast(world, ballast, expected_end);
   comm::agree(world, failed);  // one rank's failure is every rank's, none left waiting
 }
 
@@ -434,14 +485,80 @@ void run_item(std::size_t item, comm::Communicator& group, const std::vector<Tri
   if (group.rank() == 0) results.push_back({{"trial", item}, {"m", measurement_to_json(m)}});
 }
 
+// One measurement of a trial from its runs (the original and its replicas, in any order): the
+// median of their step, evaluation and set-up times, the largest peaks; a run that failed fails
+// the trial (a replica runs what the job would run).
+Measurement combine_runs(const std::vector<Measurement>& runs) {
+  if (runs.empty()) return {};
+  for (const Measurement& m : runs)
+    if (!m.feasible) return m;
+  Measurement c = runs.front();
+  const auto median_of = [&](double Measurement::*field) {
+    std::vector<double> v;
+    for (const Measurement& m : runs) v.push_back(m.*field);
+    return median(v);
+  };
+  c.step_s = median_of(&Measurement::step_s);
+  c.eval_s = median_of(&Measurement::eval_s);
+  c.setup_s = median_of(&Measurement::setup_s);
+  c.comm_s = median_of(&Measurement::comm_s);
+  c.steps = 0;
+  for (const Measurement& m : runs) {
+    c.steps += m.steps;
+    c.step_min_s = std::min(c.step_min_s, m.step_min_s);
+    c.step_max_s = std::max(c.step_max_s, m.step_max_s);
+    c.peak_device_bytes = std::max(c.peak_device_bytes, m.peak_device_bytes);
+    c.peak_host_bytes = std::max(c.peak_host_bytes, m.peak_host_bytes);
+    c.wall_s = std::max(c.wall_s, m.wall_s);
+    c.concurrent = c.concurrent || m.concurrent;
+    if (c.reason.empty()) c.reason = m.reason;
+  }
+  return c;
+}
+
+// Collective over `world`: every trial's measurement, its runs' combined, from the results each
+// rank's groups recorded.
+std::vector<Measurement> gathered_measurements(comm::Communicator& world,
+                                               const nlohmann::json& mine, std::size_t trials) {
+  std::vector<std::vector<Measurement>> runs(trials);
+  for (const auto& text : all_gather_text(world, mine.dump()))
+    for (const auto& j : nlohmann::json::parse(text))
+      runs.at(j.at("trial").get<std::size_t>()).push_back(measurement_from_json(j.at("m")));
+  std::vector<Measurement> out;
+  for (const auto& r : runs) out.push_back(combine_runs(r));
+  return out;
+}
+
+// Collective over `world`: the probes' synchronisation waits (on their groups' ranks) on every
+// rank, with the known ones of the sizes tried, into `sync_by_degree` and each single-node
+// trial's measurement.
+void agree_synchronisations(comm::Communicator& world, const std::vector<TrialRequest>& trials,
+                            const std::map<int, double>& known,
+                            std::map<int, double>& sync_by_degree, std::vector<Measurement>& out) {
+  std::vector<double> syncs;
+  for (const auto& [degree, sync] : sync_by_degree) syncs.push_back(sync);
+  if (!syncs.empty()) world.allreduce(syncs.data(), syncs.size(), comm::ReduceOp::kMax);
+  std::size_t n = 0;
+  for (auto& [degree, sync] : sync_by_degree) sync = syncs[n++];
+  for (const auto& t : trials)
+    if (const auto it = known.find(t.config.degree); t.config.nodes == 1 && it != known.end())
+      sync_by_degree[it->first] = it->second;
+  for (std::size_t i = 0; i < trials.size(); ++i)
+    if (const auto it = sync_by_degree.find(trials[i].config.degree);
+        out[i].feasible && trials[i].config.nodes == 1 && it != sync_by_degree.end())
+      out[i].sync_s = it->second;
+}
+
 // Each single-node group size of the trials smaller than the node, whose synchronisation a
-// probe measures for their checkpoints' collectives (0 until it has). A group as large as the
-// node has no neighbours: the calibration's wait prices it.
+// probe measures for their checkpoints' collectives (0 until it has) unless `known` has it. A
+// group as large as the node has no neighbours: the calibration's wait prices it.
 std::map<int, double> sync_probe_degrees(const std::vector<TrialRequest>& trials,
-                                         const RankTopology& topology) {
+                                         const RankTopology& topology,
+                                         const std::map<int, double>& known) {
   std::map<int, double> sync_by_degree;
   for (const auto& t : trials)
-    if (t.config.degree > 1 && t.config.nodes == 1 && t.config.degree < topology.largest_node())
+    if (t.config.degree > 1 && t.config.nodes == 1 && t.config.degree < topology.largest_node() &&
+        !known.contains(t.config.degree))
       sync_by_degree[t.config.degree] = 0;
   return sync_by_degree;
 }
@@ -466,6 +583,12 @@ bool overlapped(const std::vector<Placement>& schedule, const Placement& p) {
   });
 }
 
+bool same_ranks(std::vector<int> a, std::vector<int> b) {
+  std::sort(a.begin(), a.end());
+  std::sort(b.begin(), b.end());
+  return a == b;
+}
+
 // Collective over `world`: the stage schedule[first, end), this rank's items in order; a rank
 // done with its items keeps computing until the stage ends.
 void run_stage(std::size_t first, std::size_t end, const std::vector<Placement>& schedule,
@@ -473,22 +596,29 @@ void run_stage(std::size_t first, std::size_t end, const std::vector<Placement>&
                const std::vector<TrialRequest>& trials, const std::vector<SideProbe>& probes,
                comm::Communicator& world, const TrialOptions& options, nlohmann::json& results) {
   const auto t0 = Clock::now();
-  run_beside_ballast(world, options.ballast, [&] {
+  const auto expected_at = [&](double schedule_s) {
+    return t0 + std::chrono::duration_cast<Clock::duration>(
+                    std::chrono::duration<double>(schedule_s - schedule[first].start_s));
+  };
+  double expected = 0;
+  for (std::size_t k = first; k < end; ++k)
+    expected = std::max(expected, schedule[k].end_s - schedule[first].start_s);
+  run_beside_ballast(world, options.ballast, expected_at(schedule[first].start_s + expected), [&] {
+    const std::vector<int>* previous = nullptr;  // the ranks of this rank's last item
     for (std::size_t k = first; k < end; ++k) {
       if (!groups[k]) continue;
       // Until the last of the item's ranks is here (from an item that ran longer than expected),
       // this rank computes: the trials still running keep a full batch's contention. An item at
-      // the stage's start has its ranks together already.
-      if (schedule[k].start_s > schedule[first].start_s)
-        wait_beside_ballast(*groups[k], options.ballast);
+      // the stage's start, or on the ranks of this rank's item before, has its ranks together.
+      if (schedule[k].start_s > schedule[first].start_s &&
+          !(previous && same_ranks(*previous, schedule[k].ranks)))
+        wait_beside_ballast(*groups[k], options.ballast, expected_at(schedule[k].start_s));
+      previous = &schedule[k].ranks;
       run_item(schedule[k].item, *groups[k], trials, probes, options,
                overlapped(schedule, schedule[k]), results);
       groups[k].reset();  // a communicator held only while in use
     }
   });
-  double expected = 0;
-  for (std::size_t k = first; k < end; ++k)
-    expected = std::max(expected, schedule[k].end_s - schedule[first].start_s);
   if (world.rank() == 0)
     log::debug("trial stage {}: {} item(s) in {:.2f} s (expected {:.2f} s)", schedule[first].stage,
                end - first, seconds_since(t0), expected);
@@ -501,14 +631,18 @@ std::vector<Measurement> run_trials(const std::vector<TrialRequest>& trials,
                                     const TrialOptions& options, TrialRunStats* stats,
                                     const std::vector<SideProbe>& probes) {
   const auto t0 = Clock::now();
-  std::vector<Measurement> out(trials.size());
-  std::map<int, double> sync_by_degree = sync_probe_degrees(trials, topology);
+  // A rank draws the initial weights of each shape it tries once: its trials at other sizes
+  // (every rank runs every shape's whole-node trial) take them from memory. Up to a model of
+  // 64 M parameters; larger ones are drawn each time, as before.
+  const CanonicalWeightCache weights(std::size_t{256} << 20);
+  std::map<int, double> sync_by_degree =
+      sync_probe_degrees(trials, topology, options.contended_sync_s);
   std::vector<SideProbe> all_probes = probes;
   for (auto& [degree, sync] : sync_by_degree)
     all_probes.push_back(SideProbe{degree, 0.05, [&sync = sync](comm::Communicator& group) {
                                      sync = contended_sync_s(group);
                                    }});
-  if (trials.empty() && all_probes.empty()) return out;
+  if (trials.empty() && all_probes.empty()) return {};
 
   std::vector<ScheduleItem> items;
   for (const auto& t : trials) items.push_back({t.config, expected_trial_s(t, options), false});
@@ -524,20 +658,10 @@ std::vector<Measurement> run_trials(const std::vector<TrialRequest>& trials,
     first = end;
   }
 
-  // Every trial's measurement, and the probes' synchronisations, on every rank.
-  for (const auto& text : all_gather_text(world, mine.dump()))
-    for (const auto& j : nlohmann::json::parse(text))
-      out.at(j.at("trial").get<std::size_t>()) = measurement_from_json(j.at("m"));
-  std::vector<double> syncs;
-  for (const auto& [degree, sync] : sync_by_degree) syncs.push_back(sync);
-  if (!syncs.empty()) world.allreduce(syncs.data(), syncs.size(), comm::ReduceOp::kMax);
-  std::size_t n = 0;
-  for (auto& [degree, sync] : sync_by_degree) sync = syncs[n++];
-  for (std::size_t i = 0; i < trials.size(); ++i)
-    if (const auto it = sync_by_degree.find(trials[i].config.degree);
-        out[i].feasible && trials[i].config.nodes == 1 && it != sync_by_degree.end())
-      out[i].sync_s = it->second;
+  std::vector<Measurement> out = gathered_measurements(world, mine, trials.size());
+  agree_synchronisations(world, trials, options.contended_sync_s, sync_by_degree, out);
   if (stats) {
+    stats->contended_sync_s = sync_by_degree;
     for (const Placement& p : schedule) stats->expected_s = std::max(stats->expected_s, p.end_s);
     stats->seconds = seconds_since(t0);
   }

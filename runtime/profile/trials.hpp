@@ -6,16 +6,18 @@
 // infeasible without disturbing the others.
 //
 // Contention: on a CPU node whose ranks outnumber its cores, a rank's speed depends on how many
-// ranks compute at once. The executor keeps every rank busy, so by default ranks left idle in a
-// schedule run "ballast" GEMMs until every trial has ended: every trial then sees the contention
-// it will see in the batch. `serialize` runs one trial at a time (with ballast off: an
-// uncontended measurement, for comparison).
+// ranks compute at once. The executor keeps every rank busy, so by default ranks a stage of the
+// schedule leaves idle run replicas of its trials (more samples of them), and ranks idle even so
+// run "ballast" GEMMs until every trial has ended: every trial then sees the contention it will
+// see in the batch. `serialize` runs one trial at a time (with ballast off: an uncontended
+// measurement, for comparison).
 #pragma once
 
 #include "runtime/backend/device.hpp"
 
 #include <cstddef>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -37,7 +39,7 @@ struct TrialRequest {
 
 struct TrialOptions {
   int warmup_steps = 1;   // untimed steps first (first-touch of memory, caches)
-  int measure_steps = 2;  // timed steps; the median is the measurement
+  int measure_steps = 1;  // timed steps; the median is the measurement
   // Steps of a few milliseconds: more timed steps, until they add up to this (at most
   // max_timed_steps): the median of two such steps is at the mercy of one time slice.
   double min_timed_s = 0.03;
@@ -52,6 +54,9 @@ struct TrialOptions {
   // steps overrun it is not worth more trial time: the steps done so far are the measurement
   // (Measurement::reason says so), and the trials after it are not held up much longer.
   double time_limit_s = 60;
+  // The contended synchronisation waits known already, by group size (the calibration's): a
+  // probe measures only the sizes missing here.
+  std::map<int, double> contended_sync_s;
 };
 
 // The world's ranks by node (the trials' placement): a single-node configuration of degree d
@@ -83,6 +88,7 @@ struct Placement {
   int stage = 0;
   double start_s = 0;
   double end_s = 0;
+  bool replica = false;  // a further run of the item, on ranks its stage would leave idle
 };
 
 // Every item placed, in order of expected start. Trials of one size (degree) form a stage, the
@@ -92,7 +98,9 @@ struct Placement {
 // faster than the same jobs ran in the batch). Within a stage, longest first, each at the earliest
 // time enough ranks of a node (of `nodes` nodes when multi-node) are free for its whole expected
 // length, on the node that leaves the fewest free ranks (best fit): a rank runs several short
-// trials while another runs a long one. With `serialize`, one item at a time. Each rank runs
+// trials while another runs a long one. Ranks a stage would leave idle run replicas of its
+// trials (Placement::replica; longest first, none past the stage's end): a run_trials
+// measurement is the median of its runs. With `serialize`, one item at a time. Each rank runs
 // its items in this order (one global order, so no two ranks wait on each other in a cycle);
 // an item starts when the last of its ranks is free, whatever the expectation said.
 std::vector<Placement> schedule_trials(const std::vector<ScheduleItem>& items,
@@ -112,6 +120,9 @@ struct SideProbe {
 struct TrialRunStats {
   double expected_s = 0;  // the schedule's expected length
   double seconds = 0;     // what the trials took, the probes included
+  // Each single-node group size of the trials smaller than a node: its synchronisation wait
+  // beside computing ranks (Measurement::sync_s), known or probed now.
+  std::map<int, double> contended_sync_s;
 };
 
 // Collective over `world`: runs every trial (each must fit the topology) and every probe, and

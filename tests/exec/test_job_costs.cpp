@@ -127,6 +127,14 @@ TEST(JobCosts, ProgressCorrectsTheJobsOtherConfigurations) {
   js.segments.push_back(running);
   Progress m;
   m.job = js.spec->id;
+  // The first steps, whose first one pays the first touch of memory: too few to learn from.
+  m.step = 4;
+  m.times.steps_s = 0.9;
+  m.times.steps = 4;
+  table.record_progress(js, m);
+  EXPECT_EQ(js.steps_done, 4);
+  EXPECT_DOUBLE_EQ(js.correction, 1.0);
+  EXPECT_DOUBLE_EQ(table.costs(js, 0).step_s, 0.10);
   m.step = 10;
   m.times.steps_s = 1.5;  // 0.15 s a step
   m.times.steps = 10;

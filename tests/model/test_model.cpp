@@ -11,6 +11,7 @@
 #include "runtime/core/error.hpp"
 #include "runtime/core/rng.hpp"
 #include "runtime/model/cpu_model.hpp"
+#include "runtime/model/weight_cache.hpp"
 #include "runtime/optim/adamw.hpp"
 
 namespace saturn {
@@ -271,6 +272,39 @@ TEST(Model, InvalidShapesAreInputErrors) {
   ModelConfig g = tiny(Arch::kGpt2);
   g.n_kv_head = 1;
   EXPECT_THROW(g.validate(), InputError);
+}
+
+// The canonical weights a trial draws once per shape on a rank: served from memory with the same
+// values while a cache lives, within its budget, and drawn as before once it is gone.
+TEST(CanonicalWeightCache, ServesTheSameWeightsWithinItsBudget) {
+  const auto weights_of = [](const ModelConfig& c, std::uint64_t seed) {
+    MemoryPool pool("cpu:0");
+    CpuModel model(c, pool);
+    model.init_weights(seed);
+    return std::vector<float>(model.params(), model.params() + model.num_params());
+  };
+  const ModelConfig gpt2 = tiny(Arch::kGpt2), llama = tiny(Arch::kLlama);
+  const std::vector<float> drawn = weights_of(gpt2, 7);
+  {
+    CanonicalWeightCache cache(std::size_t{1} << 20);
+    EXPECT_EQ(CanonicalWeightCache::active(), &cache);
+    EXPECT_THROW(CanonicalWeightCache(std::size_t{1} << 20), Error) << "one per process";
+    EXPECT_EQ(weights_of(gpt2, 7), drawn);  // drawn and kept
+    EXPECT_EQ(cache.saved_s(), 0.0);
+    EXPECT_EQ(weights_of(gpt2, 7), drawn);  // served
+    const double served = cache.saved_s();
+    EXPECT_GT(served, 0.0);
+    EXPECT_NE(weights_of(gpt2, 8), drawn);  // another seed: other weights
+    EXPECT_EQ(weights_of(llama, 7), weights_of(llama, 7));
+    EXPECT_GT(cache.saved_s(), served);
+  }
+  EXPECT_EQ(CanonicalWeightCache::active(), nullptr);
+  {
+    CanonicalWeightCache none_fit(16);  // bytes: no model fits, each is drawn
+    EXPECT_EQ(weights_of(gpt2, 7), drawn);
+    EXPECT_EQ(weights_of(gpt2, 7), drawn);
+    EXPECT_EQ(none_fit.saved_s(), 0.0);
+  }
 }
 
 }  // namespace

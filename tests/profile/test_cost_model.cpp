@@ -79,6 +79,17 @@ TEST(Calibration, CollectivesScaleLikeRings) {
   EXPECT_DOUBLE_EQ(c.comm_seconds(CollOp::kAllreduce, 2, true, 1, 0),
                    c.comm_seconds(CollOp::kAllreduce, 2, false, 1, 0));
   EXPECT_EQ(Calibration::from_json(c.to_json()).to_json(), c.to_json());
+  // What the trials' probes measured on this hardware, kept with it.
+  c.contended_sync_s[2] = 4e-3;
+  c.checkpoint_writes["fs-ef53-dev-8:1"] = WriteRates{4e-4, 1e9, 1e-4};
+  const Calibration back = Calibration::from_json(c.to_json());
+  EXPECT_EQ(back.contended_sync_s, c.contended_sync_s);
+  ASSERT_EQ(back.checkpoint_writes.count("fs-ef53-dev-8:1"), 1u);
+  EXPECT_DOUBLE_EQ(back.checkpoint_writes.at("fs-ef53-dev-8:1").bytes_per_s, 1e9);
+  EXPECT_DOUBLE_EQ(back.checkpoint_writes.at("fs-ef53-dev-8:1").dataset_s, 1e-4);
+  nlohmann::json bad = c.to_json();
+  bad["contended_sync_s"] = {{"two", 1e-3}};
+  EXPECT_THROW(Calibration::from_json(bad), InputError);
 }
 
 TEST(CostModel, MemoryIsTheStrategysOwnEstimate) {
@@ -231,8 +242,12 @@ TEST(Calibration, MeasuredShapesTimeTheirGemms) {
   j.erase("device");
   j.erase("timer");
   j.erase("gemm_shapes");
+  j.erase("contended_sync_s");
+  j.erase("checkpoint_writes");
   const Calibration old = Calibration::from_json(j);
   EXPECT_EQ(old.device, "cpu");
   EXPECT_EQ(old.timer, "steady_clock");
   EXPECT_TRUE(old.gemm_shapes.empty());
+  EXPECT_TRUE(old.contended_sync_s.empty());  // probed again by the next trials
+  EXPECT_TRUE(old.checkpoint_writes.empty());
 }

@@ -32,6 +32,16 @@ TEST(WriteRates, MeasuredWhereTheCheckpointsGoAndLeavesNothing) {
   fs::remove_all(dir.parent_path());
 }
 
+TEST(WriteRates, FileSystemIdNamesTheFileSystemOfTheNearestExistingDirectory) {
+  const fs::path tmp = fs::temp_directory_path();
+  const std::string id = file_system_id(tmp);
+  EXPECT_EQ(id.rfind("fs-", 0), 0u) << id;
+  // A run directory not made yet is on its parent's file system.
+  EXPECT_EQ(file_system_id(tmp / "saturn-not-made-yet" / "jobs"), id);
+  EXPECT_EQ(file_system_id("relative/not/made"), file_system_id(fs::current_path()));
+  EXPECT_NE(file_system_id("/proc"), id) << "procfs is another file system";
+}
+
 TEST(WriteRates, AnUnwritableDirectoryIsAnIoErrorNamingIt) {
   const fs::path file =
       fs::temp_directory_path() / ("saturn-fs-file-" + std::to_string(::getpid()));

@@ -219,6 +219,64 @@ TEST_F(Profiler, TrialOutOfMemoryMarksOnlyThatConfiguration) {
   EXPECT_EQ(r2.stats.trials_failed, 0);
 }
 
+TEST_F(Profiler, ProbesAreKeptWithTheCalibrationAndNotRepeated) {
+  const Workload w = workload();
+  ProfileRequest req;
+  req.workload = &w;
+  int calls = 0;  // this rank's calls of the write probe
+  const WriteRates fake{1e-3, 5e8, 2e-4};
+  req.measure_checkpoint_writes = [&] {
+    ++calls;
+    return fake;
+  };
+  req.checkpoint_file_system = "fs-test";
+  const ProfileOptions opt = quick_options(store_path(*world_, "probes"));
+  const auto calls_on_all_ranks = [&] {
+    int n = calls;
+    world_->allreduce(&n, 1, comm::ReduceOp::kSum);
+    return n;
+  };
+
+  const ProfileResult first = profile_workload(req, *world_, opt);
+  EXPECT_EQ(calls_on_all_ranks(), 1);
+  EXPECT_DOUBLE_EQ(first.checkpoint_writes.bytes_per_s, fake.bytes_per_s);
+  ASSERT_EQ(first.calibration.checkpoint_writes.count("fs-test"), 1u);
+  EXPECT_DOUBLE_EQ(first.calibration.checkpoint_writes.at("fs-test").latency_s, fake.latency_s);
+  for (const auto& row : first.rows)
+    if (row.tried_now && row.config.degree > 1 && row.config.degree < world_->size()) {
+      ASSERT_EQ(first.calibration.contended_sync_s.count(row.config.degree), 1u);
+      EXPECT_DOUBLE_EQ(first.calibration.contended_sync_s.at(row.config.degree),
+                       row.measured->sync_s);
+    }
+
+  // The next run on this hardware (its calibration from the store) prices checkpoints on that
+  // file system without probing; another file system is probed once.
+  const ProfileResult second = profile_workload(req, *world_, opt);
+  EXPECT_EQ(calls_on_all_ranks(), 1);
+  EXPECT_DOUBLE_EQ(second.checkpoint_writes.bytes_per_s, fake.bytes_per_s);
+  EXPECT_DOUBLE_EQ(second.checkpoint_writes.dataset_s, fake.dataset_s);
+  req.checkpoint_file_system = "fs-other";
+  const ProfileResult third = profile_workload(req, *world_, opt);
+  EXPECT_EQ(calls_on_all_ranks(), 2);
+  EXPECT_EQ(third.calibration.checkpoint_writes.size(), 2u);
+
+  // A synchronisation wait known already is what the trials report, not probed again.
+  if (world_->size() > 2) {
+    const JobSpec& job = w.jobs.front();
+    TrialRequest t{job.model, job.train, ConfigSpec{"ddp", {}, 2, 1}};
+    TrialOptions o = opt.trial;
+    o.contended_sync_s[2] = 0.125;
+    RankTopology one;
+    one.nodes.emplace_back();
+    for (int r = 0; r < world_->size(); ++r) one.nodes[0].push_back(r);
+    TrialRunStats stats;
+    const auto m = run_trials({t}, one, *world_, o, &stats);
+    ASSERT_TRUE(m.at(0).feasible) << m.at(0).reason;
+    EXPECT_DOUBLE_EQ(m.at(0).sync_s, 0.125);
+    EXPECT_DOUBLE_EQ(stats.contended_sync_s.at(2), 0.125);
+  }
+}
+
 namespace {
 
 // Schedule items of these degrees (one node unless `nodes`) and expected seconds.
@@ -257,8 +315,8 @@ TEST(TrialPlacement, ExpectedTrialLengthFromTheEstimates) {
   t.config = ConfigSpec{"ddp", {}, 1, 1};
   t.est_step_s = 0.25;
   t.est_eval_s = 0.1;
-  const TrialOptions o;  // set-up (a step) + 1 warm-up + 2 timed steps + one evaluation
-  EXPECT_DOUBLE_EQ(expected_trial_s(t, o), 1.1);
+  const TrialOptions o;  // set-up (a step) + 1 warm-up + 1 timed step + one evaluation
+  EXPECT_DOUBLE_EQ(expected_trial_s(t, o), 0.85);
   TrialOptions window = o;  // steps shorter than the timed window: as many as fill it
   window.min_timed_s = 1.0;
   EXPECT_DOUBLE_EQ(expected_trial_s(t, window), (1 + 1 + 4) * 0.25 + 0.1);
@@ -274,6 +332,8 @@ TEST(TrialPlacement, ListSchedulesEachSizeByExpectedLength) {
   const auto t = items_of(
       {{1, 1.0}, {2, 0.5}, {1, 0.5}, {2, 0.4}, {1, 0.5}, {4, 0.3}, {1, 0.5}, {1, 0.25}, {1, 0.25}});
   const auto s = schedule_trials(t, one, false);
+  // Every stage has all ranks busy from its start: no replicas (the gaps at their ends are
+  // left to ballast).
   ASSERT_EQ(s.size(), t.size());
   expect_no_rank_overlap(t, s);
   for (std::size_t k = 1; k < s.size(); ++k) {
@@ -313,14 +373,50 @@ TEST(TrialPlacement, ProbesRunTogetherAfterTheTrials) {
   t[3].probe = t[4].probe = true;
   const auto s = schedule_trials(t, one, false);
   expect_no_rank_overlap(t, s);
-  ASSERT_EQ(s.size(), 5u);
+  // The single-rank trial's stage leaves three ranks idle: three replicas of it; probes have none.
+  ASSERT_EQ(s.size(), 8u);
+  int replicas = 0;
   for (const auto& p : s) {
     if (t[p.item].probe) {
+      EXPECT_FALSE(p.replica);
       EXPECT_EQ(p.stage, 2);
       EXPECT_NEAR(p.start_s, 1.5, 1e-9);
     }
+    if (p.replica) {
+      ++replicas;
+      EXPECT_EQ(p.item, 2u);
+      EXPECT_EQ(p.stage, 1);
+      EXPECT_NEAR(p.start_s, 0.5, 1e-9);
+    }
   }
+  EXPECT_EQ(replicas, 3);
   EXPECT_NEAR(span(s), 1.7, 1e-9);
+}
+
+TEST(TrialPlacement, RanksIdleFromAStagesStartRunReplicas) {
+  RankTopology one;
+  one.nodes = {{0, 1, 2, 3, 4}};
+  // Two 2-rank trials (1 s, 0.4 s), then one 1-rank trial. The fifth rank cannot hold a 2-rank
+  // replica, and the 0.4 s trial's ranks, free from 0.4 s, get none (a gap at a stage's end is
+  // left to ballast); the 1-rank stage's four idle ranks each run a replica.
+  const auto t = items_of({{2, 1.0}, {2, 0.4}, {1, 0.3}});
+  const auto s = schedule_trials(t, one, false);
+  expect_no_rank_overlap(t, s);
+  std::map<std::size_t, int> runs;
+  for (const auto& p : s) {
+    ++runs[p.item];
+    if (p.replica) {
+      EXPECT_EQ(p.item, 2u);
+      EXPECT_NEAR(p.start_s, 1.0, 1e-9);
+      EXPECT_EQ(p.stage, 1);
+    }
+  }
+  EXPECT_EQ(runs[0], 1);
+  EXPECT_EQ(runs[1], 1);
+  EXPECT_EQ(runs[2], 5);
+  EXPECT_NEAR(span(s), 1.3, 1e-9);
+  // Serialized: no replicas.
+  EXPECT_EQ(schedule_trials(t, one, true).size(), 3u);
 }
 
 TEST(TrialPlacement, MultiNodeTrialsTakeWholeNodesAndBadFitsThrow) {
@@ -330,10 +426,14 @@ TEST(TrialPlacement, MultiNodeTrialsTakeWholeNodesAndBadFitsThrow) {
   auto mixed = m;
   mixed[1].config.nodes = 1;
   const auto s = schedule_trials(mixed, two, false);
-  ASSERT_EQ(s.size(), 2u);
+  ASSERT_EQ(s.size(), 3u);  // the 2-rank trial on one node, its replica on the other
   EXPECT_EQ(s[0].ranks, (std::vector<int>{0, 1, 2, 3}));
-  EXPECT_EQ(s[1].ranks.size(), 2u);
-  EXPECT_NEAR(s[1].start_s, 1.0, 1e-9);
+  for (std::size_t k = 1; k < 3; ++k) {
+    EXPECT_EQ(s[k].item, 1u);
+    EXPECT_EQ(s[k].ranks.size(), 2u);
+    EXPECT_NEAR(s[k].start_s, 1.0, 1e-9);
+  }
+  EXPECT_EQ(s[1].replica + s[2].replica, 1);
   const auto big = items_of({{3, 1.0}});
   EXPECT_FALSE(two.fits(big[0].config));
   EXPECT_THROW(schedule_trials(big, two, false), Error);
