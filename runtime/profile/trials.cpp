@@ -316,8 +316,15 @@ bool time_steps(const TrialRequest& trial, comm::Communicator& group, const Tria
         "step(s), an over-estimate",
         o.time_limit_s, warm_times.size());
   } else if (stopped_early) {
-    m.reason = fmt::format("trial time limit of {:.0f} s reached after {} of {} timed steps",
-                           o.time_limit_s, times.size(), o.measure_steps);
+    // Past the steps asked for, the timed window was adding steps this short.
+    const bool in_window = static_cast<int>(times.size()) >= std::max(o.measure_steps, 1);
+    m.reason = in_window
+                   ? fmt::format(
+                         "trial time limit of {:.0f} s reached after {} timed step(s) of up "
+                         "to {} (steps this short are timed until they add up to {:.0f} ms)",
+                         o.time_limit_s, times.size(), o.max_timed_steps, 1e3 * o.min_timed_s)
+                   : fmt::format("trial time limit of {:.0f} s reached after {} of {} timed steps",
+                                 o.time_limit_s, times.size(), o.measure_steps);
   }
   m.steps = static_cast<int>(times.size());
   m.step_s = median(times);

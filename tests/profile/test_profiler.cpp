@@ -471,6 +471,13 @@ TEST_F(Profiler, TrialTimeLimitKeepsTheStepsMeasuredSoFar) {
   EXPECT_EQ(m.steps, 1);
   EXPECT_GT(m.step_s, 0);
   EXPECT_NE(m.reason.find("after 1 of 3 timed steps"), std::string::npos) << m.reason;
+  // ... or stopped while the timed window added steps beyond those asked for.
+  TrialOptions window = o;
+  window.measure_steps = 1;
+  window.min_timed_s = 1e6;
+  m = run_one_trial(trial, *world_, window);
+  EXPECT_EQ(m.steps, 1);
+  EXPECT_NE(m.reason.find("after 1 timed step(s) of up to 5"), std::string::npos) << m.reason;
 
   // Over the limit during warm-up: the warm-up step stands in, and the reason says so.
   o.warmup_steps = 2;
